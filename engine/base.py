@@ -1,0 +1,76 @@
+"""The engine seam: the one Protocol every model backend implements, and the values it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message of a prompt."""
+
+    role: Role
+    content: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one model call cost; backends fill what they can measure, zero otherwise."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    ttft_s: float = 0.0
+    decode_s: float = 0.0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            ttft_s=self.ttft_s + other.ttft_s,
+            decode_s=self.decode_s + other.decode_s,
+        )
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "completion_tokens": self.completion_tokens,
+            "ttft_s": round(self.ttft_s, 6),
+            "decode_s": round(self.decode_s, 6),
+        }
+
+
+@dataclass(frozen=True)
+class Generation:
+    """The raw text of one model call and its usage."""
+
+    text: str
+    usage: Usage = field(default_factory=Usage)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A model backend: generate under an optional grammar, and count tokens.
+
+    ``grammar`` is a grammar text in llguidance's Lark dialect (see ``grammars/``);
+    backends that cannot constrain decoding say so by raising ``EngineConfigError``
+    when given one they cannot honour, never by ignoring it silently.
+    """
+
+    name: str
+
+    def generate(
+        self,
+        messages: Sequence[Message],
+        *,
+        grammar: str | None = None,
+        max_tokens: int | None = None,
+    ) -> Generation: ...
+
+    def count_tokens(self, text: str) -> int: ...

@@ -1,0 +1,105 @@
+"""The scripted engine: replays recorded raw model outputs, for fast deterministic tests of the loop.
+
+A script is a JSON Lines file, one object per model call, with the raw output under ``"text"``.
+Token counts use a simple word/punctuation split, and ``cached_tokens`` is what a perfect prefix
+cache would serve: the longest common token prefix with the previous call's prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from engine.base import Generation, Message, Usage
+from engine.errors import EngineConfigError, EngineError
+
+_TOKEN = re.compile(r"\w+|[^\w\s]|\s+")
+
+
+def tokenize(text: str) -> list[str]:
+    """Split text into word, punctuation and whitespace-run tokens."""
+    return _TOKEN.findall(text)
+
+
+def flatten(messages: Sequence[Message]) -> str:
+    """The plain-text rendering of a chat prompt used by engines without a chat template."""
+    return "".join(f"<|{m.role}|>\n{m.content}\n" for m in messages) + "<|assistant|>\n"
+
+
+def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """Length of the longest common prefix of two sequences."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class ScriptedEngine:
+    """Replays raw outputs in order; raises once the script is exhausted."""
+
+    name = "scripted"
+
+    def __init__(self, outputs: Iterable[str]) -> None:
+        self._outputs = list(outputs)
+        self._next = 0
+        self._last_prompt: list[str] = []
+        self.prompts: list[list[Message]] = []
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ScriptedEngine:
+        """Load a JSON Lines script: one ``{"text": ...}`` object per model call."""
+        p = Path(path)
+        try:
+            lines = p.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise EngineConfigError(f"cannot read script {p}: {exc.strerror or exc}") from exc
+        outputs: list[str] = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise EngineConfigError(f"script {p} line {number}: not JSON ({exc.msg})") from exc
+            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+                raise EngineConfigError(f'script {p} line {number}: expected an object with a string "text"')
+            outputs.append(obj["text"])
+        if not outputs:
+            raise EngineConfigError(f"script {p} holds no outputs")
+        return cls(outputs)
+
+    @classmethod
+    def from_options(cls, script: str | Path | None = None, **unused: Any) -> ScriptedEngine:
+        """Factory used by ``engine.load('scripted', script=...)``."""
+        if script is None:
+            raise EngineConfigError("the scripted engine needs a script (--script FILE, JSON Lines with a \"text\" key)")
+        return cls.from_file(script)
+
+    @property
+    def remaining(self) -> int:
+        return len(self._outputs) - self._next
+
+    def generate(
+        self,
+        messages: Sequence[Message],
+        *,
+        grammar: str | None = None,
+        max_tokens: int | None = None,
+    ) -> Generation:
+        if self._next >= len(self._outputs):
+            raise EngineError(f"scripted engine exhausted after {len(self._outputs)} outputs")
+        text = self._outputs[self._next]
+        self._next += 1
+        self.prompts.append(list(messages))
+        prompt = tokenize(flatten(messages))
+        cached = common_prefix(prompt, self._last_prompt)
+        self._last_prompt = prompt
+        usage = Usage(prompt_tokens=len(prompt), cached_tokens=cached, completion_tokens=len(tokenize(text)))
+        return Generation(text=text, usage=usage)
+
+    def count_tokens(self, text: str) -> int:
+        return len(tokenize(text))

@@ -1,0 +1,47 @@
+"""The Python API: an agent = engine + tools + repository + session; ``run(query)`` is one request."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from engine.base import Engine
+from flowstate.loop import LoopConfig, run_request
+from flowstate.records import RunRecord
+from flowstate.repository import Repository
+from flowstate.serializer import system_prompt
+from flowstate.tools import Tool, ToolSet
+
+
+class Agent:
+    """A FlowState agent bound to one session of a repository.
+
+    >>> agent = Agent(engine, repository=Repository.open("memory.db"), session="alice", tools=[search])
+    >>> agent.run("Book hotel A").response
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        repository: Repository,
+        session: str,
+        tools: ToolSet | Iterable[Tool | Callable[..., Any]] = (),
+        task_policy: str = "",
+        config: LoopConfig = LoopConfig(),
+    ) -> None:
+        if not session:
+            raise ValueError("the session name is empty")
+        self.engine = engine
+        self.repository = repository
+        self.session = session
+        self.tools = tools if isinstance(tools, ToolSet) else ToolSet(tools)
+        self.config = config
+        self.system = system_prompt(self.tools.specs(), task_policy)
+
+    def run(self, query: str) -> RunRecord:
+        """Execute one request (the session's next) and persist it; raises ``RequestFailed`` on failure."""
+        return run_request(
+            engine=self.engine, repo=self.repository, session=self.session, query=query,
+            system=self.system, tools=self.tools, config=self.config,
+        )

@@ -1,0 +1,173 @@
+"""The ``flowstate`` command line: run a request, inspect a session, run the hotel demo."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+import engine as engines
+from engine.errors import EngineError
+from flowstate.agent import Agent
+from flowstate.errors import FlowStateError, RequestFailed
+from flowstate.inspection import render_graph, session_dump
+from flowstate.loop import LoopConfig
+from flowstate.records import RunRecord
+from flowstate.repository import Repository
+from flowstate.tools import ToolSet, load_tools
+
+DEFAULT_ENGINE = "scripted"
+
+
+def default_db() -> Path:
+    """``$FLOWSTATE_DB``, else ``$XDG_DATA_HOME/flowstate/flowstate.db`` (``~/.local/share`` by default)."""
+    if os.environ.get("FLOWSTATE_DB"):
+        return Path(os.environ["FLOWSTATE_DB"])
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "flowstate" / "flowstate.db"
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Turn FlowState and engine errors into one line on stderr and exit status 1."""
+    try:
+        yield
+    except RequestFailed as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except (FlowStateError, EngineError, ValueError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+
+
+def _engine(name: str, script: str | None) -> engines.Engine:
+    return engines.load(name, script=script)
+
+
+def _step_line(step: dict[str, Any]) -> str:
+    parts = []
+    if step["protocol_error"]:
+        parts.append(f"protocol error in {step['protocol_error']['block']}")
+    if step["disclosed"]:
+        parts.append("disclose " + ", ".join(step["disclosed"]))
+    if step["committed"]:
+        parts.append(", ".join(f"{op['operation']} {op['state_id']}" for op in step["committed"]))
+    if step["rejected"] or step["refused"]:
+        parts.append(f"{len(step['rejected']) + len(step['refused'])} rejected")
+    if step["tool_calls"]:
+        parts.append("call " + ", ".join(c["name"] for c in step["tool_calls"]))
+    parts.append({"final": "answer", "defer": "wait", "tools": "act", "invalid": "retry"}[step["decision"]])
+    return f"  step {step['index']}: " + "; ".join(parts)
+
+
+def _usage_line(record: RunRecord) -> str:
+    u = record.usage
+    return (
+        f"request {record.request}: {len(record.steps)} steps, prompt {u.prompt_tokens} tokens "
+        f"({u.cached_tokens} cached), completion {u.completion_tokens} tokens, "
+        f"{u.ttft_s + u.decode_s:.2f} s in the model"
+    )
+
+
+@click.group()
+@click.version_option(package_name="flowstate")
+def main() -> None:
+    """FlowState: execution state as memory for long-horizon LLM agents."""
+
+
+@main.command()
+@click.argument("query")
+@click.option("--session", default="default", show_default=True, help="Session name; the next run in it is the next request.")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None, help="SQLite database [default: $FLOWSTATE_DB or ~/.local/share/flowstate/flowstate.db].")
+@click.option("--engine", "engine_name", default=DEFAULT_ENGINE, show_default=True, help="Model backend.")
+@click.option("--script", type=click.Path(dir_okay=False), default=None, help="Outputs to replay (scripted engine; JSON Lines with a \"text\" key).")
+@click.option("--tools", "tools_ref", default=None, help="Tool set as module:attribute [default: no tools].")
+@click.option("--policy", default="", help="Task policy placed in the system prompt.")
+@click.option("--max-steps", default=LoopConfig.max_steps, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-protocol-errors", default=LoopConfig.max_protocol_errors, show_default=True, type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True, help="Print the full run record as JSON.")
+def run(
+    query: str, session: str, db: Path | None, engine_name: str, script: str | None, tools_ref: str | None,
+    policy: str, max_steps: int, max_protocol_errors: int, as_json: bool,
+) -> None:
+    """Run one request QUERY in a session and print the final response."""
+    with _errors():
+        model = _engine(engine_name, script)  # bad engine or script: fail before touching the database
+        tools = load_tools(tools_ref) if tools_ref else ToolSet()
+        repo = Repository.open(db or default_db())
+        try:
+            agent = Agent(model, repository=repo, session=session, tools=tools, task_policy=policy,
+                          config=LoopConfig(max_steps=max_steps, max_protocol_errors=max_protocol_errors))
+            record = agent.run(query)
+        finally:
+            repo.close()
+        if as_json:
+            click.echo(json.dumps(record.to_dict(), ensure_ascii=False, indent=2))
+        else:
+            click.echo(record.response)
+
+
+@main.command()
+@click.option("--session", required=True, help="Session name.")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None, help="SQLite database [default: as for run].")
+@click.option("--json", "as_json", is_flag=True, help="Print requests, index and nodes as JSON.")
+def inspect(session: str, db: Path | None, as_json: bool) -> None:
+    """Show a session's requests, Historical State Index and state graph."""
+    with _errors():
+        repo = Repository.open(db or default_db(), create=False)
+        try:
+            dump = session_dump(repo, session)
+        finally:
+            repo.close()
+        if as_json:
+            click.echo(json.dumps(dump, ensure_ascii=False, indent=2))
+        else:
+            click.echo(render_graph(dump))
+            click.echo("\nHistorical State Index (what the next request's prompt lists):")
+            for entry in dump["index"]:
+                click.echo(json.dumps(entry, ensure_ascii=False))
+
+
+@main.command()
+@click.option("--engine", "engine_name", default=DEFAULT_ENGINE, show_default=True, help="Model backend.")
+@click.option("--script", type=click.Path(dir_okay=False), default=None, help="Outputs to replay [default: the shipped hotel script].")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Keep the demo's memory in this database [default: a temporary one].")
+@click.option("--session", default="hotel-demo", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the three run records as JSON.")
+def demo(engine_name: str, script: str | None, db: Path | None, session: str, as_json: bool) -> None:
+    """The hotel case of the paper's Figure 1: three requests, then the state graph."""
+    from flowstate.demo import hotel
+
+    with _errors():
+        if engine_name == "scripted" and script is None:
+            script = str(hotel.script_path())
+        model = _engine(engine_name, script)
+        with tempfile.TemporaryDirectory() as tmp:
+            repo = Repository.open(db or Path(tmp) / "demo.db")
+            try:
+                if repo.request_count(session):
+                    raise FlowStateError(f"session {session!r} in {repo.path} already has requests; name a new --session")
+                agent = Agent(model, repository=repo, session=session, tools=hotel.TOOLS, task_policy=hotel.POLICY)
+                records: list[dict[str, Any]] = []
+                for query in hotel.QUERIES:
+                    record = agent.run(query)
+                    records.append(record.to_dict())
+                    if not as_json:
+                        click.echo(f"\n> {query}")
+                        for step in records[-1]["steps"]:
+                            click.echo(_step_line(step))
+                        click.echo(f"{record.response}\n  ({_usage_line(record)})")
+                dump = session_dump(repo, session)
+            finally:
+                repo.close()
+        if as_json:
+            click.echo(json.dumps({"requests": records, "memory": dump}, ensure_ascii=False, indent=2))
+        else:
+            click.echo("\n" + render_graph(dump))

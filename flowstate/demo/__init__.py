@@ -1,0 +1,1 @@
+"""Built-in demos: the hotel case of the paper's Figure 1."""

@@ -1,0 +1,51 @@
+"""The Historical State Index G_k = Index(M_k): per earlier request, its query and (state_id, summary) pairs.
+
+Rendered one JSON line per request, so the rendering of G_k is a byte prefix of G_{k+1}'s:
+earlier entries never change (historical nodes are immutable), new requests append a line.
+Raw tool observations are not listed; they are reached through the relations of disclosed states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from flowstate.nodes import Node, canonical_json
+from flowstate.repository import Repository, RequestRow
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    query_id: int
+    user_query: str
+    states: tuple[tuple[str, str], ...]  # (state_id, summary) in creation order
+
+    def render(self) -> str:
+        states = [{"state_id": sid, "summary": summary} for sid, summary in self.states]
+        return canonical_json({"query_id": self.query_id, "states": states, "user_query": self.user_query})
+
+
+@dataclass(frozen=True)
+class HistoricalIndex:
+    entries: tuple[IndexEntry, ...] = ()
+
+    def ids(self) -> frozenset[str]:
+        return frozenset(sid for e in self.entries for sid, _ in e.states)
+
+    def render(self) -> str:
+        """One line per earlier request, each ending in a newline; empty for the first request."""
+        return "".join(e.render() + "\n" for e in self.entries)
+
+
+def build_index(requests: Sequence[RequestRow], nodes: Sequence[Node]) -> HistoricalIndex:
+    """Index(M_k): every finished request with the states it created (nodes in creation order)."""
+    states: dict[int, list[tuple[str, str]]] = {}
+    for node in nodes:
+        if not node.is_observation:
+            states.setdefault(node.request, []).append((node.id, node.summary))
+    return HistoricalIndex(tuple(IndexEntry(r.index, r.query, tuple(states.get(r.index, ()))) for r in requests))
+
+
+def session_index(repo: Repository, session: str) -> HistoricalIndex:
+    """G_k of ``session`` as stored in ``repo``."""
+    return build_index(repo.requests(session), repo.nodes(session))

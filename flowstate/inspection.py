@@ -1,0 +1,48 @@
+"""A session's memory as data and as a terminal drawing of its state graph."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flowstate.history import build_index
+from flowstate.repository import Repository
+
+_MARK = {"preference": "P", "knowledge": "K", "attribute": "A", "judgement": "J", "artifact": "R"}
+
+
+def session_dump(repo: Repository, session: str) -> dict[str, Any]:
+    """Requests, the Historical State Index and every node with its relations (raises if unknown)."""
+    repo.require_session(session)
+    requests = repo.requests(session)
+    nodes = repo.nodes(session)
+    index = build_index(requests, nodes)
+    return {
+        "session": session,
+        "requests": [{"index": r.index, "query": r.query, "response": r.response} for r in requests],
+        "index": [
+            {"query_id": e.query_id, "user_query": e.user_query, "states": [{"state_id": s, "summary": m} for s, m in e.states]}
+            for e in index.entries
+        ],
+        "nodes": [
+            {
+                "id": n.id, "kind": n.kind, "type": n.type.value, "summary": n.summary, "value": n.value,
+                "request": n.request, "relations": [{"rel": r.rel.value, "target": r.state_id} for r in n.refs],
+            }
+            for n in nodes
+        ],
+    }
+
+
+def render_graph(dump: dict[str, Any]) -> str:
+    """The state graph grouped by request: each node with its type and outgoing relations."""
+    lines = [f"session {dump['session']}: {len(dump['requests'])} requests, {len(dump['nodes'])} nodes"]
+    for req in dump["requests"]:
+        lines.append(f"\nrequest {req['index']}: {req['query']}")
+        if req["response"] is not None:
+            lines.append(f"  response: {req['response']}")
+        for node in (n for n in dump["nodes"] if n["request"] == req["index"]):
+            kind = "observation" if node["kind"] == "observation" else node["type"]
+            lines.append(f"  [{_MARK.get(node['type'], '?') if kind != 'observation' else 'O'}] {node['id']} ({kind}): {node['summary']}")
+            for rel in node["relations"]:
+                lines.append(f"        --{rel['rel']}--> {rel['target']}")
+    return "\n".join(lines)

@@ -1,0 +1,81 @@
+"""The state model: five state types, four relations, nodes and raw tool observations."""
+
+from __future__ import annotations
+
+import json
+import re
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ID_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+"""Shape of every node id: a short lowercase semantic name, e.g. ``dec_book_hotel_a``."""
+
+OBSERVATION_PREFIX = "obs_"
+"""Ids with this prefix are reserved for raw tool observations, named by the runtime."""
+
+_ID_RE = re.compile(ID_PATTERN)
+
+
+class StateType(str, Enum):
+    """Source and role of a state (paper Appendix B.2)."""
+
+    PREFERENCE = "preference"  # user requirements, constraints, preferences
+    KNOWLEDGE = "knowledge"  # observations recorded from tool outputs
+    ATTRIBUTE = "attribute"  # entity properties distilled from tool outputs
+    JUDGEMENT = "judgement"  # goals, plans, decisions, risks
+    ARTIFACT = "artifact"  # reusable outputs produced by the agent
+
+
+class Relation(str, Enum):
+    """A directed edge from the state that declares it (source) to ``state_id`` (target)."""
+
+    SUPPORTS = "supports"
+    DERIVES = "derives"
+    FOLLOWS = "follows"
+    SUPERSEDES = "supersedes"
+
+
+class Ref(BaseModel):
+    """One outgoing relation of a state."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rel: Relation
+    state_id: str = Field(pattern=ID_PATTERN)
+
+
+class Node(BaseModel):
+    """A node of the repository: a model-made state, or a raw tool observation (``kind='observation'``).
+
+    An observation's ``value`` is ``{"tool", "arguments", "result"}``; its type is knowledge.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    kind: str = "state"
+    type: StateType
+    summary: str
+    value: Any
+    refs: tuple[Ref, ...] = ()
+    request: int = Field(ge=1, description="index of the request that created the node")
+
+    @property
+    def is_observation(self) -> bool:
+        return self.kind == "observation"
+
+
+def is_valid_id(node_id: str) -> bool:
+    return bool(_ID_RE.match(node_id))
+
+
+def observation_id(request: int, step: int, call: int) -> str:
+    """The id of the ``call``-th tool result of ``step`` in ``request`` (all 1-based)."""
+    return f"{OBSERVATION_PREFIX}r{request}_s{step}_{call}"
+
+
+def canonical_json(obj: Any) -> str:
+    """Deterministic compact JSON: sorted keys, fixed separators, UTF-8 kept as is."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)

@@ -1,0 +1,256 @@
+"""The Persistent State Repository M_k on SQLite (WAL): sessions, requests, nodes, relations.
+
+A request is persisted in one transaction at its end, so a crash loses at most the unfinished
+request and never leaves half of one. Nothing here changes or deletes a persisted node.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flowstate import migrations
+from flowstate.errors import SessionNotFound, StorageError
+from flowstate.nodes import Node, Ref, canonical_json
+
+
+@dataclass(frozen=True)
+class RequestRow:
+    """A finished request of a session."""
+
+    index: int
+    query: str
+    response: str | None
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """Read access to one session's M, as PSA's Disclose needs it."""
+
+    repo: Repository
+    session: str
+
+    def node(self, node_id: str) -> Node | None:
+        return self.repo.node(self.session, node_id)
+
+    def incoming(self, node_id: str) -> list[tuple[str, str]]:
+        return self.repo.incoming(self.session, node_id)
+
+
+class Repository:
+    """All sessions of one SQLite database; each session is its own M."""
+
+    def __init__(self, conn: sqlite3.Connection, path: str) -> None:
+        self._conn = conn
+        self._lock = threading.RLock()
+        self.path = path
+
+    @classmethod
+    def open(cls, path: str | Path, *, create: bool = True) -> Repository:
+        """Open (and with ``create``, create) the database at ``path`` and bring its schema up to date."""
+        p = str(path)
+        if p != ":memory:":
+            fp = Path(p)
+            if not create and not fp.exists():
+                raise StorageError(f"no database at {p}")
+            if fp.exists() and not fp.is_file():
+                raise StorageError(f"cannot open database {p}: not a regular file")
+            if create:
+                fp.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(p, isolation_level=None, check_same_thread=False, timeout=30.0)
+            conn.execute("PRAGMA foreign_keys = ON")
+            if p != ":memory:":
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+            if not create:
+                cls._check_is_flowstate(conn, p)
+            migrations.apply(conn)
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open database {p}: {exc}") from exc
+        return cls(conn, p)
+
+    @staticmethod
+    def _check_is_flowstate(conn: sqlite3.Connection, p: str) -> None:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "schema_migrations" not in tables:
+            raise StorageError(f"cannot open database {p}: not a FlowState database")
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> Repository:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                yield self._conn
+            except sqlite3.Error as exc:
+                raise StorageError(f"database {self.path}: {exc}") from exc
+
+    def view(self, session: str) -> SessionView:
+        return SessionView(self, session)
+
+    # -- sessions and requests -------------------------------------------------------------
+
+    def _session_id(self, conn: sqlite3.Connection, session: str) -> int | None:
+        row = conn.execute("SELECT id FROM sessions WHERE name = ?", (session,)).fetchone()
+        return int(row[0]) if row else None
+
+    def sessions(self) -> list[str]:
+        with self._read() as conn:
+            return [r[0] for r in conn.execute("SELECT name FROM sessions ORDER BY id")]
+
+    def has_session(self, session: str) -> bool:
+        with self._read() as conn:
+            return self._session_id(conn, session) is not None
+
+    def require_session(self, session: str) -> None:
+        if not self.has_session(session):
+            raise SessionNotFound(f"unknown session {session!r} in {self.path}")
+
+    def request_count(self, session: str) -> int:
+        with self._read() as conn:
+            sid = self._session_id(conn, session)
+            if sid is None:
+                return 0
+            return int(conn.execute("SELECT COUNT(*) FROM requests WHERE session_id = ?", (sid,)).fetchone()[0])
+
+    def requests(self, session: str) -> list[RequestRow]:
+        with self._read() as conn:
+            sid = self._session_id(conn, session)
+            rows = conn.execute(
+                "SELECT idx, query, response FROM requests WHERE session_id = ? ORDER BY idx", (sid,)
+            ).fetchall()
+        return [RequestRow(int(i), q, r) for i, q, r in rows]
+
+    def request_record(self, session: str, index: int) -> dict[str, Any] | None:
+        """The run record stored with a finished request."""
+        with self._read() as conn:
+            sid = self._session_id(conn, session)
+            row = conn.execute(
+                "SELECT record FROM requests WHERE session_id = ? AND idx = ?", (sid, index)
+            ).fetchone()
+        return json.loads(row[0]) if row else None
+
+    # -- nodes -----------------------------------------------------------------------------
+
+    def nodes(self, session: str) -> list[Node]:
+        """Every node of the session in creation order."""
+        with self._read() as conn:
+            sid = self._session_id(conn, session)
+            rows = conn.execute(
+                "SELECT node_id, kind, type, summary, value, request_idx FROM nodes WHERE session_id = ? ORDER BY seq",
+                (sid,),
+            ).fetchall()
+            refs = self._refs(conn, sid)
+        return [self._node(row, refs.get(row[0], ())) for row in rows]
+
+    def node(self, session: str, node_id: str) -> Node | None:
+        with self._read() as conn:
+            sid = self._session_id(conn, session)
+            row = conn.execute(
+                "SELECT node_id, kind, type, summary, value, request_idx FROM nodes WHERE session_id = ? AND node_id = ?",
+                (sid, node_id),
+            ).fetchone()
+            if row is None:
+                return None
+            refs = self._refs(conn, sid, node_id)
+        return self._node(row, refs.get(node_id, ()))
+
+    def incoming(self, session: str, node_id: str) -> list[tuple[str, str]]:
+        """The (source id, relation) pairs of relations that point at ``node_id``."""
+        with self._read() as conn:
+            sid = self._session_id(conn, session)
+            rows = conn.execute(
+                "SELECT r.source_id, r.rel FROM relations r JOIN nodes n"
+                " ON n.session_id = r.session_id AND n.node_id = r.source_id"
+                " WHERE r.session_id = ? AND r.target_id = ? ORDER BY n.seq, r.position",
+                (sid, node_id),
+            ).fetchall()
+        return [(s, r) for s, r in rows]
+
+    @staticmethod
+    def _refs(conn: sqlite3.Connection, sid: int | None, source: str | None = None) -> dict[str, tuple[Ref, ...]]:
+        sql = "SELECT source_id, rel, target_id FROM relations WHERE session_id = ?"
+        args: tuple[Any, ...] = (sid,)
+        if source is not None:
+            sql += " AND source_id = ?"
+            args += (source,)
+        out: dict[str, list[Ref]] = {}
+        for src, rel, target in conn.execute(sql + " ORDER BY source_id, position", args):
+            out.setdefault(src, []).append(Ref(rel=rel, state_id=target))
+        return {k: tuple(v) for k, v in out.items()}
+
+    @staticmethod
+    def _node(row: Sequence[Any], refs: tuple[Ref, ...]) -> Node:
+        node_id, kind, type_, summary, value, request_idx = row
+        return Node(
+            id=node_id, kind=kind, type=type_, summary=summary, value=json.loads(value), refs=refs, request=request_idx
+        )
+
+    # -- persist ---------------------------------------------------------------------------
+
+    def persist_request(
+        self,
+        session: str,
+        index: int,
+        query: str,
+        response: str | None,
+        nodes: Sequence[Node],
+        record: dict[str, Any],
+    ) -> None:
+        """Persist: the request, its new nodes (states and referenced observations) and their relations.
+
+        One transaction. ``index`` must be the session's next request index; otherwise another
+        writer finished a request of this session meanwhile and nothing is written.
+        """
+        with self._lock:
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    sid = self._session_id(conn, session)
+                    if sid is None:
+                        sid = int(conn.execute("INSERT INTO sessions (name) VALUES (?)", (session,)).lastrowid or 0)
+                    done = int(conn.execute("SELECT COUNT(*) FROM requests WHERE session_id = ?", (sid,)).fetchone()[0])
+                    if done + 1 != index:
+                        raise StorageError(
+                            f"session {session!r}: request {index} conflicts with {done} finished requests"
+                            " (was the session used concurrently?)"
+                        )
+                    conn.execute(
+                        "INSERT INTO requests (session_id, idx, query, response, record) VALUES (?, ?, ?, ?, ?)",
+                        (sid, index, query, response, canonical_json(record)),
+                    )
+                    for n in nodes:
+                        conn.execute(
+                            "INSERT INTO nodes (session_id, node_id, kind, type, summary, value, request_idx)"
+                            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            (sid, n.id, n.kind, n.type.value, n.summary, canonical_json(n.value), index),
+                        )
+                    for n in nodes:
+                        for pos, ref in enumerate(n.refs):
+                            conn.execute(
+                                "INSERT INTO relations (session_id, source_id, position, rel, target_id)"
+                                " VALUES (?, ?, ?, ?, ?)",
+                                (sid, n.id, pos, ref.rel.value, ref.state_id),
+                            )
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise StorageError(f"database {self.path}: cannot persist request {index} of {session!r}: {exc}") from exc

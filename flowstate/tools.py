@@ -1,0 +1,134 @@
+"""Tools: a typed Python function (or a pydantic argument model) becomes a tool with a JSON schema.
+
+Running a tool never raises: a tool that raises, an unknown tool or bad arguments all become an
+error observation that the model sees.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from flowstate.errors import ToolLoadError
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A callable the agent may use, with the JSON schema of its arguments."""
+
+    name: str
+    description: str
+    args_model: type[BaseModel]
+    fn: Callable[..., Any]
+    unpack: bool = True  # call fn(**args) (functions) or fn(model_instance)
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        schema = self.args_model.model_json_schema()
+        schema.pop("title", None)
+        return schema
+
+    def spec(self) -> dict[str, Any]:
+        """The tool as shown to the model and as OpenAI's ``function`` shape."""
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+    @classmethod
+    def from_function(cls, fn: Callable[..., Any], name: str | None = None, description: str | None = None) -> Tool:
+        """A tool from a function with type-hinted parameters; its docstring is the description."""
+        hints = get_type_hints(fn)
+        fields: dict[str, Any] = {}
+        for pname, param in inspect.signature(fn).parameters.items():
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise ToolLoadError(f"tool {fn.__name__}: *args/**kwargs cannot be described as a schema")
+            annotation = hints.get(pname, Any)
+            default = ... if param.default is param.empty else param.default
+            fields[pname] = (annotation, default)
+        model = create_model(  # type: ignore[call-overload]
+            f"{fn.__name__}_args", __config__=ConfigDict(extra="forbid"), **fields
+        )
+        doc = inspect.getdoc(fn) or ""
+        return cls(name or fn.__name__, description or doc.split("\n\n")[0].strip(), model, fn)
+
+    @classmethod
+    def from_model(cls, args_model: type[BaseModel], fn: Callable[[Any], Any], name: str | None = None) -> Tool:
+        """A tool whose arguments are a pydantic model; ``fn`` receives the validated instance."""
+        doc = inspect.getdoc(args_model) or inspect.getdoc(fn) or ""
+        return cls(name or fn.__name__, doc.split("\n\n")[0].strip(), args_model, fn, unpack=False)
+
+    def run(self, arguments: Mapping[str, Any]) -> tuple[Any, str | None]:
+        """Call the tool: (result, None) on success, (None, error message) on any failure."""
+        try:
+            args = self.args_model.model_validate(dict(arguments))
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
+            return None, f"invalid arguments for {self.name}: {problems}"
+        try:
+            if self.unpack:
+                result = self.fn(**{k: getattr(args, k) for k in type(args).model_fields})
+            else:
+                result = self.fn(args)
+        except Exception as exc:  # a tool's failure is an observation, not a crash
+            return None, f"{type(exc).__name__}: {exc}"
+        if isinstance(result, BaseModel):
+            result = result.model_dump(mode="json")
+        return result, None
+
+
+class ToolSet(Mapping[str, Tool]):
+    """Tools by name, in the order given."""
+
+    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            tool = t if isinstance(t, Tool) else Tool.from_function(t)
+            if tool.name in self._tools:
+                raise ToolLoadError(f"two tools are named {tool.name!r}")
+            self._tools[tool.name] = tool
+
+    def __getitem__(self, name: str) -> Tool:
+        return self._tools[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tools)
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def specs(self) -> list[dict[str, Any]]:
+        return [t.spec() for t in self._tools.values()]
+
+    def call(self, name: str, arguments: Mapping[str, Any]) -> tuple[Any, str | None]:
+        tool = self._tools.get(name)
+        if tool is None:
+            return None, f"unknown tool {name!r}; available: {', '.join(self._tools) or 'none'}"
+        return tool.run(arguments)
+
+
+def load_tools(target: str) -> ToolSet:
+    """Load a tool set from ``module:attribute``: a ToolSet, a Tool, a function, or a list of them."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ToolLoadError(f"tools must be named as module:attribute, got {target!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ToolLoadError(f"cannot import tool module {module_name!r}: {exc}") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ToolLoadError(f"module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if isinstance(obj, ToolSet):
+        return obj
+    if isinstance(obj, Tool) or callable(obj):
+        return ToolSet([obj])
+    if isinstance(obj, list | tuple):
+        if not all(isinstance(t, Tool) or callable(t) for t in obj):
+            raise ToolLoadError(f"{target} holds something that is neither a Tool nor a function")
+        return ToolSet(obj)
+    raise ToolLoadError(f"{target} is not a tool set (expected a ToolSet, Tool, function or list of them)")

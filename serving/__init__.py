@@ -1,0 +1,1 @@
+"""OpenAI-compatible agent endpoint (FastAPI) over FlowState sessions."""
