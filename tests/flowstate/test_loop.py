@@ -1,0 +1,141 @@
+"""The execution loop (Algorithm 1) on the scripted engine: feedback, failures, tools, persistence."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.errors import EngineError
+from flowstate import RequestFailed
+from tests.helpers import AgentFactory, add, output
+
+
+def boom(x: int) -> int:
+    """A tool that always raises."""
+    raise RuntimeError(f"tool exploded on {x}")
+
+
+def double(x: int) -> int:
+    """Double a number."""
+    return 2 * x
+
+
+def test_rejected_operations_and_refused_access_are_fed_back(make_agent: AgentFactory) -> None:
+    agent, engine = make_agent([
+        output(delta=[{"operation": "remove", "state_id": "ghost"}], focus=["nowhere"]),
+        output(content="done"),
+    ])
+    record = agent.run("q")
+    assert record.steps[0].rejected == [{"operation": "remove", "state_id": "ghost", "reason": "no state 'ghost' was created in this request"}]
+    assert record.steps[0].refused[0]["target_id"] == "nowhere"
+    second_prompt = engine.prompts[1][1].content
+    feedback = second_prompt.split("<feedback>")[1].split("</feedback>")[0]
+    assert '"kind":"rejected"' in feedback and '"state_id":"ghost"' in feedback
+    assert '"kind":"refused_access"' in feedback and '"target_id":"nowhere"' in feedback
+    assert "<feedback>" not in engine.prompts[0][1].content
+
+
+def test_protocol_error_is_fed_back_and_the_loop_goes_on(make_agent: AgentFactory, repo) -> None:
+    agent, engine = make_agent(["I think I should book.", output(delta=[add("k1")], content="ok")])
+    record = agent.run("q")
+    assert record.response == "ok"
+    assert record.steps[0].protocol_error == {"block": "state_focus", "message": "missing <state_focus> (blocks must come in the order state_focus, state_delta, tool_calls, assistant_message)"}
+    assert '"kind":"protocol_error"' in engine.prompts[1][1].content
+    assert [n.id for n in repo.nodes("s1")] == ["k1"]
+
+
+def test_consecutive_protocol_errors_fail_the_request_and_persist_nothing(make_agent: AgentFactory, repo) -> None:
+    agent, _ = make_agent([output(delta=[add("k1")]), "bad", "worse", "worst"], max_protocol_errors=3)
+    with pytest.raises(RequestFailed, match="3 consecutive outputs broke the protocol") as info:
+        agent.run("q")
+    assert info.value.record is not None and len(info.value.record["steps"]) == 4
+    assert repo.request_count("s1") == 0 and repo.nodes("s1") == [] and not repo.has_session("s1")
+
+
+def test_step_budget_fails_the_request_and_persists_nothing(make_agent: AgentFactory, repo) -> None:
+    agent, _ = make_agent([output(delta=[add(f"k{i}")]) for i in range(3)], max_steps=3)
+    with pytest.raises(RequestFailed, match="step budget of 3"):
+        agent.run("q")
+    assert repo.request_count("s1") == 0
+
+
+def test_engine_error_fails_the_request(make_agent: AgentFactory, repo) -> None:
+    agent, _ = make_agent([output(delta=[add("k1")])])  # exhausted at step 2
+    with pytest.raises(RequestFailed, match="engine error at step 2") as info:
+        agent.run("q")
+    assert isinstance(info.value.__cause__, EngineError)
+    assert repo.request_count("s1") == 0
+
+
+def test_several_tool_calls_per_step_and_a_raising_tool(make_agent: AgentFactory, repo) -> None:
+    agent, engine = make_agent(
+        [
+            output(tools=[{"name": "double", "arguments": {"x": 4}}, {"name": "boom", "arguments": {"x": 1}},
+                          {"name": "nope", "arguments": {}}, {"name": "double", "arguments": {"x": "many"}}]),
+            output(delta=[add("kn_eight", refs=[("derives", "obs_r1_s1_1")]), add("kn_fail", refs=[("derives", "obs_r1_s1_2")])],
+                   content="8"),
+        ],
+        tools=[double, boom],
+    )
+    record = agent.run("double 4")
+    calls = [c.to_dict() for c in record.steps[0].tool_calls]
+    assert calls[0] == {"name": "double", "arguments": {"x": 4}, "observation_id": "obs_r1_s1_1", "result": 8}
+    assert calls[1]["error"] == "RuntimeError: tool exploded on 1"
+    assert calls[2]["error"].startswith("unknown tool 'nope'; available: double, boom")
+    assert calls[3]["error"].startswith("invalid arguments for double: x:")
+    observation = engine.prompts[1][1].content.split("<latest_observation>")[1]
+    assert '"observation_id":"obs_r1_s1_1"' in observation and '"result":8' in observation
+    assert '"observation_id":"obs_r1_s1_4"' in observation
+    # Persist keeps referenced observations only
+    assert record.to_dict()["persisted"] == {"states": ["kn_eight", "kn_fail"], "observations": ["obs_r1_s1_1", "obs_r1_s1_2"]}
+    stored = {n.id: n for n in repo.nodes("s1")}
+    assert set(stored) == {"kn_eight", "kn_fail", "obs_r1_s1_1", "obs_r1_s1_2"}
+    assert stored["obs_r1_s1_2"].value["error"] == "RuntimeError: tool exploded on 1"
+
+
+def test_latest_observation_is_only_the_previous_steps(make_agent: AgentFactory) -> None:
+    agent, engine = make_agent(
+        [output(tools=[{"name": "double", "arguments": {"x": 1}}]), output(delta=[add("k")]), output(content="x")],
+        tools=[double],
+    )
+    agent.run("q")
+    assert "obs_r1_s1_1" in engine.prompts[1][1].content
+    assert "<latest_observation>\nnone\n</latest_observation>" in engine.prompts[2][1].content
+
+
+def test_disclosed_content_is_visible_from_the_next_step_and_same_step_refs_do_not_open_access(make_agent: AgentFactory) -> None:
+    first, _ = make_agent([
+        output(tools=[{"name": "double", "arguments": {"x": 21}}]),
+        output(delta=[add("dec_x", "judgement", refs=[("supports", "obs_r1_s1_1")], answer=42)], content="42"),
+    ], tools=[double])
+    first.run("q1")
+    second, engine = make_agent([
+        # access dec_x, and in the same step ask for its evidence, which is not yet referenced by S_2,1
+        output(focus=["dec_x", "obs_r1_s1_1"]),
+        output(focus=["obs_r1_s1_1"]),
+        output(delta=[add("dec_y", "judgement", refs=[("supersedes", "dec_x")])], content="still 42"),
+    ], tools=[double])
+    record = second.run("q2")
+    assert record.steps[0].disclosed == ["dec_x"]
+    assert record.steps[0].refused[0]["target_id"] == "obs_r1_s1_1"
+    assert record.steps[1].disclosed == ["obs_r1_s1_1"]
+    active = [p[1].content.split("<active_state>")[1].split("</active_state>")[0] for p in engine.prompts]
+    assert active[0] == "\n"
+    assert '"answer":42' in active[1] and '"result":42' not in active[1]  # relation only, not the neighbour
+    assert '"result":42' in active[2]
+
+
+def test_historical_states_cannot_be_changed_through_the_loop(make_agent: AgentFactory, repo) -> None:
+    first, _ = make_agent([output(delta=[add("pref_a", "preference", budget=100)], content="noted")])
+    first.run("q1")
+    before = repo.nodes("s1")
+    second, _ = make_agent([
+        output(focus=["pref_a"]),
+        output(delta=[{"operation": "update", "state_id": "pref_a", "value": {"budget": 1}},
+                      {"operation": "remove", "state_id": "pref_a"},
+                      add("pref_a", "preference"),
+                      add("pref_b", "preference", refs=[("supersedes", "pref_a")], budget=1)], content="ok"),
+    ])
+    record = second.run("q2")
+    assert [r["operation"] for r in record.steps[1].rejected] == ["update", "remove", "add"]
+    assert repo.nodes("s1")[: len(before)] == before
+    assert repo.nodes("s1")[-1].id == "pref_b"
