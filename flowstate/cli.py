@@ -18,7 +18,7 @@ from engine.errors import EngineError
 from flowstate.agent import Agent
 from flowstate.errors import FlowStateError, RequestFailed
 from flowstate.inspection import render_graph, session_dump
-from flowstate.loop import LoopConfig
+from flowstate.loop import LoopConfig, require_query
 from flowstate.records import RunRecord
 from flowstate.repository import Repository
 from flowstate.tools import ToolSet, load_tools
@@ -99,7 +99,8 @@ def run(
 ) -> None:
     """Run one request QUERY in a session and print the final response."""
     with _errors():
-        model = _engine(engine_name, script)  # bad engine or script: fail before touching the database
+        require_query(query)  # bad input fails before anything touches the database
+        model = _engine(engine_name, script)
         tools = load_tools(tools_ref) if tools_ref else ToolSet()
         repo = Repository.open(db or default_db())
         try:
@@ -171,3 +172,7 @@ def demo(engine_name: str, script: str | None, db: Path | None, session: str, as
             click.echo(json.dumps({"requests": records, "memory": dump}, ensure_ascii=False, indent=2))
         else:
             click.echo("\n" + render_graph(dump))
+
+
+if __name__ == "__main__":
+    main()

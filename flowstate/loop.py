@@ -70,6 +70,12 @@ def _persisted_nodes(state: ActiveState) -> list[Node]:
     return [*observations, *state.current]
 
 
+def require_query(query: str) -> None:
+    """A request needs a non-blank query."""
+    if not query.strip():
+        raise ValueError("the query is empty")
+
+
 def run_request(
     *,
     engine: Engine,
@@ -81,8 +87,7 @@ def run_request(
     config: LoopConfig = LoopConfig(),
 ) -> RunRecord:
     """Run one request of ``session`` to its final response and persist it."""
-    if not query.strip():
-        raise ValueError("the query is empty")
+    require_query(query)
     requests = repo.requests(session)
     history = repo.nodes(session)
     k = len(requests) + 1

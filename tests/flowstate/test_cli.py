@@ -1,0 +1,116 @@
+"""The flowstate command line, run as a real subprocess: demo, run, inspect and their errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import add, output
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def flowstate(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flowstate.cli", *map(str, args)], capture_output=True, text=True,
+        cwd=ROOT, env={**os.environ, **(env or {})}, timeout=120,
+    )
+
+
+def write_script(path: Path, outputs: list[str]) -> Path:
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in outputs))
+    return path
+
+
+def test_demo_prints_three_responses_and_the_graph() -> None:
+    result = flowstate("demo", "--engine", "scripted")
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert "I booked Hotel A" in text and "airport transfer" in text and "Keep hotel A" in text
+    assert "step 1: disclose dec_book_a" in text and "step 2: disclose obs_r1_s2_1" in text
+    assert "dec_keep_a (judgement)" in text and "--supersedes--> dec_book_a" in text
+    assert text.count("prompt ") == 3 and "cached" in text
+
+
+def test_run_then_inspect(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    s1 = write_script(tmp_path / "one.jsonl", [
+        output(tools=[{"name": "search_hotels", "arguments": {"city": "Lisbon", "check_in": "2026-09-20", "check_out": "2026-09-22", "as_of": "2026-09-01"}}]),
+        output(delta=[add("kn_prices", refs=[("derives", "obs_r1_s1_1")], a=200)], content="A is $200"),
+    ])
+    first = flowstate("run", "How much is A?", "--session", "me", "--db", db, "--script", s1,
+                      "--tools", "flowstate.demo.hotel:TOOLS", "--json")
+    assert first.returncode == 0, first.stderr
+    record = json.loads(first.stdout)
+    assert record["response"] == "A is $200" and record["request"] == 1
+    assert record["steps"][0]["tool_calls"][0]["result"][0]["total_price_usd"] == 200
+    assert set(record["usage"]) >= {"prompt_tokens", "cached_tokens", "completion_tokens", "model_calls"}
+
+    s2 = write_script(tmp_path / "two.jsonl", [output(focus=["kn_prices"]), output(content="still $200")])
+    second = flowstate("run", "Remind me?", "--session", "me", "--db", db, "--script", s2)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.strip() == "still $200"
+
+    shown = flowstate("inspect", "--db", db, "--session", "me", "--json")
+    dump = json.loads(shown.stdout)
+    assert [r["query"] for r in dump["requests"]] == ["How much is A?", "Remind me?"]
+    assert dump["index"][0]["states"] == [{"state_id": "kn_prices", "summary": "summary of kn_prices"}]
+    assert {n["id"]: n["relations"] for n in dump["nodes"]}["kn_prices"] == [{"rel": "derives", "target": "obs_r1_s1_1"}]
+    text = flowstate("inspect", "--db", db, "--session", "me").stdout
+    assert "kn_prices (knowledge)" in text and "--derives--> obs_r1_s1_1" in text
+
+
+def test_default_db_comes_from_the_environment(tmp_path: Path) -> None:
+    script = write_script(tmp_path / "s.jsonl", [output(content="hi")])
+    result = flowstate("run", "hello", "--script", script, env={"FLOWSTATE_DB": str(tmp_path / "env.db")})
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "env.db").exists()
+
+
+@pytest.mark.parametrize(("case", "expected"), [
+    ("unknown engine", "unknown engine 'gpt-17'; valid engines:"),
+    ("missing script", "cannot read script"),
+    ("script not JSON", "line 1: not JSON"),
+    ("script without text", 'expected an object with a string "text"'),
+    ("no script", "the scripted engine needs a script"),
+    ("bad tools", "cannot import tool module"),
+    ("unreadable database", "cannot open database"),
+    ("unknown session", "unknown session 'ghost'"),
+    ("absent database", "no database at"),
+    ("empty query", "the query is empty"),
+])
+def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expected: str) -> None:
+    db = tmp_path / "m.db"
+    good = write_script(tmp_path / "good.jsonl", [output(content="hi")])
+    bad_json = tmp_path / "bad.jsonl"
+    bad_json.write_text("{not json\n")
+    no_text = tmp_path / "notext.jsonl"
+    no_text.write_text('{"output": "x"}\n')
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"garbage" * 1000)
+    args = {
+        "unknown engine": ["run", "q", "--db", db, "--engine", "gpt-17"],
+        "missing script": ["run", "q", "--db", db, "--script", tmp_path / "nope.jsonl"],
+        "script not JSON": ["run", "q", "--db", db, "--script", bad_json],
+        "script without text": ["run", "q", "--db", db, "--script", no_text],
+        "no script": ["run", "q", "--db", db],
+        "bad tools": ["run", "q", "--db", db, "--script", good, "--tools", "no_such_module:TOOLS"],
+        "unreadable database": ["run", "q", "--db", junk, "--script", good],
+        "unknown session": ["inspect", "--db", junk.with_name("real.db"), "--session", "ghost"],
+        "absent database": ["inspect", "--db", db, "--session", "x"],
+        "empty query": ["run", "  ", "--db", db, "--script", good],
+    }[case]
+    if case == "unknown session":
+        assert flowstate("run", "q", "--db", tmp_path / "real.db", "--script", good, "--session", "someone").returncode == 0
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = flowstate(*args)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+    assert junk.read_bytes() == b"garbage" * 1000
