@@ -48,7 +48,7 @@ class Tool:
             annotation = hints.get(pname, Any)
             default = ... if param.default is param.empty else param.default
             fields[pname] = (annotation, default)
-        model = create_model(  # type: ignore[call-overload]
+        model = create_model(
             f"{fn.__name__}_args", __config__=ConfigDict(extra="forbid"), **fields
         )
         doc = inspect.getdoc(fn) or ""
