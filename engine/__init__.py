@@ -11,11 +11,16 @@ from engine.errors import EngineConfigError, EngineError
 # name -> "module:factory"; imported only when that backend is asked for.
 BACKENDS: dict[str, str] = {
     "scripted": "engine.scripted:ScriptedEngine.from_options",
+    "transformers": "engine.transformers:TransformersEngine.from_options",
 }
+DEFAULT = "transformers"
 
 
 def load(name: str, **options: Any) -> Engine:
-    """Build the backend called ``name`` with its options (unknown names list the valid ones)."""
+    """Build the backend called ``name`` with its options (unknown names list the valid ones).
+
+    Options set to None are dropped, so callers can pass every command-line option through.
+    """
     target = BACKENDS.get(name)
     if target is None:
         valid = ", ".join(sorted(BACKENDS))
@@ -24,8 +29,8 @@ def load(name: str, **options: Any) -> Engine:
     obj: Any = importlib.import_module(module_name)
     for attr in attr_path.split("."):
         obj = getattr(obj, attr)
-    engine: Engine = obj(**options)
+    engine: Engine = obj(**{k: v for k, v in options.items() if v is not None})
     return engine
 
 
-__all__ = ["BACKENDS", "Engine", "EngineConfigError", "EngineError", "Generation", "Message", "Usage", "load"]
+__all__ = ["BACKENDS", "DEFAULT", "Engine", "EngineConfigError", "EngineError", "Generation", "Message", "Usage", "load"]

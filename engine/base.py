@@ -64,6 +64,7 @@ class Engine(Protocol):
     """
 
     name: str
+    supports_grammar: bool  # False: the loop never builds grammars for this engine
 
     def generate(
         self,

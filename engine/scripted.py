@@ -42,6 +42,7 @@ class ScriptedEngine:
     """Replays raw outputs in order; raises once the script is exhausted."""
 
     name = "scripted"
+    supports_grammar = False  # replays recorded text; validation still runs on every step
 
     def __init__(self, outputs: Iterable[str]) -> None:
         self._outputs = list(outputs)
@@ -73,8 +74,10 @@ class ScriptedEngine:
         return cls(outputs)
 
     @classmethod
-    def from_options(cls, script: str | Path | None = None, **unused: Any) -> ScriptedEngine:
+    def from_options(cls, script: str | Path | None = None, **unknown: Any) -> ScriptedEngine:
         """Factory used by ``engine.load('scripted', script=...)``."""
+        if unknown:
+            raise EngineConfigError(f"the scripted engine takes no option {', '.join(sorted(unknown))}")
         if script is None:
             raise EngineConfigError("the scripted engine needs a script (--script FILE, JSON Lines with a \"text\" key)")
         return cls.from_file(script)

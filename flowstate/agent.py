@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from engine.base import Engine
+from flowstate.constrain import GrammarMode, Grammars
 from flowstate.loop import LoopConfig, run_request
 from flowstate.records import RunRecord
 from flowstate.repository import Repository
@@ -38,10 +39,14 @@ class Agent:
         self.tools = tools if isinstance(tools, ToolSet) else ToolSet(tools)
         self.config = config
         self.system = system_prompt(self.tools.specs(), task_policy)
+        self.grammars = (
+            Grammars(self.tools.specs(), config.grammar)
+            if engine.supports_grammar and config.grammar is not GrammarMode.NONE else None
+        )
 
     def run(self, query: str) -> RunRecord:
         """Execute one request (the session's next) and persist it; raises ``RequestFailed`` on failure."""
         return run_request(
             engine=self.engine, repo=self.repository, session=self.session, query=query,
-            system=self.system, tools=self.tools, config=self.config,
+            system=self.system, tools=self.tools, config=self.config, grammars=self.grammars,
         )

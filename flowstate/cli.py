@@ -6,7 +6,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ import click
 import engine as engines
 from engine.errors import EngineError
 from flowstate.agent import Agent
+from flowstate.constrain import GrammarMode
 from flowstate.errors import FlowStateError, RequestFailed
 from flowstate.inspection import render_graph, session_dump
 from flowstate.loop import LoopConfig, require_query
@@ -23,7 +24,6 @@ from flowstate.records import RunRecord
 from flowstate.repository import Repository
 from flowstate.tools import ToolSet, load_tools
 
-DEFAULT_ENGINE = "scripted"
 
 
 def default_db() -> Path:
@@ -47,8 +47,30 @@ def _errors() -> Iterator[None]:
         sys.exit(1)
 
 
-def _engine(name: str, script: str | None) -> engines.Engine:
-    return engines.load(name, script=script)
+def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The options that choose and configure a model backend (defaults live in each backend)."""
+    options = [
+        click.option("--engine", "engine_name", default=engines.DEFAULT, show_default=True,
+                     help=f"Model backend: {', '.join(sorted(engines.BACKENDS))}."),
+        click.option("--model", default=None, help="transformers: local HF folder or .gguf [default: embedded SmolLM2-135M-Instruct]; "
+                     "vllm: folder; openai: served model name."),
+        click.option("--script", type=click.Path(dir_okay=False), default=None, help="scripted: outputs to replay (JSON Lines, key \"text\")."),
+        click.option("--dtype", default=None, type=click.Choice(["bfloat16", "float32", "float16"]), help="transformers/vllm weights dtype [default: bfloat16]."),
+        click.option("--temperature", default=None, type=float, help="Sampling temperature [default: 0, greedy]."),
+        click.option("--top-p", default=None, type=float, help="Nucleus sampling [default: 1.0]."),
+        click.option("--max-tokens", default=None, type=click.IntRange(min=1), help="Completion tokens per model call [default: 768]."),
+        click.option("--base-url", default=None, help="openai: server URL, e.g. http://127.0.0.1:8000/v1."),
+        click.option("--api-key", default=None, envvar="FLOWSTATE_ENGINE_API_KEY", help="openai: API key [default: $FLOWSTATE_ENGINE_API_KEY or none]."),
+        click.option("--grammar", "grammar_mode", default=GrammarMode.STEP.value, show_default=True,
+                     type=click.Choice([m.value for m in GrammarMode]), help="Constrained decoding: per-step id-aware, static protocol, or none."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _engine(engine_name: str, **options: Any) -> engines.Engine:
+    return engines.load(engine_name, **options)
 
 
 def _step_line(step: dict[str, Any]) -> str:
@@ -86,26 +108,25 @@ def main() -> None:
 @click.argument("query")
 @click.option("--session", default="default", show_default=True, help="Session name; the next run in it is the next request.")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None, help="SQLite database [default: $FLOWSTATE_DB or ~/.local/share/flowstate/flowstate.db].")
-@click.option("--engine", "engine_name", default=DEFAULT_ENGINE, show_default=True, help="Model backend.")
-@click.option("--script", type=click.Path(dir_okay=False), default=None, help="Outputs to replay (scripted engine; JSON Lines with a \"text\" key).")
+@engine_options
 @click.option("--tools", "tools_ref", default=None, help="Tool set as module:attribute [default: no tools].")
 @click.option("--policy", default="", help="Task policy placed in the system prompt.")
 @click.option("--max-steps", default=LoopConfig.max_steps, show_default=True, type=click.IntRange(min=1))
 @click.option("--max-protocol-errors", default=LoopConfig.max_protocol_errors, show_default=True, type=click.IntRange(min=1))
 @click.option("--json", "as_json", is_flag=True, help="Print the full run record as JSON.")
 def run(
-    query: str, session: str, db: Path | None, engine_name: str, script: str | None, tools_ref: str | None,
-    policy: str, max_steps: int, max_protocol_errors: int, as_json: bool,
+    query: str, session: str, db: Path | None, tools_ref: str | None, policy: str, max_steps: int,
+    max_protocol_errors: int, as_json: bool, grammar_mode: str, **engine_opts: Any,
 ) -> None:
     """Run one request QUERY in a session and print the final response."""
     with _errors():
         require_query(query)  # bad input fails before anything touches the database
-        model = _engine(engine_name, script)
         tools = load_tools(tools_ref) if tools_ref else ToolSet()
+        model = _engine(**engine_opts)
         repo = Repository.open(db or default_db())
         try:
-            agent = Agent(model, repository=repo, session=session, tools=tools, task_policy=policy,
-                          config=LoopConfig(max_steps=max_steps, max_protocol_errors=max_protocol_errors))
+            config = LoopConfig(max_steps=max_steps, max_protocol_errors=max_protocol_errors, grammar=GrammarMode(grammar_mode))
+            agent = Agent(model, repository=repo, session=session, tools=tools, task_policy=policy, config=config)
             record = agent.run(query)
         finally:
             repo.close()
@@ -137,31 +158,46 @@ def inspect(session: str, db: Path | None, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--engine", "engine_name", default=DEFAULT_ENGINE, show_default=True, help="Model backend.")
-@click.option("--script", type=click.Path(dir_okay=False), default=None, help="Outputs to replay [default: the shipped hotel script].")
+@engine_options
+@click.option("--max-steps", default=8, show_default=True, type=click.IntRange(min=1))
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Keep the demo's memory in this database [default: a temporary one].")
-@click.option("--session", default="hotel-demo", show_default=True)
+@click.option("--session", default="hotel-demo", show_default=True, help="Session name in the database.")
 @click.option("--json", "as_json", is_flag=True, help="Print the three run records as JSON.")
-def demo(engine_name: str, script: str | None, db: Path | None, session: str, as_json: bool) -> None:
-    """The hotel case of the paper's Figure 1: three requests, then the state graph."""
+def demo(db: Path | None, session: str, as_json: bool, max_steps: int, grammar_mode: str, **engine_opts: Any) -> None:
+    """The hotel case of the paper's Figure 1: three requests, then the state graph.
+
+    With ``--engine scripted`` the shipped script replays a model that solves it; with a real
+    model, a request that fails is reported and the demo goes on with the next one.
+    """
     from flowstate.demo import hotel
 
     with _errors():
-        if engine_name == "scripted" and script is None:
-            script = str(hotel.script_path())
-        model = _engine(engine_name, script)
+        if engine_opts["engine_name"] == "scripted" and engine_opts["script"] is None:
+            engine_opts["script"] = str(hotel.script_path())
+        model = _engine(**engine_opts)
+        config = LoopConfig(max_steps=max_steps, grammar=GrammarMode(grammar_mode))
         with tempfile.TemporaryDirectory() as tmp:
             repo = Repository.open(db or Path(tmp) / "demo.db")
             try:
                 if repo.request_count(session):
                     raise FlowStateError(f"session {session!r} in {repo.path} already has requests; name a new --session")
-                agent = Agent(model, repository=repo, session=session, tools=hotel.TOOLS, task_policy=hotel.POLICY)
+                agent = Agent(model, repository=repo, session=session, tools=hotel.TOOLS, task_policy=hotel.POLICY,
+                              config=config)
                 records: list[dict[str, Any]] = []
                 for query in hotel.QUERIES:
-                    record = agent.run(query)
-                    records.append(record.to_dict())
                     if not as_json:
                         click.echo(f"\n> {query}")
+                    try:
+                        record = agent.run(query)
+                    except RequestFailed as exc:
+                        records.append({"query": query, "error": str(exc), **(exc.record or {})})
+                        if not as_json:
+                            for step in records[-1].get("steps", []):
+                                click.echo(_step_line(step))
+                            click.echo(f"  {exc} (nothing of it was persisted)")
+                        continue
+                    records.append(record.to_dict())
+                    if not as_json:
                         for step in records[-1]["steps"]:
                             click.echo(_step_line(step))
                         click.echo(f"{record.response}\n  ({_usage_line(record)})")

@@ -7,6 +7,7 @@ protocol errors, engine fault) persists nothing.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,7 @@ from engine.base import Engine
 from engine.errors import EngineError
 from flowstate.access import disclose, validate_access
 from flowstate.active import ActiveState
+from flowstate.constrain import GrammarMode, Grammars
 from flowstate.errors import ProtocolError, RequestFailed
 from flowstate.history import build_index
 from flowstate.nodes import Node, StateType, canonical_json, observation_id
@@ -33,6 +35,7 @@ class LoopConfig:
     max_steps: int = 16
     max_protocol_errors: int = 3  # consecutive unparsable outputs before the request fails
     max_tokens: int | None = None  # per model call; None leaves it to the engine
+    grammar: GrammarMode = GrammarMode.STEP  # for engines that support grammars
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
@@ -85,9 +88,12 @@ def run_request(
     system: str,
     tools: ToolSet,
     config: LoopConfig = LoopConfig(),
+    grammars: Grammars | None = None,
 ) -> RunRecord:
     """Run one request of ``session`` to its final response and persist it."""
     require_query(query)
+    if grammars is None and engine.supports_grammar and config.grammar is not GrammarMode.NONE:
+        grammars = Grammars(tools.specs(), config.grammar)
     requests = repo.requests(session)
     history = repo.nodes(session)
     k = len(requests) + 1
@@ -106,15 +112,18 @@ def run_request(
 
     for t in range(1, config.max_steps + 1):
         messages = serialize(system, index, query, state, feedback, observation)
+        started = time.perf_counter()
+        grammar = grammars.for_step(state) if grammars is not None and engine.supports_grammar else None
+        grammar_ms = (time.perf_counter() - started) * 1000
         try:
-            generation = engine.generate(messages, max_tokens=config.max_tokens)
+            generation = engine.generate(messages, grammar=grammar, max_tokens=config.max_tokens)
         except EngineError as exc:
             raise failed(f"engine error at step {t}: {exc}") from exc
         try:
             output = parse_output(generation.text)
         except ProtocolError as exc:
             consecutive_errors += 1
-            steps.append(StepRecord(t, generation.text, generation.usage, protocol_error=exc.to_dict()))
+            steps.append(StepRecord(t, generation.text, generation.usage, grammar_ms, protocol_error=exc.to_dict()))
             if consecutive_errors >= config.max_protocol_errors:
                 raise failed(f"{consecutive_errors} consecutive outputs broke the protocol; last: {exc}") from exc
             feedback = [{"kind": "protocol_error", "step": t, **exc.to_dict()}]
@@ -132,7 +141,7 @@ def run_request(
         state = state.with_observations(observation)
         steps.append(
             StepRecord(
-                index=t, raw=generation.text, usage=generation.usage,
+                index=t, raw=generation.text, usage=generation.usage, grammar_ms=grammar_ms,
                 committed=update.committed_dicts(), rejected=[r.to_dict() for r in update.rejected],
                 disclosed=list(accepted), refused=[r.to_dict() for r in refused],
                 tool_calls=calls, final_response=output.final_response,

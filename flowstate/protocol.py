@@ -15,13 +15,31 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 
 from flowstate.nodes import ID_PATTERN, Ref, StateType
 
 BLOCKS: tuple[str, ...] = ("state_focus", "state_delta", "tool_calls", "assistant_message")
 
 StateId = Annotated[str, Field(pattern=ID_PATTERN)]
+
+# Bounds keep every output finite, so constrained generation always terminates.
+MAX_FOCUS = 4
+MAX_DELTA = 8
+MAX_TOOL_CALLS = 4
+MAX_REFS = 6
+MAX_VALUE_KEYS = 12
+MAX_TEXT = 200
+MAX_CONTENT = 4000
+
+Text = Annotated[str, Field(max_length=MAX_TEXT)]
+Scalar = Text | int | float | bool | None
+Leaf = Scalar | Annotated[list[Scalar], Field(max_length=MAX_VALUE_KEYS)]
+StateValue = Annotated[
+    dict[str, Leaf | Annotated[dict[str, Leaf], Field(max_length=MAX_VALUE_KEYS)]],
+    Field(max_length=MAX_VALUE_KEYS),
+]
+"""A state's structured value: a JSON object nested at most two levels."""
 
 
 class _Strict(BaseModel):
@@ -32,16 +50,16 @@ class FocusItem(_Strict):
     """A request to disclose one historical state (or referenced raw tool result)."""
 
     target_id: StateId
-    reason: str = ""
+    reason: Text = ""
 
 
 class AddOp(_Strict):
     operation: Literal["add"]
     state_set: StateType
     state_id: StateId
-    summary: str
-    value: dict[str, JsonValue] = Field(default_factory=dict)
-    refs: tuple[Ref, ...] = ()
+    summary: Text
+    value: StateValue = Field(default_factory=dict)
+    refs: Annotated[tuple[Ref, ...], Field(max_length=MAX_REFS)] = ()
 
 
 class UpdateOp(_Strict):
@@ -50,9 +68,9 @@ class UpdateOp(_Strict):
     operation: Literal["update"]
     state_id: StateId
     state_set: StateType | None = None
-    summary: str | None = None
-    value: dict[str, JsonValue] | None = None
-    refs: tuple[Ref, ...] | None = None
+    summary: Text | None = None
+    value: StateValue | None = None
+    refs: Annotated[tuple[Ref, ...], Field(max_length=MAX_REFS)] | None = None
 
 
 class RemoveOp(_Strict):
@@ -69,7 +87,7 @@ class ToolCall(_Strict):
 
 
 class AssistantMessage(_Strict):
-    content: str | None = None
+    content: Annotated[str, Field(max_length=MAX_CONTENT)] | None = None
 
 
 class ModelOutput(_Strict):
@@ -90,12 +108,17 @@ class ModelOutput(_Strict):
 
 
 BLOCK_MODELS: dict[str, Any] = {
-    "state_focus": list[FocusItem],
-    "state_delta": list[DeltaOp],
-    "tool_calls": list[ToolCall],
+    "state_focus": Annotated[list[FocusItem], Field(max_length=MAX_FOCUS)],
+    "state_delta": Annotated[list[DeltaOp], Field(max_length=MAX_DELTA)],
+    "tool_calls": Annotated[list[ToolCall], Field(max_length=MAX_TOOL_CALLS)],
     "assistant_message": AssistantMessage,
 }
 """The type of each block's JSON, in protocol order: what parser and grammars both use."""
+
+
+def block_schemas() -> dict[str, dict[str, Any]]:
+    """The JSON schema of each block, derived from the models above (grammars embed these)."""
+    return {name: TypeAdapter(tp).json_schema() for name, tp in BLOCK_MODELS.items()}
 
 
 def dump_op(op: AddOp | UpdateOp | RemoveOp) -> dict[str, Any]:

@@ -32,6 +32,7 @@ class StepRecord:
     index: int
     raw: str
     usage: Usage
+    grammar_ms: float = 0.0  # time to build this step's grammar (0 without one)
     protocol_error: dict[str, str] | None = None
     committed: list[dict[str, Any]] = field(default_factory=list)
     rejected: list[dict[str, str]] = field(default_factory=list)
@@ -61,6 +62,7 @@ class StepRecord:
             "tool_calls": [c.to_dict() for c in self.tool_calls],
             "final_response": self.final_response,
             "usage": self.usage.to_dict(),
+            "grammar_ms": round(self.grammar_ms, 3),
         }
 
 

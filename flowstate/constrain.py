@@ -1,0 +1,46 @@
+"""Which grammar each model call is decoded under: none, the static protocol grammar, or the
+per-step id-aware grammar built from the Active State (what the rules of B.4 admit right now)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from enum import Enum
+from typing import Any
+
+from flowstate.active import ActiveState
+from flowstate.protocol import block_schemas
+from grammars.four_blocks import StepIds, protocol_grammar
+
+
+class GrammarMode(str, Enum):
+    NONE = "none"
+    STATIC = "static"
+    STEP = "step"
+
+
+def step_ids(state: ActiveState) -> StepIds:
+    """The ids state_focus, update/remove and refs may name at this step."""
+    visible = state.visible_ids()
+    tool_refs = state.tool_refs()
+    return StepIds(
+        focus=tuple(sorted((state.index_ids | tool_refs) - visible)),
+        own=tuple(n.id for n in state.current),
+        refs=tuple(sorted(state.index_ids | visible | tool_refs | {o.id for o in state.observations})),
+    )
+
+
+class Grammars:
+    """Builds grammar texts for one agent configuration (tools fixed); the static one once."""
+
+    def __init__(self, tools: Sequence[Mapping[str, Any]], mode: GrammarMode = GrammarMode.STEP) -> None:
+        self.mode = mode
+        self._tools = list(tools)
+        self._schemas = block_schemas()
+        self.static = protocol_grammar(self._schemas, self._tools) if mode is GrammarMode.STATIC else None
+
+    def for_step(self, state: ActiveState) -> str | None:
+        if self.mode is GrammarMode.NONE:
+            return None
+        if self.mode is GrammarMode.STATIC:
+            return self.static
+        return protocol_grammar(self._schemas, self._tools, step_ids(state))

@@ -1,0 +1,51 @@
+"""Grammar checks without a model: validate a grammar, and test whether a text is in its language."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+
+class GrammarError(ValueError):
+    """llguidance refuses the grammar; the message says why."""
+
+
+@lru_cache(maxsize=1)
+def _byte_tokenizer() -> Any:
+    import llguidance
+
+    return llguidance.LLTokenizer("byte")
+
+
+def validate(grammar: str) -> None:
+    """Raise ``GrammarError`` unless llguidance compiles the grammar."""
+    import llguidance
+
+    try:
+        spec = llguidance.grammar_from("lark", grammar)
+    except ValueError as exc:
+        raise GrammarError(f"grammar refused: {exc}") from exc
+    ok, _, _ = _validate(spec)
+    if not ok:
+        raise GrammarError(f"grammar refused: {_validate(spec)[1]}")
+
+
+def _validate(spec: str) -> tuple[bool, str, Any]:
+    import llguidance
+
+    error = llguidance.LLMatcher.validate_grammar(spec, _byte_tokenizer())
+    return (not error, error, None)
+
+
+def accepts(grammar: str, text: str) -> bool:
+    """True iff ``text`` is a complete sentence of the grammar (byte-level, no model needed)."""
+    import llguidance
+
+    tok = _byte_tokenizer()
+    matcher = llguidance.LLMatcher(tok, llguidance.grammar_from("lark", grammar), log_level=0)
+    if matcher.is_error():
+        raise GrammarError(f"grammar refused: {matcher.get_error()}")
+    for token in tok.tokenize_str(text):
+        if not matcher.consume_token(token):
+            return False
+    return matcher.is_accepting() and not matcher.is_error()

@@ -1,0 +1,192 @@
+"""The four-block output protocol as one llguidance Lark grammar, with a JSON schema per block.
+
+The block schemas come from the protocol's pydantic models (``flowstate.protocol.block_schemas``);
+this module only tightens them: all fields emitted, compact whitespace, tool names with each
+tool's argument schema, and, per step, the ids each field may name. The grammar also encodes the
+execution decision — tool calls (content null), a final answer (no tool calls), or a wait (state
+operations only) — so an output with all three parts empty, or with both tools and an answer,
+cannot be decoded at all.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+WHITESPACE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+_DROP = {"title", "description", "default", "discriminator"}
+
+
+@dataclass(frozen=True)
+class StepIds:
+    """The ids the rules admit at one step; the grammar allows nothing else."""
+
+    focus: tuple[str, ...]  # state_focus targets: IDs(G_k) ∪ ToolRefs(S) minus what is visible
+    own: tuple[str, ...]  # update/remove targets: states created in this request
+    refs: tuple[str, ...]  # ref targets the model can know of
+
+
+def _inline(node: Any, defs: Mapping[str, Any]) -> Any:
+    """Resolve local $refs and drop annotation-only keywords (the models hold no recursion)."""
+    if isinstance(node, list):
+        return [_inline(x, defs) for x in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = _inline(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
+        rest = {k: _inline(v, defs) for k, v in node.items() if k != "$ref" and k not in _DROP}
+        return {**target, **rest}
+    return {k: _inline(v, defs) for k, v in node.items() if k not in _DROP and k != "$defs"}
+
+
+def _require_all(node: Any, keep_optional: Sequence[str] = ()) -> None:
+    """Make every property required (the model always emits the full shape), except ``keep_optional``."""
+    if isinstance(node, list):
+        for x in node:
+            _require_all(x, keep_optional)
+    elif isinstance(node, dict):
+        props = node.get("properties")
+        if isinstance(props, dict):
+            node["required"] = [k for k in props if k not in keep_optional or k in node.get("required", [])]
+        for v in node.values():
+            _require_all(v, keep_optional)
+
+
+def _ids(ids: Sequence[str]) -> dict[str, Any]:
+    return {"type": "string", "enum": sorted(ids)}
+
+
+def _set_refs(op: dict[str, Any], targets: Sequence[str] | None) -> None:
+    refs = op["properties"].get("refs")
+    if refs is None or targets is None:
+        return
+    inner = refs["anyOf"][0] if "anyOf" in refs else refs  # update: refs | null
+    if targets:
+        inner["items"]["properties"]["state_id"] = _ids(targets)
+    else:
+        inner["maxItems"] = 0
+        inner.pop("items", None)
+
+
+def _delta_schema(schema: dict[str, Any], ids: StepIds | None) -> dict[str, Any]:
+    items = schema["items"]
+    variants = items.pop("oneOf", None) or items.pop("anyOf")
+    kept = []
+    for op in variants:
+        kind = op["properties"]["operation"]["const"]
+        if kind == "update":
+            op["required"] = ["operation", "state_id"]
+        if ids is not None:
+            if kind in ("update", "remove"):
+                if not ids.own:
+                    continue  # nothing of this request to change yet
+                op["properties"]["state_id"] = _ids(ids.own)
+            _set_refs(op, ids.refs)
+        kept.append(op)
+    schema["items"] = {"anyOf": kept}
+    return schema
+
+
+def _tools_schema(schema: dict[str, Any], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    calls = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": t["name"]}, "arguments": _inline(t["parameters"], t["parameters"].get("$defs", {}))},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for t in tools
+    ]
+    return {"type": "array", "items": {"anyOf": calls}, "maxItems": schema.get("maxItems", 4)}
+
+
+def block_json_schemas(
+    schemas: Mapping[str, dict[str, Any]], tools: Sequence[Mapping[str, Any]], ids: StepIds | None = None
+) -> dict[str, dict[str, Any]]:
+    """The tightened schema of each block (``ids=None``: the static, id-agnostic grammar)."""
+    out = {name: _inline(copy.deepcopy(s), s.get("$defs", {})) for name, s in schemas.items()}
+    _require_all(out["state_focus"])
+    _require_all(out["state_delta"])
+    _require_all(out["assistant_message"])
+    out["state_delta"] = _delta_schema(out["state_delta"], ids)
+    if ids is not None:
+        if ids.focus:
+            out["state_focus"]["items"]["properties"]["target_id"] = _ids(ids.focus)
+        else:
+            out["state_focus"] = {"type": "array", "maxItems": 0}
+    out["tool_calls"] = _tools_schema(out["tool_calls"], tools) if tools else {"type": "array", "maxItems": 0}
+    return out
+
+
+def _nonempty(schema: dict[str, Any]) -> dict[str, Any] | None:
+    if schema.get("maxItems") == 0:
+        return None
+    return {**schema, "minItems": 1}
+
+
+def _json_rule(name: str, schema: dict[str, Any]) -> str:
+    # no sort_keys: llguidance emits properties in schema order, which must stay the models' order
+    return f"{name}: %json {json.dumps({**schema, 'x-guidance': WHITESPACE})}"
+
+
+def protocol_grammar(
+    schemas: Mapping[str, dict[str, Any]], tools: Sequence[Mapping[str, Any]], ids: StepIds | None = None
+) -> str:
+    """The Lark grammar (llguidance dialect) of one model output."""
+    b = block_json_schemas(schemas, tools, ids)
+    message = b["assistant_message"]
+    answer = copy.deepcopy(message)
+    answer["properties"]["content"] = {"type": "string", "minLength": 1, "maxLength": _max_content(message)}
+
+    rules: dict[str, dict[str, Any]] = {
+        "focus_json": b["state_focus"], "delta_json": b["state_delta"], "answer_json": answer,
+        "null_json": {"type": "object", "properties": {"content": {"type": "null"}}, "required": ["content"],
+                      "additionalProperties": False},
+        "empty_json": {"type": "array", "maxItems": 0},
+    }
+    alternatives = ["focus delta answer"]
+    focus_some, delta_some, calls_some = (_nonempty(b[k]) for k in ("state_focus", "state_delta", "tool_calls"))
+    if calls_some is not None:
+        rules["calls_json"] = calls_some
+        alternatives.insert(0, "focus delta act")
+    if focus_some is not None:
+        rules["focus_some_json"] = focus_some
+        alternatives.append("focus_some delta wait")
+    if delta_some is not None:
+        rules["delta_some_json"] = delta_some
+        alternatives.append("focus_none delta_some wait")
+    used = {name for alt in alternatives for name in alt.split()}
+    # Every literal is a whole tag, shared by all alternatives; what differs between them lives in
+    # the JSON nonterminals. (Overlapping literals would make the lexer commit to one too early.)
+    structure = {
+        "focus": "FOCUS focus_json END_FOCUS",
+        "focus_some": "FOCUS focus_some_json END_FOCUS",
+        "focus_none": "FOCUS empty_json END_FOCUS",
+        "delta": "DELTA delta_json END_DELTA",
+        "delta_some": "DELTA delta_some_json END_DELTA",
+        "act": "TOOLS calls_json END_TOOLS MESSAGE null_json END_MESSAGE",
+        "answer": "TOOLS empty_json END_TOOLS MESSAGE answer_json END_MESSAGE",
+        "wait": "TOOLS empty_json END_TOOLS MESSAGE null_json END_MESSAGE",
+    }
+    tags = {
+        "FOCUS": r'"<state_focus>\n"', "END_FOCUS": r'"\n</state_focus>\n"',
+        "DELTA": r'"<state_delta>\n"', "END_DELTA": r'"\n</state_delta>\n"',
+        "TOOLS": r'"<tool_calls>\n"', "END_TOOLS": r'"\n</tool_calls>\n"',
+        "MESSAGE": r'"<assistant_message>\n"', "END_MESSAGE": r'"\n</assistant_message>"',
+    }
+    needed = {part for name in used for part in structure[name].split()}
+    lines = ["start: " + " | ".join(alternatives)]
+    lines += [f"{name}: {body}" for name, body in structure.items() if name in used]
+    lines += [f"{name}: {literal}" for name, literal in tags.items()]
+    lines += [_json_rule(name, schema) for name, schema in rules.items() if name in needed]
+    return "\n".join(lines) + "\n"
+
+
+def _max_content(message: dict[str, Any]) -> int:
+    for option in message["properties"]["content"].get("anyOf", []):
+        if option.get("type") == "string":
+            return int(option.get("maxLength", 4000))
+    return 4000
