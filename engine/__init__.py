@@ -12,6 +12,8 @@ from engine.errors import EngineConfigError, EngineError
 BACKENDS: dict[str, str] = {
     "scripted": "engine.scripted:ScriptedEngine.from_options",
     "transformers": "engine.transformers:TransformersEngine.from_options",
+    "vllm": "engine.vllm:VLLMEngine.from_options",
+    "openai": "engine.openai:OpenAIEngine.from_options",
 }
 DEFAULT = "transformers"
 

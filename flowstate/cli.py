@@ -210,5 +210,43 @@ def demo(db: Path | None, session: str, as_json: bool, max_steps: int, grammar_m
             click.echo("\n" + render_graph(dump))
 
 
+@main.group()
+def model() -> None:
+    """Manage the embedded model."""
+
+
+@model.command("export")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--model", "source", default=None, help="Local HF folder or .gguf [default: embedded SmolLM2-135M-Instruct].")
+@click.option("--dtype", default="bfloat16", show_default=True, type=click.Choice(["bfloat16", "float32", "float16"]))
+def export(directory: Path, source: str | None, dtype: str) -> None:
+    """Write the model as a transformers folder that vLLM (and vllm serve) can load."""
+    with _errors():
+        from engine.transformers import export_model
+
+        click.echo(export_model(directory, source, dtype))
+
+
+@main.group()
+def bench() -> None:
+    """Benchmarks that print figures."""
+
+
+@bench.command("decode")
+@engine_options
+@click.option("--calls", default=None, type=click.IntRange(min=1), help="Use only the first N of the 8 hotel-case prompts.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
+def bench_decode_cmd(calls: int | None, out: Path | None, grammar_mode: str, **engine_opts: Any) -> None:
+    """Tokens/s without grammar vs static grammar vs per-step id-aware grammar; parse share; compile time."""
+    from flowstate.bench import bench_decode, render_table
+
+    with _errors():
+        max_tokens = engine_opts.pop("max_tokens")
+        rows = bench_decode(_engine(**engine_opts, max_tokens=None), calls=calls, max_tokens=max_tokens)
+        click.echo(render_table(rows))
+        if out is not None:
+            out.write_text(json.dumps({"engine": engine_opts["engine_name"], "rows": rows}, indent=2))
+
+
 if __name__ == "__main__":
     main()

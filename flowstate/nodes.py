@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ID_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+ID_PATTERN = r"^[a-z][a-z0-9_]{0,47}$"
 """Shape of every node id: a short lowercase semantic name, e.g. ``dec_book_hotel_a``."""
 
 OBSERVATION_PREFIX = "obs_"

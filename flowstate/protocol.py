@@ -25,21 +25,18 @@ StateId = Annotated[str, Field(pattern=ID_PATTERN)]
 
 # Bounds keep every output finite, so constrained generation always terminates.
 MAX_FOCUS = 4
-MAX_DELTA = 8
+MAX_DELTA = 6
 MAX_TOOL_CALLS = 4
 MAX_REFS = 6
-MAX_VALUE_KEYS = 12
-MAX_TEXT = 200
-MAX_CONTENT = 4000
+MAX_VALUE_KEYS = 8
+MAX_TEXT = 160
+MAX_CONTENT = 800
 
 Text = Annotated[str, Field(max_length=MAX_TEXT)]
 Scalar = Text | int | float | bool | None
 Leaf = Scalar | Annotated[list[Scalar], Field(max_length=MAX_VALUE_KEYS)]
-StateValue = Annotated[
-    dict[str, Leaf | Annotated[dict[str, Leaf], Field(max_length=MAX_VALUE_KEYS)]],
-    Field(max_length=MAX_VALUE_KEYS),
-]
-"""A state's structured value: a JSON object nested at most two levels."""
+StateValue = Annotated[dict[str, Leaf], Field(max_length=MAX_VALUE_KEYS)]
+"""A state's structured value: a flat JSON object of scalars and lists of scalars."""
 
 
 class _Strict(BaseModel):

@@ -1,0 +1,139 @@
+"""The OpenAI-compatible backend: any server speaking Chat Completions (e.g. ``vllm serve``).
+
+The grammar travels as ``extra_body={"structured_outputs": {"grammar": ...}}``, the way vLLM
+(>= 0.12) takes it. Responses are streamed so time to first token is measured; usage, including
+``prompt_tokens_details.cached_tokens``, is read from the final chunk (vLLM reports cached tokens
+when started with ``--enable-prompt-tokens-details``). Connection errors, timeouts, 429 and 5xx
+are retried with exponential backoff; other 4xx answers are configuration errors.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from engine.base import Generation, Message, Usage
+from engine.chat import check_options
+from engine.errors import EngineConfigError, EngineError, EngineUnavailable
+
+
+class OpenAIEngine:
+    name = "openai"
+    supports_grammar = True
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        api_key: str | None = None,
+        model: str | None = None,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        max_tokens: int = 768,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        timeout_s: float = 300.0,
+    ) -> None:
+        if not base_url:
+            raise EngineConfigError("the openai engine needs --base-url, e.g. http://127.0.0.1:8000/v1")
+        import openai
+
+        self._openai = openai
+        self.base_url = base_url
+        self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "EMPTY", max_retries=0, timeout=timeout_s)
+        self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
+        self.retries, self.backoff_s = retries, backoff_s
+        self.model = model or self._first_model()
+
+    @classmethod
+    def from_options(cls, **options: Any) -> OpenAIEngine:
+        known = {"base_url", "api_key", "model", "temperature", "top_p", "max_tokens", "retries", "backoff_s", "timeout_s"}
+        return cls(**check_options(cls.name, options, known))
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run a client call with retries on transient faults; classify what remains."""
+        o = self._openai
+        for attempt in range(self.retries + 1):
+            try:
+                return fn(*args, **kwargs)
+            except (o.APIConnectionError, o.APITimeoutError, o.RateLimitError, o.InternalServerError) as exc:
+                if attempt == self.retries:
+                    what = "unreachable" if isinstance(exc, o.APIConnectionError) else "failing"
+                    raise EngineUnavailable(f"server {self.base_url} {what} after {self.retries + 1} tries: {exc}") from exc
+                time.sleep(self.backoff_s * 2**attempt)
+            except o.APIStatusError as exc:
+                raise EngineConfigError(f"server {self.base_url} refused the request ({exc.status_code}): {_detail(exc)}") from exc
+        raise AssertionError("unreachable")
+
+    def _first_model(self) -> str:
+        models = self._call(self.client.models.list)
+        if not models.data:
+            raise EngineConfigError(f"server {self.base_url} serves no model; name one with --model")
+        return str(models.data[0].id)
+
+    def count_tokens(self, text: str) -> int:
+        """Exact through vLLM's /tokenize when the server has it, else an estimate (4 characters a token)."""
+        try:
+            root = self.base_url.rstrip("/").removesuffix("/v1")
+            resp = self.client._client.post(f"{root}/tokenize", json={"model": self.model, "prompt": text})
+            if resp.status_code == 200:
+                return int(resp.json()["count"])
+        except Exception:
+            pass
+        return max(1, len(text) // 4)
+
+    def generate(
+        self,
+        messages: Sequence[Message],
+        *,
+        grammar: str | None = None,
+        max_tokens: int | None = None,
+    ) -> Generation:
+        started = time.perf_counter()
+        stream = self._call(
+            self.client.chat.completions.create,
+            model=self.model,
+            messages=[{"role": m.role, "content": m.content} for m in messages],
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=max_tokens or self.max_tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"structured_outputs": {"grammar": grammar}} if grammar else None,
+        )
+        parts: list[str] = []
+        first: float | None = None
+        usage: Any = None
+        try:
+            for chunk in stream:
+                if chunk.usage is not None:
+                    usage = chunk.usage
+                for choice in chunk.choices:
+                    if choice.delta.content:
+                        first = first or time.perf_counter()
+                        parts.append(choice.delta.content)
+        except self._openai.APIError as exc:
+            raise EngineError(f"server {self.base_url} broke off the response: {exc}", retryable=True) from exc
+        end = time.perf_counter()
+        first = first or end
+        details = getattr(usage, "prompt_tokens_details", None)
+        return Generation(
+            text="".join(parts),
+            usage=Usage(
+                prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                cached_tokens=int(getattr(details, "cached_tokens", 0) or 0),
+                completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+                ttft_s=first - started,
+                decode_s=end - first,
+            ),
+        )
+
+
+def _detail(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        message = body.get("message") or (body.get("error") or {}).get("message")
+        if message:
+            return str(message)[:500]
+    return str(exc)[:500]

