@@ -100,7 +100,8 @@ class OpenAIEngine:
             max_tokens=max_tokens or self.max_tokens,
             stream=True,
             stream_options={"include_usage": True},
-            extra_body={"structured_outputs": {"grammar": grammar}} if grammar else None,
+            # vLLM would otherwise let JSON whitespace run free inside the grammar's %json blocks
+            extra_body={"structured_outputs": {"grammar": grammar, "disable_any_whitespace": True}} if grammar else None,
         )
         parts: list[str] = []
         first: float | None = None

