@@ -114,7 +114,7 @@ class TransformersEngine:
         except (OSError, ValueError) as exc:
             raise EngineConfigError(f"cannot load model from {folder}{'/' + gguf if gguf else ''}: {exc}") from exc
         self.model.eval()
-        self._outlines = outlines.from_transformers(self.model, self.tokenizer)
+        self._outlines = outlines.from_transformers(self.model, self.tokenizer)  # type: ignore[arg-type]
         self._outlines_mod = outlines
         self._generators: OrderedDict[str, Any] = OrderedDict()
         self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
@@ -225,7 +225,7 @@ def export_model(target: str | Path, model: str | None = None, dtype: str = "bfl
             setattr(hf, attr, None)
     if getattr(hf.config, "quantization_config", None) is not None:
         del hf.config.quantization_config
-    hf.config.torch_dtype = getattr(engine._torch, dtype)
+    hf.config.dtype = getattr(engine._torch, dtype)
     hf.save_pretrained(out, safe_serialization=True)
     engine.tokenizer.save_pretrained(out)
     return out

@@ -84,6 +84,7 @@ def test_default_db_comes_from_the_environment(tmp_path: Path) -> None:
     ("unknown session", "unknown session 'ghost'"),
     ("absent database", "no database at"),
     ("empty query", "the query is empty"),
+    ("export into a non-empty folder", "exists and is not empty"),
 ])
 def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expected: str) -> None:
     db = tmp_path / "m.db"
@@ -106,6 +107,7 @@ def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expect
         "unknown session": ["inspect", "--db", junk.with_name("real.db"), "--session", "ghost"],
         "absent database": ["inspect", "--db", db, "--session", "x"],
         "empty query": ["run", "  ", "--db", db, "--engine", "scripted", "--script", good],
+        "export into a non-empty folder": ["model", "export", tmp_path],
     }[case]
     if case == "unknown session":
         assert flowstate("run", "q", "--db", tmp_path / "real.db", "--engine", "scripted", "--script", good, "--session", "someone").returncode == 0
