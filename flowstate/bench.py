@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,7 +81,10 @@ class ModeResult:
         }
 
 
-def bench_decode(engine: Engine, *, calls: int | None = None, max_tokens: int | None = None) -> list[dict[str, Any]]:
+def bench_decode(
+    engine: Engine, *, calls: int | None = None, max_tokens: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
     """Decode the hotel prompts under each grammar mode, interleaved call by call."""
     recorded, static = hotel_calls()
     recorded = recorded[:calls] if calls else recorded
@@ -103,6 +106,8 @@ def bench_decode(engine: Engine, *, calls: int | None = None, max_tokens: int | 
                 result.parsed += 1
             except ProtocolError:
                 pass
+            if progress is not None:
+                progress(f"call {result.calls}/{len(recorded)} {mode}: {gen.usage.completion_tokens} tokens")
     return [r.row() for r in results.values()]
 
 

@@ -159,7 +159,7 @@ def inspect(session: str, db: Path | None, as_json: bool) -> None:
 
 @main.command()
 @engine_options
-@click.option("--max-steps", default=8, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-steps", default=4, show_default=True, type=click.IntRange(min=1), help="Step budget per request.")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Keep the demo's memory in this database [default: a temporary one].")
 @click.option("--session", default="hotel-demo", show_default=True, help="Session name in the database.")
 @click.option("--json", "as_json", is_flag=True, help="Print the three run records as JSON.")
@@ -242,7 +242,8 @@ def bench_decode_cmd(calls: int | None, out: Path | None, grammar_mode: str, **e
 
     with _errors():
         max_tokens = engine_opts.pop("max_tokens")
-        rows = bench_decode(_engine(**engine_opts, max_tokens=None), calls=calls, max_tokens=max_tokens)
+        rows = bench_decode(_engine(**engine_opts, max_tokens=None), calls=calls, max_tokens=max_tokens,
+                            progress=lambda line: click.echo(line, err=True))
         click.echo(render_table(rows))
         if out is not None:
             out.write_text(json.dumps({"engine": engine_opts["engine_name"], "rows": rows}, indent=2))
