@@ -30,7 +30,7 @@ class OpenAIEngine:
         model: str | None = None,
         temperature: float = 0.0,
         top_p: float = 1.0,
-        max_tokens: int = 768,
+        max_tokens: int = 1024,
         retries: int = 3,
         backoff_s: float = 0.5,
         timeout_s: float = 300.0,

@@ -83,7 +83,7 @@ class TransformersEngine:
         dtype: str = "bfloat16",
         temperature: float = 0.0,
         top_p: float = 1.0,
-        max_tokens: int = 768,
+        max_tokens: int = 1024,
         repetition_penalty: float = 1.1,
         threads: int | None = None,
         prefix_cache: bool = True,

@@ -32,7 +32,7 @@ class VLLMEngine:
         dtype: str = "bfloat16",
         temperature: float = 0.0,
         top_p: float = 1.0,
-        max_tokens: int = 768,
+        max_tokens: int = 1024,
         backend: str = "guidance",
         max_model_len: int = 8192,
         gpu_memory_utilization: float | None = None,

@@ -58,7 +58,7 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--dtype", default=None, type=click.Choice(["bfloat16", "float32", "float16"]), help="transformers/vllm weights dtype [default: bfloat16]."),
         click.option("--temperature", default=None, type=float, help="Sampling temperature [default: 0, greedy]."),
         click.option("--top-p", default=None, type=float, help="Nucleus sampling [default: 1.0]."),
-        click.option("--max-tokens", default=None, type=click.IntRange(min=1), help="Completion tokens per model call [default: 768]."),
+        click.option("--max-tokens", default=None, type=click.IntRange(min=1), help="Completion tokens per model call [default: 1024]."),
         click.option("--base-url", default=None, help="openai: server URL, e.g. http://127.0.0.1:8000/v1."),
         click.option("--api-key", default=None, envvar="FLOWSTATE_ENGINE_API_KEY", help="openai: API key [default: $FLOWSTATE_ENGINE_API_KEY or none]."),
         click.option("--grammar", "grammar_mode", default=GrammarMode.STEP.value, show_default=True,

@@ -24,13 +24,13 @@ BLOCKS: tuple[str, ...] = ("state_focus", "state_delta", "tool_calls", "assistan
 StateId = Annotated[str, Field(pattern=ID_PATTERN)]
 
 # Bounds keep every output finite, so constrained generation always terminates.
-MAX_FOCUS = 4
-MAX_DELTA = 6
+MAX_FOCUS = 3
+MAX_DELTA = 4
 MAX_TOOL_CALLS = 4
-MAX_REFS = 6
-MAX_VALUE_KEYS = 8
-MAX_TEXT = 160
-MAX_CONTENT = 800
+MAX_REFS = 4
+MAX_VALUE_KEYS = 6
+MAX_TEXT = 96
+MAX_CONTENT = 480
 
 Text = Annotated[str, Field(max_length=MAX_TEXT)]
 Scalar = Text | int | float | bool | None

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 WHITESPACE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+TOOL_STRING_MAX = 96  # tool argument strings and arrays get a bound when their schema has none
+TOOL_ARRAY_MAX = 6
 _DROP = {"title", "description", "default", "discriminator"}
 
 
@@ -90,11 +92,28 @@ def _delta_schema(schema: dict[str, Any], ids: StepIds | None) -> dict[str, Any]
     return schema
 
 
+def _bounded(node: Any) -> Any:
+    """Give unbounded strings and arrays of a tool's argument schema a length bound."""
+    if isinstance(node, list):
+        return [_bounded(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _bounded(v) for k, v in node.items()}
+    if out.get("type") == "string" and "maxLength" not in out and "enum" not in out and "const" not in out:
+        out["maxLength"] = TOOL_STRING_MAX
+    if out.get("type") == "array" and "maxItems" not in out:
+        out["maxItems"] = TOOL_ARRAY_MAX
+    return out
+
+
 def _tools_schema(schema: dict[str, Any], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     calls = [
         {
             "type": "object",
-            "properties": {"name": {"const": t["name"]}, "arguments": _inline(t["parameters"], t["parameters"].get("$defs", {}))},
+            "properties": {
+                "name": {"const": t["name"]},
+                "arguments": _bounded(_inline(t["parameters"], t["parameters"].get("$defs", {}))),
+            },
             "required": ["name", "arguments"],
             "additionalProperties": False,
         }
