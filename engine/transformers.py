@@ -117,6 +117,7 @@ class TransformersEngine:
         self._outlines = outlines.from_transformers(self.model, self.tokenizer)  # type: ignore[arg-type]
         self._outlines_mod = outlines
         self._generators: OrderedDict[str, Any] = OrderedDict()
+        self._llg_tokenizer: Any = None
         self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
         self.repetition_penalty = repetition_penalty
         self.prefix_cache = prefix_cache
@@ -144,10 +145,12 @@ class TransformersEngine:
         key = grammar or ""
         gen = self._generators.get(key)
         if gen is None:
+            if grammar:
+                self._validate(grammar)
             output_type = self._outlines_mod.types.CFG(grammar) if grammar else None
             try:
                 gen = self._outlines_mod.Generator(self._outlines, output_type)
-            except Exception as exc:  # llguidance refuses the grammar
+            except Exception as exc:
                 raise EngineConfigError(f"grammar refused by llguidance: {exc}") from exc
             self._generators[key] = gen
             if len(self._generators) > _GENERATOR_CACHE:
@@ -155,6 +158,20 @@ class TransformersEngine:
         else:
             self._generators.move_to_end(key)
         return gen
+
+    def _validate(self, grammar: str) -> None:
+        """Refuse a grammar llguidance cannot compile (Outlines would fail later, or not at all)."""
+        import llguidance
+        import llguidance.hf
+
+        if self._llg_tokenizer is None:
+            self._llg_tokenizer = llguidance.hf.from_tokenizer(self.tokenizer)
+        try:
+            error = llguidance.LLMatcher.validate_grammar(llguidance.grammar_from("lark", grammar), self._llg_tokenizer)
+        except ValueError as exc:
+            error = str(exc)
+        if error:
+            raise EngineConfigError(f"grammar refused by llguidance: {error}")
 
     def _reuse(self, prompt_ids: list[int]) -> tuple[Any, int]:
         """The previous call's KV cache cropped to the common prefix with this prompt."""
