@@ -115,6 +115,9 @@ class OpenAIEngine:
                         first = first or time.perf_counter()
                         parts.append(choice.delta.content)
         except self._openai.APIError as exc:
+            # vLLM validates the grammar after the stream has started and reports it as an error event
+            if "grammar" in str(exc).lower():
+                raise EngineConfigError(f"server {self.base_url} refused the request (grammar): {exc}") from exc
             raise EngineError(f"server {self.base_url} broke off the response: {exc}", retryable=True) from exc
         end = time.perf_counter()
         first = first or end
