@@ -63,7 +63,10 @@ def test_vllm_in_process(model_dir: Path) -> None:
     from engine.vllm import VLLMEngine
 
     engine = VLLMEngine(model=str(model_dir), max_tokens=512)
-    check_two_calls(engine)
+    try:
+        check_two_calls(engine)
+    finally:
+        engine.close()
 
 
 def free_port() -> int:
