@@ -165,7 +165,7 @@ class TransformersEngine:
         import llguidance.hf
 
         if self._llg_tokenizer is None:
-            self._llg_tokenizer = llguidance.hf.from_tokenizer(self.tokenizer)
+            self._llg_tokenizer = llguidance.hf.from_tokenizer(self.tokenizer)  # type: ignore[arg-type]
         try:
             error = llguidance.LLMatcher.validate_grammar(llguidance.grammar_from("lark", grammar), self._llg_tokenizer)
         except ValueError as exc:

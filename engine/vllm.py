@@ -7,6 +7,7 @@ processes with spawn: call it from a script guarded by ``if __name__ == "__main_
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,6 +48,8 @@ class VLLMEngine:
             raise EngineConfigError(f"model {model!r} is not a transformers folder with config.json")
         if backend not in ("guidance", "xgrammar"):
             raise EngineConfigError(f"grammar backend must be guidance or xgrammar (vLLM's outlines backend has no CFG), not {backend!r}")
+        # vLLM logs to stdout by default, which would mix with `flowstate run --json`
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
         try:
             import torch
             from vllm import LLM
@@ -57,6 +60,7 @@ class VLLMEngine:
             "model": model, "dtype": dtype, "enable_prefix_caching": True, "max_model_len": max_model_len,
             "structured_outputs_config": {"backend": backend},
             "enforce_eager": on_cpu if enforce_eager is None else enforce_eager,
+            "disable_log_stats": False,  # per-request metrics (first-token latency) need the stats
         }
         if on_cpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization or 0.3

@@ -17,13 +17,15 @@ from flowstate.tools import Tool, ToolSet
 class Agent:
     """A FlowState agent bound to one session of a repository.
 
+    Without an engine it runs on the embedded default (``transformers`` with SmolLM2-135M-Instruct).
+
     >>> agent = Agent(engine, repository=Repository.open("memory.db"), session="alice", tools=[search])
     >>> agent.run("Book hotel A").response
     """
 
     def __init__(
         self,
-        engine: Engine,
+        engine: Engine | None = None,
         *,
         repository: Repository,
         session: str,
@@ -33,6 +35,10 @@ class Agent:
     ) -> None:
         if not session:
             raise ValueError("the session name is empty")
+        if engine is None:
+            import engine as engines  # the embedded default (transformers + SmolLM2), loaded on demand
+
+            engine = engines.load(engines.DEFAULT)
         self.engine = engine
         self.repository = repository
         self.session = session

@@ -139,3 +139,19 @@ def test_historical_states_cannot_be_changed_through_the_loop(make_agent: AgentF
     assert [r["operation"] for r in record.steps[1].rejected] == ["update", "remove", "add"]
     assert repo.nodes("s1")[: len(before)] == before
     assert repo.nodes("s1")[-1].id == "pref_b"
+
+
+def test_agent_defaults_to_the_embedded_engine(monkeypatch: pytest.MonkeyPatch, repo) -> None:
+    import engine
+    from engine.scripted import ScriptedEngine
+    from flowstate import Agent
+
+    asked: list[str] = []
+
+    def fake_load(name: str, **options: object) -> ScriptedEngine:
+        asked.append(name)
+        return ScriptedEngine([output(content="hi")])
+
+    monkeypatch.setattr(engine, "load", fake_load)
+    agent = Agent(repository=repo, session="s")
+    assert asked == ["transformers"] and agent.run("q").response == "hi"
