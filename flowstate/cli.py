@@ -39,10 +39,7 @@ def _errors() -> Iterator[None]:
     """Turn FlowState and engine errors into one line on stderr and exit status 1."""
     try:
         yield
-    except RequestFailed as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
-    except (FlowStateError, EngineError, ValueError) as exc:
+    except (FlowStateError, EngineError, ValueError) as exc:  # RequestFailed is a FlowStateError
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
 
@@ -50,7 +47,7 @@ def _errors() -> Iterator[None]:
 def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The options that choose and configure a model backend (defaults live in each backend)."""
     options = [
-        click.option("--engine", "engine_name", default=engines.DEFAULT, show_default=True,
+        click.option("--engine", "name", default=engines.DEFAULT, show_default=True,
                      help=f"Model backend: {', '.join(sorted(engines.BACKENDS))}."),
         click.option("--model", default=None, help="transformers: local HF folder or .gguf [default: embedded SmolLM2-135M-Instruct]; "
                      "vllm: folder; openai: served model name."),
@@ -67,10 +64,6 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         fn = option(fn)
     return fn
-
-
-def _engine(engine_name: str, **options: Any) -> engines.Engine:
-    return engines.load(engine_name, **options)
 
 
 def _step_line(step: dict[str, Any]) -> str:
@@ -122,7 +115,7 @@ def run(
     with _errors():
         require_query(query)  # bad input fails before anything touches the database
         tools = load_tools(tools_ref) if tools_ref else ToolSet()
-        model = _engine(**engine_opts)
+        model = engines.load(**engine_opts)
         repo = Repository.open(db or default_db())
         try:
             config = LoopConfig(max_steps=max_steps, max_protocol_errors=max_protocol_errors, grammar=GrammarMode(grammar_mode))
@@ -172,9 +165,9 @@ def demo(db: Path | None, session: str, as_json: bool, max_steps: int, grammar_m
     from flowstate.demo import hotel
 
     with _errors():
-        if engine_opts["engine_name"] == "scripted" and engine_opts["script"] is None:
+        if engine_opts["name"] == "scripted" and engine_opts["script"] is None:
             engine_opts["script"] = str(hotel.script_path())
-        model = _engine(**engine_opts)
+        model = engines.load(**engine_opts)
         config = LoopConfig(max_steps=max_steps, grammar=GrammarMode(grammar_mode))
         with tempfile.TemporaryDirectory() as tmp:
             repo = Repository.open(db or Path(tmp) / "demo.db")
@@ -242,11 +235,11 @@ def bench_decode_cmd(calls: int | None, out: Path | None, grammar_mode: str, **e
 
     with _errors():
         max_tokens = engine_opts.pop("max_tokens")
-        rows = bench_decode(_engine(**engine_opts, max_tokens=None), calls=calls, max_tokens=max_tokens,
+        rows = bench_decode(engines.load(**engine_opts, max_tokens=None), calls=calls, max_tokens=max_tokens,
                             progress=lambda line: click.echo(line, err=True))
         click.echo(render_table(rows))
         if out is not None:
-            out.write_text(json.dumps({"engine": engine_opts["engine_name"], "rows": rows}, indent=2))
+            out.write_text(json.dumps({"engine": engine_opts["name"], "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":

@@ -22,19 +22,11 @@ def validate(grammar: str) -> None:
     import llguidance
 
     try:
-        spec = llguidance.grammar_from("lark", grammar)
+        error = llguidance.LLMatcher.validate_grammar(llguidance.grammar_from("lark", grammar), _byte_tokenizer())
     except ValueError as exc:
-        raise GrammarError(f"grammar refused: {exc}") from exc
-    ok, _, _ = _validate(spec)
-    if not ok:
-        raise GrammarError(f"grammar refused: {_validate(spec)[1]}")
-
-
-def _validate(spec: str) -> tuple[bool, str, Any]:
-    import llguidance
-
-    error = llguidance.LLMatcher.validate_grammar(spec, _byte_tokenizer())
-    return (not error, error, None)
+        error = str(exc)
+    if error:
+        raise GrammarError(f"grammar refused: {error}")
 
 
 def accepts(grammar: str, text: str) -> bool:
