@@ -8,7 +8,8 @@ protocol errors, engine fault) persists nothing.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.base import Engine
@@ -44,11 +45,11 @@ class LoopConfig:
             raise ValueError("max_protocol_errors must be at least 1")
 
 
-def _run_tools(tools: ToolSet, calls: tuple[ToolCall, ...], request: int, step: int) -> list[ToolCallRecord]:
+def _run_tools(tools: ToolSet, calls: Sequence[ToolCall], run: RequestRun) -> list[ToolCallRecord]:
     records = []
     for i, call in enumerate(calls, start=1):
         result, error = tools.call(call.name, call.arguments)
-        records.append(ToolCallRecord(call.name, dict(call.arguments), observation_id(request, step, i), result, error))
+        records.append(ToolCallRecord(call.name, dict(call.arguments), run.observation_id(i), result, error))
     return records
 
 
@@ -79,6 +80,132 @@ def require_query(query: str) -> None:
         raise ValueError("the query is empty")
 
 
+class RequestRun:
+    """One request q_k as a resumable state machine, so that tool calls may run anywhere.
+
+    ``step()`` makes one model call. When the step asks for tools, ``pending`` holds the calls
+    until ``observe()`` receives their records (run here by ``run_request``, or by an API client
+    in ``serving/``). When a step answers, the request is persisted and ``record`` is set.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        repo: Repository,
+        session: str,
+        query: str,
+        system: str,
+        tool_specs: Sequence[Mapping[str, Any]] = (),
+        config: LoopConfig = LoopConfig(),
+        grammars: Grammars | None = None,
+    ) -> None:
+        require_query(query)
+        if grammars is None and engine.supports_grammar and config.grammar is not GrammarMode.NONE:
+            grammars = Grammars(tool_specs, config.grammar)
+        self.engine, self.repo, self.session, self.query = engine, repo, session, query
+        self.system, self.config, self.grammars = system, config, grammars
+        requests = repo.requests(session)
+        history = repo.nodes(session)
+        self.index_k = len(requests) + 1
+        self.index = build_index(requests, history)
+        self.state = ActiveState(
+            request=self.index_k, history_ids=frozenset(n.id for n in history), index_ids=self.index.ids()
+        )
+        self.source = repo.view(session)
+        self.steps: list[StepRecord] = []
+        self.feedback: list[dict[str, Any]] = []
+        self.observation: tuple[Node, ...] = ()
+        self.pending: tuple[ToolCall, ...] = ()
+        self.record: RunRecord | None = None
+        self._errors = 0  # consecutive protocol errors
+
+    @property
+    def done(self) -> bool:
+        return self.record is not None
+
+    def failed(self, message: str) -> RequestFailed:
+        partial = RunRecord(self.session, self.index_k, self.query, None, tuple(self.steps))
+        return RequestFailed(
+            f"request {self.index_k} of session {self.session!r} failed: {message}", partial.to_dict()
+        )
+
+    def step(self, extra: Mapping[str, Any] | None = None) -> StepRecord:
+        """One model call and everything the runtime does with its output (raises ``RequestFailed``).
+
+        ``extra`` is stored with the final run record (e.g. the server's transcript of the request).
+        """
+        if self.pending:
+            raise RuntimeError("step() while tool calls are pending; observe() their results first")
+        if self.done:
+            raise RuntimeError("the request is finished")
+        t = len(self.steps) + 1
+        if t > self.config.max_steps:
+            raise self.failed(f"no final response within the step budget of {self.config.max_steps} steps")
+        messages = serialize(self.system, self.index, self.query, self.state, self.feedback, self.observation)
+        started = time.perf_counter()
+        grammar = self.grammars.for_step(self.state) if self.grammars is not None else None
+        grammar_ms = (time.perf_counter() - started) * 1000
+        try:
+            generation = self.engine.generate(messages, grammar=grammar, max_tokens=self.config.max_tokens)
+        except EngineError as exc:
+            raise self.failed(f"engine error at step {t}: {exc}") from exc
+        try:
+            output = parse_output(generation.text)
+        except ProtocolError as exc:
+            self._errors += 1
+            record = StepRecord(t, generation.text, generation.usage, grammar_ms, protocol_error=exc.to_dict())
+            self.steps.append(record)
+            if self._errors >= self.config.max_protocol_errors:
+                raise self.failed(f"{self._errors} consecutive outputs broke the protocol; last: {exc}") from exc
+            self.feedback = [{"kind": "protocol_error", "step": t, **exc.to_dict()}]
+            return record  # the latest observation stays in view: the model has not acted on it yet
+        self._errors = 0
+
+        accepted, refused = validate_access(self.state, output.state_focus)  # against S_k,t
+        update = apply_delta(self.state, output.state_delta)  # S+_k,t
+        self.state = disclose(self.source, update.state, accepted)  # S_k,t+1
+        self.feedback = [{"kind": "rejected", "step": t, **r.to_dict()} for r in update.rejected]
+        self.feedback += [{"kind": "refused_access", "step": t, **r.to_dict()} for r in refused]
+        self.observation = ()
+        self.pending = output.tool_calls
+        record = StepRecord(
+            index=t, raw=generation.text, usage=generation.usage, grammar_ms=grammar_ms,
+            committed=update.committed_dicts(), rejected=[r.to_dict() for r in update.rejected],
+            disclosed=list(accepted), refused=[r.to_dict() for r in refused],
+            final_response=output.final_response,
+        )
+        self.steps.append(record)
+        if output.final_response is not None:
+            self._persist(output.final_response, extra or {})
+        return record
+
+    def observation_id(self, i: int) -> str:
+        """The id of the raw observation of the i-th (1-based) pending tool call."""
+        return observation_id(self.index_k, len(self.steps), i)
+
+    def observe(self, calls: Sequence[ToolCallRecord]) -> None:
+        """The results of the pending tool calls, in their order, become O_k,t."""
+        if len(calls) != len(self.pending):
+            raise ValueError(f"{len(self.pending)} tool calls are pending, got {len(calls)} results")
+        self.steps[-1] = replace(self.steps[-1], tool_calls=list(calls))
+        self.observation = tuple(_observation_node(c, self.index_k) for c in calls)
+        self.state = self.state.with_observations(self.observation)
+        self.pending = ()
+
+    def _persist(self, response: str, extra: Mapping[str, Any]) -> None:
+        nodes = _persisted_nodes(self.state)
+        record = RunRecord(
+            self.session, self.index_k, self.query, response, tuple(self.steps),
+            persisted_states=tuple(n.id for n in nodes if not n.is_observation),
+            persisted_observations=tuple(n.id for n in nodes if n.is_observation),
+        )
+        self.repo.persist_request(
+            self.session, self.index_k, self.query, response, nodes, {**record.to_dict(), **extra}
+        )
+        self.record = record
+
+
 def run_request(
     *,
     engine: Engine,
@@ -90,70 +217,13 @@ def run_request(
     config: LoopConfig = LoopConfig(),
     grammars: Grammars | None = None,
 ) -> RunRecord:
-    """Run one request of ``session`` to its final response and persist it."""
-    require_query(query)
-    if grammars is None and engine.supports_grammar and config.grammar is not GrammarMode.NONE:
-        grammars = Grammars(tools.specs(), config.grammar)
-    requests = repo.requests(session)
-    history = repo.nodes(session)
-    k = len(requests) + 1
-    index = build_index(requests, history)
-    state = ActiveState(request=k, history_ids=frozenset(n.id for n in history), index_ids=index.ids())
-    source = repo.view(session)
-
-    steps: list[StepRecord] = []
-    feedback: list[dict[str, Any]] = []
-    observation: tuple[Node, ...] = ()
-    consecutive_errors = 0
-
-    def failed(message: str) -> RequestFailed:
-        partial = RunRecord(session, k, query, None, tuple(steps))
-        return RequestFailed(f"request {k} of session {session!r} failed: {message}", partial.to_dict())
-
-    for t in range(1, config.max_steps + 1):
-        messages = serialize(system, index, query, state, feedback, observation)
-        started = time.perf_counter()
-        grammar = grammars.for_step(state) if grammars is not None and engine.supports_grammar else None
-        grammar_ms = (time.perf_counter() - started) * 1000
-        try:
-            generation = engine.generate(messages, grammar=grammar, max_tokens=config.max_tokens)
-        except EngineError as exc:
-            raise failed(f"engine error at step {t}: {exc}") from exc
-        try:
-            output = parse_output(generation.text)
-        except ProtocolError as exc:
-            consecutive_errors += 1
-            steps.append(StepRecord(t, generation.text, generation.usage, grammar_ms, protocol_error=exc.to_dict()))
-            if consecutive_errors >= config.max_protocol_errors:
-                raise failed(f"{consecutive_errors} consecutive outputs broke the protocol; last: {exc}") from exc
-            feedback = [{"kind": "protocol_error", "step": t, **exc.to_dict()}]
-            continue  # the latest observation stays in view: the model has not acted on it yet
-        consecutive_errors = 0
-
-        accepted, refused = validate_access(state, output.state_focus)  # against S_k,t
-        update = apply_delta(state, output.state_delta)  # S+_k,t
-        state = disclose(source, update.state, accepted)  # S_k,t+1
-        feedback = [{"kind": "rejected", "step": t, **r.to_dict()} for r in update.rejected]
-        feedback += [{"kind": "refused_access", "step": t, **r.to_dict()} for r in refused]
-
-        calls = _run_tools(tools, output.tool_calls, k, t) if output.tool_calls else []
-        observation = tuple(_observation_node(c, k) for c in calls)
-        state = state.with_observations(observation)
-        steps.append(
-            StepRecord(
-                index=t, raw=generation.text, usage=generation.usage, grammar_ms=grammar_ms,
-                committed=update.committed_dicts(), rejected=[r.to_dict() for r in update.rejected],
-                disclosed=list(accepted), refused=[r.to_dict() for r in refused],
-                tool_calls=calls, final_response=output.final_response,
-            )
-        )
-        if output.final_response is not None:
-            nodes = _persisted_nodes(state)
-            record = RunRecord(
-                session, k, query, output.final_response, tuple(steps),
-                persisted_states=tuple(n.id for n in nodes if not n.is_observation),
-                persisted_observations=tuple(n.id for n in nodes if n.is_observation),
-            )
-            repo.persist_request(session, k, query, output.final_response, nodes, record.to_dict())
-            return record
-    raise failed(f"no final response within the step budget of {config.max_steps} steps")
+    """Run one request of ``session`` to its final response, running its tools here, and persist it."""
+    run = RequestRun(
+        engine=engine, repo=repo, session=session, query=query, system=system,
+        tool_specs=tools.specs(), config=config, grammars=grammars,
+    )
+    while run.record is None:
+        run.step()
+        if run.pending:
+            run.observe(_run_tools(tools, run.pending, run))
+    return run.record
