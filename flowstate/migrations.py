@@ -56,6 +56,25 @@ MIGRATIONS: list[tuple[str, str]] = [
             BEGIN SELECT RAISE(ABORT, 'finished requests are immutable'); END;
         """,
     ),
+    (
+        "0002_forget_sessions",
+        """
+        -- Deleting a whole session is the one way to forget, and it is explicit: rows may go only
+        -- while their session is marked as being forgotten (Repository.delete_session).
+        ALTER TABLE sessions ADD COLUMN forgetting INTEGER NOT NULL DEFAULT 0;
+        DROP TRIGGER nodes_no_delete;
+        DROP TRIGGER relations_no_delete;
+        CREATE TRIGGER nodes_no_delete BEFORE DELETE ON nodes
+            WHEN (SELECT forgetting FROM sessions WHERE id = OLD.session_id) IS NOT 1
+            BEGIN SELECT RAISE(ABORT, 'historical nodes are immutable'); END;
+        CREATE TRIGGER relations_no_delete BEFORE DELETE ON relations
+            WHEN (SELECT forgetting FROM sessions WHERE id = OLD.session_id) IS NOT 1
+            BEGIN SELECT RAISE(ABORT, 'historical relations are immutable'); END;
+        CREATE TRIGGER requests_no_delete BEFORE DELETE ON requests
+            WHEN (SELECT forgetting FROM sessions WHERE id = OLD.session_id) IS NOT 1
+            BEGIN SELECT RAISE(ABORT, 'finished requests are immutable'); END;
+        """,
+    ),
 ]
 
 

@@ -109,9 +109,39 @@ class Repository:
         row = conn.execute("SELECT id FROM sessions WHERE name = ?", (session,)).fetchone()
         return int(row[0]) if row else None
 
-    def sessions(self) -> list[str]:
+    def sessions(self, prefix: str = "") -> list[str]:
+        """Session names in creation order; with ``prefix``, only those that start with it."""
         with self._read() as conn:
-            return [r[0] for r in conn.execute("SELECT name FROM sessions ORDER BY id")]
+            rows = conn.execute(
+                "SELECT name FROM sessions WHERE substr(name, 1, ?) = ? ORDER BY id", (len(prefix), prefix)
+            )
+            return [r[0] for r in rows]
+
+    def delete_session(self, session: str) -> bool:
+        """Forget a whole session: its requests, nodes and relations, in one transaction.
+
+        The only deletion there is; returns False when the session does not exist.
+        """
+        with self._lock:
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    sid = self._session_id(conn, session)
+                    if sid is None:
+                        conn.execute("ROLLBACK")
+                        return False
+                    conn.execute("UPDATE sessions SET forgetting = 1 WHERE id = ?", (sid,))
+                    for table in ("relations", "nodes", "requests", "sessions"):
+                        column = "id" if table == "sessions" else "session_id"
+                        conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (sid,))
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise StorageError(f"database {self.path}: cannot delete session {session!r}: {exc}") from exc
+        return True
 
     def has_session(self, session: str) -> bool:
         with self._read() as conn:

@@ -55,6 +55,7 @@ def test_persist_refuses_an_out_of_order_request(repo: Repository) -> None:
     "UPDATE relations SET rel = 'supports'",
     "DELETE FROM relations",
     "UPDATE requests SET query = 'changed'",
+    "DELETE FROM requests",
 ])
 def test_the_database_itself_refuses_to_change_history(repo: Repository, db_path: Path, sql: str) -> None:
     repo.persist_request("s", 1, "q", "r", [state("a"), state("b", refs=(Ref(rel=Relation.DERIVES, state_id="a"),))], {})
@@ -63,6 +64,26 @@ def test_the_database_itself_refuses_to_change_history(repo: Repository, db_path
         conn.execute(sql)
     conn.close()
     assert [n.summary for n in repo.nodes("s")] == ["a", "b"]
+
+
+def test_delete_session_forgets_exactly_that_session(repo: Repository) -> None:
+    for name in ("s", "t"):
+        repo.persist_request(name, 1, "q", "r", [state("a"), state("b", refs=(Ref(rel=Relation.DERIVES, state_id="a"),))], {})
+    repo.persist_request("s", 2, "q2", "r2", [state("c", request=2)], {})
+    assert repo.delete_session("s") is True
+    assert not repo.has_session("s") and repo.nodes("s") == [] and repo.requests("s") == []
+    assert [n.id for n in repo.nodes("t")] == ["a", "b"] and repo.incoming("t", "a") == [("b", "derives")]
+    assert repo.delete_session("s") is False
+    repo.persist_request("s", 1, "fresh", "r", [state("a")], {})  # the name can start over
+    assert [r.query for r in repo.requests("s")] == ["fresh"]
+
+
+def test_sessions_by_prefix(repo: Repository) -> None:
+    for name in ("k1:a", "k2:a", "k1:b", "k1%"):
+        repo.persist_request(name, 1, "q", "r", [], {})
+    assert repo.sessions("k1:") == ["k1:a", "k1:b"]
+    assert repo.sessions("k1%") == ["k1%"]  # a prefix, not a LIKE pattern
+    assert len(repo.sessions()) == 4
 
 
 def test_open_errors_are_clear(tmp_path: Path) -> None:
