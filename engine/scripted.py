@@ -1,6 +1,9 @@
 """The scripted engine: replays recorded raw model outputs, for fast deterministic tests of the loop.
 
 A script is a JSON Lines file, one object per model call, with the raw output under ``"text"``.
+A line may carry ``"when"``: then it serves the first call whose prompt contains that text, so a
+script stays deterministic when many sessions call the engine concurrently (each call takes the
+first unused line that matches; lines without ``"when"`` match any prompt).
 Token counts use a simple word/punctuation split, and ``cached_tokens`` is what a perfect prefix
 cache would serve: the longest common token prefix with the previous call's prompt.
 """
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,9 +49,10 @@ class ScriptedEngine:
     name = "scripted"
     supports_grammar = False  # replays recorded text; validation still runs on every step
 
-    def __init__(self, outputs: Iterable[str]) -> None:
-        self._outputs = list(outputs)
-        self._next = 0
+    def __init__(self, outputs: Iterable[str | tuple[str, str | None]]) -> None:
+        self._outputs = [(o, None) if isinstance(o, str) else o for o in outputs]
+        self._used = [False] * len(self._outputs)
+        self._lock = threading.Lock()
         self._last_prompt: list[str] = []
         self.prompts: list[list[Message]] = []
 
@@ -59,7 +64,7 @@ class ScriptedEngine:
             lines = p.read_text(encoding="utf-8").splitlines()
         except OSError as exc:
             raise EngineConfigError(f"cannot read script {p}: {exc.strerror or exc}") from exc
-        outputs: list[str] = []
+        outputs: list[tuple[str, str | None]] = []
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
@@ -69,7 +74,10 @@ class ScriptedEngine:
                 raise EngineConfigError(f"script {p} line {number}: not JSON ({exc.msg})") from exc
             if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
                 raise EngineConfigError(f'script {p} line {number}: expected an object with a string "text"')
-            outputs.append(obj["text"])
+            when = obj.get("when")
+            if when is not None and not isinstance(when, str):
+                raise EngineConfigError(f'script {p} line {number}: "when" must be a string')
+            outputs.append((obj["text"], when))
         if not outputs:
             raise EngineConfigError(f"script {p} holds no outputs")
         return cls(outputs)
@@ -84,7 +92,7 @@ class ScriptedEngine:
 
     @property
     def remaining(self) -> int:
-        return len(self._outputs) - self._next
+        return self._used.count(False)
 
     def generate(
         self,
@@ -93,14 +101,23 @@ class ScriptedEngine:
         grammar: str | None = None,
         max_tokens: int | None = None,
     ) -> Generation:
-        if self._next >= len(self._outputs):
-            raise EngineError(f"scripted engine exhausted after {len(self._outputs)} outputs")
-        text = self._outputs[self._next]
-        self._next += 1
-        self.prompts.append(list(messages))
-        prompt = tokenize(flatten(messages))
-        cached = common_prefix(prompt, self._last_prompt)
-        self._last_prompt = prompt
+        rendered = flatten(messages)
+        with self._lock:
+            line = next(
+                (i for i, (_, when) in enumerate(self._outputs)
+                 if not self._used[i] and (when is None or when in rendered)),
+                None,
+            )
+            if line is None:
+                if all(self._used):
+                    raise EngineError(f"scripted engine exhausted after {len(self._outputs)} outputs")
+                raise EngineError(f"scripted engine: none of its {self.remaining} unused outputs matches this prompt")
+            self._used[line] = True
+            text = self._outputs[line][0]
+            self.prompts.append(list(messages))
+            prompt = tokenize(rendered)
+            cached = common_prefix(prompt, self._last_prompt)
+            self._last_prompt = prompt
         usage = Usage(prompt_tokens=len(prompt), cached_tokens=cached, completion_tokens=len(tokenize(text)))
         return Generation(text=text, usage=usage)
 

@@ -57,7 +57,7 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--top-p", default=None, type=float, help="Nucleus sampling [default: 1.0]."),
         click.option("--max-tokens", default=None, type=click.IntRange(min=1), help="Completion tokens per model call [default: 1024]."),
         click.option("--base-url", default=None, help="openai: server URL, e.g. http://127.0.0.1:8000/v1."),
-        click.option("--api-key", default=None, envvar="FLOWSTATE_ENGINE_API_KEY", help="openai: API key [default: $FLOWSTATE_ENGINE_API_KEY or none]."),
+        click.option("--engine-api-key", "api_key", default=None, envvar="FLOWSTATE_ENGINE_API_KEY", help="openai: API key [default: $FLOWSTATE_ENGINE_API_KEY or none]."),
         click.option("--grammar", "grammar_mode", default=GrammarMode.STEP.value, show_default=True,
                      type=click.Choice([m.value for m in GrammarMode]), help="Constrained decoding: per-step id-aware, static protocol, or none."),
     ]
