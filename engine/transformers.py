@@ -9,6 +9,7 @@ reports how many prompt tokens that saved.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -123,6 +124,7 @@ class TransformersEngine:
         self.prefix_cache = prefix_cache
         self._cache: Any = None
         self._cache_ids: list[int] = []
+        self._lock = threading.Lock()  # one model, one KV cache: calls from many threads take turns
 
     @classmethod
     def from_options(cls, **options: Any) -> TransformersEngine:
@@ -195,6 +197,10 @@ class TransformersEngine:
         grammar: str | None = None,
         max_tokens: int | None = None,
     ) -> Generation:
+        with self._lock:
+            return self._generate(messages, grammar, max_tokens)
+
+    def _generate(self, messages: Sequence[Message], grammar: str | None, max_tokens: int | None) -> Generation:
         prompt = self.render(messages)
         prompt_ids: list[int] = self.tokenizer.encode(prompt, add_special_tokens=False)
         generator = self._generator(grammar)
