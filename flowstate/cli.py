@@ -203,6 +203,38 @@ def demo(db: Path | None, session: str, as_json: bool, max_steps: int, grammar_m
             click.echo("\n" + render_graph(dump))
 
 
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; without API keys keep it loopback.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None, help="SQLite database [default: as for run].")
+@engine_options
+@click.option("--api-key", "api_keys", multiple=True, help="A client key (repeatable) [default: $FLOWSTATE_API_KEYS, comma-separated; none].")
+@click.option("--tools", "tools_ref", default=None, help="Server-side tools as module:attribute, besides each request's client tools.")
+@click.option("--model-id", default="flowstate", show_default=True, help="The model name clients send and /v1/models lists.")
+@click.option("--max-steps", default=LoopConfig.max_steps, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-protocol-errors", default=LoopConfig.max_protocol_errors, show_default=True, type=click.IntRange(min=1))
+@click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+def serve(
+    host: str, port: int, db: Path | None, api_keys: tuple[str, ...], tools_ref: str | None, model_id: str,
+    max_steps: int, max_protocol_errors: int, log_level: str, grammar_mode: str, **engine_opts: Any,
+) -> None:
+    """Serve an OpenAI-compatible Chat Completions endpoint whose model remembers (FastAPI on uvicorn)."""
+    from serving.app import ServerConfig  # serving sits above flowstate; imported only for this command
+    from serving.server import serve as run_server
+
+    with _errors():
+        keys = list(api_keys) or [k.strip() for k in os.environ.get("FLOWSTATE_API_KEYS", "").split(",") if k.strip()]
+        tools = load_tools(tools_ref) if tools_ref else ToolSet()
+        repo = Repository.open(db or default_db())
+        config = LoopConfig(max_steps=max_steps, max_protocol_errors=max_protocol_errors, grammar=GrammarMode(grammar_mode))
+        server = ServerConfig(engine=engines.load(**engine_opts), repo=repo, keys=keys, tools=tools, loop=config,
+                              model_id=model_id)
+        try:
+            run_server(server, host=host, port=port, log_level=log_level)
+        finally:
+            repo.close()
+
+
 @main.group()
 def model() -> None:
     """Manage the embedded model."""

@@ -1,1 +1,1 @@
-"""OpenAI-compatible agent endpoint (FastAPI) over FlowState sessions."""
+"""The OpenAI-compatible agent endpoint: FastAPI app, sessions, tool round trips, streaming, keys."""

@@ -1,0 +1,48 @@
+"""Prometheus metrics of one server: turns, model calls, tokens, steps, rejected operations, latency."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from serving.turns import TurnResult
+
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+class Metrics:
+    """One registry per app, so several servers in one process never share counts."""
+
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.turns = Counter("flowstate_turns", "Chat completion calls by outcome", ["outcome"], registry=r)
+        self.requests = Counter("flowstate_requests_finished", "Agent requests answered and persisted", registry=r)
+        self.model_calls = Counter("flowstate_model_calls", "Model calls (agent steps)", registry=r)
+        self.prompt_tokens = Counter("flowstate_prompt_tokens", "Prompt tokens over all model calls", registry=r)
+        self.cached_tokens = Counter("flowstate_cached_tokens", "Prompt tokens served from the prefix cache", registry=r)
+        self.completion_tokens = Counter("flowstate_completion_tokens", "Completion tokens", registry=r)
+        self.rejected = Counter("flowstate_rejected_operations", "State operations and accesses rejected", registry=r)
+        self.protocol_errors = Counter("flowstate_protocol_errors", "Model outputs that broke the protocol", registry=r)
+        self.turn_latency = Histogram("flowstate_turn_latency_seconds", "Wall time of one chat completion call",
+                                      buckets=LATENCY_BUCKETS, registry=r)
+        self.call_latency = Histogram("flowstate_model_call_latency_seconds", "Wall time of one model call",
+                                      buckets=LATENCY_BUCKETS, registry=r)
+
+    def observe(self, result: TurnResult, seconds: float) -> None:
+        self.turns.labels(result.finish_reason).inc()
+        self.turn_latency.observe(seconds)
+        if result.finished:
+            self.requests.inc()
+        self.model_calls.inc(len(result.steps))
+        self.prompt_tokens.inc(result.usage.prompt_tokens)
+        self.cached_tokens.inc(result.usage.cached_tokens)
+        self.completion_tokens.inc(result.usage.completion_tokens)
+        for step in result.steps:
+            self.rejected.inc(len(step.rejected) + len(step.refused))
+            self.protocol_errors.inc(step.protocol_error is not None)
+            self.call_latency.observe(step.usage.ttft_s + step.usage.decode_s)
+
+    def failed(self, outcome: str) -> None:
+        self.turns.labels(outcome).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

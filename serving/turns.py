@@ -1,0 +1,187 @@
+"""One HTTP turn: start or resume a request and run it until the client must act or it answers.
+
+Steps that only update or access state, and calls of the server's own tools, run here and never
+reach the client. Everything in this module is synchronous; the app runs it in a worker thread
+while it holds the session's lock.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.base import Engine, Usage
+from flowstate.constrain import GrammarMode, Grammars
+from flowstate.errors import RequestFailed
+from flowstate.loop import LoopConfig, RequestRun
+from flowstate.nodes import canonical_json
+from flowstate.records import StepRecord, ToolCallRecord
+from flowstate.repository import Repository
+from flowstate.serializer import system_prompt
+from flowstate.tools import ToolSet
+from serving.errors import APIError, bad_request, conflict
+from serving.sessions import Live, PendingCalls
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """What one HTTP call answers: an assistant message (tool calls or the final answer) and its cost."""
+
+    message: dict[str, Any]  # OpenAI's assistant message
+    finish_reason: str  # "tool_calls" or "stop"
+    usage: Usage  # summed over the model calls of this turn
+    steps: tuple[StepRecord, ...]  # the model calls of this turn
+    request: int
+    finished: bool  # the request answered and was persisted
+
+
+class Turns:
+    """Runs turns for every session of one server: one engine, one repository, the server's tools."""
+
+    def __init__(self, engine: Engine, repo: Repository, server_tools: ToolSet, config: LoopConfig) -> None:
+        self.engine, self.repo, self.server_tools, self.config = engine, repo, server_tools, config
+        self._grammars: OrderedDict[str, Grammars] = OrderedDict()
+
+    def start(self, live: Live, users: Sequence[Mapping[str, Any]], policy: str,
+              client_tools: Sequence[dict[str, Any]]) -> TurnResult:
+        """A new request q_k from the new user message(s)."""
+        clash = {t["name"] for t in client_tools} & set(self.server_tools)
+        if clash:
+            raise bad_request(f"tools {sorted(clash)} are already server-side tools of this endpoint", "tools")
+        query = "\n\n".join(str(m["content"]) for m in users)
+        if not query.strip():
+            raise bad_request("the user message is empty", "messages")
+        specs = [*self.server_tools.specs(), *client_tools]
+        live.run = RequestRun(
+            engine=self.engine, repo=self.repo, session=live.name, query=query,
+            system=system_prompt(specs, policy), tool_specs=specs, config=self.config,
+            grammars=self._grammars_for(specs),
+        )
+        live.client_tools = frozenset(t["name"] for t in client_tools)
+        live.transcript.extend(dict(m) for m in users)
+        return self._drive(live)
+
+    def resume(self, live: Live, results: Sequence[Mapping[str, Any]]) -> TurnResult:
+        """The client's tool messages answer the pending calls; the request goes on."""
+        run, calls = live.run, live.calls
+        assert run is not None and calls is not None
+        answered: dict[int, ToolCallRecord] = dict(calls.done)
+        for m in results:
+            position = calls.client.get(m["tool_call_id"])
+            if position is None:
+                raise bad_request(
+                    f"tool message {m['tool_call_id']!r} answers no pending call; pending: {', '.join(calls.client)}",
+                    "messages", "unknown_tool_call_id")
+            if position in answered:
+                raise bad_request(f"tool call {m['tool_call_id']!r} is answered twice", "messages")
+            call = run.pending[position]
+            answered[position] = ToolCallRecord(
+                call.name, dict(call.arguments), run.observation_id(position + 1), _observation(m["content"]))
+        missing = [i for i, p in calls.client.items() if p not in answered]
+        if missing:
+            raise bad_request(f"no tool message answers pending call(s) {', '.join(missing)}", "messages",
+                              "missing_tool_results")
+        run.observe([answered[i] for i in range(len(run.pending))])
+        live.calls = None
+        live.transcript.extend(dict(m) for m in results)
+        return self._drive(live)
+
+    def _drive(self, live: Live) -> TurnResult:
+        run = live.run
+        assert run is not None
+        first = len(run.steps)
+        try:
+            while True:
+                run.step(extra={"transcript": live.transcript[live.finished:]})
+                if run.record is not None:
+                    response = run.record.response
+                    live.transcript.append({"role": "assistant", "content": response})
+                    live.finished, live.run = len(live.transcript), None
+                    return self._result(run, first, {"role": "assistant", "content": response}, "stop")
+                if run.pending:
+                    message = self._act(live, run)
+                    if message is not None:
+                        return self._result(run, first, message, "tool_calls")
+        except RequestFailed as exc:
+            live.abandon()
+            raise APIError(502, f"{exc}; nothing of this request was stored, resend its user message to retry",
+                           type="model_error", code="request_failed") from exc
+
+    def _act(self, live: Live, run: RequestRun) -> dict[str, Any] | None:
+        """Run server-side calls; return the assistant message for the client's calls, if any."""
+        client: dict[str, int] = {}
+        done: dict[int, ToolCallRecord] = {}
+        for i, call in enumerate(run.pending):
+            if call.name in live.client_tools:
+                client[f"call_{run.observation_id(i + 1)}"] = i
+                continue
+            if call.name in self.server_tools:
+                result, error = self.server_tools.call(call.name, call.arguments)
+            else:
+                known = sorted({*self.server_tools, *live.client_tools})
+                result, error = None, f"unknown tool {call.name!r}; available: {', '.join(known) or 'none'}"
+            done[i] = ToolCallRecord(call.name, dict(call.arguments), run.observation_id(i + 1), result, error)
+        if not client:
+            run.observe([done[i] for i in range(len(run.pending))])
+            return None
+        live.calls = PendingCalls(client, done)
+        tool_calls: list[dict[str, Any]] = [
+            {"id": cid, "type": "function",
+             "function": {"name": run.pending[i].name, "arguments": canonical_json(dict(run.pending[i].arguments))}}
+            for cid, i in client.items()
+        ]
+        live.transcript.append({
+            "role": "assistant", "content": None,
+            "tool_calls": [{"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                           for c in tool_calls],
+        })
+        return {"role": "assistant", "content": None, "tool_calls": tool_calls}
+
+    @staticmethod
+    def _result(run: RequestRun, first: int, message: dict[str, Any], finish: str) -> TurnResult:
+        steps = tuple(run.steps[first:])
+        usage = sum((s.usage for s in steps), Usage())
+        return TurnResult(message, finish, usage, steps, run.index_k, finish == "stop")
+
+    def _grammars_for(self, specs: Sequence[Mapping[str, Any]]) -> Grammars | None:
+        if not self.engine.supports_grammar or self.config.grammar is GrammarMode.NONE:
+            return None
+        key = canonical_json(list(specs))
+        grammars = self._grammars.pop(key, None) or Grammars(specs, self.config.grammar)
+        self._grammars[key] = grammars
+        while len(self._grammars) > 16:
+            self._grammars.popitem(last=False)
+        return grammars
+
+
+def _observation(content: Any) -> Any:
+    """A tool message's content as the observation: JSON when it is JSON, the text otherwise."""
+    if isinstance(content, str):
+        try:
+            return json.loads(content)
+        except json.JSONDecodeError:
+            return content
+    return content
+
+
+def check_pending(live: Live, new: Sequence[Mapping[str, Any]]) -> tuple[str, list[Mapping[str, Any]]]:
+    """Whether ``new`` starts a request ("start") or answers pending calls ("resume"); 4xx otherwise."""
+    if not new:
+        raise bad_request("the conversation holds no new message to answer", "messages", "nothing_new")
+    roles = {m["role"] for m in new}
+    if live.calls is not None:
+        if roles != {"tool"}:
+            raise conflict(
+                f"tool calls {', '.join(live.calls.client)} are pending: answer them with tool messages before "
+                "a new user message", "tool_calls_pending")
+        return "resume", list(new)
+    if "tool" in roles:
+        tool_id = next(m["tool_call_id"] for m in new if m["role"] == "tool")
+        raise bad_request(f"tool message {tool_id!r} answers no pending call", "messages", "unknown_tool_call_id")
+    if roles != {"user"}:
+        raise bad_request("new messages must be user messages; assistant messages are the replies this server gave",
+                          "messages", "unexpected_assistant_message")
+    return "start", list(new)

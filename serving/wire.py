@@ -1,0 +1,105 @@
+"""Wire models of the Chat Completions ingress (lenient: extra fields are accepted, as OpenAI's are)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from flowstate.nodes import canonical_json
+from serving.errors import bad_request
+
+TOOL_NAME = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
+
+
+class _Ingress(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class FunctionSpec(_Ingress):
+    name: str = Field(pattern=TOOL_NAME)
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class ToolSpec(_Ingress):
+    type: Literal["function"]
+    function: FunctionSpec
+
+    def spec(self) -> dict[str, Any]:
+        """The tool as the agent's system prompt and grammar take it."""
+        return {"name": self.function.name, "description": self.function.description,
+                "parameters": self.function.parameters}
+
+
+class FunctionCall(_Ingress):
+    name: str
+    arguments: str
+
+
+class ToolCallIn(_Ingress):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(_Ingress):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
+
+    def text(self, where: str) -> str:
+        """The message's text; content parts must all be text."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        parts = []
+        for part in self.content:
+            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise bad_request(f"{where}: only text content parts are supported, got {part.get('type')!r}", where)
+            parts.append(part["text"])
+        return "".join(parts)
+
+
+class StreamOptions(_Ingress):
+    include_usage: bool = False
+
+
+class ChatRequest(_Ingress):
+    model: str
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[ToolSpec] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    n: int | None = None
+
+
+def canonical_message(message: ChatMessage, where: str) -> dict[str, Any]:
+    """A message reduced to what identifies it in a conversation, for recognising resent history."""
+    if message.role == "user":
+        return {"role": "user", "content": message.text(where)}
+    if message.role == "tool":
+        if not message.tool_call_id:
+            raise bad_request(f"{where}: a tool message needs tool_call_id", where)
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text(where)}
+    if message.role == "assistant":
+        out: dict[str, Any] = {"role": "assistant", "content": message.text(where) or None}
+        if message.tool_calls:
+            out["tool_calls"] = [
+                {"id": c.id, "name": c.function.name, "arguments": _canonical_arguments(c.function.arguments)}
+                for c in message.tool_calls
+            ]
+        return out
+    raise bad_request(f"{where}: role {message.role!r} is not part of the conversation", where)
+
+
+def _canonical_arguments(arguments: str) -> str:
+    try:
+        return canonical_json(json.loads(arguments))
+    except json.JSONDecodeError:
+        return arguments
