@@ -1,0 +1,138 @@
+"""Keys and isolation, malformed requests, failures, inspection, models, health and metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.helpers import add, output
+from tests.serving.conftest import Server, lines
+from tests.serving.test_chat import PRICE_TOOL, client, round_trip_script
+
+
+def test_two_keys_same_session_name_never_leak(server: Server) -> None:
+    script = lines("[k1]", [output(delta=[add("secret_k1", code=1234)], content="noted")])
+    script += lines("[k2]", [output(focus=["secret_k1"]), output(content="nothing to see")])
+    url = server.start(script, "--api-key", "key-one", "--api-key", "key-two")
+    one, two = client(url, "key-one"), client(url, "key-two")
+    one.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[k1] remember 1234"}], user="shared")
+    r = two.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[k2] what is the code?"}], user="shared")
+
+    ext = r.model_extra["flowstate"]
+    assert ext["request"] == 1  # key two's "shared" is a new session
+    assert ext["disclosed"] == [] and [x["target_id"] for x in ext["rejected"]] == ["secret_k1"]
+    assert [s["id"] for s in two.get("/sessions", cast_to=object)["data"]] == ["shared"]
+    assert [n["id"] for n in two.get("/sessions/shared", cast_to=object)["nodes"]] == []
+    assert "secret_k1" not in httpx.get(url + "/sessions/shared/graph", headers={"Authorization": "Bearer key-two"}).text
+    two.delete("/sessions/shared", cast_to=object)
+    with pytest.raises(openai.NotFoundError):
+        two.get("/sessions/shared", cast_to=object)
+    assert [n["id"] for n in one.get("/sessions/shared", cast_to=object)["nodes"]] == ["secret_k1"]  # untouched
+
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "key-one"}):
+        for method, path in (("POST", "/chat/completions"), ("GET", "/sessions"), ("GET", "/sessions/shared"),
+                             ("GET", "/sessions/shared/graph"), ("DELETE", "/sessions/shared"), ("GET", "/models")):
+            resp = httpx.request(method, url + path, headers=headers, json={})
+            assert resp.status_code == 401, (method, path, headers)
+            assert resp.json()["error"]["type"] == "authentication_error"
+    assert httpx.get(url.removesuffix("/v1") + "/health").status_code == 200
+    with pytest.raises(openai.AuthenticationError):
+        client(url, "wrong").chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "hi"}])
+
+
+BAD: list[tuple[str, Any, int, str]] = [
+    ("not json", b"{oops", 400, "not valid JSON"),
+    ("not an object", b"[1, 2]", 400, "must be a JSON object"),
+    ("no messages", {"model": "flowstate"}, 400, "messages"),
+    ("empty messages", {"model": "flowstate", "messages": []}, 400, "messages"),
+    ("unknown role", {"model": "flowstate", "messages": [{"role": "robot", "content": "x"}]}, 400, "role"),
+    ("unknown model", {"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}, 404, "does not exist"),
+    ("n = 2", {"model": "flowstate", "n": 2, "messages": [{"role": "user", "content": "x"}]}, 400, "n > 1"),
+    ("tool_choice required", {"model": "flowstate", "tool_choice": "required", "messages": [{"role": "user", "content": "x"}]}, 400, "tool_choice"),
+    ("image part", {"model": "flowstate", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400, "only text"),
+    ("bad tool name", {"model": "flowstate", "tools": [{"type": "function", "function": {"name": "no spaces"}}], "messages": [{"role": "user", "content": "x"}]}, 400, "tools"),
+    ("session name too long", {"model": "flowstate", "user": "x" * 201, "messages": [{"role": "user", "content": "x"}]}, 400, "session names"),
+    ("blank user message", {"model": "flowstate", "user": "fresh", "messages": [{"role": "user", "content": " "}]}, 400, "empty"),
+    ("tool answering no pending call", {"model": "flowstate", "user": "victim", "messages": [{"role": "tool", "tool_call_id": "call_x", "content": "1"}]}, 400, "answers no pending call"),
+    ("assistant message as new input", {"model": "flowstate", "user": "victim", "messages": [{"role": "assistant", "content": "I said so"}]}, 400, "assistant messages"),
+    ("history contradicting the session", {"model": "flowstate", "user": "victim", "messages": [
+        {"role": "user", "content": "[v] What does hotel A cost?"}, {"role": "assistant", "content": "Something else"},
+        {"role": "user", "content": "next"}]}, 409, "contradicts"),
+    ("nothing new", {"model": "flowstate", "user": "victim", "messages": [
+        {"role": "user", "content": "[v] What does hotel A cost?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_obs_r1_s1_1", "type": "function", "function": {"name": "get_price", "arguments": '{"hotel": "A"}'}}]},
+        {"role": "tool", "tool_call_id": "call_obs_r1_s1_1", "content": '{"price": 120}'},
+        {"role": "assistant", "content": "Hotel A costs 120 per night."}]}, 400, "no new message"),
+]
+
+
+def test_malformed_requests_get_openai_shaped_4xx_and_lose_nothing(server: Server) -> None:
+    url = server.start(round_trip_script("[v]"))
+    api = client(url)
+    history: list[Any] = [{"role": "user", "content": "[v] What does hotel A cost?"}]
+    r = api.chat.completions.create(model="flowstate", messages=history, tools=[PRICE_TOOL], user="victim")
+    call_id = r.choices[0].message.tool_calls[0].id
+    pending_user = {"model": "flowstate", "user": "victim", "messages": [{"role": "user", "content": "something else"}]}
+    wrong_id = {"model": "flowstate", "user": "victim", "messages": [{"role": "tool", "tool_call_id": "call_nope", "content": "1"}]}
+    for body, status, text in ((pending_user, 409, "pending"), (wrong_id, 400, "answers no pending call")):
+        resp = httpx.post(url + "/chat/completions", json=body)
+        assert resp.status_code == status and text in resp.json()["error"]["message"]
+    r = api.chat.completions.create(model="flowstate", user="victim", tools=[PRICE_TOOL],
+                                    messages=[{"role": "tool", "tool_call_id": call_id, "content": '{"price": 120}'}])
+    assert r.choices[0].message.content == "Hotel A costs 120 per night."
+    before = api.get("/sessions/victim", cast_to=object)
+
+    for name, body, status, text in BAD:
+        kwargs: dict[str, Any] = {"content": body} if isinstance(body, bytes) else {"json": body}
+        resp = httpx.post(url + "/chat/completions", headers={"content-type": "application/json"}, **kwargs)
+        assert resp.status_code == status, (name, resp.text)
+        error = resp.json()["error"]
+        assert text in error["message"] or text == error.get("param"), (name, error)
+        assert set(error) == {"message", "type", "param", "code"}
+    for method, path in (("GET", "/sessions/nobody"), ("GET", "/sessions/nobody/graph"), ("DELETE", "/sessions/nobody")):
+        resp = httpx.request(method, url + path)
+        assert resp.status_code == 404 and resp.json()["error"]["code"] == "session_not_found"
+    assert api.get("/sessions/victim", cast_to=object) == before
+    assert [s["id"] for s in api.get("/sessions", cast_to=object)["data"]] == ["victim"]
+
+
+def test_a_model_that_breaks_the_protocol_is_a_502_and_stores_nothing(server: Server) -> None:
+    script = lines("[bad]", ["garbage", "<state_focus>[", "still not it"]) + lines("[bad]", [output(content="fine now")])
+    api = client(server.start(script, "--max-protocol-errors", "3"))
+    messages: Any = [{"role": "user", "content": "[bad] hello"}]
+    with pytest.raises(openai.APIStatusError) as info:
+        api.chat.completions.create(model="flowstate", messages=messages, user="flaky")
+    assert info.value.status_code == 502 and "nothing of this request was stored" in info.value.message
+    with pytest.raises(openai.NotFoundError):
+        api.get("/sessions/flaky", cast_to=object)
+    r = api.chat.completions.create(model="flowstate", messages=messages, user="flaky")  # the retry succeeds
+    assert r.choices[0].message.content == "fine now" and r.model_extra["flowstate"]["request"] == 1
+
+
+def test_models_health_metrics_graph_and_fingerprint_sessions(server: Server) -> None:
+    script = lines("[m]", [output(delta=[add("pref_quiet", "preference", room="quiet")], content="noted")])
+    url = server.start(script)
+    api = client(url)
+    assert [m.id for m in api.models.list()] == ["flowstate"]
+    messages: Any = [{"role": "system", "content": "policy"}, {"role": "user", "content": "[m] I like quiet rooms"}]
+    r = api.chat.completions.create(model="flowstate", messages=messages)  # no session named
+    session = r.model_extra["flowstate"]["session"]
+    assert session.startswith("fp-") and r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+    page = httpx.get(f"{url}/sessions/{session}/graph")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert 'data-id="pref_quiet" data-type="preference"' in page.text and "<svg" in page.text
+
+    metrics = httpx.get(url.removesuffix("/v1") + "/metrics").text
+    values = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines() if line and not line.startswith("#")}
+    assert values['flowstate_turns_total{outcome="stop"}'] == 1
+    assert values["flowstate_model_calls_total"] == 1
+    assert values["flowstate_prompt_tokens_total"] == r.usage.prompt_tokens
+    assert values["flowstate_turn_latency_seconds_count"] == 1
+
+    api.delete(f"/sessions/{session}", cast_to=object)
+    assert api.get("/sessions", cast_to=object)["data"] == []
