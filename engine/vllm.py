@@ -8,8 +8,10 @@ processes with spawn: call it from a script guarded by ``if __name__ == "__main_
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,69 @@ from engine.chat import apply_template, check_options
 from engine.errors import EngineConfigError, EngineError
 
 CPU_KV_CACHE_BYTES = 1 << 30  # on CPU, vLLM otherwise reserves most of the machine's memory
+
+
+@dataclass
+class _Call:
+    prompt: str
+    params: Any
+    output: Any = None
+    error: BaseException | None = None
+    done: bool = False
+
+
+class _Batcher:
+    """Calls from many threads (concurrent sessions, eval tasks) go to vLLM together.
+
+    ``vllm.LLM`` is not thread-safe, so one thread at a time drives it; but whoever drives takes
+    every call queued meanwhile into one ``generate`` batch, which vLLM schedules with continuous
+    batching. A failing batch is rerun call by call, so one bad request fails only itself.
+    """
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+        self._cv = threading.Condition()
+        self._queue: list[_Call] = []
+        self._busy = False
+        self.batch_sizes: list[int] = []  # observability: how many calls each generate() carried
+
+    def run(self, prompt: str, params: Any) -> Any:
+        call = _Call(prompt, params)
+        batch: list[_Call] = []
+        with self._cv:
+            self._queue.append(call)
+            while not call.done and self._busy:
+                self._cv.wait()
+            if not call.done:  # vLLM is free: this thread drives everything queued so far
+                batch, self._queue, self._busy = self._queue, [], True
+        if batch:
+            self._drive(batch)
+        if call.error is not None:
+            raise call.error
+        return call.output
+
+    def _drive(self, batch: list[_Call]) -> None:
+        try:
+            try:
+                outputs = self.llm.generate([c.prompt for c in batch], [c.params for c in batch], use_tqdm=False)
+                for c, out in zip(batch, outputs, strict=True):
+                    c.output = out
+            except Exception as exc:
+                if len(batch) == 1:
+                    batch[0].error = exc
+                else:
+                    for c in batch:
+                        try:
+                            c.output = self.llm.generate([c.prompt], c.params, use_tqdm=False)[0]
+                        except Exception as single:
+                            c.error = single
+        finally:
+            with self._cv:
+                for c in batch:
+                    c.done = True
+                self.batch_sizes.append(len(batch))
+                self._busy = False
+                self._cv.notify_all()
 
 
 class VLLMEngine:
@@ -73,6 +138,7 @@ class VLLMEngine:
             raise EngineConfigError(f"vLLM could not start with model {model}: {type(exc).__name__}: {exc}") from exc
         self.tokenizer = self.llm.get_tokenizer()
         self.model_name = model
+        self._batcher = _Batcher(self.llm)
         self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
 
     @classmethod
@@ -111,7 +177,7 @@ class VLLMEngine:
         params = self.sampling_params(grammar, max_tokens)
         started = time.perf_counter()
         try:
-            out = self.llm.generate([prompt], params, use_tqdm=False)[0]
+            out = self._batcher.run(prompt, params)
         except ValueError as exc:  # vLLM validates the grammar when the request is added
             raise EngineConfigError(f"vLLM refused the request (grammar?): {exc}") from exc
         except Exception as exc:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,6 +66,13 @@ def test_vllm_in_process(model_dir: Path) -> None:
     engine = VLLMEngine(model=str(model_dir), max_tokens=512)
     try:
         check_two_calls(engine)
+        # calls from concurrent threads (sessions of a server, tasks of an eval) share vLLM batches
+        first, second, grammar = prompts()
+        with ThreadPoolExecutor(4) as pool:
+            gens = list(pool.map(lambda p: engine.generate(p, grammar=grammar), [first, second, first, second]))
+        for gen in gens:
+            parse_output(gen.text)
+        assert max(engine._batcher.batch_sizes[2:]) > 1, engine._batcher.batch_sizes
     finally:
         engine.close()
 
