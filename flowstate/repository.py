@@ -100,6 +100,22 @@ class Repository:
             except sqlite3.Error as exc:
                 raise StorageError(f"database {self.path}: {exc}") from exc
 
+    @contextmanager
+    def _write(self, what: str) -> Iterator[sqlite3.Connection]:
+        """One write transaction: committed when the block ends, rolled back if it raises."""
+        with self._lock:
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise StorageError(f"database {self.path}: {what}: {exc}") from exc
+
     def view(self, session: str) -> SessionView:
         return SessionView(self, session)
 
@@ -122,25 +138,14 @@ class Repository:
 
         The only deletion there is; returns False when the session does not exist.
         """
-        with self._lock:
-            conn = self._conn
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    sid = self._session_id(conn, session)
-                    if sid is None:
-                        conn.execute("ROLLBACK")
-                        return False
-                    conn.execute("UPDATE sessions SET forgetting = 1 WHERE id = ?", (sid,))
-                    for table in ("relations", "nodes", "requests", "sessions"):
-                        column = "id" if table == "sessions" else "session_id"
-                        conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (sid,))
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-            except sqlite3.Error as exc:
-                raise StorageError(f"database {self.path}: cannot delete session {session!r}: {exc}") from exc
+        with self._write(f"cannot delete session {session!r}") as conn:
+            sid = self._session_id(conn, session)
+            if sid is None:
+                return False
+            conn.execute("UPDATE sessions SET forgetting = 1 WHERE id = ?", (sid,))
+            for table in ("relations", "nodes", "requests", "sessions"):
+                column = "id" if table == "sessions" else "session_id"
+                conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (sid,))
         return True
 
     def has_session(self, session: str) -> bool:
@@ -247,40 +252,31 @@ class Repository:
         One transaction. ``index`` must be the session's next request index; otherwise another
         writer finished a request of this session meanwhile and nothing is written.
         """
-        with self._lock:
-            conn = self._conn
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    sid = self._session_id(conn, session)
-                    if sid is None:
-                        sid = int(conn.execute("INSERT INTO sessions (name) VALUES (?)", (session,)).lastrowid or 0)
-                    done = int(conn.execute("SELECT COUNT(*) FROM requests WHERE session_id = ?", (sid,)).fetchone()[0])
-                    if done + 1 != index:
-                        raise StorageError(
-                            f"session {session!r}: request {index} conflicts with {done} finished requests"
-                            " (was the session used concurrently?)"
-                        )
+        with self._write(f"cannot persist request {index} of {session!r}") as conn:
+            sid = self._session_id(conn, session)
+            if sid is None:
+                sid = int(conn.execute("INSERT INTO sessions (name) VALUES (?)", (session,)).lastrowid or 0)
+            done = int(conn.execute("SELECT COUNT(*) FROM requests WHERE session_id = ?", (sid,)).fetchone()[0])
+            if done + 1 != index:
+                raise StorageError(
+                    f"session {session!r}: request {index} conflicts with {done} finished requests"
+                    " (was the session used concurrently?)"
+                )
+            conn.execute(
+                "INSERT INTO requests (session_id, idx, query, response, record) VALUES (?, ?, ?, ?, ?)",
+                (sid, index, query, response, canonical_json(record)),
+            )
+            for n in nodes:
+                conn.execute(
+                    "INSERT INTO nodes (session_id, node_id, kind, type, summary, value, request_idx)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (sid, n.id, n.kind, n.type.value, n.summary, canonical_json(n.value), index),
+                )
+            for n in nodes:
+                for pos, ref in enumerate(n.refs):
                     conn.execute(
-                        "INSERT INTO requests (session_id, idx, query, response, record) VALUES (?, ?, ?, ?, ?)",
-                        (sid, index, query, response, canonical_json(record)),
+                        "INSERT INTO relations (session_id, source_id, position, rel, target_id)"
+                        " VALUES (?, ?, ?, ?, ?)",
+                        (sid, n.id, pos, ref.rel.value, ref.state_id),
                     )
-                    for n in nodes:
-                        conn.execute(
-                            "INSERT INTO nodes (session_id, node_id, kind, type, summary, value, request_idx)"
-                            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                            (sid, n.id, n.kind, n.type.value, n.summary, canonical_json(n.value), index),
-                        )
-                    for n in nodes:
-                        for pos, ref in enumerate(n.refs):
-                            conn.execute(
-                                "INSERT INTO relations (session_id, source_id, position, rel, target_id)"
-                                " VALUES (?, ?, ?, ?, ?)",
-                                (sid, n.id, pos, ref.rel.value, ref.state_id),
-                            )
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-            except sqlite3.Error as exc:
-                raise StorageError(f"database {self.path}: cannot persist request {index} of {session!r}: {exc}") from exc
+
