@@ -10,7 +10,7 @@ from flowstate.constrain import GrammarMode, Grammars
 from flowstate.loop import LoopConfig, run_request
 from flowstate.records import RunRecord
 from flowstate.repository import Repository
-from flowstate.serializer import system_prompt
+from flowstate.strategies import FLOWSTATE, Strategy
 from flowstate.tools import Tool, ToolSet
 
 
@@ -32,6 +32,7 @@ class Agent:
         tools: ToolSet | Iterable[Tool | Callable[..., Any]] = (),
         task_policy: str = "",
         config: LoopConfig = LoopConfig(),
+        strategy: Strategy = FLOWSTATE,
     ) -> None:
         if not session:
             raise ValueError("the session name is empty")
@@ -44,9 +45,10 @@ class Agent:
         self.session = session
         self.tools = tools if isinstance(tools, ToolSet) else ToolSet(tools)
         self.config = config
-        self.system = system_prompt(self.tools.specs(), task_policy)
+        self.strategy = strategy
+        self.system = strategy.system_prompt(self.tools.specs(), task_policy)
         self.grammars = (
-            Grammars(self.tools.specs(), config.grammar)
+            Grammars(self.tools.specs(), config.grammar, strategy.blocks)
             if engine.supports_grammar and config.grammar is not GrammarMode.NONE else None
         )
 
@@ -54,5 +56,5 @@ class Agent:
         """Execute one request (the session's next) and persist it; raises ``RequestFailed`` on failure."""
         return run_request(
             engine=self.engine, repo=self.repository, session=self.session, query=query,
-            system=self.system, tools=self.tools, config=self.config, grammars=self.grammars,
+            system=self.system, tools=self.tools, config=self.config, grammars=self.grammars, strategy=self.strategy,
         )

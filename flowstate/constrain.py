@@ -8,7 +8,7 @@ from enum import Enum
 from typing import Any
 
 from flowstate.active import ActiveState
-from flowstate.protocol import block_schemas
+from flowstate.protocol import BLOCKS, block_schemas
 from grammars.four_blocks import StepIds, protocol_grammar
 
 
@@ -32,15 +32,20 @@ def step_ids(state: ActiveState) -> StepIds:
 class Grammars:
     """Builds grammar texts for one agent configuration (tools fixed); the static one once."""
 
-    def __init__(self, tools: Sequence[Mapping[str, Any]], mode: GrammarMode = GrammarMode.STEP) -> None:
+    def __init__(
+        self, tools: Sequence[Mapping[str, Any]], mode: GrammarMode = GrammarMode.STEP, blocks: Sequence[str] = BLOCKS,
+    ) -> None:
         self.mode = mode
+        self.blocks = tuple(blocks)
         self._tools = list(tools)
         self._schemas = block_schemas()
-        self.static = protocol_grammar(self._schemas, self._tools) if mode is GrammarMode.STATIC else None
+        self.static = (
+            protocol_grammar(self._schemas, self._tools, blocks=self.blocks) if mode is GrammarMode.STATIC else None
+        )
 
     def for_step(self, state: ActiveState) -> str | None:
         if self.mode is GrammarMode.NONE:
             return None
         if self.mode is GrammarMode.STATIC:
             return self.static
-        return protocol_grammar(self._schemas, self._tools, step_ids(state))
+        return protocol_grammar(self._schemas, self._tools, step_ids(state), self.blocks)

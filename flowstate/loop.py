@@ -15,16 +15,14 @@ from typing import Any
 from engine.base import Engine
 from engine.errors import EngineError
 from flowstate.access import disclose, validate_access
-from flowstate.active import ActiveState
 from flowstate.constrain import GrammarMode, Grammars
 from flowstate.errors import ProtocolError, RequestFailed
-from flowstate.history import build_index
 from flowstate.nodes import Node, StateType, canonical_json, observation_id
 from flowstate.parse import parse_output
 from flowstate.protocol import ToolCall
 from flowstate.records import RunRecord, StepRecord, ToolCallRecord
 from flowstate.repository import Repository
-from flowstate.serializer import serialize
+from flowstate.strategies import FLOWSTATE, Strategy
 from flowstate.tools import ToolSet
 from flowstate.update import apply_delta
 
@@ -67,13 +65,6 @@ def _observation_node(call: ToolCallRecord, request: int) -> Node:
     )
 
 
-def _persisted_nodes(state: ActiveState) -> list[Node]:
-    """Persist's selection: this request's states, and the raw tool results they reference."""
-    referenced = {ref.state_id for n in state.current for ref in n.refs}
-    observations = [o for o in state.observations if o.id in referenced]
-    return [*observations, *state.current]
-
-
 def require_query(query: str) -> None:
     """A request needs a non-blank query."""
     if not query.strip():
@@ -99,19 +90,19 @@ class RequestRun:
         tool_specs: Sequence[Mapping[str, Any]] = (),
         config: LoopConfig = LoopConfig(),
         grammars: Grammars | None = None,
+        strategy: Strategy = FLOWSTATE,
     ) -> None:
         require_query(query)
         if grammars is None and engine.supports_grammar and config.grammar is not GrammarMode.NONE:
-            grammars = Grammars(tool_specs, config.grammar)
+            grammars = Grammars(tool_specs, config.grammar, strategy.blocks)
+        if grammars is not None and grammars.blocks != strategy.blocks:
+            raise ValueError(f"grammars for blocks {grammars.blocks} do not fit strategy {strategy.name!r}")
         self.engine, self.repo, self.session, self.query = engine, repo, session, query
-        self.system, self.config, self.grammars = system, config, grammars
-        requests = repo.requests(session)
-        history = repo.nodes(session)
-        self.index_k = len(requests) + 1
-        self.index = build_index(requests, history)
-        self.state = ActiveState(
-            request=self.index_k, history_ids=frozenset(n.id for n in history), index_ids=self.index.ids()
-        )
+        self.system, self.config, self.grammars, self.strategy = system, config, grammars, strategy
+        self.start = strategy.start(repo, session)
+        self.index_k = self.start.k
+        self.index = self.start.index
+        self.state = self.start.state
         self.source = repo.view(session)
         self.steps: list[StepRecord] = []
         self.feedback: list[dict[str, Any]] = []
@@ -142,7 +133,7 @@ class RequestRun:
         t = len(self.steps) + 1
         if t > self.config.max_steps:
             raise self.failed(f"no final response within the step budget of {self.config.max_steps} steps")
-        messages = serialize(self.system, self.index, self.query, self.state, self.feedback, self.observation)
+        messages = self.strategy.prompt(self.system, self.query, self.start, self.state, self.feedback, self.observation)
         started = time.perf_counter()
         grammar = self.grammars.for_step(self.state) if self.grammars is not None else None
         grammar_ms = (time.perf_counter() - started) * 1000
@@ -151,7 +142,7 @@ class RequestRun:
         except EngineError as exc:
             raise self.failed(f"engine error at step {t}: {exc}") from exc
         try:
-            output = parse_output(generation.text)
+            output = parse_output(generation.text, self.strategy.blocks)
         except ProtocolError as exc:
             self._errors += 1
             record = StepRecord(t, generation.text, generation.usage, grammar_ms, protocol_error=exc.to_dict())
@@ -194,7 +185,7 @@ class RequestRun:
         self.pending = ()
 
     def _persist(self, response: str, extra: Mapping[str, Any]) -> None:
-        nodes = _persisted_nodes(self.state)
+        nodes = self.strategy.persisted(self.state, response)
         record = RunRecord(
             self.session, self.index_k, self.query, response, tuple(self.steps),
             persisted_states=tuple(n.id for n in nodes if not n.is_observation),
@@ -216,11 +207,12 @@ def run_request(
     tools: ToolSet,
     config: LoopConfig = LoopConfig(),
     grammars: Grammars | None = None,
+    strategy: Strategy = FLOWSTATE,
 ) -> RunRecord:
     """Run one request of ``session`` to its final response, running its tools here, and persist it."""
     run = RequestRun(
         engine=engine, repo=repo, session=session, query=query, system=system,
-        tool_specs=tools.specs(), config=config, grammars=grammars,
+        tool_specs=tools.specs(), config=config, grammars=grammars, strategy=strategy,
     )
     while run.record is None:
         run.step()

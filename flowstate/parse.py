@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -21,15 +22,15 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {err['msg']}" if where else str(err["msg"])
 
 
-def _split_blocks(text: str) -> dict[str, str]:
-    """Cut the text into the four tagged blocks, in order, with only whitespace between them."""
+def _split_blocks(text: str, blocks: Sequence[str]) -> dict[str, str]:
+    """Cut the text into the tagged blocks, in order, with only whitespace between them."""
     bodies: dict[str, str] = {}
     pos = 0
-    for name in BLOCKS:
+    for name in blocks:
         open_tag, close_tag = f"<{name}>", f"</{name}>"
         start = text.find(open_tag, pos)
         if start < 0:
-            raise ProtocolError(name, f"missing {open_tag} (blocks must come in the order {', '.join(BLOCKS)})")
+            raise ProtocolError(name, f"missing {open_tag} (blocks must come in the order {', '.join(blocks)})")
         between = text[pos:start]
         if between.strip():
             found = _TAG.search(between)
@@ -46,11 +47,14 @@ def _split_blocks(text: str) -> dict[str, str]:
     return bodies
 
 
-def parse_output(text: str) -> ModelOutput:
-    """Parse one raw model output; raise ``ProtocolError`` naming the faulty block."""
-    bodies = _split_blocks(text)
+def parse_output(text: str, blocks: Sequence[str] = BLOCKS) -> ModelOutput:
+    """Parse one raw model output; raise ``ProtocolError`` naming the faulty block.
+
+    ``blocks`` are the blocks the strategy's protocol has (in protocol order); absent ones are empty.
+    """
+    bodies = _split_blocks(text, blocks)
     values: dict[str, Any] = {}
-    for name in BLOCKS:
+    for name in blocks:
         body = bodies[name].strip()
         if not body:
             raise ProtocolError(name, "empty block; use [] for an unused array or {\"content\": null}")
@@ -70,5 +74,6 @@ def parse_output(text: str) -> ModelOutput:
             '(set content to null while calling tools)',
         )
     if output.is_empty():
-        raise ProtocolError("output", "all of state_focus, state_delta and the execution decision are empty; at least one must be non-empty")
+        parts = [b for b in ("state_focus", "state_delta") if b in blocks] + ["the execution decision"]
+        raise ProtocolError("output", f"all of {', '.join(parts)} are empty; at least one must be non-empty")
     return output

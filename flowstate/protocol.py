@@ -13,6 +13,7 @@ Every model call returns, in this order::
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
@@ -123,12 +124,12 @@ def dump_op(op: AddOp | UpdateOp | RemoveOp) -> dict[str, Any]:
     return op.model_dump(mode="json", exclude_none=isinstance(op, UpdateOp))
 
 
-def render_output(output: ModelOutput) -> str:
-    """The raw text of a model output: what a model following the protocol emits."""
+def render_output(output: ModelOutput, blocks: Sequence[str] = BLOCKS) -> str:
+    """The raw text of a model output: what a model following the protocol (of ``blocks``) emits."""
     parts = {
         "state_focus": [f.model_dump(mode="json") for f in output.state_focus],
         "state_delta": [dump_op(op) for op in output.state_delta],
         "tool_calls": [c.model_dump(mode="json") for c in output.tool_calls],
         "assistant_message": output.assistant_message.model_dump(mode="json"),
     }
-    return "\n".join(f"<{b}>\n{json.dumps(parts[b], ensure_ascii=False)}\n</{b}>" for b in BLOCKS)
+    return "\n".join(f"<{b}>\n{json.dumps(parts[b], ensure_ascii=False)}\n</{b}>" for b in blocks)

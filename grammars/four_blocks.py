@@ -151,10 +151,18 @@ def _json_rule(name: str, schema: dict[str, Any]) -> str:
     return f"{name}: %json {json.dumps({**schema, 'x-guidance': WHITESPACE})}"
 
 
+ALL_BLOCKS = ("state_focus", "state_delta", "tool_calls", "assistant_message")
+
+
 def protocol_grammar(
-    schemas: Mapping[str, dict[str, Any]], tools: Sequence[Mapping[str, Any]], ids: StepIds | None = None
+    schemas: Mapping[str, dict[str, Any]], tools: Sequence[Mapping[str, Any]], ids: StepIds | None = None,
+    blocks: Sequence[str] = ALL_BLOCKS,
 ) -> str:
-    """The Lark grammar (llguidance dialect) of one model output."""
+    """The Lark grammar (llguidance dialect) of one model output.
+
+    ``blocks`` may leave out state_focus and/or state_delta (the ablation strategies' protocols);
+    tool_calls and assistant_message are always there.
+    """
     b = block_json_schemas(schemas, tools, ids)
     message = b["assistant_message"]
     answer = copy.deepcopy(message)
@@ -166,18 +174,22 @@ def protocol_grammar(
                       "additionalProperties": False},
         "empty_json": {"type": "array", "maxItems": 0},
     }
-    alternatives = ["focus delta answer"]
+    has_focus, has_delta = "state_focus" in blocks, "state_delta" in blocks
     focus_some, delta_some, calls_some = (_nonempty(b[k]) for k in ("state_focus", "state_delta", "tool_calls"))
+    alternatives = [["focus", "delta", "answer"]]
     if calls_some is not None:
         rules["calls_json"] = calls_some
-        alternatives.insert(0, "focus delta act")
-    if focus_some is not None:
+        alternatives.insert(0, ["focus", "delta", "act"])
+    if focus_some is not None and has_focus:
         rules["focus_some_json"] = focus_some
-        alternatives.append("focus_some delta wait")
-    if delta_some is not None:
+        alternatives.append(["focus_some", "delta", "wait"])
+    if delta_some is not None and has_delta:
         rules["delta_some_json"] = delta_some
-        alternatives.append("focus_none delta_some wait")
-    used = {name for alt in alternatives for name in alt.split()}
+        alternatives.append(["focus_none", "delta_some", "wait"])
+    absent = ({"focus", "focus_some", "focus_none"} if not has_focus else set()) | (
+        {"delta", "delta_some"} if not has_delta else set())
+    alternatives = [[part for part in alt if part not in absent] for alt in alternatives]
+    used = {name for alt in alternatives for name in alt}
     # Every literal is a whole tag, shared by all alternatives; what differs between them lives in
     # the JSON nonterminals. (Overlapping literals would make the lexer commit to one too early.)
     structure = {
@@ -197,7 +209,8 @@ def protocol_grammar(
         "MESSAGE": r'"<assistant_message>\n"', "END_MESSAGE": r'"\n</assistant_message>"',
     }
     needed = {part for name in used for part in structure[name].split()}
-    lines = ["start: " + " | ".join(alternatives)]
+    tags = {name: literal for name, literal in tags.items() if name in needed}
+    lines = ["start: " + " | ".join(" ".join(alt) for alt in alternatives)]
     lines += [f"{name}: {body}" for name, body in structure.items() if name in used]
     lines += [f"{name}: {literal}" for name, literal in tags.items()]
     lines += [_json_rule(name, schema) for name, schema in rules.items() if name in needed]

@@ -1,0 +1,127 @@
+"""Memory strategies: the same loop, engines and tools; only the memory differs (paper §3.1, B.5).
+
+- ``flowstate``: ISU + PSA — the model keeps typed states; earlier requests are reached through
+  the Historical State Index and disclosed on demand.
+- ``full-context``: no state — the whole interaction history of earlier requests (queries, every
+  tool call and result, responses) in the prompt; a two-block protocol (tool calls, message).
+- ``no-psa``: ISU, but every historical state's full content inline from the start; no index,
+  no access (three blocks: no state_focus).
+- ``no-isu``: PSA over states built by fixed rules when a request ends (one node holding the
+  final response, linked to that request's raw tool results); the model makes no states
+  (three blocks: no state_delta) and sees all of this request's tool results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from engine.base import Message
+from flowstate.access import disclose
+from flowstate.active import ActiveState
+from flowstate.history import HistoricalIndex, build_index
+from flowstate.nodes import Node, Ref, Relation, StateType, canonical_json
+from flowstate.protocol import BLOCKS, MAX_TEXT
+from flowstate.repository import Repository, RequestRow
+from flowstate.serializer import layout, memory_rules, system_prompt
+
+
+@dataclass(frozen=True)
+class Start:
+    """What a request starts from: its index k, G_k, S_k,1, and the memory block of its prompt."""
+
+    k: int
+    index: HistoricalIndex
+    state: ActiveState
+    memory: tuple[str, str] | None
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    blocks: tuple[str, ...]
+    history: Literal["index", "inline", "transcript"]
+    trajectory: bool = False  # all of this request's tool results stay in view
+    rule_states: bool = False  # Persist builds one state per request by fixed rules
+
+    def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "") -> str:
+        memory = memory_rules(self.blocks, transcript=self.history == "transcript", trajectory=self.trajectory)
+        return system_prompt(tools, policy, self.blocks, memory)
+
+    def start(self, repo: Repository, session: str) -> Start:
+        requests = repo.requests(session)
+        history = repo.nodes(session)
+        k = len(requests) + 1
+        index = build_index(requests, history) if self.history == "index" else HistoricalIndex()
+        state = ActiveState(request=k, history_ids=frozenset(n.id for n in history), index_ids=index.ids())
+        memory: tuple[str, str] | None = None
+        if self.history == "index":
+            memory = ("historical_state_index", index.render())
+        elif self.history == "transcript":
+            memory = ("interaction_history", transcript(requests, history))
+        else:  # inline: every historical state disclosed before the first step
+            state = disclose(repo.view(session), state, tuple(n.id for n in history if not n.is_observation))
+        return Start(k, index, state, memory)
+
+    def prompt(
+        self, system: str, query: str, start: Start, state: ActiveState,
+        feedback: Sequence[dict[str, Any]], observation: Sequence[Node],
+    ) -> list[Message]:
+        trajectory = state.observations[: len(state.observations) - len(observation)] if self.trajectory else None
+        shown = None if self.history == "transcript" else state
+        user = layout(query, memory=start.memory, state=shown, trajectory=trajectory, feedback=feedback,
+                      observation=observation)
+        return [Message("system", system), Message("user", user)]
+
+    def persisted(self, state: ActiveState, response: str) -> list[Node]:
+        """Persist's selection of nodes for M_{k+1}."""
+        if self.rule_states:
+            return [*state.observations, response_node(state, response)]
+        if self.history == "transcript":
+            return list(state.observations)
+        referenced = {ref.state_id for n in state.current for ref in n.refs}
+        return [*(o for o in state.observations if o.id in referenced), *state.current]
+
+
+def response_node(state: ActiveState, response: str) -> Node:
+    """no-isu's rule-built state: the final response, deriving from every tool result of the request."""
+    summary = f"final response: {response}"
+    return Node(
+        id=f"response_r{state.request}", type=StateType.ARTIFACT,
+        summary=summary if len(summary) <= MAX_TEXT else summary[: MAX_TEXT - 1] + "…",
+        value={"response": response}, request=state.request,
+        refs=tuple(Ref(rel=Relation.DERIVES, state_id=o.id) for o in state.observations),
+    )
+
+
+def transcript(requests: Sequence[RequestRow], nodes: Sequence[Node]) -> str:
+    """full-context's history: per earlier request its query, every tool call and result, its response.
+
+    One JSON line per item, so the rendering only ever grows at its end.
+    """
+    observations: dict[int, list[Node]] = {}
+    for n in nodes:
+        if n.is_observation:
+            observations.setdefault(n.request, []).append(n)
+    lines = []
+    for r in requests:
+        lines.append({"query_id": r.index, "user_query": r.query})
+        lines += [{"observation_id": o.id, **o.value} for o in observations.get(r.index, ())]
+        lines.append({"query_id": r.index, "response": r.response})
+    return "".join(canonical_json(line) + "\n" for line in lines)
+
+
+FLOWSTATE = Strategy("flowstate", BLOCKS, "index")
+FULL_CONTEXT = Strategy("full-context", ("tool_calls", "assistant_message"), "transcript", trajectory=True)
+NO_PSA = Strategy("no-psa", ("state_delta", "tool_calls", "assistant_message"), "inline")
+NO_ISU = Strategy("no-isu", ("state_focus", "tool_calls", "assistant_message"), "index", trajectory=True,
+                  rule_states=True)
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (FLOWSTATE, FULL_CONTEXT, NO_PSA, NO_ISU)}
+
+
+def get(name: str) -> Strategy:
+    try:
+        return STRATEGIES[name]
+    except KeyError:
+        raise ValueError(f"unknown strategy {name!r}; valid strategies: {', '.join(STRATEGIES)}") from None
