@@ -1,0 +1,99 @@
+"""What a suite is made of: tasks of dependent subtasks, their environment, tools and checkers.
+
+A task is one session: subtask k is request k. Tools are deterministic and bound to a fresh
+environment per (task, strategy) run; the information a later subtask needs is returned once,
+by an earlier subtask's tool call, and nowhere else.
+
+Reference policies reason over *facts*: the flat key/value results of tool calls, wherever the
+prompt shows them. ``solve`` says what to do next from the facts at hand, or which facts are
+missing; ``guess`` is what a policy without memory does instead.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from flowstate.tools import ToolSet
+
+Facts = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Call:
+    tool: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str
+
+
+@dataclass(frozen=True)
+class Need:
+    keys: tuple[str, ...]  # facts from earlier subtasks that the next action depends on
+
+
+Decision = Call | Answer | Need
+
+
+@dataclass(frozen=True)
+class Score:
+    correct: bool
+    credit: float  # soft credit in [0, 1] (sPS); equals correct where a suite has no partial credit
+
+
+class Task(ABC):
+    """One task instance; subclasses hold its generated data."""
+
+    suite: str = ""
+    soft: bool = False  # the suite reports sPS
+    micro_ps: bool = False  # PS over all subtasks (travel) rather than averaged per task
+
+    def __init__(self, task_id: str, queries: list[str]) -> None:
+        self.id = task_id
+        self.queries = queries
+
+    @property
+    def depth(self) -> int:
+        return len(self.queries)
+
+    def subtask(self, query: str) -> int:
+        """The 1-based index of the subtask whose query this is."""
+        return self.queries.index(query.strip()) + 1
+
+    @abstractmethod
+    def new_env(self) -> Any:
+        """A fresh environment (what the tools read and change)."""
+
+    @abstractmethod
+    def tools(self, env: Any) -> ToolSet:
+        """The tools, bound to ``env``."""
+
+    @abstractmethod
+    def solve(self, k: int, facts: Facts) -> Decision:
+        """The oracle's next action in subtask k."""
+
+    @abstractmethod
+    def guess(self, k: int, facts: Facts) -> Call | Answer:
+        """What to do when the facts ``solve`` needs are out of reach (no memory)."""
+
+    @abstractmethod
+    def check(self, k: int, response: str | None, env: Any) -> Score:
+        """Grade subtask k after its request ended (``response`` None: the request failed)."""
+
+    def success(self, scores: list[Score]) -> bool:
+        """Task success (SR): by default the final subtask, which depends on all earlier ones."""
+        return bool(scores) and scores[-1].correct
+
+
+def numbers(text: str | None) -> list[int]:
+    return [int(n) for n in re.findall(r"-?\d+", text or "")]
+
+
+def says(text: str | None, word: str) -> bool:
+    return bool(re.search(rf"\b{re.escape(word)}\b", text or "", re.IGNORECASE))
