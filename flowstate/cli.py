@@ -235,6 +235,65 @@ def serve(
             repo.close()
 
 
+def _progress(line: str) -> None:
+    if sys.stderr.isatty():
+        click.echo(f"\r{line}\x1b[K", err=True, nl=False)
+    else:
+        click.echo(line, err=True)
+
+
+@main.command("eval")
+@click.option("--suite", "suites", default="hotel,chain", show_default=True, help="Suites, comma-separated: hotel, bundle, travel, chain.")
+@click.option("--strategy", "strategy_names", default="flowstate,full-context", show_default=True,
+              help="Strategies, comma-separated: flowstate, full-context, no-psa, no-isu.")
+@engine_options
+@click.option("--policy", type=click.Choice(["oracle", "memoryless"]), default=None,
+              help="Run a scripted reference policy instead of a model (checks the suites and the harness).")
+@click.option("--tasks", default=4, show_default=True, type=click.IntRange(min=1), help="Tasks per suite.")
+@click.option("--depth", default=4, show_default=True, type=click.IntRange(min=1), help="Subtasks per task.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the generated tasks.")
+@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1), help="Tasks in flight.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("flowstate-eval"), show_default=True,
+              help="Output folder: results.jsonl (resumable), memory.db, summary.json, report.md, figures.")
+@click.option("--max-steps", default=LoopConfig.max_steps, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-protocol-errors", default=LoopConfig.max_protocol_errors, show_default=True, type=click.IntRange(min=1))
+def evaluate(
+    suites: str, strategy_names: str, policy: str | None, tasks: int, depth: int, seed: int, concurrency: int, out: Path,
+    max_steps: int, max_protocol_errors: int, grammar_mode: str, **engine_opts: Any,
+) -> None:
+    """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed."""
+    from flowstate.eval.report import write_report
+    from flowstate.eval.runner import EvalConfig, run_eval
+    from flowstate.eval.suites import SUITES
+    from flowstate.strategies import get
+
+    with _errors():
+        names = tuple(x.strip() for x in suites.split(",") if x.strip())
+        unknown = [n for n in names if n not in SUITES]
+        if not names or unknown:
+            raise ValueError(f"unknown suite(s) {', '.join(unknown) or '(none given)'}; valid suites: {', '.join(SUITES)}")
+        strategy_list = tuple(x.strip() for x in strategy_names.split(",") if x.strip())
+        for name in strategy_list or ("",):
+            get(name)
+        loaded: list[Any] = []
+        if policy is None:
+            urls = (engine_opts.pop("base_url") or "").split(",")
+            loaded = [engines.load(**engine_opts, base_url=u or None) for u in urls]
+        label = f"{engine_opts['name']}:{engine_opts.get('model') or 'default'}"
+        config = EvalConfig(
+            suites=names, strategies=strategy_list, tasks=tasks, depth=depth, out=out, seed=seed, concurrency=concurrency,
+            loop=LoopConfig(max_steps=max_steps, max_protocol_errors=max_protocol_errors, max_tokens=engine_opts.get("max_tokens"),
+                            grammar=GrammarMode(grammar_mode)),
+            engine="" if policy else label, policy=policy,
+        )
+        rows = run_eval(config, loaded, _progress)
+        if sys.stderr.isatty():
+            click.echo("", err=True)
+        write_report(rows, config)
+        click.echo((out / "report.md").read_text())
+        click.echo(f"wrote {out}/summary.json, report.md, accuracy_by_depth.png, tokens_vs_success.png", err=True)
+
+
 @main.group()
 def model() -> None:
     """Manage the embedded model."""

@@ -1,0 +1,138 @@
+"""Quality, cost and speed figures of an evaluation, as the paper (§4, B.5) and ``vllm bench serve`` define them.
+
+Inputs are result rows (one per task, as ``results.jsonl`` stores them); every function is pure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+Row = dict[str, Any]
+
+
+def success_rate(rows: Sequence[Row]) -> float:
+    """SR: % of tasks that succeed (per suite: the final subtask, or the whole bundle)."""
+    return 100.0 * sum(bool(r["success"]) for r in rows) / len(rows) if rows else 0.0
+
+
+def progress_score(rows: Sequence[Row], micro: bool = False) -> float:
+    """PS: % of correct subtasks, averaged per task (``micro``: over all subtasks, as for travel)."""
+    if not rows:
+        return 0.0
+    if micro:
+        subtasks = [s for r in rows for s in r["subtasks"]]
+        return 100.0 * sum(bool(s["correct"]) for s in subtasks) / len(subtasks) if subtasks else 0.0
+    return 100.0 * sum(sum(bool(s["correct"]) for s in r["subtasks"]) / len(r["subtasks"]) for r in rows) / len(rows)
+
+
+def soft_progress_score(rows: Sequence[Row]) -> float:
+    """sPS: % credit for satisfied constraints, averaged over all subtasks."""
+    subtasks = [s for r in rows for s in r["subtasks"]]
+    return 100.0 * sum(float(s["credit"]) for s in subtasks) / len(subtasks) if subtasks else 0.0
+
+
+def accuracy_by_depth(rows: Sequence[Row]) -> list[float]:
+    """Acc_k, k = 1..K: % of tasks with at least k subtasks whose k-th subtask is correct."""
+    depth = max((len(r["subtasks"]) for r in rows), default=0)
+    out = []
+    for k in range(1, depth + 1):
+        having = [r for r in rows if len(r["subtasks"]) >= k]
+        out.append(100.0 * sum(bool(r["subtasks"][k - 1]["correct"]) for r in having) / len(having))
+    return out
+
+
+def retention(acc: Sequence[float]) -> list[float] | None:
+    """R_k = 100 · Acc_k / Acc_1 (undefined when Acc_1 is 0)."""
+    if not acc or acc[0] == 0:
+        return None
+    return [100.0 * a / acc[0] for a in acc]
+
+
+def nauc(r: Sequence[float]) -> float | None:
+    """The trapezoidal integral of R_k over k = 1..K, divided by the depth range K − 1."""
+    if len(r) < 2:
+        return None
+    return sum((r[i] + r[i + 1]) / 2 for i in range(len(r) - 1)) / (len(r) - 1)
+
+
+def decline_rate(r: Sequence[float]) -> float | None:
+    """DR: the negative least-squares slope of R_k against k (points per subtask)."""
+    if len(r) < 2:
+        return None
+    ks = range(1, len(r) + 1)
+    mk, mr = sum(ks) / len(r), sum(r) / len(r)
+    slope = sum((k - mk) * (v - mr) for k, v in zip(ks, r, strict=True)) / sum((k - mk) ** 2 for k in ks)
+    return -slope
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return 0.0
+    xs = sorted(values)
+    pos = (len(xs) - 1) * p / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def distribution(values: Sequence[float]) -> dict[str, float]:
+    mean = sum(values) / len(values) if values else 0.0
+    return {"mean": mean, "p50": percentile(values, 50), "p90": percentile(values, 90), "p99": percentile(values, 99)}
+
+
+def quality(rows: Sequence[Row], soft: bool = False, micro: bool = False) -> dict[str, Any]:
+    acc = accuracy_by_depth(rows)
+    r = retention(acc)
+    out: dict[str, Any] = {
+        "tasks": len(rows), "SR": success_rate(rows), "PS": progress_score(rows, micro), "Acc_k": acc, "R_k": r,
+        "nAUC": nauc(r) if r else None, "DR": decline_rate(r) if r else None,
+    }
+    if soft:
+        out["sPS"] = soft_progress_score(rows)
+    return out
+
+
+def cost(rows: Sequence[Row]) -> dict[str, Any]:
+    subtasks = [s for r in rows for s in r["subtasks"]]
+    totals = {key: sum(int(s["usage"][key]) for s in subtasks) for key in ("prompt_tokens", "cached_tokens", "completion_tokens")}
+    n = max(len(rows), 1)
+    return {
+        **totals,
+        "total_tokens": totals["prompt_tokens"] + totals["completion_tokens"],
+        "tokens_per_task": (totals["prompt_tokens"] + totals["completion_tokens"]) / n,
+        "prompt_tokens_per_task": totals["prompt_tokens"] / n,
+        "completion_tokens_per_task": totals["completion_tokens"] / n,
+        "cached_share": totals["cached_tokens"] / totals["prompt_tokens"] if totals["prompt_tokens"] else 0.0,
+        "steps_per_subtask": sum(int(s["steps"]) for s in subtasks) / max(len(subtasks), 1),
+        "parse_failures": sum(int(s["parse_failures"]) for s in subtasks),
+        "rejected_operations": sum(int(s["rejected"]) for s in subtasks),
+        "failed_requests": sum(s["response"] is None for s in subtasks),
+    }
+
+
+def wall_time(rows: Sequence[Row]) -> float:
+    """Seconds the rows' tasks took, per run of the evaluation (a resumed pair sums its runs)."""
+    spans: dict[str, tuple[float, float]] = {}
+    for r in rows:
+        lo, hi = spans.get(r["run"], (r["started"], r["ended"]))
+        spans[r["run"]] = (min(lo, r["started"]), max(hi, r["ended"]))
+    return sum(hi - lo for lo, hi in spans.values())
+
+
+def speed(rows: Sequence[Row]) -> dict[str, Any]:
+    """Throughput and latency in ``vllm bench serve``'s terms; one model call is one request."""
+    calls = [c for r in rows for s in r["subtasks"] for c in s["calls"]]  # [prompt, cached, completion, ttft, decode]
+    wall = wall_time(rows)
+    completion = sum(c[2] for c in calls)
+    total = sum(c[0] + c[2] for c in calls)
+    tpot = [c[4] / (c[2] - 1) for c in calls if c[2] > 1]
+    per = (lambda x: x / wall) if wall > 0 else (lambda x: 0.0)
+    return {
+        "wall_s": wall, "model_calls": len(calls),
+        "tasks_per_min": per(len(rows)) * 60, "requests_per_s": per(len(calls)),
+        "output_tok_per_s": per(completion), "total_tok_per_s": per(total),
+        "ttft_s": distribution([c[3] for c in calls]), "tpot_s": distribution(tpot),
+        "e2el_s": distribution([c[3] + c[4] for c in calls]),
+    }

@@ -1,0 +1,159 @@
+"""The evaluation's answer: ``summary.json``, a Markdown report with the tables side by side, and figures.
+
+Each strategy is compared with ``full-context`` as the paper's tables do: Δ in points for quality,
+Δ in % for tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from flowstate.eval import metrics
+from flowstate.eval.runner import EvalConfig, config_dict
+from flowstate.eval.suites import generate
+
+BASELINE = "full-context"
+
+
+def summarize(rows: Sequence[dict[str, Any]], config: EvalConfig) -> dict[str, Any]:
+    pairs = []
+    for suite in config.suites:
+        kind = generate(suite, 1, 1, config.seed)[0]
+        for strategy in config.strategies:
+            rs = [r for r in rows if r["suite"] == suite and r["strategy"] == strategy]
+            pairs.append({
+                "suite": suite, "strategy": strategy,
+                "quality": metrics.quality(rs, soft=kind.soft, micro=kind.micro_ps),
+                "cost": metrics.cost(rs), "speed": metrics.speed(rs),
+            })
+    return {"config": config_dict(config), "pairs": pairs}
+
+
+def _f(x: float | None, digits: int = 1) -> str:
+    return "–" if x is None else f"{x + 0.0:.{digits}f}".replace("-0.0", "0.0")
+
+
+def _delta_points(x: float | None, base: float | None) -> str:
+    return "" if x is None or base is None else f" ({x - base:+.1f})"
+
+
+def _delta_pct(x: float, base: float) -> str:
+    return "" if not base else f" ({100 * (x - base) / base:+.1f}%)"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    c = summary["config"]
+    out = [
+        "# FlowState evaluation",
+        "",
+        f"Suites {', '.join(c['suites'])}; strategies {', '.join(c['strategies'])}; {c['tasks']} tasks of depth "
+        f"{c['depth']} per suite (seed {c['seed']}); engine {c['policy'] or c['engine']}; {c['concurrency']} in flight; "
+        f"step budget {c['loop']['max_steps']}, grammar {c['loop']['grammar']}.",
+    ]
+    for suite in c["suites"]:
+        pairs = [p for p in summary["pairs"] if p["suite"] == suite]
+        base = next((p for p in pairs if p["strategy"] == BASELINE), None)
+        soft = any("sPS" in p["quality"] for p in pairs)
+        header = ["strategy", "SR", "PS", *(["sPS"] if soft else []), "tokens/task", "nAUC", "DR", "steps/subtask",
+                  "cached", "parse failures", "rejected ops", "failed requests"]
+        rows = []
+        for p in pairs:
+            q, k = p["quality"], p["cost"]
+            bq = base["quality"] if base and p is not base else None
+            bk = base["cost"] if base and p is not base else None
+            rows.append([
+                p["strategy"],
+                _f(q["SR"]) + _delta_points(q["SR"], bq and bq["SR"]),
+                _f(q["PS"]) + _delta_points(q["PS"], bq and bq["PS"]),
+                *([_f(q.get("sPS")) + _delta_points(q.get("sPS"), bq and bq.get("sPS"))] if soft else []),
+                f"{k['tokens_per_task']:.0f}" + (_delta_pct(k["tokens_per_task"], bk["tokens_per_task"]) if bk else ""),
+                _f(q["nAUC"]), _f(q["DR"]), f"{k['steps_per_subtask']:.2f}", f"{100 * k['cached_share']:.0f}%",
+                str(k["parse_failures"]), str(k["rejected_operations"]), str(k["failed_requests"]),
+            ])
+        depth = max((len(p["quality"]["Acc_k"]) for p in pairs), default=0)
+        acc_rows = [[p["strategy"], *(_f(a) for a in p["quality"]["Acc_k"])] for p in pairs]
+        speed_rows = []
+        for p in pairs:
+            s = p["speed"]
+            speed_rows.append([
+                p["strategy"], f"{s['tasks_per_min']:.2f}", f"{s['requests_per_s']:.2f}", f"{s['output_tok_per_s']:.1f}",
+                f"{s['total_tok_per_s']:.1f}",
+                " / ".join(f"{s['ttft_s'][m]:.2f}" for m in ("mean", "p50", "p90", "p99")),
+                " / ".join(f"{1000 * s['tpot_s'][m]:.1f}" for m in ("mean", "p50", "p90", "p99")),
+                " / ".join(f"{s['e2el_s'][m]:.2f}" for m in ("mean", "p50", "p90", "p99")),
+            ])
+        out += [
+            "", f"## {suite}", "",
+            "Quality in % (Δ against full-context in points), tokens = prompt + completion per task "
+            "(Δ in %), nAUC and DR over R_k = 100·Acc_k/Acc_1.", "",
+            _table(header, rows), "",
+            "Accuracy by subtask depth, Acc_k in %:", "",
+            _table(["strategy", *(f"k={k}" for k in range(1, depth + 1))], acc_rows), "",
+            "Speed (one model call = one request; TTFT and E2EL in s, TPOT in ms; mean / p50 / p90 / p99):", "",
+            _table(["strategy", "tasks/min", "req/s", "output tok/s", "total tok/s", "TTFT", "TPOT", "E2EL"], speed_rows),
+        ]
+    out += ["", "Figures: `accuracy_by_depth.png`, `tokens_vs_success.png`.", ""]
+    return "\n".join(out)
+
+
+def figures(summary: dict[str, Any], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    suites = summary["config"]["suites"]
+    strategies = summary["config"]["strategies"]
+    fig, axes = plt.subplots(1, len(suites), figsize=(4.2 * len(suites), 3.6), squeeze=False)
+    for ax, suite in zip(axes[0], suites, strict=True):
+        for p in (p for p in summary["pairs"] if p["suite"] == suite):
+            acc = p["quality"]["Acc_k"]
+            ax.plot(range(1, len(acc) + 1), acc, marker="o", label=p["strategy"])
+        ax.set_title(suite)
+        ax.set_xlabel("subtask k")
+        ax.set_ylabel("Acc_k (%)")
+        ax.set_ylim(-5, 105)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    accuracy = out / "accuracy_by_depth.png"
+    fig.savefig(accuracy, dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    markers = "osD^v<>"
+    for i, strategy in enumerate(strategies):
+        pts = [p for p in summary["pairs"] if p["strategy"] == strategy]
+        ax.scatter([p["cost"]["tokens_per_task"] for p in pts], [p["quality"]["SR"] for p in pts],
+                   marker=markers[i % len(markers)], label=strategy, s=50)
+        for p in pts:
+            ax.annotate(p["suite"], (p["cost"]["tokens_per_task"], p["quality"]["SR"]), fontsize=7,
+                        xytext=(4, 4), textcoords="offset points")
+    ax.set_xlabel("tokens per task (prompt + completion)")
+    ax.set_ylabel("SR (%)")
+    ax.set_ylim(-5, 105)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    tokens = out / "tokens_vs_success.png"
+    fig.savefig(tokens, dpi=120)
+    plt.close(fig)
+    return [accuracy, tokens]
+
+
+def write_report(rows: Sequence[dict[str, Any]], config: EvalConfig) -> dict[str, Any]:
+    """Write summary.json, report.md and the figures into ``config.out``; return the summary."""
+    summary = summarize(rows, config)
+    (config.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (config.out / "report.md").write_text(markdown(summary))
+    figures(summary, config.out)
+    return summary

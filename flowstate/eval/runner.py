@@ -1,0 +1,203 @@
+"""Run every (suite, strategy) pair on the same tasks, N tasks in flight, resumably.
+
+Each finished task is one JSON line in ``results.jsonl`` (appended and fsynced), so a killed run
+loses only its unfinished tasks; a rerun with the same ``--out`` skips what is done and redoes the
+rest from a clean session (their partial requests are deleted first).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.base import Engine
+from flowstate.agent import Agent
+from flowstate.errors import RequestFailed
+from flowstate.eval.policies import Policy, PolicyEngine
+from flowstate.eval.suites import generate
+from flowstate.eval.task import Task
+from flowstate.loop import LoopConfig
+from flowstate.repository import Repository
+from flowstate.strategies import Strategy, get
+
+TASK_POLICY = (
+    "Act with the tools; answer briefly. Every name, number and decision must come from tool results, "
+    "from your memory of earlier requests, or from the request itself."
+)
+POLICIES = ("oracle", "memoryless")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    suites: tuple[str, ...]
+    strategies: tuple[str, ...]
+    tasks: int
+    depth: int
+    out: Path
+    seed: int = 0
+    concurrency: int = 1
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    engine: str = ""  # a label of the engine (name and model), recorded so a resumed run stays comparable
+    policy: str | None = None  # a reference policy instead of a model: "oracle" or "memoryless"
+
+    def identity(self) -> dict[str, Any]:
+        """What must not change between a run and its resumption."""
+        return {"depth": self.depth, "seed": self.seed, "engine": self.engine, "policy": self.policy,
+                "max_steps": self.loop.max_steps, "grammar": self.loop.grammar.value}
+
+
+class Results:
+    """``results.jsonl``: one line per finished task; appends are serialized and fsynced."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def rows(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        rows = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by a crash mid-write: that task is redone
+                continue
+        return rows
+
+    def append(self, row: dict[str, Any]) -> None:
+        with self._lock, self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _subtask_row(k: int, response: str | None, steps: Sequence[dict[str, Any]], score: Any,
+                 error: str | None) -> dict[str, Any]:
+    usage = {key: sum(int(s["usage"][key]) for s in steps) for key in ("prompt_tokens", "cached_tokens", "completion_tokens")}
+    return {
+        "k": k, "correct": score.correct, "credit": score.credit, "response": response, "error": error,
+        "steps": len(steps), "parse_failures": sum(s["protocol_error"] is not None for s in steps),
+        "rejected": sum(len(s["rejected"]) + len(s["refused"]) for s in steps), "usage": usage,
+        "calls": [[s["usage"][key] for key in ("prompt_tokens", "cached_tokens", "completion_tokens", "ttft_s", "decode_s")]
+                  for s in steps],
+    }
+
+
+def run_task(task: Task, strategy: Strategy, engine: Engine, repo: Repository, loop: LoopConfig, run: str) -> dict[str, Any]:
+    """One task: its subtasks as consecutive requests of a fresh session, each graded when it ends."""
+    session = f"{task.suite}/{strategy.name}/{task.id}"
+    repo.delete_session(session)  # what a killed run left of this task
+    env = task.new_env()
+    agent = Agent(engine, repository=repo, session=session, tools=task.tools(env), task_policy=TASK_POLICY,
+                  config=loop, strategy=strategy)
+    started = time.time()
+    subtasks, scores = [], []
+    for k, query in enumerate(task.queries, start=1):
+        env["day"] = k
+        try:
+            record = agent.run(query)
+            response, steps, error = record.response, [s.to_dict() for s in record.steps], None
+        except RequestFailed as exc:
+            response, steps, error = None, (exc.record or {}).get("steps", []), str(exc)
+        score = task.check(k, response, env)
+        scores.append(score)
+        subtasks.append(_subtask_row(k, response, steps, score, error))
+    return {"suite": task.suite, "strategy": strategy.name, "task": task.id, "depth": task.depth, "run": run,
+            "started": started, "ended": time.time(), "success": task.success(scores), "subtasks": subtasks}
+
+
+Progress = Callable[[str], None]
+
+
+def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress = lambda _: None) -> list[dict[str, Any]]:
+    """Run what ``results.jsonl`` does not hold yet; return the rows of this configuration."""
+    config.out.mkdir(parents=True, exist_ok=True)
+    _check_identity(config)
+    strategies = [get(name) for name in config.strategies]
+    if config.policy is None and not engines:
+        raise ValueError("no engine to evaluate")
+    results = Results(config.out / "results.jsonl")
+    done = {(r["suite"], r["strategy"], r["task"]) for r in results.rows()}
+    run = uuid.uuid4().hex[:12]
+    with Repository.open(config.out / "memory.db") as repo:
+        for suite in config.suites:
+            tasks = generate(suite, config.tasks, config.depth, config.seed)
+            for strategy in strategies:
+                todo = [(i, t) for i, t in enumerate(tasks) if (suite, strategy.name, t.id) not in done]
+                _run_pair(config, repo, results, suite, strategy, tasks, todo, engines, run, progress)
+    return select(results.rows(), config)
+
+
+def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str, strategy: Strategy,
+              tasks: list[Task], todo: list[tuple[int, Task]], engines: Sequence[Engine], run: str,
+              progress: Progress) -> None:
+    label = f"{suite} × {strategy.name}"
+    finished = [r for r in results.rows() if r["suite"] == suite and r["strategy"] == strategy.name
+                and r["task"] in {t.id for t in tasks}]
+    state = {"done": len(finished), "success": sum(bool(r["success"]) for r in finished), "tokens": 0}
+    lock = threading.Lock()
+    started = time.monotonic()
+
+    def report() -> None:
+        minutes = (time.monotonic() - started) / 60
+        rate = (state["done"] - len(finished)) / minutes if minutes > 0 else 0.0
+        progress(f"{label}: {state['done']}/{len(tasks)} tasks, {state['success']} succeeded, "
+                 f"{state['tokens']} tokens, {rate:.1f} tasks/min")
+
+    def one(item: tuple[int, Task]) -> None:
+        i, task = item
+        if config.policy is not None:
+            engine: Engine = PolicyEngine(Policy(task, strategy, memory=config.policy == "oracle"))
+        else:
+            engine = engines[i % len(engines)]  # several servers: tasks spread over all of them
+        row = run_task(task, strategy, engine, repo, config.loop, run)
+        results.append(row)
+        with lock:
+            state["done"] += 1
+            state["success"] += bool(row["success"])
+            state["tokens"] += sum(s["usage"]["prompt_tokens"] + s["usage"]["completion_tokens"] for s in row["subtasks"])
+            report()
+
+    report()
+    with ThreadPoolExecutor(max(1, config.concurrency)) as pool:
+        for _ in pool.map(one, todo):
+            pass
+
+
+def select(rows: list[dict[str, Any]], config: EvalConfig) -> list[dict[str, Any]]:
+    """The rows of this configuration's (suite, strategy, task) triples, the latest of each."""
+    wanted = {(s, t.id) for s in config.suites for t in generate(s, config.tasks, config.depth, config.seed)}
+    latest: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in rows:
+        if (r["suite"], r["task"]) in wanted and r["strategy"] in config.strategies:
+            latest[(r["suite"], r["strategy"], r["task"])] = r
+    return list(latest.values())
+
+
+def _check_identity(config: EvalConfig) -> None:
+    path = config.out / "config.json"
+    identity = config.identity()
+    if path.exists():
+        before = json.loads(path.read_text())
+        changed = {k: (before.get(k), v) for k, v in identity.items() if before.get(k) != v}
+        if changed:
+            what = ", ".join(f"{k} was {a!r}, now {b!r}" for k, (a, b) in changed.items())
+            raise ValueError(f"{config.out} holds a run with another configuration ({what}); use another --out")
+    else:
+        path.write_text(json.dumps(identity, indent=2) + "\n")
+
+
+def config_dict(config: EvalConfig) -> dict[str, Any]:
+    out = asdict(config)
+    out["out"] = str(config.out)
+    out["loop"] = {"max_steps": config.loop.max_steps, "max_protocol_errors": config.loop.max_protocol_errors,
+                   "max_tokens": config.loop.max_tokens, "grammar": config.loop.grammar.value}
+    return out
