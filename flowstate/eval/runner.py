@@ -60,6 +60,11 @@ class Results:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
+        if path.exists() and path.stat().st_size:
+            with path.open("rb+") as f:  # a line cut by a crash: end it, so the next row starts on its own line
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    f.write(b"\n")
 
     def rows(self) -> list[dict[str, Any]]:
         if not self.path.exists():

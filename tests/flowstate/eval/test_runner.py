@@ -1,0 +1,71 @@
+"""The eval runner: resumable after a kill, refuses to mix configurations, writes the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from flowstate.eval.report import write_report
+from flowstate.eval.runner import EvalConfig, run_eval
+
+ARGS = ["--policy", "oracle", "--suite", "hotel,bundle,travel,chain", "--strategy", "flowstate,full-context,no-psa,no-isu",
+        "--tasks", "12", "--depth", "6"]
+TOTAL = 4 * 4 * 12
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+@pytest.mark.slow
+def test_resume_after_a_kill_redoes_nothing_and_loses_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    results = out / "results.jsonl"
+    cmd = [sys.executable, "-m", "flowstate.cli", "eval", *ARGS, "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while len(lines(results)) < 12 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = {(r["suite"], r["strategy"], r["task"]): r for r in map(json.loads, lines(results))}
+    assert 12 <= len(before) < TOTAL, "the run was not interrupted mid-way"
+    with results.open("a") as f:
+        f.write('{"suite": "hotel", "strategy": "flow')  # a line cut by the kill
+
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = []
+    for line in lines(results):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            assert line == '{"suite": "hotel", "strategy": "flow'  # only the cut line is not JSON
+    keys = [(r["suite"], r["strategy"], r["task"]) for r in rows]
+    assert len(keys) == len(set(keys)) == TOTAL  # nothing redone, nothing missing
+    after = dict(zip(keys, rows, strict=True))
+    assert all(after[k] == r for k, r in before.items())  # finished tasks kept as they were
+    assert len({r["run"] for r in rows}) == 2
+    summary = json.loads((out / "summary.json").read_text())
+    assert all(p["quality"]["SR"] == 100.0 and p["quality"]["tasks"] == 12 for p in summary["pairs"])
+    assert "| flowstate | 100.0 (+0.0) |" in (out / "report.md").read_text()
+    for png in ("accuracy_by_depth.png", "tokens_vs_success.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_rerun_with_another_configuration_is_refused(tmp_path: Path) -> None:
+    config = EvalConfig(suites=("chain",), strategies=("flowstate",), tasks=2, depth=3, out=tmp_path, policy="oracle")
+    rows = run_eval(config, [])
+    summary = write_report(rows, config)
+    assert summary["pairs"][0]["quality"]["Acc_k"] == [100.0, 100.0, 100.0]
+    more = EvalConfig(suites=("chain",), strategies=("flowstate",), tasks=3, depth=3, out=tmp_path, policy="oracle")
+    assert len(run_eval(more, [])) == 3  # more tasks of the same configuration: only the new one runs
+    with pytest.raises(ValueError, match="another configuration \\(depth was 3, now 4\\)"):
+        run_eval(EvalConfig(suites=("chain",), strategies=("flowstate",), tasks=2, depth=4, out=tmp_path, policy="oracle"), [])

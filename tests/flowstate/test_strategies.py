@@ -1,0 +1,120 @@
+"""The strategies: the same loop, only the memory differs — prompts, protocols and grammars per strategy."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from engine.base import Generation, Message
+from flowstate import Agent, LoopConfig, Repository
+from flowstate.errors import ProtocolError
+from flowstate.eval.policies import Policy, PolicyEngine
+from flowstate.eval.suites import generate
+from flowstate.eval.task import Task
+from flowstate.parse import parse_output
+from flowstate.strategies import FLOWSTATE, FULL_CONTEXT, NO_ISU, NO_PSA, STRATEGIES, Strategy, get
+from grammars.check import accepts
+from tests.helpers import output
+
+
+class Recording:
+    """The oracle as an engine that takes grammars, recording every (prompt, grammar, output)."""
+
+    name = "recording"
+    supports_grammar = True
+
+    def __init__(self, task: Task, strategy: Strategy) -> None:
+        self.inner = PolicyEngine(Policy(task, strategy, memory=True))
+        self.calls: list[tuple[list[Message], str | None, Generation]] = []
+
+    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None) -> Generation:
+        gen = self.inner.generate(messages)
+        self.calls.append((list(messages), grammar, gen))
+        return gen
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+
+def run_oracle(repo: Repository, suite: str, strategy: Strategy, depth: int) -> tuple[Task, Recording, list[int]]:
+    task = generate(suite, 1, depth)[0]
+    env = task.new_env()
+    engine = Recording(task, strategy)
+    agent = Agent(engine, repository=repo, session=f"{suite}/{strategy.name}", tools=task.tools(env), strategy=strategy)
+    firsts = []
+    for k, query in enumerate(task.queries, start=1):
+        env["day"] = k
+        firsts.append(len(engine.calls))
+        agent.run(query)
+        assert task.check(k, agent.repository.requests(agent.session)[-1].response, env).correct
+    return task, engine, firsts
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_each_strategys_grammar_admits_its_protocol_and_the_oracles_outputs(repo: Repository, name: str) -> None:
+    strategy = get(name)
+    _, engine, _ = run_oracle(repo, "bundle", strategy, 3)
+    for messages, grammar, gen in engine.calls:
+        assert grammar is not None and accepts(grammar, gen.text), gen.text
+        for block in ("state_focus", "state_delta"):
+            assert (f"<{block}>" in gen.text) == (block in strategy.blocks)
+            assert (f"<{block}>" in messages[0].content) == (block in strategy.blocks)  # the protocol it is told
+    four = output(tools=[{"name": "buy", "arguments": {"item": "x"}}])
+    assert accepts(engine.calls[0][1] or "", four) == (strategy is FLOWSTATE)
+
+
+def test_a_strategy_parses_only_its_own_blocks() -> None:
+    four = output(tools=[{"name": "t", "arguments": {}}])
+    with pytest.raises(ProtocolError, match="unexpected tag <state_focus> before <tool_calls>"):
+        parse_output(four, FULL_CONTEXT.blocks)
+    two = "<tool_calls>\n[]\n</tool_calls>\n<assistant_message>\n{\"content\": \"done\"}\n</assistant_message>"
+    assert parse_output(two, FULL_CONTEXT.blocks).final_response == "done"
+    with pytest.raises(ProtocolError, match="missing <state_focus>"):
+        parse_output(two)
+    with pytest.raises(ProtocolError, match="all of state_delta, the execution decision are empty"):
+        parse_output("<state_delta>\n[]\n</state_delta>\n" + two.replace('"done"', "null"), NO_PSA.blocks)
+
+
+def test_full_context_grows_with_history_and_the_index_stays_compact(repo: Repository) -> None:
+    depth = 6
+    task, flow, flow_firsts = run_oracle(repo, "chain", FLOWSTATE, depth)
+    _, full, full_firsts = run_oracle(repo, "chain", FULL_CONTEXT, depth)
+    flow_tokens = [flow.calls[i][2].usage.prompt_tokens for i in flow_firsts]
+    full_tokens = [full.calls[i][2].usage.prompt_tokens for i in full_firsts]
+    assert all(b > a for a, b in zip(full_tokens, full_tokens[1:], strict=False))  # the transcript only grows
+    growth = lambda xs: (xs[-1] - xs[0]) / (len(xs) - 1)  # noqa: E731
+    assert growth(full_tokens) > 1.3 * growth(flow_tokens)
+
+    last_full = full.calls[full_firsts[-1]][0][1].content
+    last_flow = flow.calls[flow_firsts[-1]][0][1].content
+    for j in range(1, depth):  # every earlier reading is in full-context's prompt, raw
+        assert f'"reading_{j}":{task.readings[j - 1]}' in last_full
+    index = last_flow.split("<historical_state_index>\n")[1].split("</historical_state_index>")[0]
+    assert len(index.splitlines()) == depth - 1 and '"reading_1":' not in last_flow  # ids and summaries only
+    # the index of request k is a byte prefix of request k+1's (prefix caching across requests)
+    indexes = [flow.calls[i][0][1].content.split("</historical_state_index>")[0] for i in flow_firsts]
+    assert all(b.startswith(a) for a, b in zip(indexes, indexes[1:], strict=False))
+
+
+def test_no_psa_inlines_every_historical_state_and_no_isu_builds_rule_states(repo: Repository) -> None:
+    task, engine, firsts = run_oracle(repo, "chain", NO_PSA, 3)
+    prompt = engine.calls[firsts[-1]][0][1].content
+    assert "<historical_state_index>" not in prompt
+    assert prompt.count('"source_query":') == 2 and '"reading_1":' in prompt  # both earlier states, with content
+
+    _, engine, firsts = run_oracle(repo, "chain", NO_ISU, 3)
+    nodes = {n.id: n for n in repo.nodes("chain/no-isu")}
+    assert [n for n in nodes if not n.startswith("obs_")] == ["response_r1", "response_r2", "response_r3"]
+    assert [r.state_id for r in nodes["response_r2"].refs] == ["obs_r2_s1_1"]
+    step2 = engine.calls[firsts[-1] + 1]  # after measuring, the running total needs the earlier readings
+    assert '"state_id":"response_r1"' in step2[0][1].content and "<trajectory>" in step2[0][1].content
+    assert '"target_id": "response_r1"' in step2[2].text  # reachable only by asking for it
+
+
+def test_unknown_strategy_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="valid strategies: flowstate, full-context, no-psa, no-isu"):
+        get("mage")
+
+
