@@ -124,17 +124,17 @@ Progress = Callable[[str], None]
 
 def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress = lambda _: None) -> list[dict[str, Any]]:
     """Run what ``results.jsonl`` does not hold yet; return the rows of this configuration."""
-    config.out.mkdir(parents=True, exist_ok=True)
-    _check_identity(config)
     strategies = [get(name) for name in config.strategies]
+    suites = {suite: generate(suite, config.tasks, config.depth, config.seed) for suite in config.suites}
     if config.policy is None and not engines:
         raise ValueError("no engine to evaluate")
+    config.out.mkdir(parents=True, exist_ok=True)  # only once the configuration is known to be valid
+    _check_identity(config)
     results = Results(config.out / "results.jsonl")
     done = {(r["suite"], r["strategy"], r["task"]) for r in results.rows()}
     run = uuid.uuid4().hex[:12]
     with Repository.open(config.out / "memory.db") as repo:
-        for suite in config.suites:
-            tasks = generate(suite, config.tasks, config.depth, config.seed)
+        for suite, tasks in suites.items():
             for strategy in strategies:
                 todo = [(i, t) for i, t in enumerate(tasks) if (suite, strategy.name, t.id) not in done]
                 _run_pair(config, repo, results, suite, strategy, tasks, todo, engines, run, progress)
