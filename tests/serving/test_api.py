@@ -101,7 +101,7 @@ def test_malformed_requests_get_openai_shaped_4xx_and_lose_nothing(server: Serve
 
 
 def test_a_model_that_breaks_the_protocol_is_a_502_and_stores_nothing(server: Server) -> None:
-    script = lines("[bad]", ["garbage", "<state_focus>[", "still not it"]) + lines("[bad]", [output(content="fine now")])
+    script = lines("[bad]", ["garbage", "<state_focus>[", "still not it"] * 2) + lines("[bad]", [output(content="fine now")])
     api = client(server.start(script, "--max-protocol-errors", "3"))
     messages: Any = [{"role": "user", "content": "[bad] hello"}]
     with pytest.raises(openai.APIStatusError) as info:
@@ -109,6 +109,9 @@ def test_a_model_that_breaks_the_protocol_is_a_502_and_stores_nothing(server: Se
     assert info.value.status_code == 502 and "nothing of this request was stored" in info.value.message
     with pytest.raises(openai.NotFoundError):
         api.get("/sessions/flaky", cast_to=object)
+    stream = api.chat.completions.create(model="flowstate", messages=messages, user="flaky", stream=True)
+    with pytest.raises(openai.APIError, match="nothing of this request was stored"):
+        list(stream)  # a streamed turn that fails ends with an error event
     r = api.chat.completions.create(model="flowstate", messages=messages, user="flaky")  # the retry succeeds
     assert r.choices[0].message.content == "fine now" and r.model_extra["flowstate"]["request"] == 1
 
