@@ -7,6 +7,7 @@ import json
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,12 +49,16 @@ class ServerConfig:
 
 
 class _Sessions:
-    """Per-session locks and the live state of sessions held between HTTP calls."""
+    """Per-session locks and the live state of sessions held between HTTP calls.
 
-    def __init__(self, repo: Repository) -> None:
-        self.repo = repo
+    Idle sessions beyond ``keep`` are dropped from memory (their transcript reloads from the
+    database on their next call); a session waiting on tool results is never dropped.
+    """
+
+    def __init__(self, repo: Repository, keep: int = 4096) -> None:
+        self.repo, self.keep = repo, keep
         self._locks: dict[str, asyncio.Lock] = {}
-        self._live: dict[str, Live] = {}
+        self._live: OrderedDict[str, Live] = OrderedDict()
 
     def lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
@@ -63,7 +68,17 @@ class _Sessions:
         if name not in self._live:
             transcript = load_transcript(self.repo, name)
             self._live[name] = Live(name, transcript, len(transcript))
+            self._evict()
+        self._live.move_to_end(name)
         return self._live[name]
+
+    def _evict(self) -> None:
+        for old in list(self._live):
+            if len(self._live) <= self.keep:
+                return
+            if self._live[old].run is None and not self.lock(old).locked():
+                del self._live[old]
+                del self._locks[old]
 
     def peek(self, name: str) -> Live | None:
         return self._live.get(name)
