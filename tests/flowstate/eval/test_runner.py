@@ -9,11 +9,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from flowstate.eval.policies import Policy, PolicyEngine
 from flowstate.eval.report import write_report
 from flowstate.eval.runner import EvalConfig, run_eval
+from flowstate.eval.suites import generate
+from flowstate.strategies import get
 
 ARGS = ["--policy", "oracle", "--suite", "hotel,bundle,travel,chain", "--strategy", "flowstate,full-context,no-psa,no-isu",
         "--tasks", "12", "--depth", "6"]
@@ -69,3 +73,34 @@ def test_a_rerun_with_another_configuration_is_refused(tmp_path: Path) -> None:
     assert len(run_eval(more, [])) == 3  # more tasks of the same configuration: only the new one runs
     with pytest.raises(ValueError, match="another configuration \\(depth was 3, now 4\\)"):
         run_eval(EvalConfig(suites=("chain",), strategies=("flowstate",), tasks=2, depth=4, out=tmp_path, policy="oracle"), [])
+
+
+class Router:
+    """One engine shared by many tasks (as a model server is): the oracle of whichever task asks."""
+
+    name = "router"
+    supports_grammar = False
+
+    def __init__(self, tasks: list[Any], strategy: Any) -> None:
+        self.engines = {t.queries[0]: (t.id, PolicyEngine(Policy(t, strategy, memory=True))) for t in tasks}
+        self.served: set[str] = set()
+
+    def generate(self, messages: Any, *, grammar: str | None = None, max_tokens: int | None = None) -> Any:
+        # a bundle task's first query names its own camera, and every later prompt lists it in the index
+        task, engine = next(v for q, v in self.engines.items() if q in messages[-1].content)
+        self.served.add(task)
+        return engine.generate(messages)
+
+    def count_tokens(self, text: str) -> int:
+        return 0
+
+
+def test_tasks_in_flight_are_spread_over_several_engines(tmp_path: Path) -> None:
+    config = EvalConfig(suites=("bundle",), strategies=("flowstate",), tasks=6, depth=3, out=tmp_path, concurrency=4,
+                        engine="router")
+    tasks = generate("bundle", 6, 3)
+    engines = [Router(tasks, get("flowstate")), Router(tasks, get("flowstate"))]
+    rows = run_eval(config, engines)
+    assert len(rows) == 6 and all(r["success"] for r in rows)
+    for i, engine in enumerate(engines):  # task i went to engine i % 2, all of its subtasks
+        assert engine.served == {t.id for t in tasks[i::2]}
