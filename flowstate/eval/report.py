@@ -119,6 +119,7 @@ def figures(summary: dict[str, Any], out: Path) -> list[Path]:
             acc = p["quality"]["Acc_k"]
             ax.plot(range(1, len(acc) + 1), acc, marker="o", label=p["strategy"])
         ax.set_title(suite)
+        ax.set_xticks(range(1, summary["config"]["depth"] + 1))
         ax.set_xlabel("subtask k")
         ax.set_ylabel("Acc_k (%)")
         ax.set_ylim(-5, 105)
