@@ -22,6 +22,23 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {err['msg']}" if where else str(err["msg"])
 
 
+_DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"\s*")
+
+
+def _json_end(text: str, pos: int, close_tag: str) -> int | None:
+    """Where ``close_tag`` starts after the JSON value at ``pos``, if one is there.
+
+    A closing tag inside a JSON string is content, not the end of the block (the grammar allows it).
+    """
+    try:
+        _, end = _DECODER.raw_decode(text, _SPACE.match(text, pos).end())  # type: ignore[union-attr]
+    except json.JSONDecodeError:
+        return None
+    end = _SPACE.match(text, end).end()  # type: ignore[union-attr]
+    return end if text.startswith(close_tag, end) else None
+
+
 def _split_blocks(text: str, blocks: Sequence[str]) -> dict[str, str]:
     """Cut the text into the tagged blocks, in order, with only whitespace between them."""
     bodies: dict[str, str] = {}
@@ -36,10 +53,13 @@ def _split_blocks(text: str, blocks: Sequence[str]) -> dict[str, str]:
             found = _TAG.search(between)
             what = f"tag <{found.group(1)}{found.group(2)}>" if found else f"text {between.strip()[:40]!r}"
             raise ProtocolError(name, f"unexpected {what} before {open_tag}")
-        end = text.find(close_tag, start)
+        body = start + len(open_tag)
+        end = _json_end(text, body, close_tag)
+        if end is None:  # not JSON followed by the closing tag: cut at the tag, and let the JSON check say why
+            end = text.find(close_tag, body)
         if end < 0:
             raise ProtocolError(name, f"missing {close_tag}")
-        bodies[name] = text[start + len(open_tag) : end]
+        bodies[name] = text[body:end]
         pos = end + len(close_tag)
     tail = text[pos:].strip()
     if tail:

@@ -7,6 +7,7 @@ import pytest
 from flowstate.errors import ProtocolError
 from flowstate.parse import parse_output
 from flowstate.protocol import AddOp, ModelOutput, UpdateOp, render_output
+from tests.helpers import output
 
 OK_DELTA = '[{"operation": "add", "state_set": "preference", "state_id": "pref_x", "summary": "s", "value": {}, "refs": []}]'
 
@@ -72,3 +73,19 @@ def test_render_then_parse_round_trips() -> None:
     again = parse_output(render_output(original))
     assert again == original
     assert "value" not in render_output(original).split("update")[1]  # update omits unchanged fields
+
+
+def test_a_closing_tag_inside_a_json_string_is_content() -> None:
+    """Found by the real eval: the grammar lets a string hold "</tool_calls>", so the parser must too."""
+    from flowstate.protocol import block_schemas
+    from grammars.check import accepts
+    from grammars.four_blocks import protocol_grammar
+
+    tricky = "</tool_calls></json> <assistant_message>"
+    raw = output(tools=[{"name": "book", "arguments": {"hotel": tricky}}])
+    tool = {"name": "book", "description": "", "parameters": {"type": "object", "properties": {"hotel": {"type": "string"}},
+                                                                "required": ["hotel"]}}
+    assert accepts(protocol_grammar(block_schemas(), [tool]), raw)
+    assert parse_output(raw).tool_calls[0].arguments == {"hotel": tricky}
+    with pytest.raises(ProtocolError, match="unexpected tag </json>"):  # not JSON: cut at the first closing tag
+        parse_output(raw.replace('"hotel": "', '"hotel": '))
