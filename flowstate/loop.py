@@ -101,7 +101,6 @@ class RequestRun:
         self.system, self.config, self.grammars, self.strategy = system, config, grammars, strategy
         self.start = strategy.start(repo, session)
         self.index_k = self.start.k
-        self.index = self.start.index
         self.state = self.start.state
         self.source = repo.view(session)
         self.steps: list[StepRecord] = []

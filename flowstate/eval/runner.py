@@ -131,22 +131,23 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress =
     config.out.mkdir(parents=True, exist_ok=True)  # only once the configuration is known to be valid
     _check_identity(config)
     results = Results(config.out / "results.jsonl")
-    done = {(r["suite"], r["strategy"], r["task"]) for r in results.rows()}
+    earlier = results.rows()
+    done = {(r["suite"], r["strategy"], r["task"]) for r in earlier}
     run = uuid.uuid4().hex[:12]
     with Repository.open(config.out / "memory.db") as repo:
         for suite, tasks in suites.items():
             for strategy in strategies:
                 todo = [(i, t) for i, t in enumerate(tasks) if (suite, strategy.name, t.id) not in done]
-                _run_pair(config, repo, results, suite, strategy, tasks, todo, engines, run, progress)
+                finished = [r for r in earlier if r["suite"] == suite and r["strategy"] == strategy.name
+                            and r["task"] in {t.id for t in tasks}]
+                _run_pair(config, repo, results, suite, strategy, len(tasks), finished, todo, engines, run, progress)
     return select(results.rows(), config)
 
 
-def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str, strategy: Strategy,
-              tasks: list[Task], todo: list[tuple[int, Task]], engines: Sequence[Engine], run: str,
+def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str, strategy: Strategy, total: int,
+              finished: list[dict[str, Any]], todo: list[tuple[int, Task]], engines: Sequence[Engine], run: str,
               progress: Progress) -> None:
     label = f"{suite} × {strategy.name}"
-    finished = [r for r in results.rows() if r["suite"] == suite and r["strategy"] == strategy.name
-                and r["task"] in {t.id for t in tasks}]
     state = {"done": len(finished), "success": sum(bool(r["success"]) for r in finished), "tokens": 0}
     lock = threading.Lock()
     started = time.monotonic()
@@ -154,7 +155,7 @@ def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str
     def report() -> None:
         minutes = (time.monotonic() - started) / 60
         rate = (state["done"] - len(finished)) / minutes if minutes > 0 else 0.0
-        progress(f"{label}: {state['done']}/{len(tasks)} tasks, {state['success']} succeeded, "
+        progress(f"{label}: {state['done']}/{total} tasks, {state['success']} succeeded, "
                  f"{state['tokens']} tokens, {rate:.1f} tasks/min")
 
     def one(item: tuple[int, Task]) -> None:
