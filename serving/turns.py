@@ -109,6 +109,9 @@ class Turns:
             live.abandon()
             raise APIError(502, f"{exc}; nothing of this request was stored, resend its user message to retry",
                            type="model_error", code="request_failed") from exc
+        except BaseException:  # a storage fault or a bug: the session must not stay half-advanced
+            live.abandon()
+            raise
 
     def _act(self, live: Live, run: RequestRun) -> dict[str, Any] | None:
         """Run server-side calls; return the assistant message for the client's calls, if any."""
