@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from engine.base import Engine, Usage
-from flowstate.errors import FlowStateError, SessionNotFound
+from flowstate.errors import SessionNotFound
 from flowstate.inspection import session_dump
 from flowstate.loop import LoopConfig
 from flowstate.repository import Repository
@@ -110,8 +110,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.exception_handler(Exception)
     async def _bug(_: Request, exc: Exception) -> JSONResponse:
         log.exception("internal error")
-        return JSONResponse(APIError(500, f"internal error: {type(exc).__name__}", type="server_error").body(),
-                            status_code=500)
+        return JSONResponse(_internal(exc).body(), status_code=500)
 
     def namespace(request: Request) -> str:
         return keys.namespace(request.headers.get("authorization"))
@@ -237,6 +236,10 @@ async def _parse(request: Request) -> ChatRequest:
         raise bad_request(f"{where}: {first['msg']}" if where else first["msg"], where or None) from exc
 
 
+def _internal(exc: Exception) -> APIError:
+    return APIError(500, f"internal error: {type(exc).__name__}", type="server_error")
+
+
 def _unknown(session_id: str) -> APIError:
     return APIError(404, f"no session {session_id!r}", type="not_found_error", param="session_id",
                     code="session_not_found")
@@ -304,9 +307,9 @@ async def _stream(
     except APIError as exc:
         yield f"data: {json.dumps(exc.body())}\n\n"
         return
-    except (FlowStateError, Exception) as exc:  # a bug or a storage fault: the stream says so and ends
+    except Exception as exc:  # a bug or a storage fault: the stream says so and ends
         log.exception("internal error in a streamed turn")
-        yield f"data: {json.dumps(APIError(500, f'internal error: {type(exc).__name__}', type='server_error').body())}\n\n"
+        yield f"data: {json.dumps(_internal(exc).body())}\n\n"
         return
     message = result.message
     if message.get("tool_calls"):
