@@ -18,20 +18,29 @@ BACKENDS: dict[str, str] = {
 DEFAULT = "transformers"
 
 
-def load(name: str, **options: Any) -> Engine:
+def load(name: str, *, preset: str | None = None, **options: Any) -> Engine:
     """Build the backend called ``name`` with its options (unknown names list the valid ones).
 
     Options set to None are dropped, so callers can pass every command-line option through.
+    ``preset`` (``engine.presets``) fills the options it names that are not given and that the
+    backend takes (a backend's ``options``).
     """
     target = BACKENDS.get(name)
     if target is None:
         valid = ", ".join(sorted(BACKENDS))
         raise EngineConfigError(f"unknown engine {name!r}; valid engines: {valid}")
     module_name, _, attr_path = target.partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for attr in attr_path.split("."):
-        obj = getattr(obj, attr)
-    engine: Engine = obj(**{k: v for k, v in options.items() if v is not None})
+    owner: Any = importlib.import_module(module_name)
+    *class_path, factory = attr_path.split(".")
+    for attr in class_path:
+        owner = getattr(owner, attr)
+    given = {k: v for k, v in options.items() if v is not None}
+    if preset is not None:
+        from engine.presets import preset as preset_options
+
+        taken = getattr(owner, "options", frozenset())
+        given = {**{k: v for k, v in preset_options(preset).items() if k in taken}, **given}
+    engine: Engine = getattr(owner, factory)(**given)
     return engine
 
 

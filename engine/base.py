@@ -48,10 +48,15 @@ class Usage:
 
 @dataclass(frozen=True)
 class Generation:
-    """The raw text of one model call and its usage."""
+    """The raw text of one model call, its usage, and why decoding stopped."""
 
     text: str
     usage: Usage = field(default_factory=Usage)
+    finish_reason: str = "stop"  # "length": cut at the completion budget
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
 
 
 @runtime_checkable

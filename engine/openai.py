@@ -21,6 +21,8 @@ from engine.errors import EngineConfigError, EngineError, EngineUnavailable
 class OpenAIEngine:
     name = "openai"
     supports_grammar = True
+    options = frozenset({"base_url", "api_key", "model", "temperature", "top_p", "max_tokens", "retries", "backoff_s",
+                         "timeout_s", "chat_template_kwargs"})
 
     def __init__(
         self,
@@ -34,6 +36,7 @@ class OpenAIEngine:
         retries: int = 3,
         backoff_s: float = 0.5,
         timeout_s: float = 300.0,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         if not base_url:
             raise EngineConfigError("the openai engine needs --base-url, e.g. http://127.0.0.1:8000/v1")
@@ -44,12 +47,12 @@ class OpenAIEngine:
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "EMPTY", max_retries=0, timeout=timeout_s)
         self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
         self.retries, self.backoff_s = retries, backoff_s
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.model = model or self._first_model()
 
     @classmethod
     def from_options(cls, **options: Any) -> OpenAIEngine:
-        known = {"base_url", "api_key", "model", "temperature", "top_p", "max_tokens", "retries", "backoff_s", "timeout_s"}
-        return cls(**check_options(cls.name, options, known))
+        return cls(**check_options(cls.name, options, set(cls.options)))
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run a client call with retries on transient faults; classify what remains."""
@@ -91,6 +94,11 @@ class OpenAIEngine:
         max_tokens: int | None = None,
     ) -> Generation:
         started = time.perf_counter()
+        extra: dict[str, Any] = {}
+        if grammar:  # vLLM would otherwise let JSON whitespace run free inside the grammar's %json blocks
+            extra["structured_outputs"] = {"grammar": grammar, "disable_any_whitespace": True}
+        if self.chat_template_kwargs:  # vLLM (and SGLang) pass these to the chat template
+            extra["chat_template_kwargs"] = self.chat_template_kwargs
         stream = self._call(
             self.client.chat.completions.create,
             model=self.model,
@@ -100,17 +108,18 @@ class OpenAIEngine:
             max_tokens=max_tokens or self.max_tokens,
             stream=True,
             stream_options={"include_usage": True},
-            # vLLM would otherwise let JSON whitespace run free inside the grammar's %json blocks
-            extra_body={"structured_outputs": {"grammar": grammar, "disable_any_whitespace": True}} if grammar else None,
+            extra_body=extra or None,
         )
         parts: list[str] = []
         first: float | None = None
         usage: Any = None
+        finish = "stop"
         try:
             for chunk in stream:
                 if chunk.usage is not None:
                     usage = chunk.usage
                 for choice in chunk.choices:
+                    finish = choice.finish_reason or finish
                     if choice.delta.content:
                         first = first or time.perf_counter()
                         parts.append(choice.delta.content)
@@ -131,6 +140,7 @@ class OpenAIEngine:
                 ttft_s=first - started,
                 decode_s=end - first,
             ),
+            finish_reason=finish,
         )
 
 

@@ -1,6 +1,7 @@
 """The scripted engine: replays recorded raw model outputs, for fast deterministic tests of the loop.
 
-A script is a JSON Lines file, one object per model call, with the raw output under ``"text"``.
+A script is a JSON Lines file, one object per model call, with the raw output under ``"text"``
+(and ``"finish_reason": "length"`` for an output that was cut at the completion budget).
 A line may carry ``"when"``: then it serves the first call whose prompt contains that text, so a
 script stays deterministic when many sessions call the engine concurrently (each call takes the
 first unused line that matches; lines without ``"when"`` match any prompt).
@@ -48,9 +49,10 @@ class ScriptedEngine:
 
     name = "scripted"
     supports_grammar = False  # replays recorded text; validation still runs on every step
+    options = frozenset({"script"})
 
-    def __init__(self, outputs: Iterable[str | tuple[str, str | None]]) -> None:
-        self._outputs = [(o, None) if isinstance(o, str) else o for o in outputs]
+    def __init__(self, outputs: Iterable[str | tuple[str, str | None] | tuple[str, str | None, str]]) -> None:
+        self._outputs = [(o, None, "stop") if isinstance(o, str) else (*o, "stop")[:3] for o in outputs]
         self._used = [False] * len(self._outputs)
         self._lock = threading.Lock()
         self._last_prompt: list[str] = []
@@ -64,7 +66,7 @@ class ScriptedEngine:
             lines = p.read_text(encoding="utf-8").splitlines()
         except OSError as exc:
             raise EngineConfigError(f"cannot read script {p}: {exc.strerror or exc}") from exc
-        outputs: list[tuple[str, str | None]] = []
+        outputs: list[tuple[str, str | None, str]] = []
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
@@ -77,7 +79,10 @@ class ScriptedEngine:
             when = obj.get("when")
             if when is not None and not isinstance(when, str):
                 raise EngineConfigError(f'script {p} line {number}: "when" must be a string')
-            outputs.append((obj["text"], when))
+            finish = obj.get("finish_reason", "stop")
+            if finish not in ("stop", "length"):
+                raise EngineConfigError(f'script {p} line {number}: "finish_reason" must be "stop" or "length"')
+            outputs.append((obj["text"], when, finish))
         if not outputs:
             raise EngineConfigError(f"script {p} holds no outputs")
         return cls(outputs)
@@ -104,7 +109,7 @@ class ScriptedEngine:
         rendered = flatten(messages)
         with self._lock:
             line = next(
-                (i for i, (_, when) in enumerate(self._outputs)
+                (i for i, (_, when, _finish) in enumerate(self._outputs)
                  if not self._used[i] and (when is None or when in rendered)),
                 None,
             )
@@ -113,13 +118,13 @@ class ScriptedEngine:
                     raise EngineError(f"scripted engine exhausted after {len(self._outputs)} outputs")
                 raise EngineError(f"scripted engine: none of its {self.remaining} unused outputs matches this prompt")
             self._used[line] = True
-            text = self._outputs[line][0]
+            text, _, finish = self._outputs[line]
             self.prompts.append(list(messages))
             prompt = tokenize(rendered)
             cached = common_prefix(prompt, self._last_prompt)
             self._last_prompt = prompt
         usage = Usage(prompt_tokens=len(prompt), cached_tokens=cached, completion_tokens=len(tokenize(text)))
-        return Generation(text=text, usage=usage)
+        return Generation(text=text, usage=usage, finish_reason=finish)
 
     def count_tokens(self, text: str) -> int:
         return len(tokenize(text))

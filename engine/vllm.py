@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.base import Generation, Message, Usage
-from engine.chat import apply_template, check_options
+from engine.chat import apply_template, check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError
 
 CPU_KV_CACHE_BYTES = 1 << 30  # on CPU, vLLM otherwise reserves most of the machine's memory
@@ -90,6 +90,8 @@ class VLLMEngine:
 
     name = "vllm"
     supports_grammar = True
+    options = frozenset({"model", "dtype", "temperature", "top_p", "max_tokens", "backend", "max_model_len",
+                         "gpu_memory_utilization", "kv_cache_bytes", "enforce_eager", "chat_template_kwargs"})
 
     def __init__(
         self,
@@ -104,6 +106,7 @@ class VLLMEngine:
         gpu_memory_utilization: float | None = None,
         kv_cache_bytes: int | None = None,
         enforce_eager: bool | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         if model is None:
             raise EngineConfigError(
@@ -140,12 +143,12 @@ class VLLMEngine:
         self.model_name = model
         self._batcher = _Batcher(self.llm)
         self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
+        self.max_model_len = max_model_len
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
 
     @classmethod
     def from_options(cls, **options: Any) -> VLLMEngine:
-        known = {"model", "dtype", "temperature", "top_p", "max_tokens", "backend", "max_model_len",
-                 "gpu_memory_utilization", "kv_cache_bytes", "enforce_eager"}
-        return cls(**check_options(cls.name, options, known))
+        return cls(**check_options(cls.name, options, set(cls.options)))
 
     def close(self) -> None:
         """Stop vLLM's engine core and workers now rather than at interpreter exit."""
@@ -156,14 +159,14 @@ class VLLMEngine:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def sampling_params(self, grammar: str | None, max_tokens: int | None) -> Any:
+    def sampling_params(self, grammar: str | None, max_tokens: int | None, prompt_tokens: int = 0) -> Any:
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
         structured = StructuredOutputsParams(grammar=grammar, disable_any_whitespace=True) if grammar else None
+        budget = completion_budget(max_tokens or self.max_tokens, prompt_tokens, self.max_model_len)
         return SamplingParams(
-            temperature=self.temperature, top_p=self.top_p, max_tokens=max_tokens or self.max_tokens,
-            structured_outputs=structured,
+            temperature=self.temperature, top_p=self.top_p, max_tokens=budget, structured_outputs=structured,
         )
 
     def generate(
@@ -173,8 +176,8 @@ class VLLMEngine:
         grammar: str | None = None,
         max_tokens: int | None = None,
     ) -> Generation:
-        prompt = apply_template(self.tokenizer, messages)
-        params = self.sampling_params(grammar, max_tokens)
+        prompt = apply_template(self.tokenizer, messages, self.chat_template_kwargs)
+        params = self.sampling_params(grammar, max_tokens, self.count_tokens(prompt))
         started = time.perf_counter()
         try:
             out = self._batcher.run(prompt, params)
@@ -190,4 +193,4 @@ class VLLMEngine:
             prompt_tokens=len(out.prompt_token_ids or ()), cached_tokens=int(out.num_cached_tokens or 0),
             completion_tokens=len(completion.token_ids), ttft_s=min(ttft, total), decode_s=max(total - ttft, 0.0),
         )
-        return Generation(text=completion.text, usage=usage)
+        return Generation(text=completion.text, usage=usage, finish_reason=str(completion.finish_reason or "stop"))

@@ -58,6 +58,11 @@ class ActiveState:
             ref.state_id for n in nodes for ref in n.refs if ref.state_id.startswith(OBSERVATION_PREFIX)
         )
 
+    def ref_targets(self) -> frozenset[str]:
+        """What a ref may name (Eq. 5's reach): a visible state, an id of G_k, a tool result that a visible
+        state references, or an observation of this request."""
+        return self.visible_ids() | self.index_ids | self.tool_refs() | {o.id for o in self.observations}
+
     def referrers(self, node_id: str) -> list[str]:
         """Current-request states whose refs point at ``node_id``."""
         return [n.id for n in self.current if any(r.state_id == node_id for r in n.refs)]

@@ -18,6 +18,8 @@ class Agent:
     """A FlowState agent bound to one session of a repository.
 
     Without an engine it runs on the embedded default (``transformers`` with SmolLM2-135M-Instruct).
+    ``config.limits`` sets the protocol limits (``flowstate.limits``); left None, the engine decides:
+    compact for the embedded tiny model, standard for every other.
 
     >>> agent = Agent(engine, repository=Repository.open("memory.db"), session="alice", tools=[search])
     >>> agent.run("Book hotel A").response
@@ -44,11 +46,13 @@ class Agent:
         self.repository = repository
         self.session = session
         self.tools = tools if isinstance(tools, ToolSet) else ToolSet(tools)
-        self.config = config
+        self.config = config = config.for_engine(engine)
+        assert config.limits is not None
+        self.limits = config.limits
         self.strategy = strategy
-        self.system = strategy.system_prompt(self.tools.specs(), task_policy)
+        self.system = strategy.system_prompt(self.tools.specs(), task_policy, self.limits)
         self.grammars = (
-            Grammars(self.tools.specs(), config.grammar, strategy.blocks)
+            Grammars(self.tools.specs(), config.grammar, strategy.blocks, self.limits)
             if engine.supports_grammar and config.grammar is not GrammarMode.NONE else None
         )
 

@@ -15,15 +15,35 @@ import click
 
 import engine as engines
 from engine.errors import EngineError
+from engine.presets import PRESETS
+from flowstate import limits
 from flowstate.agent import Agent
 from flowstate.constrain import GrammarMode
 from flowstate.errors import FlowStateError, RequestFailed
 from flowstate.inspection import render_graph, session_dump
 from flowstate.loop import LoopConfig, require_query
-from flowstate.records import RunRecord
+from flowstate.records import RunRecord, unfinished_message
 from flowstate.repository import Repository
 from flowstate.tools import ToolSet, load_tools
 
+
+
+class _JsonObject(click.ParamType):
+    name = "JSON"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> dict[str, Any]:
+        if isinstance(value, dict):
+            return value
+        try:
+            obj = json.loads(value)
+        except json.JSONDecodeError as exc:
+            self.fail(f"not JSON: {exc.msg}", param, ctx)
+        if not isinstance(obj, dict):
+            self.fail("must be a JSON object", param, ctx)
+        return obj
+
+
+JSON_OBJECT = _JsonObject()
 
 
 def default_db() -> Path:
@@ -58,12 +78,49 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--max-tokens", default=None, type=click.IntRange(min=1), help="Completion tokens per model call [default: 1024]."),
         click.option("--base-url", default=None, help="openai: server URL, e.g. http://127.0.0.1:8000/v1."),
         click.option("--engine-api-key", "api_key", default=None, envvar="FLOWSTATE_ENGINE_API_KEY", help="openai: API key [default: $FLOWSTATE_ENGINE_API_KEY or none]."),
+        click.option("--preset", default=None, type=click.Choice(sorted(PRESETS)),
+                     help="Sampling preset; paper: temperature 0.1, top_p 1.0, completion budget up to the context "
+                          "(32768 at most), thinking off. Explicit options win."),
+        click.option("--chat-template-kwargs", default=None, type=JSON_OBJECT,
+                     help='Variables for the model\'s chat template, as a JSON object, e.g. \'{"enable_thinking": false}\'.'),
         click.option("--grammar", "grammar_mode", default=GrammarMode.STEP.value, show_default=True,
                      type=click.Choice([m.value for m in GrammarMode]), help="Constrained decoding: per-step id-aware, static protocol, or none."),
     ]
     for option in reversed(options):
         fn = option(fn)
     return fn
+
+
+def loop_options(max_steps: int = LoopConfig.max_steps) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The options of a request's loop: step budget, protocol errors, protocol limits, what the budget does."""
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        options = [
+            click.option("--max-steps", default=max_steps, show_default=True, type=click.IntRange(min=1),
+                         help="Step budget per request."),
+            click.option("--max-protocol-errors", default=LoopConfig.max_protocol_errors, show_default=True,
+                         type=click.IntRange(min=1), help="Consecutive unparsable outputs before a request fails."),
+            click.option("--limits", "limits_name", default=limits.AUTO, show_default=True,
+                         type=click.Choice([*limits.PROFILES, limits.AUTO]),
+                         help="Protocol limits: standard (real models), compact (tiny models); auto picks compact "
+                              "for the embedded model."),
+            click.option("--on-budget", default=LoopConfig.on_budget, show_default=True,
+                         type=click.Choice(["persist", "fail"]),
+                         help="At the step budget: persist the request as unfinished, or fail and persist nothing."),
+        ]
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+    return decorate
+
+
+def loop_config(engine: Any, *, max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str,
+                grammar_mode: str, max_tokens: int | None = None) -> LoopConfig:
+    """The loop configuration the options describe, its limits resolved for ``engine``."""
+    return LoopConfig(
+        max_steps=max_steps, max_protocol_errors=max_protocol_errors, max_tokens=max_tokens,
+        grammar=GrammarMode(grammar_mode), limits=limits.for_engine(engine, limits_name),
+        on_budget="fail" if on_budget == "fail" else "persist",
+    )
 
 
 def _step_line(step: dict[str, Any]) -> str:
@@ -104,12 +161,11 @@ def main() -> None:
 @engine_options
 @click.option("--tools", "tools_ref", default=None, help="Tool set as module:attribute [default: no tools].")
 @click.option("--policy", default="", help="Task policy placed in the system prompt.")
-@click.option("--max-steps", default=LoopConfig.max_steps, show_default=True, type=click.IntRange(min=1))
-@click.option("--max-protocol-errors", default=LoopConfig.max_protocol_errors, show_default=True, type=click.IntRange(min=1))
+@loop_options()
 @click.option("--json", "as_json", is_flag=True, help="Print the full run record as JSON.")
 def run(
     query: str, session: str, db: Path | None, tools_ref: str | None, policy: str, max_steps: int,
-    max_protocol_errors: int, as_json: bool, grammar_mode: str, **engine_opts: Any,
+    max_protocol_errors: int, limits_name: str, on_budget: str, as_json: bool, grammar_mode: str, **engine_opts: Any,
 ) -> None:
     """Run one request QUERY in a session and print the final response."""
     with _errors():
@@ -118,13 +174,16 @@ def run(
         model = engines.load(**engine_opts)
         repo = Repository.open(db or default_db())
         try:
-            config = LoopConfig(max_steps=max_steps, max_protocol_errors=max_protocol_errors, grammar=GrammarMode(grammar_mode))
+            config = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
+                                 limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode)
             agent = Agent(model, repository=repo, session=session, tools=tools, task_policy=policy, config=config)
             record = agent.run(query)
         finally:
             repo.close()
         if as_json:
             click.echo(json.dumps(record.to_dict(), ensure_ascii=False, indent=2))
+        elif record.response is None:
+            click.echo(unfinished_message(record.unfinished, record.persisted_states))
         else:
             click.echo(record.response)
 
@@ -152,11 +211,14 @@ def inspect(session: str, db: Path | None, as_json: bool) -> None:
 
 @main.command()
 @engine_options
-@click.option("--max-steps", default=4, show_default=True, type=click.IntRange(min=1), help="Step budget per request.")
+@loop_options(max_steps=4)
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Keep the demo's memory in this database [default: a temporary one].")
 @click.option("--session", default="hotel-demo", show_default=True, help="Session name in the database.")
 @click.option("--json", "as_json", is_flag=True, help="Print the three run records as JSON.")
-def demo(db: Path | None, session: str, as_json: bool, max_steps: int, grammar_mode: str, **engine_opts: Any) -> None:
+def demo(
+    db: Path | None, session: str, as_json: bool, max_steps: int, max_protocol_errors: int, limits_name: str,
+    on_budget: str, grammar_mode: str, **engine_opts: Any,
+) -> None:
     """The hotel case of the paper's Figure 1: three requests, then the state graph.
 
     With ``--engine scripted`` the shipped script replays a model that solves it; with a real
@@ -168,7 +230,8 @@ def demo(db: Path | None, session: str, as_json: bool, max_steps: int, grammar_m
         if engine_opts["name"] == "scripted" and engine_opts["script"] is None:
             engine_opts["script"] = str(hotel.script_path())
         model = engines.load(**engine_opts)
-        config = LoopConfig(max_steps=max_steps, grammar=GrammarMode(grammar_mode))
+        config = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
+                             limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode)
         with tempfile.TemporaryDirectory() as tmp:
             repo = Repository.open(db or Path(tmp) / "demo.db")
             try:
@@ -193,7 +256,10 @@ def demo(db: Path | None, session: str, as_json: bool, max_steps: int, grammar_m
                     if not as_json:
                         for step in records[-1]["steps"]:
                             click.echo(_step_line(step))
-                        click.echo(f"{record.response}\n  ({_usage_line(record)})")
+                        response = record.response
+                        if response is None:
+                            response = unfinished_message(record.unfinished, record.persisted_states)
+                        click.echo(f"{response}\n  ({_usage_line(record)})")
                 dump = session_dump(repo, session)
             finally:
                 repo.close()
@@ -211,12 +277,12 @@ def demo(db: Path | None, session: str, as_json: bool, max_steps: int, grammar_m
 @click.option("--api-key", "api_keys", multiple=True, help="A client key (repeatable) [default: $FLOWSTATE_API_KEYS, comma-separated; none].")
 @click.option("--tools", "tools_ref", default=None, help="Server-side tools as module:attribute, besides each request's client tools.")
 @click.option("--model-id", default="flowstate", show_default=True, help="The model name clients send and /v1/models lists.")
-@click.option("--max-steps", default=LoopConfig.max_steps, show_default=True, type=click.IntRange(min=1))
-@click.option("--max-protocol-errors", default=LoopConfig.max_protocol_errors, show_default=True, type=click.IntRange(min=1))
+@loop_options()
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(
     host: str, port: int, db: Path | None, api_keys: tuple[str, ...], tools_ref: str | None, model_id: str,
-    max_steps: int, max_protocol_errors: int, log_level: str, grammar_mode: str, **engine_opts: Any,
+    max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, log_level: str, grammar_mode: str,
+    **engine_opts: Any,
 ) -> None:
     """Serve an OpenAI-compatible Chat Completions endpoint whose model remembers (FastAPI on uvicorn)."""
     from serving.app import ServerConfig  # serving sits above flowstate; imported only for this command
@@ -225,10 +291,11 @@ def serve(
     with _errors():
         keys = list(api_keys) or [k.strip() for k in os.environ.get("FLOWSTATE_API_KEYS", "").split(",") if k.strip()]
         tools = load_tools(tools_ref) if tools_ref else ToolSet()
+        model = engines.load(**engine_opts)
         repo = Repository.open(db or default_db())
-        config = LoopConfig(max_steps=max_steps, max_protocol_errors=max_protocol_errors, grammar=GrammarMode(grammar_mode))
-        server = ServerConfig(engine=engines.load(**engine_opts), repo=repo, keys=keys, tools=tools, loop=config,
-                              model_id=model_id)
+        config = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
+                             limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode)
+        server = ServerConfig(engine=model, repo=repo, keys=keys, tools=tools, loop=config, model_id=model_id)
         try:
             run_server(server, host=host, port=port, log_level=log_level)
         finally:
@@ -255,11 +322,10 @@ def _progress(line: str) -> None:
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1), help="Tasks in flight.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("flowstate-eval"), show_default=True,
               help="Output folder: results.jsonl (resumable), memory.db, summary.json, report.md, figures.")
-@click.option("--max-steps", default=LoopConfig.max_steps, show_default=True, type=click.IntRange(min=1))
-@click.option("--max-protocol-errors", default=LoopConfig.max_protocol_errors, show_default=True, type=click.IntRange(min=1))
+@loop_options()
 def evaluate(
     suites: str, strategy_names: str, policy: str | None, tasks: int, depth: int, seed: int, concurrency: int, out: Path,
-    max_steps: int, max_protocol_errors: int, grammar_mode: str, **engine_opts: Any,
+    max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str, **engine_opts: Any,
 ) -> None:
     """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed."""
     from flowstate.eval.report import write_report
@@ -282,8 +348,9 @@ def evaluate(
         label = f"{engine_opts['name']}:{engine_opts.get('model') or 'default'}"
         config = EvalConfig(
             suites=names, strategies=strategy_list, tasks=tasks, depth=depth, out=out, seed=seed, concurrency=concurrency,
-            loop=LoopConfig(max_steps=max_steps, max_protocol_errors=max_protocol_errors, max_tokens=engine_opts.get("max_tokens"),
-                            grammar=GrammarMode(grammar_mode)),
+            loop=loop_config(loaded[0] if loaded else None, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
+                             limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode,
+                             max_tokens=engine_opts.get("max_tokens")),
             engine="" if policy else label, policy=policy,
         )
         rows = run_eval(config, loaded, _progress)

@@ -8,8 +8,9 @@ from enum import Enum
 from typing import Any
 
 from flowstate.active import ActiveState
+from flowstate.limits import STANDARD, Limits
 from flowstate.protocol import BLOCKS, block_schemas
-from grammars.four_blocks import StepIds, protocol_grammar
+from grammars.four_blocks import StepIds, ToolBounds, protocol_grammar
 
 
 class GrammarMode(str, Enum):
@@ -25,27 +26,31 @@ def step_ids(state: ActiveState) -> StepIds:
     return StepIds(
         focus=tuple(sorted((state.index_ids | tool_refs) - visible)),
         own=tuple(n.id for n in state.current),
-        refs=tuple(sorted(state.index_ids | visible | tool_refs | {o.id for o in state.observations})),
+        refs=tuple(sorted(state.ref_targets())),
     )
 
 
 class Grammars:
-    """Builds grammar texts for one agent configuration (tools fixed); the static one once."""
+    """Builds grammar texts for one agent configuration (tools and limits fixed); the static one once."""
 
     def __init__(
         self, tools: Sequence[Mapping[str, Any]], mode: GrammarMode = GrammarMode.STEP, blocks: Sequence[str] = BLOCKS,
+        limits: Limits = STANDARD,
     ) -> None:
         self.mode = mode
         self.blocks = tuple(blocks)
+        self.limits = limits
         self._tools = list(tools)
-        self._schemas = block_schemas()
-        self.static = (
-            protocol_grammar(self._schemas, self._tools, blocks=self.blocks) if mode is GrammarMode.STATIC else None
-        )
+        self._schemas = block_schemas(limits)
+        self._bounds = ToolBounds(limits.tool_text, limits.tool_items)
+        self.static = self._build(None) if mode is GrammarMode.STATIC else None
+
+    def _build(self, ids: StepIds | None) -> str:
+        return protocol_grammar(self._schemas, self._tools, ids, self.blocks, self._bounds)
 
     def for_step(self, state: ActiveState) -> str | None:
         if self.mode is GrammarMode.NONE:
             return None
         if self.mode is GrammarMode.STATIC:
             return self.static
-        return protocol_grammar(self._schemas, self._tools, step_ids(state), self.blocks)
+        return self._build(step_ids(state))

@@ -19,10 +19,14 @@ class IndexEntry:
     query_id: int
     user_query: str
     states: tuple[tuple[str, str], ...]  # (state_id, summary) in creation order
+    unfinished: str | None = None  # why the request ended without a response, if it did
 
     def render(self) -> str:
         states = [{"state_id": sid, "summary": summary} for sid, summary in self.states]
-        return canonical_json({"query_id": self.query_id, "states": states, "user_query": self.user_query})
+        entry: dict[str, object] = {"query_id": self.query_id, "states": states, "user_query": self.user_query}
+        if self.unfinished is not None:
+            entry["unfinished"] = self.unfinished
+        return canonical_json(entry)
 
 
 @dataclass(frozen=True)
@@ -38,12 +42,15 @@ class HistoricalIndex:
 
 
 def build_index(requests: Sequence[RequestRow], nodes: Sequence[Node]) -> HistoricalIndex:
-    """Index(M_k): every finished request with the states it created (nodes in creation order)."""
+    """Index(M_k): every persisted request with the states it created (nodes in creation order); a request
+    that ended without a response is marked unfinished, with the reason."""
     states: dict[int, list[tuple[str, str]]] = {}
     for node in nodes:
         if not node.is_observation:
             states.setdefault(node.request, []).append((node.id, node.summary))
-    return HistoricalIndex(tuple(IndexEntry(r.index, r.query, tuple(states.get(r.index, ()))) for r in requests))
+    return HistoricalIndex(tuple(
+        IndexEntry(r.index, r.query, tuple(states.get(r.index, ())), r.unfinished) for r in requests
+    ))
 
 
 def session_index(repo: Repository, session: str) -> HistoricalIndex:

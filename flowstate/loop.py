@@ -1,8 +1,9 @@
 """The execution loop (Algorithm 1): serialize → generate → parse → validate → commit and disclose → act.
 
 One call of ``run_request`` is one request q_k. Everything of the request stays in memory until
-it ends; Persist then writes it in one transaction. A request that fails (step budget, repeated
-protocol errors, engine fault) persists nothing.
+it ends; Persist then writes it in one transaction. A request that runs out of its step budget is
+persisted as it stands and marked unfinished in the index (``on_budget="fail"`` persists nothing
+instead); a request that fails (repeated protocol errors, engine fault) persists nothing.
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
-from engine.base import Engine
+from engine.base import Engine, Generation
 from engine.errors import EngineError
 from flowstate.access import disclose, validate_access
 from flowstate.constrain import GrammarMode, Grammars
 from flowstate.errors import ProtocolError, RequestFailed
+from flowstate.limits import Limits, for_engine
 from flowstate.nodes import Node, StateType, canonical_json, observation_id
 from flowstate.parse import parse_output
 from flowstate.protocol import ToolCall
@@ -35,12 +37,20 @@ class LoopConfig:
     max_protocol_errors: int = 3  # consecutive unparsable outputs before the request fails
     max_tokens: int | None = None  # per model call; None leaves it to the engine
     grammar: GrammarMode = GrammarMode.STEP  # for engines that support grammars
+    limits: Limits | None = None  # protocol limits; None: the profile that fits the engine (compact for tiny models)
+    on_budget: Literal["persist", "fail"] = "persist"  # at the step budget: persist as unfinished, or fail
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
             raise ValueError("max_steps must be at least 1")
         if self.max_protocol_errors < 1:
             raise ValueError("max_protocol_errors must be at least 1")
+        if self.on_budget not in ("persist", "fail"):
+            raise ValueError(f"on_budget must be persist or fail, not {self.on_budget!r}")
+
+    def for_engine(self, engine: Engine) -> LoopConfig:
+        """This configuration with its limits resolved for ``engine``."""
+        return self if self.limits is not None else replace(self, limits=for_engine(engine))
 
 
 def _run_tools(tools: ToolSet, calls: Sequence[ToolCall], run: RequestRun) -> list[ToolCallRecord]:
@@ -93,10 +103,15 @@ class RequestRun:
         strategy: Strategy = FLOWSTATE,
     ) -> None:
         require_query(query)
+        config = config.for_engine(engine)
+        assert config.limits is not None
+        self.limits: Limits = config.limits
         if grammars is None and engine.supports_grammar and config.grammar is not GrammarMode.NONE:
-            grammars = Grammars(tool_specs, config.grammar, strategy.blocks)
+            grammars = Grammars(tool_specs, config.grammar, strategy.blocks, self.limits)
         if grammars is not None and grammars.blocks != strategy.blocks:
             raise ValueError(f"grammars for blocks {grammars.blocks} do not fit strategy {strategy.name!r}")
+        if grammars is not None and grammars.limits != self.limits:
+            raise ValueError(f"grammars for limits {grammars.limits.name!r} do not fit limits {self.limits.name!r}")
         self.engine, self.repo, self.session, self.query = engine, repo, session, query
         self.system, self.config, self.grammars, self.strategy = system, config, grammars, strategy
         self.start = strategy.start(repo, session)
@@ -120,9 +135,11 @@ class RequestRun:
             f"request {self.index_k} of session {self.session!r} failed: {message}", partial.to_dict()
         )
 
-    def step(self, extra: Mapping[str, Any] | None = None) -> StepRecord:
+    def step(self, extra: Mapping[str, Any] | None = None) -> StepRecord | None:
         """One model call and everything the runtime does with its output (raises ``RequestFailed``).
 
+        Past the step budget no call is made: the request is persisted unfinished (``record`` is
+        set, None is returned) or fails, as ``on_budget`` says.
         ``extra`` is stored with the final run record (e.g. the server's transcript of the request).
         """
         if self.pending:
@@ -131,7 +148,11 @@ class RequestRun:
             raise RuntimeError("the request is finished")
         t = len(self.steps) + 1
         if t > self.config.max_steps:
-            raise self.failed(f"no final response within the step budget of {self.config.max_steps} steps")
+            reason = f"no final response within the step budget of {self.config.max_steps} steps"
+            if self.config.on_budget == "fail":
+                raise self.failed(reason)
+            self._persist(None, extra or {}, unfinished=reason)
+            return None
         messages = self.strategy.prompt(self.system, self.query, self.start, self.state, self.feedback, self.observation)
         started = time.perf_counter()
         grammar = self.grammars.for_step(self.state) if self.grammars is not None else None
@@ -141,26 +162,23 @@ class RequestRun:
         except EngineError as exc:
             raise self.failed(f"engine error at step {t}: {exc}") from exc
         try:
-            output = parse_output(generation.text, self.strategy.blocks)
+            output = parse_output(generation.text, self.strategy.blocks, self.limits)
         except ProtocolError as exc:
-            self._errors += 1
-            record = StepRecord(t, generation.text, generation.usage, grammar_ms, protocol_error=exc.to_dict())
-            self.steps.append(record)
-            if self._errors >= self.config.max_protocol_errors:
-                raise self.failed(f"{self._errors} consecutive outputs broke the protocol; last: {exc}") from exc
-            self.feedback = [{"kind": "protocol_error", "step": t, **exc.to_dict()}]
-            return record  # the latest observation stays in view: the model has not acted on it yet
+            return self._unparsed(t, generation, grammar_ms, exc)
         self._errors = 0
 
         accepted, refused = validate_access(self.state, output.state_focus)  # against S_k,t
         update = apply_delta(self.state, output.state_delta)  # S+_k,t
         self.state = disclose(self.source, update.state, accepted)  # S_k,t+1
-        self.feedback = [{"kind": "rejected", "step": t, **r.to_dict()} for r in update.rejected]
+        malformed = [m.to_dict() for m in output.malformed]
+        self.feedback = [{"kind": "malformed", "step": t, **m} for m in malformed]
+        self.feedback += [{"kind": "rejected", "step": t, **r.to_dict()} for r in update.rejected]
         self.feedback += [{"kind": "refused_access", "step": t, **r.to_dict()} for r in refused]
         self.observation = ()
         self.pending = output.tool_calls
         record = StepRecord(
             index=t, raw=generation.text, usage=generation.usage, grammar_ms=grammar_ms,
+            truncated=generation.truncated, malformed=malformed,
             committed=update.committed_dicts(), rejected=[r.to_dict() for r in update.rejected],
             disclosed=list(accepted), refused=[r.to_dict() for r in refused],
             final_response=output.final_response,
@@ -169,6 +187,25 @@ class RequestRun:
         if output.final_response is not None:
             self._persist(output.final_response, extra or {})
         return record
+
+    def _unparsed(self, t: int, generation: Generation, grammar_ms: float, exc: ProtocolError) -> StepRecord:
+        """An output that is not the protocol: fed back (a cut one as truncation), or the request fails."""
+        self._errors += 1
+        record = StepRecord(t, generation.text, generation.usage, grammar_ms, protocol_error=exc.to_dict(),
+                            truncated=generation.truncated)
+        self.steps.append(record)
+        if self._errors >= self.config.max_protocol_errors:
+            raise self.failed(f"{self._errors} consecutive outputs broke the protocol; last: {exc}") from exc
+        if generation.truncated:
+            self.feedback = [{
+                "kind": "truncated", "step": t,
+                "message": f"your output was cut off at the limit of {generation.usage.completion_tokens} tokens "
+                           f"before it was complete ({exc}); write a shorter output: fewer operations, shorter "
+                           "summaries, values and messages",
+            }]
+        else:
+            self.feedback = [{"kind": "protocol_error", "step": t, **exc.to_dict()}]
+        return record  # the latest observation stays in view: the model has not acted on it yet
 
     def observation_id(self, i: int) -> str:
         """The id of the raw observation of the i-th (1-based) pending tool call."""
@@ -183,15 +220,16 @@ class RequestRun:
         self.state = self.state.with_observations(self.observation)
         self.pending = ()
 
-    def _persist(self, response: str, extra: Mapping[str, Any]) -> None:
+    def _persist(self, response: str | None, extra: Mapping[str, Any], unfinished: str | None = None) -> None:
         nodes = self.strategy.persisted(self.state, response)
         record = RunRecord(
             self.session, self.index_k, self.query, response, tuple(self.steps),
             persisted_states=tuple(n.id for n in nodes if not n.is_observation),
             persisted_observations=tuple(n.id for n in nodes if n.is_observation),
+            unfinished=unfinished,
         )
         self.repo.persist_request(
-            self.session, self.index_k, self.query, response, nodes, {**record.to_dict(), **extra}
+            self.session, self.index_k, self.query, response, nodes, {**record.to_dict(), **extra}, unfinished
         )
         self.record = record
 
@@ -208,7 +246,9 @@ def run_request(
     grammars: Grammars | None = None,
     strategy: Strategy = FLOWSTATE,
 ) -> RunRecord:
-    """Run one request of ``session`` to its final response, running its tools here, and persist it."""
+    """Run one request of ``session`` to its end, running its tools here, and persist it.
+
+    The record's ``response`` is None (and ``unfinished`` says why) when the step budget ran out."""
     run = RequestRun(
         engine=engine, repo=repo, session=session, query=query, system=system,
         tool_specs=tools.specs(), config=config, grammars=grammars, strategy=strategy,

@@ -75,6 +75,14 @@ MIGRATIONS: list[tuple[str, str]] = [
             BEGIN SELECT RAISE(ABORT, 'finished requests are immutable'); END;
         """,
     ),
+    (
+        "0003_unfinished_requests",
+        """
+        -- A request that ran out of its step budget is persisted with what it had; this says why it
+        -- has no response (NULL for every answered request).
+        ALTER TABLE requests ADD COLUMN unfinished TEXT;
+        """,
+    ),
 ]
 
 

@@ -7,12 +7,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from flowstate.errors import ProtocolError
-from flowstate.protocol import BLOCK_MODELS, BLOCKS, ModelOutput
+from flowstate.limits import STANDARD, Limits
+from flowstate.protocol import BLOCKS, AssistantMessage, BoundedProtocol, Malformed, ModelOutput, bounded
 
-_ADAPTERS: dict[str, TypeAdapter[Any]] = {name: TypeAdapter(tp) for name, tp in BLOCK_MODELS.items()}
 _TAG = re.compile(r"<(/?)([a-z_]+)>")
 
 
@@ -33,7 +33,7 @@ def _json_end(text: str, pos: int, close_tag: str) -> int | None:
     """
     try:
         _, end = _DECODER.raw_decode(text, _SPACE.match(text, pos).end())  # type: ignore[union-attr]
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return None
     end = _SPACE.match(text, end).end()  # type: ignore[union-attr]
     return end if text.startswith(close_tag, end) else None
@@ -67,13 +67,47 @@ def _split_blocks(text: str, blocks: Sequence[str]) -> dict[str, str]:
     return bodies
 
 
-def parse_output(text: str, blocks: Sequence[str] = BLOCKS) -> ModelOutput:
-    """Parse one raw model output; raise ``ProtocolError`` naming the faulty block.
+def _item_id(item: Any) -> str:
+    if isinstance(item, dict):
+        for key in ("state_id", "target_id", "name"):
+            if isinstance(item.get(key), str):
+                return str(item[key])[:64]
+    return ""
+
+
+def _items(name: str, raw: Any, protocol: BoundedProtocol) -> tuple[list[Any], list[Malformed]]:
+    """Validate each item of an array block on its own: the good ones, and the others with their reasons."""
+    if not isinstance(raw, list):
+        raise ProtocolError(name, f"expected a JSON array, got {type(raw).__name__}")
+    limit = {"state_focus": protocol.limits.focus, "state_delta": protocol.limits.ops,
+             "tool_calls": protocol.limits.tool_calls}[name]
+    good: list[Any] = []
+    bad: list[Malformed] = []
+    for position, item in enumerate(raw, start=1):
+        if position > limit:
+            bad.append(Malformed(name, position, f"more than {limit} items in one step; this one was not applied",
+                                 _item_id(item)))
+            continue
+        try:
+            good.append(protocol.item(name, item))
+        except ValidationError as exc:
+            bad.append(Malformed(name, position, _first_error(exc), _item_id(item)))
+    return good, bad
+
+
+def parse_output(text: str, blocks: Sequence[str] = BLOCKS, limits: Limits = STANDARD) -> ModelOutput:
+    """Parse one raw model output under ``limits``; raise ``ProtocolError`` naming the faulty block.
 
     ``blocks`` are the blocks the strategy's protocol has (in protocol order); absent ones are empty.
+    Items are validated one by one (B.4: operations failing the conditions are excluded): a malformed
+    focus item, operation or tool call is left out and listed in ``malformed``; the rest stands. Only
+    text that is not the blocks, a block that is not JSON of its kind, or an invalid final message
+    is a protocol error.
     """
+    protocol = bounded(limits)
     bodies = _split_blocks(text, blocks)
     values: dict[str, Any] = {}
+    malformed: list[Malformed] = []
     for name in blocks:
         body = bodies[name].strip()
         if not body:
@@ -82,18 +116,24 @@ def parse_output(text: str, blocks: Sequence[str] = BLOCKS) -> ModelOutput:
             raw = json.loads(body)
         except json.JSONDecodeError as exc:
             raise ProtocolError(name, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
-        try:
-            values[name] = _ADAPTERS[name].validate_python(raw)
-        except ValidationError as exc:
-            raise ProtocolError(name, _first_error(exc)) from exc
-    output = ModelOutput(**values)
-    if output.tool_calls and output.final_response is not None:
-        raise ProtocolError(
-            "assistant_message",
-            "tool_calls and a final response in one step; choose one execution decision "
-            '(set content to null while calling tools)',
-        )
-    if output.is_empty():
+        except RecursionError as exc:
+            raise ProtocolError(name, "JSON nested too deeply") from exc
+        if name == "assistant_message":
+            try:
+                values[name] = protocol.assistant_message(raw)
+            except ValidationError as exc:
+                raise ProtocolError(name, _first_error(exc)) from exc
+        else:
+            values[name], bad = _items(name, raw, protocol)
+            malformed += bad
+    message = values.get("assistant_message")
+    if values.get("tool_calls") and message is not None and message.content is not None:
+        malformed.append(Malformed("assistant_message", 1, "a final answer in the same step as tool calls was "
+                                   "not given; answer once you have seen the tool results"))
+        values["assistant_message"] = AssistantMessage()
+    output = ModelOutput.model_construct(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()},
+                                         malformed=tuple(malformed))
+    if output.is_empty() and not malformed:
         parts = [b for b in ("state_focus", "state_delta") if b in blocks] + ["the execution decision"]
         raise ProtocolError("output", f"all of {', '.join(parts)} are empty; at least one must be non-empty")
     return output

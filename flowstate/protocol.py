@@ -7,73 +7,94 @@ Every model call returns, in this order::
     <tool_calls>[{"name": ..., "arguments": {...}}]</tool_calls>
     <assistant_message>{"content": null | "..."}</assistant_message>
 
-``grammars/`` derives its grammars from these models' JSON schemas.
+The models below fix the shape; ``bounded(limits)`` derives from them the bounded models of one
+limits profile (``flowstate.limits``), which the parser validates each item against and from
+which ``grammars/`` gets its JSON schemas. Operations written with the paper's one template
+(B.3: every field on every operation) are accepted: a remove ignores the fields it does not
+use, and the template's ``artifacts`` spelling is ``artifact``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, create_model, field_validator, model_validator
 
+from flowstate.limits import STANDARD, Limits
 from flowstate.nodes import ID_PATTERN, Ref, StateType
 
 BLOCKS: tuple[str, ...] = ("state_focus", "state_delta", "tool_calls", "assistant_message")
 
 StateId = Annotated[str, Field(pattern=ID_PATTERN)]
+StateValue = dict[str, JsonValue]
 
-# Bounds keep every output finite, so constrained generation always terminates.
-MAX_FOCUS = 3
-MAX_DELTA = 4
-MAX_TOOL_CALLS = 4
-MAX_REFS = 4
-MAX_VALUE_KEYS = 6
-MAX_TEXT = 96
-MAX_CONTENT = 480
+STATE_TYPE_ALIASES = {"artifacts": "artifact", "preferences": "preference", "attributes": "attribute",
+                      "judgements": "judgement", "judgment": "judgement", "judgments": "judgement"}
+"""Spellings models use for the five types (B.3's prompt itself writes ``artifacts``)."""
 
-Text = Annotated[str, Field(max_length=MAX_TEXT)]
-Scalar = Text | int | float | bool | None
-Leaf = Scalar | Annotated[list[Scalar], Field(max_length=MAX_VALUE_KEYS)]
-StateValue = Annotated[dict[str, Leaf], Field(max_length=MAX_VALUE_KEYS)]
-"""A state's structured value: a flat JSON object of scalars and lists of scalars."""
+_TEMPLATE_FIELDS = ("state_set", "summary", "value", "refs")
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _state_type(value: Any) -> Any:
+    return STATE_TYPE_ALIASES.get(value, value) if isinstance(value, str) else value
+
+
 class FocusItem(_Strict):
     """A request to disclose one historical state (or referenced raw tool result)."""
 
     target_id: StateId
-    reason: Text = ""
+    reason: str = ""
 
 
 class AddOp(_Strict):
     operation: Literal["add"]
     state_set: StateType
     state_id: StateId
-    summary: Text
+    summary: str
     value: StateValue = Field(default_factory=dict)
-    refs: Annotated[tuple[Ref, ...], Field(max_length=MAX_REFS)] = ()
+    refs: tuple[Ref, ...] = ()
+
+    @field_validator("state_set", mode="before")
+    @classmethod
+    def normalize_state_set(cls, value: Any) -> Any:
+        return _state_type(value)
 
 
 class UpdateOp(_Strict):
-    """Revise a state of the current request; fields left out keep their value."""
+    """Revise a state of the current request; fields left out (or null) keep their value."""
 
     operation: Literal["update"]
     state_id: StateId
     state_set: StateType | None = None
-    summary: Text | None = None
+    summary: str | None = None
     value: StateValue | None = None
-    refs: Annotated[tuple[Ref, ...], Field(max_length=MAX_REFS)] | None = None
+    refs: tuple[Ref, ...] | None = None
+
+    @field_validator("state_set", mode="before")
+    @classmethod
+    def normalize_state_set(cls, value: Any) -> Any:
+        return _state_type(value)
 
 
 class RemoveOp(_Strict):
     operation: Literal["remove"]
     state_id: StateId
+
+    @model_validator(mode="before")
+    @classmethod
+    def template_fields(cls, data: Any) -> Any:
+        """B.3's one template carries every field; a remove uses only its id."""
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if k not in _TEMPLATE_FIELDS}
+        return data
 
 
 DeltaOp = Annotated[AddOp | UpdateOp | RemoveOp, Field(discriminator="operation")]
@@ -85,16 +106,30 @@ class ToolCall(_Strict):
 
 
 class AssistantMessage(_Strict):
-    content: Annotated[str, Field(max_length=MAX_CONTENT)] | None = None
+    content: str | None = None
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """An item of a block that is not a valid item of it: excluded from the step, fed back with its reason."""
+
+    block: str
+    position: int  # 1-based within its block
+    reason: str
+    id: str = ""  # the state_id / target_id / tool name the item names, if it names one
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"block": self.block, "position": self.position, "id": self.id, "reason": self.reason}
 
 
 class ModelOutput(_Strict):
-    """One parsed model output y = (ΔS, R, z)."""
+    """One parsed model output y = (ΔS, R, z), and the items excluded from it as malformed."""
 
     state_focus: tuple[FocusItem, ...] = ()
     state_delta: tuple[DeltaOp, ...] = ()
     tool_calls: tuple[ToolCall, ...] = ()
     assistant_message: AssistantMessage = AssistantMessage()
+    malformed: tuple[Any, ...] = Field(default=(), exclude=True)
 
     @property
     def final_response(self) -> str | None:
@@ -105,18 +140,76 @@ class ModelOutput(_Strict):
         return not (self.state_focus or self.state_delta or self.tool_calls or self.final_response is not None)
 
 
-BLOCK_MODELS: dict[str, Any] = {
-    "state_focus": Annotated[list[FocusItem], Field(max_length=MAX_FOCUS)],
-    "state_delta": Annotated[list[DeltaOp], Field(max_length=MAX_DELTA)],
-    "tool_calls": Annotated[list[ToolCall], Field(max_length=MAX_TOOL_CALLS)],
-    "assistant_message": AssistantMessage,
-}
-"""The type of each block's JSON, in protocol order: what parser and grammars both use."""
+def _value_type(limits: Limits) -> Any:
+    """A state's value: an object whose members nest ``value_depth`` levels, every size bounded."""
+    text = Annotated[str, Field(max_length=limits.value_text)]
+    member: Any = text | int | float | bool | None
+    for _ in range(limits.value_depth):
+        member = (text | int | float | bool | None | Annotated[list[member], Field(max_length=limits.value_items)]
+                  | Annotated[dict[str, member], Field(max_length=limits.value_items)])
+    return Annotated[dict[str, member], Field(max_length=limits.value_items)]
 
 
-def block_schemas() -> dict[str, dict[str, Any]]:
-    """The JSON schema of each block, derived from the models above (grammars embed these)."""
-    return {name: TypeAdapter(tp).json_schema() for name, tp in BLOCK_MODELS.items()}
+@dataclass(frozen=True)
+class BoundedProtocol:
+    """The protocol under one limits profile: per block, the type of one item (or of the whole block)."""
+
+    limits: Limits
+    items: dict[str, TypeAdapter[Any]]  # state_focus, state_delta, tool_calls: one item
+    message: TypeAdapter[Any]  # assistant_message: the block
+    blocks: dict[str, Any]  # each block's whole type, for the grammars' JSON schemas
+
+    def block_schemas(self) -> dict[str, dict[str, Any]]:
+        """The JSON schema of each block (``grammars/`` embeds these)."""
+        return {name: TypeAdapter(tp).json_schema() for name, tp in self.blocks.items()}
+
+    def item(self, block: str, raw: Any) -> Any:
+        """One item of an array block, validated under the limits, as the protocol's own model."""
+        return _unbounded(self.items[block].validate_python(raw))
+
+    def assistant_message(self, raw: Any) -> AssistantMessage:
+        message: AssistantMessage = _unbounded(self.message.validate_python(raw))
+        return message
+
+
+_BASES = (FocusItem, AddOp, UpdateOp, RemoveOp, AssistantMessage, ToolCall)
+
+
+def _unbounded(value: Any) -> Any:
+    """A bounded subclass instance as its base model (equal to one built directly), fields as validated."""
+    for base in _BASES:
+        if isinstance(value, base) and type(value) is not base:
+            return base.model_construct(_fields_set=value.model_fields_set, **dict(value))
+    return value
+
+
+@lru_cache(maxsize=8)
+def bounded(limits: Limits = STANDARD) -> BoundedProtocol:
+    """The protocol's models with the bounds of ``limits`` (subclasses of the models above)."""
+    text = Annotated[str, Field(max_length=limits.text)]
+    value = _value_type(limits)
+    refs = Annotated[tuple[Ref, ...], Field(max_length=limits.refs)]
+    focus = create_model("FocusItem", __base__=FocusItem, reason=(text, ""))
+    add = create_model("AddOp", __base__=AddOp, summary=(text, ...), value=(value, Field(default_factory=dict)),
+                       refs=(refs, ()))
+    update = create_model("UpdateOp", __base__=UpdateOp, summary=(text | None, None), value=(value | None, None),
+                          refs=(refs | None, None))
+    op = Annotated[add | update | RemoveOp, Field(discriminator="operation")]  # type: ignore[valid-type]
+    message = create_model("AssistantMessage", __base__=AssistantMessage,
+                           content=(Annotated[str, Field(max_length=limits.content)] | None, None))
+    blocks: dict[str, Any] = {
+        "state_focus": Annotated[list[focus], Field(max_length=limits.focus)],  # type: ignore[valid-type]
+        "state_delta": Annotated[list[op], Field(max_length=limits.ops)],  # type: ignore[valid-type]
+        "tool_calls": Annotated[list[ToolCall], Field(max_length=limits.tool_calls)],
+        "assistant_message": message,
+    }
+    items = {"state_focus": TypeAdapter(focus), "state_delta": TypeAdapter(op), "tool_calls": TypeAdapter(ToolCall)}
+    return BoundedProtocol(limits, items, TypeAdapter(message), blocks)
+
+
+def block_schemas(limits: Limits = STANDARD) -> dict[str, dict[str, Any]]:
+    """The JSON schema of each block under ``limits`` (the grammars embed these)."""
+    return bounded(limits).block_schemas()
 
 
 def dump_op(op: AddOp | UpdateOp | RemoveOp) -> dict[str, Any]:

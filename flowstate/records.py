@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,8 @@ class StepRecord:
     usage: Usage
     grammar_ms: float = 0.0  # time to build this step's grammar (0 without one)
     protocol_error: dict[str, str] | None = None
+    truncated: bool = False  # the output was cut at the completion budget (then it also broke the protocol)
+    malformed: list[dict[str, Any]] = field(default_factory=list)  # items excluded as malformed
     committed: list[dict[str, Any]] = field(default_factory=list)
     rejected: list[dict[str, str]] = field(default_factory=list)
     disclosed: list[str] = field(default_factory=list)
@@ -55,6 +58,8 @@ class StepRecord:
             "raw": self.raw,
             "decision": self.decision,
             "protocol_error": self.protocol_error,
+            "truncated": self.truncated,
+            "malformed": self.malformed,
             "committed": self.committed,
             "rejected": self.rejected,
             "disclosed": self.disclosed,
@@ -68,7 +73,7 @@ class StepRecord:
 
 @dataclass(frozen=True)
 class RunRecord:
-    """One request of a session, start to end."""
+    """One request of a session, start to end (``unfinished``: why it ended without a response)."""
 
     session: str
     request: int
@@ -77,6 +82,7 @@ class RunRecord:
     steps: tuple[StepRecord, ...]
     persisted_states: tuple[str, ...] = ()
     persisted_observations: tuple[str, ...] = ()
+    unfinished: str | None = None
 
     @property
     def usage(self) -> Usage:
@@ -91,7 +97,15 @@ class RunRecord:
             "request": self.request,
             "query": self.query,
             "response": self.response,
+            "unfinished": self.unfinished,
             "steps": [s.to_dict() for s in self.steps],
             "usage": {**self.usage.to_dict(), "model_calls": len(self.steps)},
             "persisted": {"states": list(self.persisted_states), "observations": list(self.persisted_observations)},
         }
+
+
+def unfinished_message(reason: str | None, kept: Sequence[str]) -> str:
+    """What an agent that ran out of steps tells the user: that it did not finish, why, and what it kept."""
+    what = (f"What I worked out so far is kept in memory ({', '.join(kept)}); ask me to continue from it."
+            if kept else "I recorded nothing yet; ask again, perhaps with a narrower request.")
+    return f"I could not finish this request ({reason}). {what}"

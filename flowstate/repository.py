@@ -22,11 +22,12 @@ from flowstate.nodes import Node, Ref, canonical_json
 
 @dataclass(frozen=True)
 class RequestRow:
-    """A finished request of a session."""
+    """A persisted request of a session: answered, or ended unfinished (``unfinished`` says why)."""
 
     index: int
     query: str
     response: str | None
+    unfinished: str | None = None
 
 
 @dataclass(frozen=True)
@@ -167,9 +168,9 @@ class Repository:
         with self._read() as conn:
             sid = self._session_id(conn, session)
             rows = conn.execute(
-                "SELECT idx, query, response FROM requests WHERE session_id = ? ORDER BY idx", (sid,)
+                "SELECT idx, query, response, unfinished FROM requests WHERE session_id = ? ORDER BY idx", (sid,)
             ).fetchall()
-        return [RequestRow(int(i), q, r) for i, q, r in rows]
+        return [RequestRow(int(i), q, r, u) for i, q, r, u in rows]
 
     def request_record(self, session: str, index: int) -> dict[str, Any] | None:
         """The run record stored with a finished request."""
@@ -246,10 +247,12 @@ class Repository:
         response: str | None,
         nodes: Sequence[Node],
         record: dict[str, Any],
+        unfinished: str | None = None,
     ) -> None:
         """Persist: the request, its new nodes (states and referenced observations) and their relations.
 
-        One transaction. ``index`` must be the session's next request index; otherwise another
+        One transaction. ``unfinished`` says why a request that has no response ended (step budget).
+        ``index`` must be the session's next request index; otherwise another
         writer finished a request of this session meanwhile and nothing is written.
         """
         with self._write(f"cannot persist request {index} of {session!r}") as conn:
@@ -263,8 +266,8 @@ class Repository:
                     " (was the session used concurrently?)"
                 )
             conn.execute(
-                "INSERT INTO requests (session_id, idx, query, response, record) VALUES (?, ?, ?, ?, ?)",
-                (sid, index, query, response, canonical_json(record)),
+                "INSERT INTO requests (session_id, idx, query, response, record, unfinished) VALUES (?, ?, ?, ?, ?, ?)",
+                (sid, index, query, response, canonical_json(record), unfinished),
             )
             for n in nodes:
                 conn.execute(

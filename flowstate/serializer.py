@@ -17,6 +17,7 @@ from typing import Any
 from engine.base import Message
 from flowstate.active import ActiveState, Disclosed
 from flowstate.history import HistoricalIndex
+from flowstate.limits import STANDARD, Limits
 from flowstate.nodes import Node, canonical_json
 from flowstate.protocol import BLOCKS
 
@@ -85,8 +86,8 @@ _BLOCK_EXAMPLES = {
 _COUNT = {2: "two", 3: "three", 4: "four"}
 
 
-def output_protocol(blocks: Sequence[str] = BLOCKS) -> str:
-    """How to write one output in the protocol of ``blocks``."""
+def output_protocol(blocks: Sequence[str] = BLOCKS, limits: Limits = STANDARD) -> str:
+    """How to write one output in the protocol of ``blocks`` under ``limits``."""
     examples = "\n".join(f"<{b}>\n{_BLOCK_EXAMPLES[b]}\n</{b}>" for b in blocks)
     together = {
         ("state_delta", "state_focus"): "state updates, history requests and independent actions",
@@ -99,11 +100,10 @@ def output_protocol(blocks: Sequence[str] = BLOCKS) -> str:
         f"outside them:\n{examples}\n"
         'Use [] for an unused block and "content": null unless you give the user your final answer. '
         f"Tool calls and a final answer never come in the same step. Make {together} together in one step "
-        "rather than spreading them over several. At least one block must be non-empty."
+        "rather than spreading them over several. At least one block must be non-empty.\n"
+        f"{limits.describe()}"
     )
 
-
-OUTPUT_PROTOCOL = output_protocol()
 
 
 def memory_rules(blocks: Sequence[str] = BLOCKS, *, transcript: bool = False, trajectory: bool = False) -> str:
@@ -125,6 +125,7 @@ def memory_rules(blocks: Sequence[str] = BLOCKS, *, transcript: bool = False, tr
 
 def system_prompt(
     tools: Sequence[dict[str, Any]], task_policy: str = "", blocks: Sequence[str] = BLOCKS, memory: str = FLOWSTATE_RULES,
+    limits: Limits = STANDARD,
 ) -> str:
     """The static system message: identical for every call of one agent configuration."""
     tool_lines = "\n".join(canonical_json(t) for t in tools) or "(no tools)"
@@ -132,7 +133,7 @@ def system_prompt(
         f"<instructions>\n{REACT_RULES}\n\n{memory}\n</instructions>\n"
         f"<policy>\n{task_policy.strip() or '(none)'}\n</policy>\n"
         f"<tools>\n{tool_lines}\n</tools>\n"
-        f"<output_protocol>\n{output_protocol(blocks)}\n</output_protocol>"
+        f"<output_protocol>\n{output_protocol(blocks, limits)}\n</output_protocol>"
     )
 
 

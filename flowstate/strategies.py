@@ -22,7 +22,8 @@ from flowstate.access import disclose
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex, build_index
 from flowstate.nodes import Node, Ref, Relation, StateType, canonical_json
-from flowstate.protocol import BLOCKS, MAX_TEXT
+from flowstate.limits import COMPACT, STANDARD, Limits
+from flowstate.protocol import BLOCKS
 from flowstate.repository import Repository, RequestRow
 from flowstate.serializer import layout, memory_rules, system_prompt
 
@@ -45,9 +46,9 @@ class Strategy:
     trajectory: bool = False  # all of this request's tool results stay in view
     rule_states: bool = False  # Persist builds one state per request by fixed rules
 
-    def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "") -> str:
+    def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
         memory = memory_rules(self.blocks, transcript=self.history == "transcript", trajectory=self.trajectory)
-        return system_prompt(tools, policy, self.blocks, memory)
+        return system_prompt(tools, policy, self.blocks, memory, limits)
 
     def start(self, repo: Repository, session: str) -> Start:
         requests = repo.requests(session)
@@ -74,8 +75,8 @@ class Strategy:
                       observation=observation)
         return [Message("system", system), Message("user", user)]
 
-    def persisted(self, state: ActiveState, response: str) -> list[Node]:
-        """Persist's selection of nodes for M_{k+1}."""
+    def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
+        """Persist's selection of nodes for M_{k+1} (``response`` None: the request ended unfinished)."""
         if self.rule_states:
             return [*state.observations, response_node(state, response)]
         if self.history == "transcript":
@@ -84,12 +85,13 @@ class Strategy:
         return [*(o for o in state.observations if o.id in referenced), *state.current]
 
 
-def response_node(state: ActiveState, response: str) -> Node:
+def response_node(state: ActiveState, response: str | None) -> Node:
     """no-isu's rule-built state: the final response, deriving from every tool result of the request."""
-    summary = f"final response: {response}"
+    summary = f"final response: {response}" if response is not None else "unfinished: no final response"
+    short = COMPACT.text  # an index line stays short whatever the profile
     return Node(
         id=f"response_r{state.request}", type=StateType.ARTIFACT,
-        summary=summary if len(summary) <= MAX_TEXT else summary[: MAX_TEXT - 1] + "…",
+        summary=summary if len(summary) <= short else summary[: short - 1] + "…",
         value={"response": response}, request=state.request,
         refs=tuple(Ref(rel=Relation.DERIVES, state_id=o.id) for o in state.observations),
     )
@@ -108,7 +110,10 @@ def transcript(requests: Sequence[RequestRow], nodes: Sequence[Node]) -> str:
     for r in requests:
         lines.append({"query_id": r.index, "user_query": r.query})
         lines += [{"observation_id": o.id, **o.value} for o in observations.get(r.index, ())]
-        lines.append({"query_id": r.index, "response": r.response})
+        end: dict[str, Any] = {"query_id": r.index, "response": r.response}
+        if r.unfinished is not None:
+            end["unfinished"] = r.unfinished
+        lines.append(end)
     return "".join(canonical_json(line) + "\n" for line in lines)
 
 

@@ -45,8 +45,13 @@ def _check_refs(state: ActiveState, source: str, refs: tuple[Ref, ...]) -> str |
         if (ref.rel.value, ref.state_id) in seen:
             return f"duplicate ref {ref.rel.value} -> {ref.state_id}"
         seen.add((ref.rel.value, ref.state_id))
-        if not state.is_used(ref.state_id):
-            return f"ref to unknown id {ref.state_id!r} (refs must name an existing state or tool result)"
+        if ref.state_id not in state.ref_targets():
+            if not state.is_used(ref.state_id):
+                return f"ref to unknown id {ref.state_id!r} (refs must name an existing state or tool result)"
+            return (
+                f"ref to {ref.state_id!r}, which is out of reach: a ref may name a visible state, an id of the "
+                "Historical State Index, a tool result a visible state references, or a tool result of this request"
+            )
     return None
 
 

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 WHITESPACE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-TOOL_STRING_MAX = 96  # tool argument strings and arrays get a bound when their schema has none
-TOOL_ARRAY_MAX = 6
 _DROP = {"title", "description", "default", "discriminator"}
 
 
@@ -92,38 +90,60 @@ def _delta_schema(schema: dict[str, Any], ids: StepIds | None) -> dict[str, Any]
     return schema
 
 
-def _bounded(node: Any) -> Any:
-    """Give unbounded strings and arrays of a tool's argument schema a length bound."""
+@dataclass(frozen=True)
+class ToolBounds:
+    """Bounds given to a tool argument's strings and arrays whose schema has none (None: the schema's own)."""
+
+    text: int | None = None
+    items: int | None = None
+
+
+def _arguments(node: Any, bounds: ToolBounds) -> Any:
+    """A tool's argument schema as strict mode decodes it: objects closed to their declared properties,
+    and unbounded strings and arrays given ``bounds``."""
     if isinstance(node, list):
-        return [_bounded(x) for x in node]
+        return [_arguments(x, bounds) for x in node]
     if not isinstance(node, dict):
         return node
-    out = {k: _bounded(v) for k, v in node.items()}
-    if out.get("type") == "string" and "maxLength" not in out and "enum" not in out and "const" not in out:
-        out["maxLength"] = TOOL_STRING_MAX
-    if out.get("type") == "array" and "maxItems" not in out:
-        out["maxItems"] = TOOL_ARRAY_MAX
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("enum", "const", "default", "examples"):
+            out[key] = value
+        elif key == "properties" and isinstance(value, dict):
+            out[key] = {name: _arguments(sub, bounds) for name, sub in value.items()}
+            out.setdefault("additionalProperties", False)
+        else:
+            out[key] = _arguments(value, bounds)
+    kind = out.get("type")
+    if kind == "string" and bounds.text and "maxLength" not in out and "enum" not in out and "const" not in out:
+        out["maxLength"] = bounds.text
+    if kind == "array" and bounds.items and "maxItems" not in out:
+        out["maxItems"] = bounds.items
     return out
 
 
-def _tools_schema(schema: dict[str, Any], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _tools_schema(schema: dict[str, Any], tools: Sequence[Mapping[str, Any]], bounds: ToolBounds) -> dict[str, Any]:
     calls = [
         {
             "type": "object",
             "properties": {
                 "name": {"const": t["name"]},
-                "arguments": _bounded(_inline(t["parameters"], t["parameters"].get("$defs", {}))),
+                "arguments": _arguments(_inline(t["parameters"], t["parameters"].get("$defs", {})), bounds),
             },
             "required": ["name", "arguments"],
             "additionalProperties": False,
         }
         for t in tools
     ]
-    return {"type": "array", "items": {"anyOf": calls}, "maxItems": schema.get("maxItems", 4)}
+    out = {"type": "array", "items": {"anyOf": calls}}
+    if "maxItems" in schema:
+        out["maxItems"] = schema["maxItems"]
+    return out
 
 
 def block_json_schemas(
-    schemas: Mapping[str, dict[str, Any]], tools: Sequence[Mapping[str, Any]], ids: StepIds | None = None
+    schemas: Mapping[str, dict[str, Any]], tools: Sequence[Mapping[str, Any]], ids: StepIds | None = None,
+    bounds: ToolBounds = ToolBounds(),
 ) -> dict[str, dict[str, Any]]:
     """The tightened schema of each block (``ids=None``: the static, id-agnostic grammar)."""
     out = {name: _inline(copy.deepcopy(s), s.get("$defs", {})) for name, s in schemas.items()}
@@ -136,7 +156,7 @@ def block_json_schemas(
             out["state_focus"]["items"]["properties"]["target_id"] = _ids(ids.focus)
         else:
             out["state_focus"] = {"type": "array", "maxItems": 0}
-    out["tool_calls"] = _tools_schema(out["tool_calls"], tools) if tools else {"type": "array", "maxItems": 0}
+    out["tool_calls"] = _tools_schema(out["tool_calls"], tools, bounds) if tools else {"type": "array", "maxItems": 0}
     return out
 
 
@@ -156,14 +176,15 @@ ALL_BLOCKS = ("state_focus", "state_delta", "tool_calls", "assistant_message")
 
 def protocol_grammar(
     schemas: Mapping[str, dict[str, Any]], tools: Sequence[Mapping[str, Any]], ids: StepIds | None = None,
-    blocks: Sequence[str] = ALL_BLOCKS,
+    blocks: Sequence[str] = ALL_BLOCKS, bounds: ToolBounds = ToolBounds(),
 ) -> str:
     """The Lark grammar (llguidance dialect) of one model output.
 
     ``blocks`` may leave out state_focus and/or state_delta (the ablation strategies' protocols);
-    tool_calls and assistant_message are always there.
+    tool_calls and assistant_message are always there. ``bounds`` bound tool-argument strings and
+    arrays that a tool's own schema leaves unbounded (tiny models need it to terminate).
     """
-    b = block_json_schemas(schemas, tools, ids)
+    b = block_json_schemas(schemas, tools, ids, bounds)
     message = b["assistant_message"]
     answer = copy.deepcopy(message)
     answer["properties"]["content"] = {"type": "string", "minLength": 1, "maxLength": _max_content(message)}

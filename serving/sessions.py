@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowstate.loop import RequestRun
-from flowstate.records import ToolCallRecord
+from flowstate.records import ToolCallRecord, unfinished_message
 from flowstate.repository import Repository
 from serving.errors import APIError, bad_request, conflict
 
@@ -117,5 +117,8 @@ def load_transcript(repo: Repository, name: str) -> list[dict[str, Any]]:
     for request in repo.requests(name):
         record = repo.request_record(name, request.index) or {}
         out.extend(record.get("transcript") or [{"role": "user", "content": request.query}])
-        out.append({"role": "assistant", "content": request.response})
+        response = request.response
+        if response is None:  # ended at the step budget: the client was told so
+            response = unfinished_message(request.unfinished, (record.get("persisted") or {}).get("states", []))
+        out.append({"role": "assistant", "content": response})
     return out

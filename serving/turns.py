@@ -18,7 +18,7 @@ from flowstate.constrain import GrammarMode, Grammars
 from flowstate.errors import RequestFailed
 from flowstate.loop import LoopConfig, RequestRun
 from flowstate.nodes import canonical_json
-from flowstate.records import StepRecord, ToolCallRecord
+from flowstate.records import StepRecord, ToolCallRecord, unfinished_message
 from flowstate.repository import Repository
 from flowstate.serializer import system_prompt
 from flowstate.tools import ToolSet
@@ -42,7 +42,10 @@ class Turns:
     """Runs turns for every session of one server: one engine, one repository, the server's tools."""
 
     def __init__(self, engine: Engine, repo: Repository, server_tools: ToolSet, config: LoopConfig) -> None:
-        self.engine, self.repo, self.server_tools, self.config = engine, repo, server_tools, config
+        self.engine, self.repo, self.server_tools = engine, repo, server_tools
+        self.config = config.for_engine(engine)
+        assert self.config.limits is not None
+        self.limits = self.config.limits
         self._grammars: OrderedDict[str, Grammars] = OrderedDict()
 
     def start(self, live: Live, users: Sequence[Mapping[str, Any]], policy: str,
@@ -57,7 +60,7 @@ class Turns:
         specs = [*self.server_tools.specs(), *client_tools]
         live.run = RequestRun(
             engine=self.engine, repo=self.repo, session=live.name, query=query,
-            system=system_prompt(specs, policy), tool_specs=specs, config=self.config,
+            system=system_prompt(specs, policy, limits=self.limits), tool_specs=specs, config=self.config,
             grammars=self._grammars_for(specs),
         )
         live.client_tools = frozenset(t["name"] for t in client_tools)
@@ -98,6 +101,8 @@ class Turns:
                 run.step(extra={"transcript": live.transcript[live.finished:]})
                 if run.record is not None:
                     response = run.record.response
+                    if response is None:  # the step budget ran out: say so, with what was kept
+                        response = unfinished_message(run.record.unfinished, run.record.persisted_states)
                     live.transcript.append({"role": "assistant", "content": response})
                     live.finished, live.run = len(live.transcript), None
                     return self._result(run, first, {"role": "assistant", "content": response}, "stop")
@@ -153,7 +158,7 @@ class Turns:
         if not self.engine.supports_grammar or self.config.grammar is GrammarMode.NONE:
             return None
         key = canonical_json(list(specs))
-        grammars = self._grammars.pop(key, None) or Grammars(specs, self.config.grammar)
+        grammars = self._grammars.pop(key, None) or Grammars(specs, self.config.grammar, limits=self.limits)
         self._grammars[key] = grammars
         while len(self._grammars) > 16:
             self._grammars.popitem(last=False)

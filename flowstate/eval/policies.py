@@ -20,8 +20,12 @@ from engine.base import Generation, Message, Usage
 from engine.scripted import common_prefix, flatten, tokenize
 from flowstate.eval.task import Answer, Call, Need, Task
 from flowstate.nodes import OBSERVATION_PREFIX
-from flowstate.protocol import MAX_FOCUS, MAX_TEXT, ModelOutput, render_output
+from flowstate.limits import COMPACT
+from flowstate.protocol import ModelOutput, render_output
 from flowstate.strategies import Strategy
+
+# the policies' outputs stay inside the compact profile, so they are valid under every profile
+MAX_TEXT, MAX_FOCUS = COMPACT.text, COMPACT.focus
 
 _SECTION = re.compile(r"<([a-z_]+)>\n(.*?)</\1>", re.S)
 

@@ -109,7 +109,7 @@ def run_task(task: Task, strategy: Strategy, engine: Engine, repo: Repository, l
         env["day"] = k
         try:
             record = agent.run(query)
-            response, steps, error = record.response, [s.to_dict() for s in record.steps], None
+            response, steps, error = record.response, [s.to_dict() for s in record.steps], record.unfinished
         except RequestFailed as exc:
             response, steps, error = None, (exc.record or {}).get("steps", []), str(exc)
         score = task.check(k, response, env)

@@ -51,8 +51,8 @@ def test_consecutive_protocol_errors_fail_the_request_and_persist_nothing(make_a
     assert repo.request_count("s1") == 0 and repo.nodes("s1") == [] and not repo.has_session("s1")
 
 
-def test_step_budget_fails_the_request_and_persists_nothing(make_agent: AgentFactory, repo) -> None:
-    agent, _ = make_agent([output(delta=[add(f"k{i}")]) for i in range(3)], max_steps=3)
+def test_step_budget_with_on_budget_fail_fails_the_request_and_persists_nothing(make_agent: AgentFactory, repo) -> None:
+    agent, _ = make_agent([output(delta=[add(f"k{i}")]) for i in range(3)], max_steps=3, on_budget="fail")
     with pytest.raises(RequestFailed, match="step budget of 3"):
         agent.run("q")
     assert repo.request_count("s1") == 0

@@ -62,7 +62,11 @@ ISU_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("add referencing a current state", add("new_a", ("supports", "cur_a")), None),
     ("add referencing a historical state", add("new_a", ("supersedes", "h_dec")), None),
     ("add referencing a current observation", add("new_a", ("derives", "obs_r2_s1_1")), None),
-    ("add referencing a historical observation", add("new_a", ("supports", "obs_r1_s2_1")), None),
+    # Eq. 5's reach: a ref may name a visible state, an id of G_k, a tool result a visible state
+    # references, or an observation of this request — nothing else.
+    ("add referencing a tool result a disclosed state references", add("new_a", ("supports", "obs_r1_s1_1")), None),
+    ("add referencing an unreferenced historical observation", add("new_a", ("supports", "obs_r1_s2_1")), "out of reach"),
+    ("update with an out-of-reach ref", {"operation": "update", "state_id": "cur_a", "refs": [{"rel": "follows", "state_id": "obs_r1_s2_1"}]}, "out of reach"),
     ("add referencing an unknown id", add("new_a", ("supports", "ghost")), "unknown id"),
     ("add referencing itself", add("new_a", ("follows", "new_a")), "itself"),
     ("add with a duplicate ref", add("new_a", ("supports", "cur_a"), ("supports", "cur_a")), "duplicate"),
@@ -94,6 +98,17 @@ def test_isu_rule(why: str, op: dict[str, Any], fragment: str | None) -> None:
     assert len(result.rejected) == (fragment is not None)
     if fragment is not None:
         assert result.state == state  # a rejected operation changes nothing
+
+
+def test_refs_the_validator_accepts_are_the_refs_the_step_grammar_allows() -> None:
+    from flowstate.constrain import step_ids
+
+    state = base_state()
+    allowed = set(step_ids(state).refs)
+    for target in [*HISTORY, "cur_a", "cur_b", "obs_r2_s1_1", "ghost"]:
+        reason = validate_op(state, OP.validate_python(add("new_x", ("supports", target))))
+        assert (reason is None) == (target in allowed), target
+    assert allowed == {"h_pref", "h_dec", "obs_r1_s1_1", "cur_a", "cur_b", "obs_r2_s1_1"}
 
 
 def test_delta_applies_in_order() -> None:

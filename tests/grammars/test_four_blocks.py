@@ -13,7 +13,8 @@ from flowstate.nodes import Node, Ref, Relation, StateType
 from flowstate.parse import parse_output
 from flowstate.protocol import block_schemas
 from grammars.check import GrammarError, accepts, validate
-from grammars.four_blocks import StepIds, protocol_grammar
+from flowstate.limits import COMPACT
+from grammars.four_blocks import StepIds, ToolBounds, protocol_grammar
 from tests.helpers import add, output
 
 
@@ -23,7 +24,8 @@ def raw(focus: list = [], delta: list = [], tools: list = [], content: object = 
     blocks = {"state_focus": items, "state_delta": delta, "tool_calls": tools, "assistant_message": {"content": content}}
     return "\n".join(f"<{k}>\n{json.dumps(v)}\n</{k}>" for k, v in blocks.items())
 
-STATIC = protocol_grammar(block_schemas(), hotel.TOOLS.specs())
+STATIC = protocol_grammar(block_schemas(), hotel.TOOLS.specs())  # the standard profile
+COMPACT_STATIC = protocol_grammar(block_schemas(COMPACT), hotel.TOOLS.specs(), bounds=ToolBounds(COMPACT.tool_text, COMPACT.tool_items))
 SEARCH = {"name": "search_hotels", "arguments": {"city": "Lisbon", "check_in": "2026-09-20", "check_out": "2026-09-22", "as_of": "2026-09-01"}}
 
 
@@ -52,9 +54,13 @@ STATIC_CASES = [
     ("unknown state type", raw(delta=[{**add("kn_a"), "state_set": "opinion"}]), False),
     ("unknown relation", raw(delta=[add("kn_a", refs=[("causes", "x")])]), False),
     ("bad id shape", raw(delta=[add("Kn-A")]), False),
-    ("summary too long", raw(delta=[{**add("kn_a"), "summary": "x" * 97}]), False),
-    ("tool argument too long", raw(tools=[{**SEARCH, "arguments": {**SEARCH["arguments"], "city": "x" * 97}}]), False),
-    ("nested value", raw(delta=[add("kn_a", deep={"a": {"b": 1}})]), False),
+    ("summary of 400 characters", raw(delta=[{**add("kn_a"), "summary": "x" * 400}]), True),
+    ("summary too long", raw(delta=[{**add("kn_a"), "summary": "x" * 401}]), False),
+    ("tool argument as long as its schema allows", raw(tools=[{**SEARCH, "arguments": {**SEARCH["arguments"], "city": "x" * 500}}]), True),
+    ("tool argument the schema does not declare", raw(tools=[{**SEARCH, "arguments": {**SEARCH["arguments"], "eventId": "x"}}]), False),
+    ("nested value", raw(delta=[add("kn_a", legs=[{"from": "LIS", "stops": [{"at": "x", "min": 40}]}])]), True),
+    ("value nested beyond the depth", raw(delta=[add("kn_a", a={"b": {"c": {"d": {"e": {"f": 1}}}}})]), False),
+    ("answer of 3,000 characters", raw(content="word " * 600), True),
     ("blocks out of order", output(content="x").replace("<state_focus>\n[]\n</state_focus>\n", "") + "\n<state_focus>\n[]\n</state_focus>", False),
     ("prose before the blocks", "Sure!\n" + output(content="x"), False),
     ("code fence around the blocks", "```\n" + output(content="x") + "\n```", False),
@@ -68,6 +74,25 @@ def test_static_grammar(why: str, text: str, expected: bool) -> None:
     assert accepts(STATIC, text) is expected
     if expected:
         parse_output(text)  # whatever the grammar accepts, the parser accepts
+
+
+COMPACT_CASES = [  # the tight bounds that keep a tiny model terminating
+    ("tool call", output(tools=[SEARCH]), True),
+    ("summary of 96 characters", raw(delta=[{**add("kn_a"), "summary": "x" * 96}]), True),
+    ("summary too long", raw(delta=[{**add("kn_a"), "summary": "x" * 97}]), False),
+    ("tool argument too long", raw(tools=[{**SEARCH, "arguments": {**SEARCH["arguments"], "city": "x" * 97}}]), False),
+    ("one level of nesting", raw(delta=[add("kn_a", n=[1, 2])]), True),
+    ("nested value", raw(delta=[add("kn_a", deep={"a": {"b": 1}})]), False),
+    ("answer of 480 characters", raw(content="x" * 480), True),
+    ("answer too long", raw(content="x" * 481), False),
+]
+
+
+@pytest.mark.parametrize(("why", "text", "expected"), COMPACT_CASES, ids=[c[0] for c in COMPACT_CASES])
+def test_compact_grammar(why: str, text: str, expected: bool) -> None:
+    assert accepts(COMPACT_STATIC, text) is expected
+    if expected:
+        parse_output(text, limits=COMPACT)
 
 
 IDS = StepIds(focus=("dec_a", "obs_r1_s1_1"), own=("kn_mine",), refs=("dec_a", "kn_mine", "obs_r2_s1_1"))

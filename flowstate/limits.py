@@ -1,0 +1,74 @@
+"""Protocol limits: the one configuration the protocol models, the grammar, the prompt and the parser derive from.
+
+Two profiles. ``standard`` is sized for real agents (Qwen3.5-class models): long final answers,
+summaries of a few hundred characters, nested JSON values, tool arguments bounded only by each
+tool's own schema, and the counts per step a real agent needs. ``compact`` keeps the tight bounds
+that make a tiny model (the embedded 135M one) terminate inside a small completion budget; the
+embedded engines pick it automatically.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds of one model output. Counts are per step; lengths are characters."""
+
+    name: str
+    focus: int  # state_focus items
+    ops: int  # state_delta operations
+    tool_calls: int
+    refs: int  # refs of one state
+    text: int  # summaries and reasons
+    content: int  # the final answer
+    value_depth: int  # nesting below a state's value object (1: its members may be lists/objects of scalars)
+    value_items: int  # members of one object, items of one list, inside a state's value
+    value_text: int  # one string inside a state's value
+    tool_text: int | None  # bound given to tool-argument strings whose schema has none (None: the schema alone)
+    tool_items: int | None  # likewise for arrays
+
+    def __post_init__(self) -> None:
+        for name in ("focus", "ops", "tool_calls", "refs", "text", "content", "value_items", "value_text"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"limit {name} must be at least 1")
+        if self.value_depth < 0:
+            raise ValueError("limit value_depth must be at least 0")
+
+    def describe(self) -> str:
+        """The limits in words, for the output protocol section of the prompt."""
+        return (
+            f"Per step at most {self.ops} state operations, {self.focus} state_focus items and "
+            f"{self.tool_calls} tool calls; summaries and reasons up to {self.text} characters; a state's value is "
+            f"a JSON object (members nested up to {self.value_depth} level{'s' if self.value_depth != 1 else ''}, "
+            f"{self.value_items} items each, strings up to {self.value_text} characters); at most {self.refs} refs "
+            f"per state; a final answer up to {self.content} characters. Keep outputs as short as the task allows."
+        )
+
+
+STANDARD = Limits(
+    name="standard", focus=8, ops=16, tool_calls=8, refs=8, text=400, content=16_000,
+    value_depth=4, value_items=32, value_text=2_000, tool_text=None, tool_items=None,
+)
+COMPACT = Limits(
+    name="compact", focus=3, ops=4, tool_calls=4, refs=4, text=96, content=480,
+    value_depth=1, value_items=6, value_text=96, tool_text=96, tool_items=6,
+)
+PROFILES: dict[str, Limits] = {p.name: p for p in (STANDARD, COMPACT)}
+AUTO = "auto"
+
+
+def get(name: str) -> Limits:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(f"unknown limits profile {name!r}; valid profiles: {', '.join(PROFILES)}, {AUTO}") from None
+
+
+def for_engine(engine: Any, name: str | None = None) -> Limits:
+    """The profile named, or (None / ``auto``) the one that fits the engine: compact for the embedded tiny model."""
+    if name is not None and name != AUTO:
+        return get(name)
+    return COMPACT if getattr(engine, "embedded", False) else STANDARD
