@@ -18,7 +18,8 @@ def session_dump(repo: Repository, session: str) -> dict[str, Any]:
     index = build_index(requests, nodes)
     return {
         "session": session,
-        "requests": [{"index": r.index, "query": r.query, "response": r.response} for r in requests],
+        "requests": [{"index": r.index, "query": r.query, "response": r.response, "unfinished": r.unfinished}
+                     for r in requests],
         "index": [
             {"query_id": e.query_id, "user_query": e.user_query, "states": [{"state_id": s, "summary": m} for s, m in e.states]}
             for e in index.entries
@@ -40,6 +41,8 @@ def render_graph(dump: dict[str, Any]) -> str:
         lines.append(f"\nrequest {req['index']}: {req['query']}")
         if req["response"] is not None:
             lines.append(f"  response: {req['response']}")
+        elif req.get("unfinished"):
+            lines.append(f"  unfinished: {req['unfinished']}")
         for node in (n for n in dump["nodes"] if n["request"] == req["index"]):
             kind = "observation" if node["kind"] == "observation" else node["type"]
             lines.append(f"  [{_MARK.get(node['type'], '?') if kind != 'observation' else 'O'}] {node['id']} ({kind}): {node['summary']}")

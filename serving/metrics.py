@@ -22,6 +22,9 @@ class Metrics:
         self.completion_tokens = Counter("flowstate_completion_tokens", "Completion tokens", registry=r)
         self.rejected = Counter("flowstate_rejected_operations", "State operations and accesses rejected", registry=r)
         self.protocol_errors = Counter("flowstate_protocol_errors", "Model outputs that broke the protocol", registry=r)
+        self.truncations = Counter("flowstate_truncations", "Model outputs cut at the completion budget", registry=r)
+        self.unfinished = Counter("flowstate_requests_unfinished", "Agent requests that ended at the step budget",
+                                  registry=r)
         self.turn_latency = Histogram("flowstate_turn_latency_seconds", "Wall time of one chat completion call",
                                       buckets=LATENCY_BUCKETS, registry=r)
         self.call_latency = Histogram("flowstate_model_call_latency_seconds", "Wall time of one model call",
@@ -32,13 +35,16 @@ class Metrics:
         self.turn_latency.observe(seconds)
         if result.finished:
             self.requests.inc()
+        if result.unfinished:
+            self.unfinished.inc()
         self.model_calls.inc(len(result.steps))
         self.prompt_tokens.inc(result.usage.prompt_tokens)
         self.cached_tokens.inc(result.usage.cached_tokens)
         self.completion_tokens.inc(result.usage.completion_tokens)
         for step in result.steps:
-            self.rejected.inc(len(step.rejected) + len(step.refused))
+            self.rejected.inc(len(step.rejected) + len(step.refused) + len(step.malformed))
             self.protocol_errors.inc(step.protocol_error is not None)
+            self.truncations.inc(step.truncated)
             self.call_latency.observe(step.usage.ttft_s + step.usage.decode_s)
 
     def failed(self, outcome: str) -> None:

@@ -35,7 +35,8 @@ class TurnResult:
     usage: Usage  # summed over the model calls of this turn
     steps: tuple[StepRecord, ...]  # the model calls of this turn
     request: int
-    finished: bool  # the request answered and was persisted
+    finished: bool  # the request ended and was persisted
+    unfinished: bool = False  # it ended at the step budget (the message says so)
 
 
 class Turns:
@@ -152,7 +153,8 @@ class Turns:
     def _result(run: RequestRun, first: int, message: dict[str, Any], finish: str) -> TurnResult:
         steps = tuple(run.steps[first:])
         usage = sum((s.usage for s in steps), Usage())
-        return TurnResult(message, finish, usage, steps, run.index_k, finish == "stop")
+        unfinished = run.record is not None and run.record.unfinished is not None
+        return TurnResult(message, finish, usage, steps, run.index_k, finish == "stop", unfinished)
 
     def _grammars_for(self, specs: Sequence[Mapping[str, Any]]) -> Grammars | None:
         if not self.engine.supports_grammar or self.config.grammar is GrammarMode.NONE:

@@ -107,6 +107,7 @@ def cost(rows: Sequence[Row]) -> dict[str, Any]:
         "cached_share": totals["cached_tokens"] / totals["prompt_tokens"] if totals["prompt_tokens"] else 0.0,
         "steps_per_subtask": sum(int(s["steps"]) for s in subtasks) / max(len(subtasks), 1),
         "parse_failures": sum(int(s["parse_failures"]) for s in subtasks),
+        "truncations": sum(int(s.get("truncations", 0)) for s in subtasks),
         "rejected_operations": sum(int(s["rejected"]) for s in subtasks),
         "failed_requests": sum(s["response"] is None for s in subtasks),
     }

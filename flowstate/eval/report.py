@@ -57,14 +57,15 @@ def markdown(summary: dict[str, Any]) -> str:
         "",
         f"Suites {', '.join(c['suites'])}; strategies {', '.join(c['strategies'])}; {c['tasks']} tasks of depth "
         f"{c['depth']} per suite (seed {c['seed']}); engine {c['policy'] or c['engine']}; {c['concurrency']} in flight; "
-        f"step budget {c['loop']['max_steps']}, grammar {c['loop']['grammar']}.",
+        f"step budget {c['loop']['max_steps']}, grammar {c['loop']['grammar']}, "
+        f"limits {c['loop'].get('limits', 'auto')}.",
     ]
     for suite in c["suites"]:
         pairs = [p for p in summary["pairs"] if p["suite"] == suite]
         base = next((p for p in pairs if p["strategy"] == BASELINE), None)
         soft = any("sPS" in p["quality"] for p in pairs)
         header = ["strategy", "SR", "PS", *(["sPS"] if soft else []), "tokens/task", "nAUC", "DR", "steps/subtask",
-                  "cached", "parse failures", "rejected ops", "failed requests"]
+                  "cached", "parse failures", "truncated", "rejected ops", "failed requests"]
         rows = []
         for p in pairs:
             q, k = p["quality"], p["cost"]
@@ -77,7 +78,7 @@ def markdown(summary: dict[str, Any]) -> str:
                 *([_f(q.get("sPS")) + _delta_points(q.get("sPS"), bq and bq.get("sPS"))] if soft else []),
                 f"{k['tokens_per_task']:.0f}" + (_delta_pct(k["tokens_per_task"], bk["tokens_per_task"]) if bk else ""),
                 _f(q["nAUC"]), _f(q["DR"]), f"{k['steps_per_subtask']:.2f}", f"{100 * k['cached_share']:.0f}%",
-                str(k["parse_failures"]), str(k["rejected_operations"]), str(k["failed_requests"]),
+                str(k["parse_failures"]), str(k["truncations"]), str(k["rejected_operations"]), str(k["failed_requests"]),
             ])
         depth = max((len(p["quality"]["Acc_k"]) for p in pairs), default=0)
         acc_rows = [[p["strategy"], *(_f(a) for a in p["quality"]["Acc_k"])] for p in pairs]

@@ -90,7 +90,9 @@ def _subtask_row(k: int, response: str | None, steps: Sequence[dict[str, Any]], 
     return {
         "k": k, "correct": score.correct, "credit": score.credit, "response": response, "error": error,
         "steps": len(steps), "parse_failures": sum(s["protocol_error"] is not None for s in steps),
-        "rejected": sum(len(s["rejected"]) + len(s["refused"]) for s in steps), "usage": usage,
+        "truncations": sum(bool(s.get("truncated")) for s in steps),
+        "rejected": sum(len(s["rejected"]) + len(s["refused"]) + len(s.get("malformed", ())) for s in steps),
+        "usage": usage,
         "calls": [[s["usage"][key] for key in ("prompt_tokens", "cached_tokens", "completion_tokens", "ttft_s", "decode_s")]
                   for s in steps],
     }
@@ -205,5 +207,6 @@ def config_dict(config: EvalConfig) -> dict[str, Any]:
     out = asdict(config)
     out["out"] = str(config.out)
     out["loop"] = {"max_steps": config.loop.max_steps, "max_protocol_errors": config.loop.max_protocol_errors,
-                   "max_tokens": config.loop.max_tokens, "grammar": config.loop.grammar.value}
+                   "max_tokens": config.loop.max_tokens, "grammar": config.loop.grammar.value,
+                   "limits": config.loop.limits.name if config.loop.limits else "auto", "on_budget": config.loop.on_budget}
     return out

@@ -27,6 +27,7 @@ class Recording:
 
     def __init__(self, inner: TransformersEngine) -> None:
         self.inner = inner
+        self.embedded = inner.embedded  # the protocol profile follows the wrapped model (compact)
         self.calls: list[tuple[list[Message], str | None, Generation]] = []
 
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None) -> Generation:
@@ -91,3 +92,19 @@ def test_id_aware_grammar_confines_state_focus(smol: TransformersEngine) -> None
 def test_a_grammar_the_backend_refuses_is_a_clear_error(smol: TransformersEngine) -> None:
     with pytest.raises(EngineConfigError, match="grammar refused"):
         smol.generate([Message("user", "hi")], grammar='start: %json {"type": "object", "propertyNames": {}}')
+
+
+def test_template_kwargs_reach_the_template_and_a_cut_output_is_truncation(smol: TransformersEngine) -> None:
+    from tests.engine.test_chat import MESSAGES, QWEN_STYLE
+
+    saved = smol.tokenizer.chat_template, smol.chat_template_kwargs
+    try:
+        smol.tokenizer.chat_template = QWEN_STYLE
+        assert smol.render(MESSAGES).endswith("<think>\n")
+        smol.chat_template_kwargs = {"enable_thinking": False}
+        assert "<think>" not in smol.render(MESSAGES)
+    finally:
+        smol.tokenizer.chat_template, smol.chat_template_kwargs = saved
+    cut = smol.generate(MESSAGES, max_tokens=3)
+    assert cut.truncated and cut.usage.completion_tokens == 3
+    assert smol.embedded  # the embedded model: the compact protocol profile is picked for it

@@ -73,6 +73,7 @@ def test_vllm_in_process(model_dir: Path) -> None:
         for gen in gens:
             parse_output(gen.text)
         assert max(engine._batcher.batch_sizes[2:]) > 1, engine._batcher.batch_sizes
+        assert engine.generate(first, max_tokens=3).truncated  # a call cut at its budget says so
     finally:
         engine.close()
 

@@ -124,3 +124,25 @@ def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expect
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
     assert junk.read_bytes() == b"garbage" * 1000
+
+
+def test_run_at_the_step_budget_says_so_and_inspect_shows_it_unfinished(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    script = write_script(tmp_path / "s.jsonl", [output(delta=[add("plan_a")])])
+    result = flowstate("run", "do a lot", "--db", db, "--engine", "scripted", "--script", script, "--max-steps", "1",
+                       "--limits", "compact")
+    assert result.returncode == 0, result.stderr
+    assert "could not finish this request (no final response within the step budget of 1 steps)" in result.stdout
+    assert "plan_a" in result.stdout
+    shown = flowstate("inspect", "--session", "default", "--db", db)
+    assert "unfinished: no final response within the step budget" in shown.stdout
+    failed = flowstate("run", "again", "--db", db, "--engine", "scripted", "--script", script, "--max-steps", "1",
+                       "--on-budget", "fail")
+    assert failed.returncode == 1 and "step budget of 1" in failed.stderr
+
+
+def test_an_unknown_preset_or_limits_profile_is_refused(tmp_path: Path) -> None:
+    for args in (["--preset", "fast"], ["--limits", "huge"], ["--chat-template-kwargs", "[1]"]):
+        result = flowstate("run", "q", "--db", tmp_path / "m.db", "--engine", "scripted", "--script", "x", *args)
+        assert result.returncode == 2 and "Invalid value" in result.stderr, result.stderr
+    assert not (tmp_path / "m.db").exists()

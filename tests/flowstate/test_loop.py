@@ -155,3 +155,28 @@ def test_agent_defaults_to_the_embedded_engine(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setattr(engine, "load", fake_load)
     agent = Agent(repository=repo, session="s")
     assert asked == ["transformers"] and agent.run("q").response == "hi"
+
+
+def test_a_malformed_item_is_fed_back_and_the_rest_of_the_step_stands(make_agent: AgentFactory, repo) -> None:
+    raw = output(delta=[add("kn_good")]).replace(
+        '[{"operation": "add"', '[{"operation": "upsert", "state_id": "kn_bad"}, {"operation": "add"')
+    agent, engine = make_agent([raw, output(content="done")])
+    record = agent.run("q")
+    assert record.steps[0].protocol_error is None
+    assert [op["state_id"] for op in record.steps[0].committed] == ["kn_good"]
+    assert record.steps[0].malformed[0]["id"] == "kn_bad" and record.steps[0].malformed[0]["block"] == "state_delta"
+    feedback = engine.prompts[1][1].content.split("<feedback>")[1]
+    assert '"kind":"malformed"' in feedback and '"id":"kn_bad"' in feedback
+    assert [n.id for n in repo.nodes("s1")] == ["kn_good"]
+
+
+def test_a_truncated_output_is_reported_as_truncation_and_the_model_is_told_to_be_shorter(make_agent: AgentFactory) -> None:
+    cut = output(delta=[add("kn_a")])[:60]
+    agent, engine = make_agent([(cut, None, "length"), "not the protocol", output(content="done")])
+    record = agent.run("q")
+    first, second = record.steps[0], record.steps[1]
+    assert first.truncated and first.protocol_error is not None
+    assert not second.truncated and second.protocol_error is not None  # a plain protocol error
+    assert '"kind":"truncated"' in engine.prompts[1][1].content and "shorter" in engine.prompts[1][1].content
+    assert '"kind":"protocol_error"' in engine.prompts[2][1].content
+    assert record.to_dict()["steps"][0]["truncated"] is True

@@ -139,3 +139,26 @@ def test_models_health_metrics_graph_and_fingerprint_sessions(server: Server) ->
 
     api.delete(f"/sessions/{session}", cast_to=object)
     assert api.get("/sessions", cast_to=object)["data"] == []
+
+
+def test_a_turn_that_ends_at_the_step_budget_answers_honestly_or_fails_as_configured(server: Server) -> None:
+    script = lines("[long]", [output(delta=[add("plan_a", "judgement", step=1)]), output(delta=[add("plan_b")])])
+    api = client(server.start(script + lines("[next]", [output(content="continuing")]), "--max-steps", "2"))
+    r = api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[long] do it all"}],
+                                    user="budget")
+    content = r.choices[0].message.content or ""
+    assert r.choices[0].finish_reason == "stop" and "could not finish" in content and "plan_a, plan_b" in content
+    session = api.get("/sessions/budget", cast_to=object)
+    assert session["requests"][0]["unfinished"] == "no final response within the step budget of 2 steps"
+    metrics = httpx.get(server.url + "/metrics").text
+    assert "flowstate_requests_unfinished_total 1.0" in metrics and "flowstate_truncations_total 0.0" in metrics
+    server.stop()  # the honest answer is the stored history: a client resending it after a restart is recognised
+    api = client(server.start(lines("[next]", [output(content="continuing")]), "--max-steps", "2"))
+    history: Any = [{"role": "user", "content": "[long] do it all"}, {"role": "assistant", "content": content},
+                    {"role": "user", "content": "[next] go on"}]
+    assert api.chat.completions.create(model="flowstate", messages=history, user="budget").choices[0].message.content == "continuing"
+    server.stop()
+    api = client(server.start(script, "--max-steps", "2", "--on-budget", "fail"))
+    with pytest.raises(openai.APIStatusError) as info:
+        api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[long] again"}], user="strict")
+    assert info.value.status_code == 502 and "step budget" in info.value.message

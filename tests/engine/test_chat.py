@@ -1,0 +1,119 @@
+"""Chat templates and sampling options reach the model: template kwargs (Qwen's enable_thinking), the
+paper preset, the completion budget capped by the context, and finish reasons reported."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+import engine as engines
+from engine.base import Message
+from engine.chat import apply_template, completion_budget
+from engine.errors import EngineConfigError
+
+# A Qwen3-style template: the generation prompt opens a think block unless enable_thinking is false.
+QWEN_STYLE = (
+    "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is not defined or enable_thinking %}<think>\n{% endif %}{% endif %}"
+)
+MESSAGES = [Message("system", "rules"), Message("user", "hello")]
+
+
+@pytest.fixture(scope="module")
+def qwen_style_tokenizer() -> Any:
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")))
+    tokenizer.chat_template = QWEN_STYLE
+    return tokenizer
+
+
+def test_enable_thinking_false_renders_without_a_think_block(qwen_style_tokenizer: Any) -> None:
+    thinking = apply_template(qwen_style_tokenizer, MESSAGES)
+    plain = apply_template(qwen_style_tokenizer, MESSAGES, {"enable_thinking": False})
+    assert thinking.endswith("<|im_start|>assistant\n<think>\n")
+    assert plain.endswith("<|im_start|>assistant\n") and "<think>" not in plain
+
+
+def test_the_completion_budget_is_capped_by_the_context() -> None:
+    assert completion_budget(32_768, 1_000, 8_192) == 7_192
+    assert completion_budget(1_024, 1_000, 8_192) == 1_024
+    assert completion_budget(32_768, 1_000, None) == 32_768
+    with pytest.raises(EngineConfigError, match="fills the model's context"):
+        completion_budget(10, 8_192, 8_192)
+
+
+def test_a_preset_fills_only_options_a_backend_takes_and_explicit_options_win(tmp_path) -> None:
+    script = tmp_path / "s.jsonl"
+    script.write_text('{"text": "x"}\n')
+    assert engines.load("scripted", preset="paper", script=str(script)).name == "scripted"  # takes none of them
+    with pytest.raises(ValueError, match="valid presets: paper"):
+        engines.load("scripted", preset="fast", script=str(script))
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """An OpenAI-compatible endpoint that records request bodies and streams one answer cut at the budget."""
+
+    bodies: list[dict[str, Any]] = []
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:  # /v1/models
+        self._json({"object": "list", "data": [{"id": "m", "object": "model", "created": 0, "owned_by": "x"}]})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).bodies.append(body)
+        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+        events = [
+            {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "<state_fo"}, "finish_reason": None}]},
+            {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]},
+            {**chunk, "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}},
+        ]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for event in events:
+            self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def _json(self, obj: Any) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def recorder() -> Iterator[str]:
+    _Recorder.bodies = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+def test_the_paper_preset_reaches_an_openai_compatible_server(recorder: str) -> None:
+    engine = engines.load("openai", base_url=recorder, preset="paper", top_p=0.9)
+    generation = engine.generate(MESSAGES, grammar=None)
+    body = _Recorder.bodies[-1]
+    assert body["temperature"] == 0.1 and body["top_p"] == 0.9  # the explicit option wins over the preset
+    assert body["max_tokens"] == 32_768  # the server caps it at what its context leaves (vLLM does)
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert generation.truncated and generation.usage.completion_tokens == 3
+
+
+def test_without_a_preset_no_template_kwargs_are_sent(recorder: str) -> None:
+    engines.load("openai", base_url=recorder).generate(MESSAGES)
+    assert "chat_template_kwargs" not in _Recorder.bodies[-1]
