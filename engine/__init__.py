@@ -12,10 +12,11 @@ from engine.errors import EngineConfigError, EngineError
 BACKENDS: dict[str, str] = {
     "scripted": "engine.scripted:ScriptedEngine.from_options",
     "transformers": "engine.transformers:TransformersEngine.from_options",
+    "llamacpp": "engine.llamacpp:LlamaCppEngine.from_options",
     "vllm": "engine.vllm:VLLMEngine.from_options",
     "openai": "engine.openai:OpenAIEngine.from_options",
 }
-DEFAULT = "transformers"
+DEFAULT = "llamacpp"
 
 
 def load(name: str, *, preset: str | None = None, **options: Any) -> Engine:

@@ -17,7 +17,7 @@ from flowstate.tools import Tool, ToolSet
 class Agent:
     """A FlowState agent bound to one session of a repository.
 
-    Without an engine it runs on the embedded default (``transformers`` with SmolLM2-135M-Instruct).
+    Without an engine it runs on the embedded default (``llamacpp`` with SmolLM2-135M-Instruct).
     ``config.limits`` sets the protocol limits (``flowstate.limits``); left None, the engine decides:
     compact for the embedded tiny model, standard for every other.
 
@@ -39,7 +39,7 @@ class Agent:
         if not session:
             raise ValueError("the session name is empty")
         if engine is None:
-            import engine as engines  # the embedded default (transformers + SmolLM2), loaded on demand
+            import engine as engines  # the embedded default (llama.cpp + SmolLM2), loaded on demand
 
             engine = engines.load(engines.DEFAULT)
         self.engine = engine

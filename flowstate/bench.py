@@ -1,31 +1,35 @@
-"""``flowstate bench decode``: constrained-decoding cost on one engine, side by side in one run.
+"""``flowstate bench decode``: constrained-decoding cost of one or more engines, side by side in one run.
 
 The prompts are the eight model calls of the hotel case (replayed through the real loop with the
-shipped script, so every Active State is the one the loop builds). Each prompt is decoded three
-ways — no grammar, the static protocol grammar, the per-step id-aware grammar — and the table
-reports decode tokens/s, time to first token, grammar build/compile time and the share of outputs
-that parse.
+shipped script, so every Active State is the one the loop builds), under the protocol limits each
+engine runs with (compact for the embedded model). Each prompt is decoded three ways — no grammar,
+the static protocol grammar, the per-step id-aware grammar — by every engine in turn, call by call,
+so machine noise falls on all of them alike. The table reports, per engine and mode: decode
+tokens/s (and its ratio to the same engine without a grammar), prefill tokens/s over the prompt
+tokens that were not cached, the cached share, time to first token, grammar build/compile time,
+the share of outputs that parse, and how many were cut at the token budget.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.base import Engine, Generation, Message
 from engine.scripted import ScriptedEngine
 from flowstate.agent import Agent
-from flowstate.constrain import GrammarMode
+from flowstate.constrain import GrammarMode, Grammars
 from flowstate.errors import ProtocolError
+from flowstate.limits import Limits, for_engine
 from flowstate.loop import LoopConfig
 from flowstate.parse import parse_output
-from flowstate.protocol import block_schemas
 from flowstate.repository import Repository
 from grammars.check import validate
-from grammars.four_blocks import protocol_grammar
+
+MODES = ("none", "static", "step")
 
 
 class _Recorder:
@@ -46,73 +50,113 @@ class _Recorder:
         return self.inner.count_tokens(text)
 
 
-def hotel_calls() -> tuple[list[tuple[list[Message], str | None]], str]:
-    """The hotel case's prompts with their per-step grammars, and the static grammar."""
+def hotel_calls(limits: Limits) -> tuple[list[tuple[list[Message], str | None]], str]:
+    """The hotel case's prompts with their per-step grammars under ``limits``, and the static grammar."""
     from flowstate.demo import hotel
 
     recorder = _Recorder(ScriptedEngine.from_file(hotel.script_path()))
     with Repository.open(":memory:") as repo:
         agent = Agent(recorder, repository=repo, session="bench", tools=hotel.TOOLS, task_policy=hotel.POLICY,
-                      config=LoopConfig(grammar=GrammarMode.STEP))
+                      config=LoopConfig(grammar=GrammarMode.STEP, limits=limits))
         for query in hotel.QUERIES:
             agent.run(query)
-    return recorder.calls, protocol_grammar(block_schemas(), hotel.TOOLS.specs())
+    static = Grammars(hotel.TOOLS.specs(), GrammarMode.STATIC, limits=limits).static
+    assert static is not None
+    return recorder.calls, static
 
 
 @dataclass
 class ModeResult:
+    engine: str
     mode: str
+    limits: str
     calls: int = 0
     parsed: int = 0
+    truncated: int = 0
     completion_tokens: int = 0
     decode_s: float = 0.0
+    prefilled: int = 0  # prompt tokens not served from the cache
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
     ttft_s: list[float] = field(default_factory=list)
     grammar_ms: list[float] = field(default_factory=list)
 
-    def row(self) -> dict[str, Any]:
+    def add(self, gen: Generation, limits: Limits) -> None:
+        u = gen.usage
+        self.calls += 1
+        self.completion_tokens += u.completion_tokens
+        self.decode_s += u.decode_s
+        self.prompt_tokens += u.prompt_tokens
+        self.cached_tokens += u.cached_tokens
+        self.prefilled += u.prompt_tokens - u.cached_tokens
+        self.ttft_s.append(u.ttft_s)
+        self.truncated += gen.truncated
+        try:
+            parse_output(gen.text, limits=limits)
+            self.parsed += 1
+        except ProtocolError:
+            pass
+
+    @property
+    def decode_tok_s(self) -> float:
+        return self.completion_tokens / self.decode_s if self.decode_s else 0.0
+
+    def row(self, plain: ModeResult | None) -> dict[str, Any]:
+        ttft = sum(self.ttft_s)
         return {
+            "engine": self.engine,
             "mode": self.mode,
+            "limits": self.limits,
             "calls": self.calls,
             "parsed_share": round(self.parsed / self.calls, 3) if self.calls else 0.0,
+            "truncated": self.truncated,
             "completion_tokens": self.completion_tokens,
-            "decode_tok_s": round(self.completion_tokens / self.decode_s, 2) if self.decode_s else 0.0,
+            "decode_tok_s": round(self.decode_tok_s, 2),
+            "vs_plain": round(self.decode_tok_s / plain.decode_tok_s, 3) if plain and plain.decode_tok_s else None,
+            "prefill_tok_s": round(self.prefilled / ttft, 1) if ttft else 0.0,
+            "cached_share": round(self.cached_tokens / self.prompt_tokens, 3) if self.prompt_tokens else 0.0,
             "ttft_mean_s": round(statistics.fmean(self.ttft_s), 3) if self.ttft_s else 0.0,
             "grammar_ms_mean": round(statistics.fmean(self.grammar_ms), 2) if self.grammar_ms else 0.0,
         }
 
 
 def bench_decode(
-    engine: Engine, *, calls: int | None = None, max_tokens: int | None = None,
+    engines: Mapping[str, Engine], *, calls: int | None = None, max_tokens: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Decode the hotel prompts under each grammar mode, interleaved call by call."""
-    recorded, static = hotel_calls()
-    recorded = recorded[:calls] if calls else recorded
-    results = {m: ModeResult(m) for m in ("none", "static", "step")}
-    for messages, step_grammar in recorded:
-        for mode, result in results.items():
-            started = time.perf_counter()
-            grammar = {"none": None, "static": static, "step": step_grammar}[mode]
-            if grammar is not None:
-                validate(grammar)  # compile once with llguidance, as an engine would
-                result.grammar_ms.append((time.perf_counter() - started) * 1000)
-            gen = engine.generate(messages, grammar=grammar, max_tokens=max_tokens)
-            result.calls += 1
-            result.completion_tokens += gen.usage.completion_tokens
-            result.decode_s += gen.usage.decode_s
-            result.ttft_s.append(gen.usage.ttft_s)
-            try:
-                parse_output(gen.text)
-                result.parsed += 1
-            except ProtocolError:
-                pass
-            if progress is not None:
-                progress(f"call {result.calls}/{len(recorded)} {mode}: {gen.usage.completion_tokens} tokens")
-    return [r.row() for r in results.values()]
+    """Decode the hotel prompts under each grammar mode on each engine, interleaved call by call."""
+    plans = {}
+    for name, engine in engines.items():
+        limits = for_engine(engine)
+        recorded, static = hotel_calls(limits)
+        plans[name] = (limits, recorded[:calls] if calls else recorded, static)
+    results = {(name, m): ModeResult(name, m, plans[name][0].name) for name in engines for m in MODES}
+    for i in range(max(len(p[1]) for p in plans.values())):
+        for name, engine in engines.items():
+            limits, recorded, static = plans[name]
+            if i >= len(recorded):
+                continue
+            messages, step_grammar = recorded[i]
+            for mode in MODES:
+                result = results[(name, mode)]
+                grammar = {"none": None, "static": static, "step": step_grammar}[mode]
+                if grammar is not None:
+                    started = time.perf_counter()
+                    validate(grammar)  # compile once with llguidance, as an engine would
+                    result.grammar_ms.append((time.perf_counter() - started) * 1000)
+                result.add(engine.generate(messages, grammar=grammar, max_tokens=max_tokens), limits)
+                if progress is not None:
+                    progress(f"{name} call {result.calls}/{len(recorded)} {mode}: "
+                             f"{result.completion_tokens} tokens so far")
+    return [results[(name, m)].row(results[(name, "none")] if m != "none" else None)
+            for name in engines for m in MODES]
+
+
+HEAD = ["engine", "mode", "limits", "calls", "parsed_share", "truncated", "completion_tokens", "decode_tok_s",
+        "vs_plain", "prefill_tok_s", "cached_share", "ttft_mean_s", "grammar_ms_mean"]
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:
-    head = ["mode", "calls", "parsed_share", "completion_tokens", "decode_tok_s", "ttft_mean_s", "grammar_ms_mean"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(str(r[h]) for h in head) + " |" for r in rows]
+    lines = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
+    lines += ["| " + " | ".join("" if r[h] is None else str(r[h]) for h in HEAD) + " |" for r in rows]
     return "\n".join(lines)

@@ -69,8 +69,8 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--engine", "name", default=engines.DEFAULT, show_default=True,
                      help=f"Model backend: {', '.join(sorted(engines.BACKENDS))}."),
-        click.option("--model", default=None, help="transformers: local HF folder or .gguf [default: embedded SmolLM2-135M-Instruct]; "
-                     "vllm: folder; openai: served model name."),
+        click.option("--model", default=None, help="llamacpp: a .gguf file; transformers: local HF folder or .gguf [both default to the embedded "
+                          "SmolLM2-135M-Instruct]; vllm: folder; openai: served model name."),
         click.option("--script", type=click.Path(dir_okay=False), default=None, help="scripted: outputs to replay (JSON Lines, key \"text\")."),
         click.option("--dtype", default=None, type=click.Choice(["bfloat16", "float32", "float16"]), help="transformers/vllm weights dtype [default: bfloat16]."),
         click.option("--temperature", default=None, type=float, help="Sampling temperature [default: 0, greedy]."),
@@ -388,16 +388,17 @@ def bench() -> None:
 @click.option("--calls", default=None, type=click.IntRange(min=1), help="Use only the first N of the 8 hotel-case prompts.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
 def bench_decode_cmd(calls: int | None, out: Path | None, grammar_mode: str, **engine_opts: Any) -> None:
-    """Tokens/s without grammar vs static grammar vs per-step id-aware grammar; parse share; compile time."""
+    """Tokens/s without grammar vs static vs per-step grammar, per engine (--engine a,b: side by side in one run)."""
     from flowstate.bench import bench_decode, render_table
 
     with _errors():
         max_tokens = engine_opts.pop("max_tokens")
-        rows = bench_decode(engines.load(**engine_opts, max_tokens=None), calls=calls, max_tokens=max_tokens,
-                            progress=lambda line: click.echo(line, err=True))
+        names = [n.strip() for n in engine_opts.pop("name").split(",") if n.strip()]
+        loaded = {n: engines.load(n, **engine_opts, max_tokens=None) for n in names}
+        rows = bench_decode(loaded, calls=calls, max_tokens=max_tokens, progress=lambda line: click.echo(line, err=True))
         click.echo(render_table(rows))
         if out is not None:
-            out.write_text(json.dumps({"engine": engine_opts["name"], "rows": rows}, indent=2))
+            out.write_text(json.dumps({"engines": names, "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ def test_load_by_name(tmp_path: Path) -> None:
     script.write_text('{"text": "x"}\n\n{"text": "y"}\n')
     e = engine.load("scripted", script=script)
     assert isinstance(e, ScriptedEngine) and e.remaining == 2
-    with pytest.raises(EngineConfigError, match="valid engines: openai, scripted, transformers, vllm"):
+    with pytest.raises(EngineConfigError, match="valid engines: llamacpp, openai, scripted, transformers, vllm"):
         engine.load("nonesuch")
 
 

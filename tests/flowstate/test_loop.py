@@ -154,7 +154,7 @@ def test_agent_defaults_to_the_embedded_engine(monkeypatch: pytest.MonkeyPatch, 
 
     monkeypatch.setattr(engine, "load", fake_load)
     agent = Agent(repository=repo, session="s")
-    assert asked == ["transformers"] and agent.run("q").response == "hi"
+    assert asked == ["llamacpp"] and agent.run("q").response == "hi"
 
 
 def test_a_malformed_item_is_fed_back_and_the_rest_of_the_step_stands(make_agent: AgentFactory, repo) -> None:

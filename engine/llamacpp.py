@@ -1,0 +1,259 @@
+"""The llama.cpp backend: a GGUF model on ``llama_cpp.Llama``, grammars through llguidance's token masks.
+
+The default model is the embedded SmolLM2-135M-Instruct GGUF (the same file the transformers
+engine loads); any ``.gguf`` path can be named. llama.cpp keeps the KV cache of the previous call
+and reuses its longest common token prefix (``cached_tokens``). A grammar is enforced by an
+llguidance matcher that masks the logits before every sampled token, so the output is always in
+the grammar's language. Prompts are rendered with the GGUF's own chat template (template
+variables such as ``enable_thinking`` pass through ``chat_template_kwargs``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from engine.base import Generation, Message, Usage
+from engine.chat import check_options, completion_budget
+from engine.errors import EngineConfigError, EngineError
+from engine.scripted import common_prefix
+
+_MATCHERS_CACHE = 32
+_LOADING = threading.Lock()
+
+
+@contextmanager
+def _model_params(extra_buffers: bool) -> Iterator[None]:
+    """Load with llama.cpp's extra weight buffer types (AMX, repacked layouts) on or off.
+
+    llama-cpp-python does not expose ``use_extra_bufts``; its constructor reads the defaults from
+    ``llama_model_default_params``, so that function is wrapped while one model loads. (With them on,
+    batched prompt decoding crashes with SIGSEGV on this project's AMX machines, which run sandboxed.)
+    """
+    import llama_cpp.llama_cpp as capi
+
+    if extra_buffers:
+        yield
+        return
+    default = capi.llama_model_default_params
+
+    def params() -> Any:
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    with _LOADING:
+        capi.llama_model_default_params = params
+        try:
+            yield
+        finally:
+            capi.llama_model_default_params = default
+
+
+def resolve_gguf(model: str | None) -> tuple[str, bool]:
+    """(path of the .gguf file, whether it is the embedded model)."""
+    if model is None:
+        from engine.transformers import embedded_model
+
+        folder, name = embedded_model()
+        return str(Path(folder) / name), True
+    path = Path(model).expanduser()
+    if not (path.is_file() and path.suffix == ".gguf"):
+        raise EngineConfigError(f"model {model!r} is not a .gguf file (the llamacpp engine loads GGUF models)")
+    return str(path), False
+
+
+class _Logits:
+    """A llama-cpp-python logits processor: the repetition penalty as transformers applies it (over every
+    token of the context, prompt included, so both CPU engines sample alike), then the grammar's mask."""
+
+    def __init__(self, matcher: Any, vocab: int, penalty: float) -> None:
+        import numpy as np
+
+        self._np = np
+        self.matcher = matcher  # advanced by the generation loop after every sampled token
+        self.penalty = penalty
+        self.bitmask = np.zeros(((vocab + 31) // 32,), dtype=np.int32)
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        np = self._np
+        if self.penalty != 1.0:
+            seen = np.unique(input_ids)
+            seen = seen[seen < len(scores)]
+            picked = scores[seen]
+            scores[seen] = np.where(picked > 0, picked / self.penalty, picked * self.penalty)
+        if self.matcher is None:
+            return scores
+        self.matcher.unsafe_compute_mask_ptr(self.bitmask.ctypes.data, self.bitmask.nbytes)
+        allowed = np.unpackbits(self.bitmask.view(np.uint8), bitorder="little")[: len(scores)].astype(bool)
+        return np.where(allowed, scores, -np.inf).astype(scores.dtype, copy=False)
+
+
+class LlamaCppEngine:
+    """Local generation with llama.cpp on CPU (or any llama.cpp build), grammars through llguidance."""
+
+    name = "llamacpp"
+    supports_grammar = True
+    options = frozenset({"model", "temperature", "top_p", "max_tokens", "repetition_penalty", "threads",
+                         "threads_batch", "batch_size", "context", "seed", "extra_buffers", "chat_template",
+                         "chat_template_kwargs"})
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        max_tokens: int = 1024,
+        repetition_penalty: float = 1.1,
+        threads: int | None = None,
+        threads_batch: int | None = None,
+        batch_size: int = 512,
+        context: int | None = None,
+        seed: int = 0,
+        extra_buffers: bool = False,
+        chat_template: str | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        try:
+            import llama_cpp
+            import llguidance
+            import llguidance.llamacpp
+        except ImportError as exc:
+            raise EngineConfigError(f"the llamacpp engine needs llama-cpp-python and llguidance: {exc}") from exc
+        path, self.embedded = resolve_gguf(model)
+        self.model_name = Path(path).name
+        cores = os.cpu_count() or 1
+        try:
+            with _model_params(extra_buffers):
+                self.llm = llama_cpp.Llama(
+                    model_path=path, n_ctx=context or 0, n_batch=batch_size, n_threads=threads or cores,
+                    n_threads_batch=threads_batch or threads or cores, seed=seed, verbose=False,
+                )
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise EngineConfigError(f"llama.cpp cannot load {path}: {exc}") from exc
+        self.context: int = self.llm.n_ctx()
+        self._vocab = self.llm.n_vocab()
+        self._eos = self.llm.token_eos()
+        self._vocab_ptr = llama_cpp.llama_model_get_vocab(self.llm.model)
+        self._llguidance = llguidance
+        with warnings.catch_warnings():  # llguidance reads the vocabulary through a deprecated call, once per token
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self._tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(self._vocab_ptr)
+        self._grammars: dict[str, Any] = {}  # grammar text -> compiled llguidance grammar
+        template = chat_template or self.llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise EngineConfigError(f"{path} carries no chat template (tokenizer.chat_template); give one with chat_template")
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        def piece(token: int) -> str:
+            return self.llm.detokenize([token], special=True).decode("utf-8", errors="replace")
+
+        self._formatter = Jinja2ChatFormatter(template, eos_token=piece(self._eos), bos_token=piece(self.llm.token_bos()))
+        self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
+        self.repetition_penalty = repetition_penalty
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self._lock = threading.Lock()  # one model, one KV cache: calls from many threads take turns
+
+    @classmethod
+    def from_options(cls, **options: Any) -> LlamaCppEngine:
+        """Factory used by ``engine.load('llamacpp', model=..., ...)``; unknown options are refused."""
+        return cls(**check_options(cls.name, options, set(cls.options)))
+
+    # -- prompt -------------------------------------------------------------------------
+
+    def render(self, messages: Sequence[Message]) -> str:
+        chat = [{"role": m.role, "content": m.content} for m in messages]
+        prompt: str = self._formatter(messages=chat, **self.chat_template_kwargs).prompt  # type: ignore[arg-type]
+        return prompt
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    # -- grammar -------------------------------------------------------------------------
+
+    def _matcher(self, grammar: str) -> Any:
+        """A fresh matcher for one call; grammars are checked once and kept (the loop reuses them)."""
+        llg = self._llguidance
+        compiled = self._grammars.get(grammar)
+        if compiled is None:
+            compiled = llg.grammar_from("lark", grammar)
+            try:
+                error = llg.LLMatcher.validate_grammar(compiled, self._tokenizer)
+            except ValueError as exc:
+                error = str(exc)
+            if error:
+                raise EngineConfigError(f"grammar refused by llguidance: {error}")
+            if len(self._grammars) >= _MATCHERS_CACHE:
+                self._grammars.pop(next(iter(self._grammars)))
+            self._grammars[grammar] = compiled
+        matcher = llg.LLMatcher(self._tokenizer, compiled, log_level=0)
+        if matcher.is_error():
+            raise EngineConfigError(f"grammar refused by llguidance: {matcher.get_error()}")
+        return matcher
+
+    # -- generation -----------------------------------------------------------------------
+
+    def generate(
+        self,
+        messages: Sequence[Message],
+        *,
+        grammar: str | None = None,
+        max_tokens: int | None = None,
+    ) -> Generation:
+        prompt = self.tokenize(self.render(messages))
+        matcher = self._matcher(grammar) if grammar else None
+        with self._lock:
+            return self._generate(prompt, matcher, max_tokens)
+
+    def _generate(self, prompt: list[int], matcher: Any, max_tokens: int | None) -> Generation:
+        import llama_cpp
+
+        budget = completion_budget(max_tokens or self.max_tokens, len(prompt), self.context)
+        cached = min(common_prefix(self.llm.input_ids[: self.llm.n_tokens].tolist(), prompt), len(prompt) - 1)
+        processors = None
+        if matcher is not None or self.repetition_penalty != 1.0:
+            processors = llama_cpp.LogitsProcessorList([_Logits(matcher, self._vocab, self.repetition_penalty)])
+        started = time.perf_counter()
+        first: float | None = None
+        out: list[int] = []
+        finish = "length"
+        try:
+            for token in self.llm.generate(
+                prompt, temp=self.temperature, top_p=self.top_p, top_k=0, min_p=0.0,
+                repeat_penalty=1.0, logits_processor=processors, reset=True,
+            ):
+                first = first or time.perf_counter()
+                if llama_cpp.llama_vocab_is_eog(self._vocab_ptr, token):
+                    finish = "stop"
+                    break
+                out.append(int(token))
+                if matcher is not None:
+                    if not matcher.consume_token(int(token)):
+                        raise EngineError(f"llguidance refused sampled token {token}: {matcher.get_error()}")
+                    if matcher.is_stopped():
+                        finish = "stop"
+                        break
+                if len(out) >= budget:
+                    break
+        except EngineError:
+            self.llm.reset()
+            raise
+        except Exception as exc:
+            self.llm.reset()
+            raise EngineError(f"llama.cpp generation failed: {type(exc).__name__}: {exc}") from exc
+        end = time.perf_counter()
+        first = first or end
+        text = self.llm.detokenize(out, special=False).decode("utf-8", errors="replace")
+        usage = Usage(prompt_tokens=len(prompt), cached_tokens=max(cached, 0), completion_tokens=len(out),
+                      ttft_s=first - started, decode_s=end - first)
+        return Generation(text=text, usage=usage, finish_reason=finish)

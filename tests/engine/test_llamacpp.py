@@ -1,0 +1,73 @@
+"""The llamacpp engine on the real embedded GGUF (SmolLM2-135M-Instruct): outputs parse under the
+protocol grammar, the KV prefix is reused, threads share the engine, bad input is a clear error."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from engine.base import Message
+from engine.errors import EngineConfigError
+from engine.llamacpp import LlamaCppEngine
+from flowstate.bench import hotel_calls
+from flowstate.limits import COMPACT
+from flowstate.parse import parse_output
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def llama() -> LlamaCppEngine:
+    return LlamaCppEngine()
+
+
+@pytest.fixture(scope="module")
+def calls() -> list[tuple[list[Message], str | None]]:
+    return hotel_calls(COMPACT)[0]
+
+
+def test_outputs_parse_under_the_grammar_and_the_prefix_is_reused(llama: LlamaCppEngine, calls) -> None:
+    assert llama.embedded and llama.context == 8192
+    gens = [llama.generate(messages, grammar=grammar) for messages, grammar in calls[:3]]
+    for gen in gens:
+        assert not gen.truncated, gen.text
+        parse_output(gen.text, limits=COMPACT)  # raises if the grammar let anything through that is not the protocol
+        assert gen.usage.completion_tokens > 0 and gen.usage.ttft_s > 0 and gen.usage.decode_s > 0
+    # calls 2 and 3 continue the request: their prompts start with the previous call's prompt
+    assert gens[1].usage.cached_tokens > 1000 and gens[2].usage.cached_tokens > 1000
+    assert gens[1].usage.cached_tokens < gens[1].usage.prompt_tokens
+
+
+def test_a_call_cut_at_its_budget_is_truncation(llama: LlamaCppEngine, calls) -> None:
+    messages, grammar = calls[0]
+    gen = llama.generate(messages, grammar=grammar, max_tokens=5)
+    assert gen.truncated and gen.usage.completion_tokens == 5
+
+
+def test_threads_share_the_engine_safely(llama: LlamaCppEngine, calls) -> None:
+    jobs = [calls[0], calls[3], calls[0], calls[3]]
+    with ThreadPoolExecutor(4) as pool:
+        gens = list(pool.map(lambda c: llama.generate(c[0], grammar=c[1], max_tokens=400), jobs))
+    for gen in gens:
+        assert gen.truncated or parse_output(gen.text, limits=COMPACT) is not None
+    assert gens[0].text == gens[2].text  # greedy: the same prompt, the same output, whatever ran in between
+
+
+def test_bad_input_is_a_clear_error(llama: LlamaCppEngine, tmp_path) -> None:
+    with pytest.raises(EngineConfigError, match="is not a .gguf file"):
+        LlamaCppEngine(str(tmp_path / "missing.gguf"))
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)
+    with pytest.raises(EngineConfigError, match="cannot load"):
+        LlamaCppEngine(str(broken))
+    with pytest.raises(EngineConfigError, match="grammar refused"):
+        llama.generate([Message("user", "hi")], grammar='start: %json {"type": "object", "propertyNames": {}}')
+
+
+def test_template_kwargs_reach_the_template() -> None:
+    from tests.engine.test_chat import MESSAGES, QWEN_STYLE
+
+    thinking = LlamaCppEngine(chat_template=QWEN_STYLE)
+    plain = LlamaCppEngine(chat_template=QWEN_STYLE, chat_template_kwargs={"enable_thinking": False})
+    assert thinking.render(MESSAGES).endswith("<think>\n") and "<think>" not in plain.render(MESSAGES)
