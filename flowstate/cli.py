@@ -277,12 +277,14 @@ def demo(
 @click.option("--api-key", "api_keys", multiple=True, help="A client key (repeatable) [default: $FLOWSTATE_API_KEYS, comma-separated; none].")
 @click.option("--tools", "tools_ref", default=None, help="Server-side tools as module:attribute, besides each request's client tools.")
 @click.option("--model-id", default="flowstate", show_default=True, help="The model name clients send and /v1/models lists.")
+@click.option("--max-live-sessions", default=4096, show_default=True, type=click.IntRange(min=1),
+              help="Idle sessions kept in memory; others reload from the database on their next call.")
 @loop_options()
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(
     host: str, port: int, db: Path | None, api_keys: tuple[str, ...], tools_ref: str | None, model_id: str,
     max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, log_level: str, grammar_mode: str,
-    **engine_opts: Any,
+    max_live_sessions: int, **engine_opts: Any,
 ) -> None:
     """Serve an OpenAI-compatible Chat Completions endpoint whose model remembers (FastAPI on uvicorn)."""
     from serving.app import ServerConfig  # serving sits above flowstate; imported only for this command
@@ -295,7 +297,8 @@ def serve(
         repo = Repository.open(db or default_db())
         config = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
                              limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode)
-        server = ServerConfig(engine=model, repo=repo, keys=keys, tools=tools, loop=config, model_id=model_id)
+        server = ServerConfig(engine=model, repo=repo, keys=keys, tools=tools, loop=config, model_id=model_id,
+                              max_live_sessions=max_live_sessions)
         try:
             run_server(server, host=host, port=port, log_level=log_level)
         finally:

@@ -45,6 +45,12 @@ class Grammars:
         self._bounds = ToolBounds(limits.tool_text, limits.tool_items)
         self.static = self._build(None) if mode is GrammarMode.STATIC else None
 
+    def validate(self) -> None:
+        """Raise ``grammars.check.GrammarError`` unless llguidance compiles this configuration's grammar."""
+        from grammars.check import validate
+
+        validate(self.static or self._build(None))
+
     def _build(self, ids: StepIds | None) -> str:
         return protocol_grammar(self._schemas, self._tools, ids, self.blocks, self._bounds)
 

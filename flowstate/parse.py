@@ -67,6 +67,10 @@ def _split_blocks(text: str, blocks: Sequence[str]) -> dict[str, str]:
     return bodies
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _item_id(item: Any) -> str:
     if isinstance(item, dict):
         for key in ("state_id", "target_id", "name"):
@@ -113,11 +117,17 @@ def parse_output(text: str, blocks: Sequence[str] = BLOCKS, limits: Limits = STA
         if not body:
             raise ProtocolError(name, "empty block; use [] for an unused array or {\"content\": null}")
         try:
-            raw = json.loads(body)
+            raw = json.loads(body, parse_constant=_no_constant)
         except json.JSONDecodeError as exc:
             raise ProtocolError(name, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
         except RecursionError as exc:
             raise ProtocolError(name, "JSON nested too deeply") from exc
+        except ValueError as exc:  # NaN / Infinity, or an integer past Python's digit limit
+            raise ProtocolError(name, f"not JSON: {exc}") from exc
+        try:
+            json.dumps(raw, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ProtocolError(name, "a string holds a lone surrogate (not valid Unicode)") from exc
         if name == "assistant_message":
             try:
                 values[name] = protocol.assistant_message(raw)

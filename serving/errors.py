@@ -10,10 +10,11 @@ class APIError(Exception):
 
     def __init__(
         self, status: int, message: str, *, type: str = "invalid_request_error",
-        param: str | None = None, code: str | None = None,
+        param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}

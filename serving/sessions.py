@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from flowstate.loop import RequestRun
@@ -21,6 +22,7 @@ from serving.errors import APIError, bad_request, conflict
 
 SESSION_HEADER = "x-flowstate-session"
 MAX_NAME = 200
+_NAME_PUNCT = frozenset("._-:@+=~")
 
 
 class Keys:
@@ -45,27 +47,70 @@ class Keys:
         return "k" + hashlib.sha256(token.encode()).hexdigest()[:16] + "/"
 
 
-def check_name(name: str) -> str:
-    if not name or len(name) > MAX_NAME or any(ord(c) < 32 for c in name):
-        raise bad_request(f"session names are 1 to {MAX_NAME} printable characters", "user", "invalid_session")
+NAME_RULE = (f"a session name is 1 to {MAX_NAME} characters: letters and digits (any script), and . _ - : @ + = ~; "
+             "not '.' or '..'")
+
+
+def check_name(name: str, param: str = "user") -> str:
+    """A session name as given (header or ``user``), or 400: names must be reachable at /v1/sessions/{name}."""
+    name = unicodedata.normalize("NFC", name)
+    if not (0 < len(name) <= MAX_NAME) or name in (".", "..") or not all(c.isalnum() or c in _NAME_PUNCT for c in name):
+        raise bad_request(f"invalid session name {name[:60]!r}: {NAME_RULE}", param, "invalid_session")
     return name
 
 
-def session_name(header: str | None, user: str | None, policy: str, conversation: Sequence[dict[str, Any]]) -> str:
-    """The header, else ``user``, else a fingerprint of the first system and user messages."""
+def header_text(value: str | None, header: str) -> str | None:
+    """A header value as UTF-8 text (HTTP hands header bytes over as Latin-1)."""
+    if value is None:
+        return None
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        raise bad_request(f"the {header} header is not UTF-8", header, "invalid_header") from None
+
+
+def session_name(header: str | None, user: str | None) -> str | None:
+    """The header's name, else ``user``'s, else None (the server picks one by fingerprint)."""
     if header is not None:
-        return check_name(header)
+        return check_name(header, SESSION_HEADER)
     if user is not None:
         return check_name(user)
+    return None
+
+
+def fingerprint(policy: str, conversation: Sequence[dict[str, Any]]) -> str:
+    """The base name of an unnamed conversation: its system message and first user message.
+
+    Conversations with the same opening are told apart by ``match``: each gets its own session
+    (``fp-…``, then ``fp-….1``, ``fp-….2``, …).
+    """
     first_user = next((m["content"] for m in conversation if m["role"] == "user"), "")
-    digest = hashlib.sha256(f"{policy}\x00{first_user}".encode()).hexdigest()[:20]
-    return f"fp-{digest}"
+    return "fp-" + hashlib.sha256(f"{policy}\x00{first_user}".encode()).hexdigest()[:20]
 
 
-def new_messages(incoming: list[dict[str, Any]], seen: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The part of ``incoming`` the server has not processed yet (see the module docstring)."""
+@dataclass(frozen=True)
+class Match:
+    """How a conversation relates to a session's transcript."""
+
+    kind: str  # "continues" (new messages follow), "replay" (an answered turn resent), "diverges"
+    new: list[dict[str, Any]]  # continues: the messages not processed yet
+    at: int = 0  # replay: where the answer to the resent turn starts in the transcript
+
+
+def match(incoming: list[dict[str, Any]], seen: list[dict[str, Any]]) -> Match:
+    """Whether ``incoming`` (a resent history) continues ``seen``, resends an answered turn of it, or neither."""
     if len(incoming) >= len(seen) and incoming[: len(seen)] == seen:
-        return incoming[len(seen):]  # the whole history, then what is new
+        return Match("continues", incoming[len(seen):])
+    if len(incoming) < len(seen) and incoming == seen[: len(incoming)] and seen[len(incoming)]["role"] == "assistant":
+        return Match("replay", [], len(incoming))
+    return Match("diverges", [])
+
+
+def new_messages(incoming: list[dict[str, Any]], seen: list[dict[str, Any]]) -> Match:
+    """What ``incoming`` asks of a named session: its new messages, a replay, or a 409 (see the module docstring)."""
+    found = match(incoming, seen)
+    if found.kind == "continues" or (found.kind == "replay" and len(incoming) > 1):
+        return found
     if len(incoming) > 1 and seen and incoming[0] == seen[0]:
         pairs = enumerate(zip(incoming, seen, strict=False))
         at = next((i for i, (a, b) in pairs if a != b), min(len(incoming), len(seen)))
@@ -76,7 +121,7 @@ def new_messages(incoming: list[dict[str, Any]], seen: list[dict[str, Any]]) -> 
             "history as the server answered it, send only the new messages, or use a new session",
             "history_mismatch",
         )
-    return incoming  # a client that sends only its new messages
+    return Match("continues", incoming)  # a client that sends only its new messages
 
 
 def _describe(message: dict[str, Any]) -> str:
@@ -104,21 +149,39 @@ class Live:
     run: RequestRun | None = None  # the unfinished request, waiting on the client's tool results
     calls: PendingCalls | None = None
     client_tools: frozenset[str] = frozenset()  # names the client runs, fixed for the request
+    replies: dict[str, int] = field(default_factory=dict)  # Idempotency-Key -> index of its reply in the transcript
 
     def abandon(self) -> None:
         """Drop the unfinished request (nothing of it was persisted)."""
         del self.transcript[self.finished:]
+        self.replies = {k: i for k, i in self.replies.items() if i < self.finished}
         self.run, self.calls = None, None
 
+    def request_keys(self) -> dict[str, int]:
+        """The idempotency keys of the unfinished request, by offset of their reply within it."""
+        return {k: i - self.finished for k, i in self.replies.items() if i >= self.finished}
 
-def load_transcript(repo: Repository, name: str) -> list[dict[str, Any]]:
-    """The canonical messages of a session's finished requests, rebuilt from their stored records."""
+
+def load_live(repo: Repository, name: str) -> Live:
+    """A session's finished requests as the server holds them, rebuilt from their stored records."""
     out: list[dict[str, Any]] = []
+    replies: dict[str, int] = {}
     for request in repo.requests(name):
         record = repo.request_record(name, request.index) or {}
+        start = len(out)
         out.extend(record.get("transcript") or [{"role": "user", "content": request.query}])
+        replies.update({k: start + int(i) for k, i in (record.get("idempotency") or {}).items()})
         response = request.response
         if response is None:  # ended at the step budget: the client was told so
             response = unfinished_message(request.unfinished, (record.get("persisted") or {}).get("states", []))
         out.append({"role": "assistant", "content": response})
-    return out
+    return Live(name, out, len(out), replies=replies)
+
+
+def reply_message(message: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A transcript's assistant message as OpenAI's reply message, with its finish reason."""
+    if message.get("tool_calls"):
+        calls = [{"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                 for c in message["tool_calls"]]
+        return {"role": "assistant", "content": None, "tool_calls": calls}, "tool_calls"
+    return {"role": "assistant", "content": message.get("content")}, "stop"

@@ -7,14 +7,15 @@ while it holds the session's lock.
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from engine.base import Engine, Usage
+from engine.errors import EngineError
 from flowstate.constrain import GrammarMode, Grammars
+from grammars.check import GrammarError
 from flowstate.errors import RequestFailed
 from flowstate.loop import LoopConfig, RequestRun
 from flowstate.nodes import canonical_json
@@ -24,6 +25,10 @@ from flowstate.serializer import system_prompt
 from flowstate.tools import ToolSet
 from serving.errors import APIError, bad_request, conflict
 from serving.sessions import Live, PendingCalls
+from serving.wire import loads_or_none
+
+
+RETRY_AFTER_S = 5
 
 
 @dataclass(frozen=True)
@@ -49,12 +54,17 @@ class Turns:
         self.limits = self.config.limits
         self._grammars: OrderedDict[str, Grammars] = OrderedDict()
 
-    def start(self, live: Live, users: Sequence[Mapping[str, Any]], policy: str,
-              client_tools: Sequence[dict[str, Any]]) -> TurnResult:
-        """A new request q_k from the new user message(s)."""
+    def check_tools(self, client_tools: Sequence[Mapping[str, Any]]) -> None:
+        """Client tools may not take a server tool's name; the tool set must compile into a grammar."""
         clash = {t["name"] for t in client_tools} & set(self.server_tools)
         if clash:
             raise bad_request(f"tools {sorted(clash)} are already server-side tools of this endpoint", "tools")
+        self._grammars_for([*self.server_tools.specs(), *client_tools])
+
+    def start(self, live: Live, users: Sequence[Mapping[str, Any]], policy: str,
+              client_tools: Sequence[dict[str, Any]], key: str | None = None) -> TurnResult:
+        """A new request q_k from the new user message(s); ``key`` is the call's Idempotency-Key."""
+        self.check_tools(client_tools)
         query = "\n\n".join(str(m["content"]) for m in users)
         if not query.strip():
             raise bad_request("the user message is empty", "messages")
@@ -66,9 +76,9 @@ class Turns:
         )
         live.client_tools = frozenset(t["name"] for t in client_tools)
         live.transcript.extend(dict(m) for m in users)
-        return self._drive(live)
+        return self._drive(live, key)
 
-    def resume(self, live: Live, results: Sequence[Mapping[str, Any]]) -> TurnResult:
+    def resume(self, live: Live, results: Sequence[Mapping[str, Any]], key: str | None = None) -> TurnResult:
         """The client's tool messages answer the pending calls; the request goes on."""
         run, calls = live.run, live.calls
         assert run is not None and calls is not None
@@ -91,35 +101,47 @@ class Turns:
         run.observe([answered[i] for i in range(len(run.pending))])
         live.calls = None
         live.transcript.extend(dict(m) for m in results)
-        return self._drive(live)
+        return self._drive(live, key)
 
-    def _drive(self, live: Live) -> TurnResult:
+    def _drive(self, live: Live, key: str | None) -> TurnResult:
         run = live.run
         assert run is not None
         first = len(run.steps)
         try:
             while True:
-                run.step(extra={"transcript": live.transcript[live.finished:]})
+                keys = {**live.request_keys(), **({key: len(live.transcript) - live.finished} if key else {})}
+                run.step(extra={"transcript": live.transcript[live.finished:], "idempotency": keys})
                 if run.record is not None:
                     response = run.record.response
                     if response is None:  # the step budget ran out: say so, with what was kept
                         response = unfinished_message(run.record.unfinished, run.record.persisted_states)
+                    self._remember(live, key)
                     live.transcript.append({"role": "assistant", "content": response})
                     live.finished, live.run = len(live.transcript), None
                     return self._result(run, first, {"role": "assistant", "content": response}, "stop")
                 if run.pending:
-                    message = self._act(live, run)
+                    message = self._act(live, run, key)
                     if message is not None:
                         return self._result(run, first, message, "tool_calls")
         except RequestFailed as exc:
             live.abandon()
+            cause = exc.__cause__
+            if isinstance(cause, EngineError) and cause.retryable:  # the engine is down or overloaded, not the model
+                raise APIError(503, f"{exc}; nothing of this request was stored, retry later", type="server_error",
+                               code="engine_unavailable", headers={"Retry-After": str(RETRY_AFTER_S)}) from exc
             raise APIError(502, f"{exc}; nothing of this request was stored, resend its user message to retry",
                            type="model_error", code="request_failed") from exc
         except BaseException:  # a storage fault or a bug: the session must not stay half-advanced
             live.abandon()
             raise
 
-    def _act(self, live: Live, run: RequestRun) -> dict[str, Any] | None:
+    @staticmethod
+    def _remember(live: Live, key: str | None) -> None:
+        """The reply about to be appended to the transcript answers the call with ``key``."""
+        if key:
+            live.replies[key] = len(live.transcript)
+
+    def _act(self, live: Live, run: RequestRun, key: str | None) -> dict[str, Any] | None:
         """Run server-side calls; return the assistant message for the client's calls, if any."""
         client: dict[str, int] = {}
         done: dict[int, ToolCallRecord] = {}
@@ -142,6 +164,7 @@ class Turns:
              "function": {"name": run.pending[i].name, "arguments": canonical_json(dict(run.pending[i].arguments))}}
             for cid, i in client.items()
         ]
+        self._remember(live, key)
         live.transcript.append({
             "role": "assistant", "content": None,
             "tool_calls": [{"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
@@ -160,7 +183,14 @@ class Turns:
         if not self.engine.supports_grammar or self.config.grammar is GrammarMode.NONE:
             return None
         key = canonical_json(list(specs))
-        grammars = self._grammars.pop(key, None) or Grammars(specs, self.config.grammar, limits=self.limits)
+        grammars = self._grammars.pop(key, None)
+        if grammars is None:
+            grammars = Grammars(specs, self.config.grammar, limits=self.limits)
+            try:
+                grammars.validate()
+            except GrammarError as exc:
+                raise bad_request(f"the tools' parameter schemas cannot be decoded under a grammar: {exc}",
+                                  "tools", "unsupported_schema") from exc
         self._grammars[key] = grammars
         while len(self._grammars) > 16:
             self._grammars.popitem(last=False)
@@ -168,12 +198,10 @@ class Turns:
 
 
 def _observation(content: Any) -> Any:
-    """A tool message's content as the observation: JSON when it is JSON, the text otherwise."""
+    """A tool message's content as the observation: JSON when it is strict JSON, the text otherwise."""
     if isinstance(content, str):
-        try:
-            return json.loads(content)
-        except json.JSONDecodeError:
-            return content
+        value = loads_or_none(content)
+        return content if value is None else value
     return content
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -99,7 +100,65 @@ def canonical_message(message: ChatMessage, where: str) -> dict[str, Any]:
 
 
 def _canonical_arguments(arguments: str) -> str:
+    value = loads_or_none(arguments)
+    return arguments if value is None else canonical_json(value)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads(text: str | bytes) -> Any:
+    """Strict JSON: NaN and Infinity refused, as are integers past Python's digit limit and deep nesting
+    (each a ``ValueError``), and strings that are not valid Unicode (lone surrogates)."""
     try:
-        return canonical_json(json.loads(arguments))
-    except json.JSONDecodeError:
-        return arguments
+        value = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("a string holds a lone surrogate (not valid Unicode)") from None
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    return value
+
+
+def loads_or_none(text: str) -> Any:
+    """``loads``, or None for text that is not strict JSON."""
+    try:
+        return loads(text)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class IngressLimits:
+    """What one chat completion request may hold; past these it gets a clear 4xx."""
+
+    max_body_bytes: int = 8 << 20
+    max_messages: int = 2048
+    max_tools: int = 128
+    body_timeout_s: float = 60.0  # a client must send its whole body within this
+
+
+def check_tools(tools: list[ToolSpec], limits: IngressLimits) -> None:
+    """At most ``max_tools``, unique names, parameters that are valid JSON Schemas of an object."""
+    from jsonschema import SchemaError
+    from jsonschema.validators import validator_for
+
+    if len(tools) > limits.max_tools:
+        raise bad_request(f"at most {limits.max_tools} tools per request, got {len(tools)}", "tools")
+    names = [t.function.name for t in tools]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise bad_request(f"tool names must be unique; repeated: {', '.join(dupes)}", "tools")
+    for i, tool in enumerate(tools):
+        schema = tool.function.parameters
+        try:
+            validator_for(schema).check_schema(schema)
+        except SchemaError as exc:
+            raise bad_request(f"tools[{i}].function.parameters is not a valid JSON Schema: {exc.message}",
+                              f"tools[{i}].function.parameters") from None
+        if schema.get("type", "object") != "object":
+            raise bad_request(f"tools[{i}].function.parameters must describe an object", f"tools[{i}].function.parameters")

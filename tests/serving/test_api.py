@@ -54,7 +54,30 @@ BAD: list[tuple[str, Any, int, str]] = [
     ("tool_choice required", {"model": "flowstate", "tool_choice": "required", "messages": [{"role": "user", "content": "x"}]}, 400, "tool_choice"),
     ("image part", {"model": "flowstate", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400, "only text"),
     ("bad tool name", {"model": "flowstate", "tools": [{"type": "function", "function": {"name": "no spaces"}}], "messages": [{"role": "user", "content": "x"}]}, 400, "tools"),
-    ("session name too long", {"model": "flowstate", "user": "x" * 201, "messages": [{"role": "user", "content": "x"}]}, 400, "session names"),
+    ("session name too long", {"model": "flowstate", "user": "x" * 201, "messages": [{"role": "user", "content": "x"}]}, 400, "invalid session name"),
+    *[(f"session name {n!r}", {"model": "flowstate", "user": n, "messages": [{"role": "user", "content": "x"}]}, 400,
+       "invalid session name") for n in ("a/b", "../x", "x/graph", "..")],
+    # what an adversarial probe turned into 500s: each a 4xx now, with nothing stored
+    ("deeply nested JSON", b'{"model": "flowstate", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "nested too deeply"),
+    ("an integer of 5,000 digits", b'{"model": "flowstate", "n": 1' + b"0" * 5_000 + b', "messages": [{"role": "user", "content": "x"}]}', 400, "not valid JSON"),
+    ("NaN", b'{"model": "flowstate", "n": NaN, "messages": [{"role": "user", "content": "x"}]}', 400, "NaN is not JSON"),
+    ("lone surrogate in user", b'{"model": "flowstate", "user": "\\ud800", "messages": [{"role": "user", "content": "x"}]}', 400, "lone surrogate"),
+    ("lone surrogate in content", b'{"model": "flowstate", "messages": [{"role": "user", "content": "a\\udfffb"}]}', 400, "lone surrogate"),
+    ("lone surrogate in a tool name", b'{"model": "flowstate", "tools": [{"type": "function", "function": {"name": "\\ud83d"}}], "messages": [{"role": "user", "content": "x"}]}', 400, "lone surrogate"),
+    ("huge integer in tool-call arguments", {"model": "flowstate", "user": "victim", "messages": [
+        {"role": "user", "content": "[v] What does hotel A cost?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_obs_r1_s1_1", "type": "function", "function": {"name": "get_price", "arguments": '{"hotel": 1' + "0" * 5000 + "}"}}]},
+        {"role": "user", "content": "next"}]}, 409, "contradicts"),
+    ("a 10 MB message", {"model": "flowstate", "messages": [{"role": "user", "content": "x" * 10_000_000}]}, 413, "larger than"),
+    ("200 tools", {"model": "flowstate", "tools": [{"type": "function", "function": {"name": f"t{i}"}} for i in range(200)],
+                   "messages": [{"role": "user", "content": "x"}]}, 400, "at most 128 tools"),
+    ("duplicate tool names", {"model": "flowstate", "tools": [{"type": "function", "function": {"name": "t"}}] * 2,
+                              "messages": [{"role": "user", "content": "x"}]}, 400, "unique"),
+    ("invalid tool schema", {"model": "flowstate", "tools": [{"type": "function", "function": {"name": "t", "parameters": {"type": "objekt"}}}],
+                             "messages": [{"role": "user", "content": "x"}]}, 400, "not a valid JSON Schema"),
+    ("tool parameters not an object", {"model": "flowstate", "tools": [{"type": "function", "function": {"name": "t", "parameters": {"type": "string"}}}],
+                                       "messages": [{"role": "user", "content": "x"}]}, 400, "must describe an object"),
     ("blank user message", {"model": "flowstate", "user": "fresh", "messages": [{"role": "user", "content": " "}]}, 400, "empty"),
     ("tool answering no pending call", {"model": "flowstate", "user": "victim", "messages": [{"role": "tool", "tool_call_id": "call_x", "content": "1"}]}, 400, "answers no pending call"),
     ("assistant message as new input", {"model": "flowstate", "user": "victim", "messages": [{"role": "assistant", "content": "I said so"}]}, 400, "assistant messages"),
@@ -85,6 +108,7 @@ def test_malformed_requests_get_openai_shaped_4xx_and_lose_nothing(server: Serve
                                     messages=[{"role": "tool", "tool_call_id": call_id, "content": '{"price": 120}'}])
     assert r.choices[0].message.content == "Hotel A costs 120 per night."
     before = api.get("/sessions/victim", cast_to=object)
+    stored = dump_db(server.db)
 
     for name, body, status, text in BAD:
         kwargs: dict[str, Any] = {"content": body} if isinstance(body, bytes) else {"json": body}
@@ -98,6 +122,17 @@ def test_malformed_requests_get_openai_shaped_4xx_and_lose_nothing(server: Serve
         assert resp.status_code == 404 and resp.json()["error"]["code"] == "session_not_found"
     assert api.get("/sessions/victim", cast_to=object) == before
     assert [s["id"] for s in api.get("/sessions", cast_to=object)["data"]] == ["victim"]
+    assert dump_db(server.db) == stored  # the database, row for row
+
+
+def dump_db(path: Any) -> list[str]:
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return list(conn.iterdump())
+    finally:
+        conn.close()
 
 
 def test_a_model_that_breaks_the_protocol_is_a_502_and_stores_nothing(server: Server) -> None:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from flowstate import Repository
-from serving.app import _Sessions
 from serving.errors import APIError
-from serving.sessions import Keys, new_messages, session_name
+from serving.registry import Registry
+from serving.sessions import Keys, check_name, fingerprint, header_text, match, new_messages, session_name
 
 U1 = {"role": "user", "content": "first"}
 A1 = {"role": "assistant", "content": "answer one"}
@@ -27,7 +28,15 @@ T1 = {"role": "tool", "tool_call_id": "call_1", "content": "42"}
     ([U1], [U1, A1], [U1]),  # one message: new, even if it repeats the first
 ])
 def test_new_messages(incoming: list[Any], seen: list[Any], new: list[Any]) -> None:
-    assert new_messages(incoming, seen) == new
+    found = new_messages(incoming, seen)
+    assert found.kind == "continues" and found.new == new
+
+
+def test_an_answered_turn_resent_whole_is_a_replay() -> None:
+    found = new_messages([U1, A1, U2], [U1, A1, U2, CALLS, T1, A1])
+    assert found.kind == "replay" and found.at == 3
+    assert match([U1, A1, U2], [U1, A1, U2, A1]).kind == "replay"
+    assert match([U1, A1, U2, A1], [U1, A1]).kind == "continues"
 
 
 @pytest.mark.parametrize(("incoming", "at"), [
@@ -40,11 +49,31 @@ def test_contradicting_history_is_a_409(incoming: list[Any], at: str) -> None:
     assert info.value.status == 409 and at in info.value.message and info.value.code == "history_mismatch"
 
 
-def test_names_and_keys() -> None:
-    assert session_name("hdr", "usr", "", [U1]) == "hdr" and session_name(None, "usr", "", [U1]) == "usr"
-    fp = session_name(None, None, "policy", [U1, A1])
-    assert fp.startswith("fp-") and fp == session_name(None, None, "policy", [U1, A1, U2])  # stable over the conversation
-    assert fp != session_name(None, None, "other policy", [U1])
+@pytest.mark.parametrize("name", ["alice", "café", "user@example.com", "team-a:42", "a.b_c~d+e=f", "Ωμέγα", "x" * 200])
+def test_valid_session_names(name: str) -> None:
+    assert check_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "../x", "x/graph", ".", "..", "a b", "tab\there", "x" * 201, "50%", "q?x", "h#1"])
+def test_invalid_session_names_are_refused(name: str) -> None:
+    with pytest.raises(APIError) as info:
+        check_name(name)
+    assert info.value.status == 400 and info.value.code == "invalid_session" and "letters and digits" in info.value.message
+
+
+def test_a_header_name_is_utf8_like_the_user_field() -> None:
+    as_sent = "café".encode().decode("latin-1")  # what HTTP hands over for the header's bytes
+    assert session_name(header_text(as_sent, "x-flowstate-session"), None) == session_name(None, "café") == "café"
+    assert check_name("cafe\u0301") == "café"  # one name, whichever Unicode form the client sends
+    with pytest.raises(APIError):
+        header_text("\xff\xfe", "x-flowstate-session")
+
+
+def test_names_fingerprints_and_keys() -> None:
+    assert session_name("hdr", "usr") == "hdr" and session_name(None, "usr") == "usr" and session_name(None, None) is None
+    fp = fingerprint("policy", [U1, A1])
+    assert fp.startswith("fp-") and fp == fingerprint("policy", [U1, A1, U2])  # stable over the conversation
+    assert fp != fingerprint("other policy", [U1])
     keys = Keys(["k1", "k2"])
     assert keys.namespace("Bearer k1") != keys.namespace("Bearer k2")
     assert keys.namespace("bearer k1") == keys.namespace("Bearer k1")
@@ -56,9 +85,56 @@ def test_names_and_keys() -> None:
 
 
 def test_idle_sessions_leave_memory_but_waiting_ones_stay(repo: Repository) -> None:
-    sessions = _Sessions(repo, keep=2)
+    sessions = Registry(repo, keep=2)
     waiting = sessions.live("a")
     waiting.run = object()  # type: ignore[assignment]  # stands for a request waiting on tool results
     sessions.live("b")
     sessions.live("c")
     assert sessions.peek("a") is waiting and sessions.peek("b") is None and sessions.peek("c") is not None
+
+
+def test_eviction_pressure_never_breaks_a_sessions_lock(repo: Repository) -> None:
+    """The race an adversarial probe found: turn A releases, turn B waits to wake, other sessions push S out
+    of memory — and a new turn D of S must still wait for B, never run beside it."""
+
+    async def scenario() -> list[str]:
+        sessions = Registry(repo, keep=2)
+        order: list[str] = []
+
+        async def turn(tag: str, hold: float) -> None:
+            await sessions.enter("s")
+            try:
+                sessions.live("s")
+                order.append(f"{tag} in")
+                await asyncio.sleep(hold)
+                order.append(f"{tag} out")
+            finally:
+                sessions.leave("s")
+
+        a = asyncio.create_task(turn("A", 0.05))
+        await asyncio.sleep(0.01)
+        b = asyncio.create_task(turn("B", 0.05))  # waits on A
+        await asyncio.sleep(0.01)
+        for i in range(50):  # pressure: sessions passing through memory (as another key's cheap 400s do)
+            await sessions.enter(f"other{i}")
+            sessions.live(f"other{i}")
+            sessions.leave(f"other{i}")
+        await a
+        d = asyncio.create_task(turn("D", 0.01))  # arrives while B holds the lock
+        await asyncio.gather(b, d)
+        assert sessions.held() == 0  # every lock entry went with its last holder: nothing leaks
+        assert sessions.in_memory() <= 2
+        return order
+
+    assert asyncio.run(scenario()) == ["A in", "A out", "B in", "B out", "D in", "D out"]
+
+
+def test_refused_names_leave_no_lock_behind(repo: Repository) -> None:
+    async def scenario() -> int:
+        sessions = Registry(repo, keep=4)
+        for i in range(20_000):
+            await sessions.enter(f"ghost{i}")
+            sessions.leave(f"ghost{i}")
+        return sessions.held()
+
+    assert asyncio.run(scenario()) == 0

@@ -1,0 +1,93 @@
+"""The sessions a server holds between HTTP calls, and the lock that serializes each session's turns.
+
+A session's lock lives exactly as long as someone holds it or waits for it: ``enter`` counts the
+caller in, ``leave`` counts it out, and the entry (lock included) goes when the count is zero. So
+eviction can never drop a lock that a waiting turn will wake on, and names that are only ever
+refused leave nothing behind. Idle sessions beyond ``keep`` leave memory (their transcript reloads
+from the database on their next call); a session with a holder, a waiter or a request waiting on
+tool results is never dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from flowstate.repository import Repository
+from serving.sessions import Live, load_live
+
+
+@dataclass
+class _Entry:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    holders: int = 0  # turns holding or waiting for the lock
+
+
+class Registry:
+    """Live sessions and their locks, for one event loop."""
+
+    def __init__(self, repo: Repository, keep: int = 4096) -> None:
+        self.repo, self.keep = repo, keep
+        self._entries: dict[str, _Entry] = {}
+        self._live: OrderedDict[str, Live] = OrderedDict()
+
+    async def enter(self, name: str) -> None:
+        """Wait for the session's lock; every ``enter`` is paired with one ``leave``."""
+        entry = self._entries.setdefault(name, _Entry())
+        entry.holders += 1
+        try:
+            await entry.lock.acquire()
+        except BaseException:  # cancelled while waiting
+            self._release(name, entry, locked=False)
+            raise
+
+    def leave(self, name: str) -> None:
+        """Release the session's lock (taken by ``enter``)."""
+        self._release(name, self._entries[name], locked=True)
+
+    def _release(self, name: str, entry: _Entry, *, locked: bool) -> None:
+        if locked:
+            entry.lock.release()
+        entry.holders -= 1
+        if entry.holders == 0:
+            del self._entries[name]
+        self._evict()
+
+    def live(self, name: str) -> Live:
+        """The session's live state; call between ``enter`` and ``leave``."""
+        if name not in self._live:
+            self._live[name] = load_live(self.repo, name)
+        self._live.move_to_end(name)
+        self._evict()
+        return self._live[name]
+
+    def _evict(self) -> None:
+        for old in list(self._live):
+            if len(self._live) <= self.keep:
+                return
+            if self._live[old].run is None and old not in self._entries:
+                del self._live[old]
+
+    def peek(self, name: str) -> Live | None:
+        return self._live.get(name)
+
+    def names(self, prefix: str) -> list[str]:
+        """Sessions in memory whose name starts with ``prefix`` (some may not be stored yet)."""
+        return [n for n in self._live if n.startswith(prefix)]
+
+    def transcript(self, name: str) -> list[dict[str, Any]]:
+        """A session's transcript, from memory or the database, without keeping it in memory."""
+        live = self._live.get(name)
+        return live.transcript if live is not None else load_live(self.repo, name).transcript
+
+    def forget(self, name: str) -> None:
+        self._live.pop(name, None)
+
+    def held(self) -> int:
+        """How many sessions have a lock entry now (for tests and metrics)."""
+        return len(self._entries)
+
+    def in_memory(self) -> int:
+        return len(self._live)

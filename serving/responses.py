@@ -1,0 +1,161 @@
+"""Chat Completions responses as typed wire models: a completion, its stream of chunks, usage, and
+FlowState's extension field (which OpenAI clients ignore)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel
+
+from engine.base import Usage
+from serving.errors import APIError
+from serving.turns import TurnResult
+
+log = logging.getLogger("flowstate.serving")
+KEEPALIVE_S = 10.0  # an SSE comment while internal steps run, so proxies keep the stream open
+
+
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0
+
+
+class UsageOut(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails
+
+    @classmethod
+    def of(cls, usage: Usage) -> UsageOut:
+        return cls(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
+                   total_tokens=usage.prompt_tokens + usage.completion_tokens,
+                   prompt_tokens_details=PromptTokensDetails(cached_tokens=usage.cached_tokens))
+
+
+class Choice(BaseModel):
+    index: int = 0
+    message: dict[str, Any]
+    finish_reason: str
+    logprobs: None = None
+
+
+class Completion(BaseModel):
+    id: str
+    object: str = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: UsageOut
+    flowstate: dict[str, Any]
+
+
+class ChunkChoice(BaseModel):
+    index: int = 0
+    delta: dict[str, Any]
+    finish_reason: str | None = None
+    logprobs: None = None
+
+
+class Chunk(BaseModel):
+    id: str
+    object: str = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: UsageOut | None = None
+    flowstate: dict[str, Any] | None = None
+
+    def sse(self) -> str:
+        body = self.model_dump(mode="json", exclude_none=True)
+        body["choices"] = [{**c, "finish_reason": c.get("finish_reason"), "logprobs": None} for c in body["choices"]]
+        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+
+def extension(result: TurnResult, base: dict[str, Any]) -> dict[str, Any]:
+    """FlowState's detail of the turn, in a field OpenAI clients ignore."""
+    return {
+        **base, "request": result.request, "request_finished": result.finished, "model_calls": len(result.steps),
+        "steps": [
+            {"index": s.index, "decision": s.decision,
+             "committed": [f"{op['operation']} {op['state_id']}" for op in s.committed],
+             "disclosed": s.disclosed, "rejected": s.rejected + s.refused + s.malformed,
+             **({"protocol_error": s.protocol_error} if s.protocol_error else {})}
+            for s in result.steps
+        ],
+        "disclosed": [i for s in result.steps for i in s.disclosed],
+        "rejected": [r for s in result.steps for r in (*s.rejected, *s.refused, *s.malformed)],
+    }
+
+
+def completion(completion_id: str, model: str, result: TurnResult, base: dict[str, Any]) -> dict[str, Any]:
+    body = Completion(
+        id=completion_id, created=int(time.time()), model=model,
+        choices=[Choice(message=result.message, finish_reason=result.finish_reason)],
+        usage=UsageOut.of(result.usage), flowstate=extension(result, base),
+    )
+    return body.model_dump(mode="json")
+
+
+def replayed(
+    completion_id: str, model: str, message: dict[str, Any], finish: str, base: dict[str, Any], streamed: bool,
+) -> JSONResponse | StreamingResponse:
+    """The answer an earlier identical request already got (nothing was run again; usage is zero)."""
+    ext = {**base, "replayed": True}
+    if not streamed:
+        body = Completion(id=completion_id, created=int(time.time()), model=model,
+                          choices=[Choice(message=message, finish_reason=finish)], usage=UsageOut.of(Usage()),
+                          flowstate=ext)
+        return JSONResponse(body.model_dump(mode="json"))
+
+    async def chunks() -> AsyncIterator[str]:
+        created = int(time.time())
+        for delta, end in (({"role": "assistant", "content": ""}, None), (_delta(message), None), ({}, finish)):
+            yield Chunk(id=completion_id, created=created, model=model,
+                        choices=[ChunkChoice(delta=delta, finish_reason=end)],
+                        flowstate=ext if end else None).sse()
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(chunks(), media_type="text/event-stream")
+
+
+def _delta(message: dict[str, Any]) -> dict[str, Any]:
+    if message.get("tool_calls"):
+        return {"tool_calls": [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]}
+    return {"content": message.get("content") or ""}
+
+
+async def stream(
+    completion_id: str, model: str, task: asyncio.Task[TurnResult], base: dict[str, Any], include_usage: bool,
+) -> AsyncIterator[str]:
+    created = int(time.time())
+
+    def chunk(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> str:
+        choices = [] if delta is None else [ChunkChoice(delta=delta, finish_reason=finish)]
+        return Chunk(id=completion_id, created=created, model=model, choices=choices, **extra).sse()
+
+    yield chunk({"role": "assistant", "content": ""})
+    while not task.done():
+        await asyncio.wait({task}, timeout=KEEPALIVE_S)
+        if not task.done():
+            yield ": keep-alive\n\n"
+    try:
+        result = task.result()
+    except APIError as exc:
+        yield f"data: {json.dumps(exc.body())}\n\n"
+        return
+    except Exception as exc:  # a bug or a storage fault: the stream says so and ends
+        log.exception("internal error in a streamed turn")
+        yield f"data: {json.dumps(APIError(500, f'internal error: {type(exc).__name__}', type='server_error').body())}\n\n"
+        return
+    if result.message.get("tool_calls") or result.message.get("content"):
+        yield chunk(_delta(result.message))
+    yield chunk({}, result.finish_reason, flowstate=extension(result, base))
+    if include_usage:
+        yield chunk(None, usage=UsageOut.of(result.usage))
+    yield "data: [DONE]\n\n"
