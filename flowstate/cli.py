@@ -279,16 +279,21 @@ def demo(
 @click.option("--model-id", default="flowstate", show_default=True, help="The model name clients send and /v1/models lists.")
 @click.option("--max-live-sessions", default=4096, show_default=True, type=click.IntRange(min=1),
               help="Idle sessions kept in memory; others reload from the database on their next call.")
+@click.option("--max-body-mb", default=8.0, show_default=True, type=click.FloatRange(min=0.001),
+              help="Largest request body accepted (413 beyond).")
+@click.option("--body-timeout", default=60.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds a client has to send its whole body (408 beyond).")
 @loop_options()
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(
     host: str, port: int, db: Path | None, api_keys: tuple[str, ...], tools_ref: str | None, model_id: str,
     max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, log_level: str, grammar_mode: str,
-    max_live_sessions: int, **engine_opts: Any,
+    max_live_sessions: int, max_body_mb: float, body_timeout: float, **engine_opts: Any,
 ) -> None:
     """Serve an OpenAI-compatible Chat Completions endpoint whose model remembers (FastAPI on uvicorn)."""
     from serving.app import ServerConfig  # serving sits above flowstate; imported only for this command
     from serving.server import serve as run_server
+    from serving.wire import IngressLimits
 
     with _errors():
         keys = list(api_keys) or [k.strip() for k in os.environ.get("FLOWSTATE_API_KEYS", "").split(",") if k.strip()]
@@ -297,8 +302,9 @@ def serve(
         repo = Repository.open(db or default_db())
         config = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
                              limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode)
+        ingress = IngressLimits(max_body_bytes=int(max_body_mb * (1 << 20)), body_timeout_s=body_timeout)
         server = ServerConfig(engine=model, repo=repo, keys=keys, tools=tools, loop=config, model_id=model_id,
-                              max_live_sessions=max_live_sessions)
+                              max_live_sessions=max_live_sessions, ingress=ingress)
         try:
             run_server(server, host=host, port=port, log_level=log_level)
         finally:

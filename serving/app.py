@@ -173,11 +173,11 @@ async def chat(request: Request) -> JSONResponse | StreamingResponse:
         name = named
         await s.sessions.enter(ns + name)
     else:
-        name = await _unnamed(s, ns, fingerprint(policy, conversation), conversation)  # entered
+        name = await _unnamed(s, ns, fingerprint(policy, conversation), conversation, key)  # entered
     full = ns + name
     try:
         live = s.sessions.live(full)
-        earlier = _earlier_reply(live, key, conversation, resent_history=named is None or len(conversation) > 1)
+        earlier = _earlier_reply(live, key, conversation, resent_history=len(conversation) > 1)
         if earlier is None:
             found = new_messages(conversation, live.transcript)
             kind, new = check_pending(live, found.new)
@@ -218,21 +218,28 @@ async def chat(request: Request) -> JSONResponse | StreamingResponse:
                              media_type="text/event-stream")
 
 
-async def _unnamed(s: Services, ns: str, base: str, conversation: list[dict[str, Any]]) -> str:
-    """The session of a conversation that names none — the one whose history it continues or resends, else
-    a new one: conversations that merely open alike never share a session. Returns with the session entered."""
+async def _unnamed(s: Services, ns: str, base: str, conversation: list[dict[str, Any]], key: str | None) -> str:
+    """The session of a conversation that names none — the one whose history it continues, or whose
+    answered turn it resends (with a reply already given, or under the same Idempotency-Key) — else a new
+    one: conversations that merely open alike never share a session. Returns with the session entered."""
     guard = ns + base + "#resolve"
     await s.sessions.enter(guard)
     try:
         stored = await anyio.to_thread.run_sync(s.config.repo.sessions, ns + base)
-        candidates = sorted({*stored, *s.sessions.names(ns + base)} - {guard})
+        candidates = [n for n in sorted({*stored, *s.sessions.names(ns + base)})
+                      if n == ns + base or n.startswith(ns + base + ".")]
         best, best_len = None, -1
+        resent = any(m["role"] == "assistant" for m in conversation)  # more than an opening: one conversation's history
         for full in candidates:
-            if full != ns + base and not full.startswith(ns + base + "."):
-                continue
-            transcript = s.sessions.transcript(full)
-            if match(conversation, transcript).kind != "diverges" and len(transcript) > best_len:
-                best, best_len = full, len(transcript)
+            live = s.sessions.view(full)
+            kind = match(conversation, live.transcript).kind
+            if (key is not None and key in live.replies) or kind == "continues" and (resent or not live.transcript) \
+                    or kind == "replay" and resent:
+                if key is not None and key in live.replies:
+                    best = full
+                    break
+                if len(live.transcript) > best_len:
+                    best, best_len = full, len(live.transcript)
         if best is None:
             used = set(candidates)
             best = ns + base if ns + base not in used else next(

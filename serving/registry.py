@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
 
 from flowstate.repository import Repository
 from serving.sessions import Live, load_live
@@ -77,10 +76,10 @@ class Registry:
         """Sessions in memory whose name starts with ``prefix`` (some may not be stored yet)."""
         return [n for n in self._live if n.startswith(prefix)]
 
-    def transcript(self, name: str) -> list[dict[str, Any]]:
-        """A session's transcript, from memory or the database, without keeping it in memory."""
+    def view(self, name: str) -> Live:
+        """A session as it stands, from memory or the database, without keeping it in memory (read only)."""
         live = self._live.get(name)
-        return live.transcript if live is not None else load_live(self.repo, name).transcript
+        return live if live is not None else load_live(self.repo, name)
 
     def forget(self, name: str) -> None:
         self._live.pop(name, None)

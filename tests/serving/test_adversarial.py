@@ -1,0 +1,147 @@
+"""What an adversarial probe of `flowstate serve` found, each reproduced against a real server: sessions
+that fork instead of sharing, resends that do not store a turn twice, failures by fault, the schema behind
+the key, a waiting request that can be read, refusals before a stream starts, clients that go away or
+dawdle, and one session's turns under eviction pressure."""
+
+from __future__ import annotations
+
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.helpers import output
+from tests.serving.conftest import Server, lines
+from tests.serving.test_chat import PRICE_TOOL, client, round_trip_script
+
+
+def test_conversations_that_open_alike_never_share_a_session(server: Server) -> None:
+    opening: list[Any] = [{"role": "system", "content": "You are an airline agent."},
+                          {"role": "user", "content": "[fork] I want to change my flight."}]
+    script = lines("[fork]", [output(content="Which booking?")] * 2)
+    script += lines("[one]", [output(content="Booking ONE changed.")]) + lines("[two]", [output(content="Booking TWO changed.")])
+    api = client(server.start(script))
+    first = api.chat.completions.create(model="flowstate", messages=opening)
+    second = api.chat.completions.create(model="flowstate", messages=opening)  # trial 2 of the same task
+    name1, name2 = first.model_extra["flowstate"]["session"], second.model_extra["flowstate"]["session"]
+    assert name1 != name2 and name1.startswith("fp-") and name2 == name1 + ".1"
+    for answer, tag, name in ((first, "one", name1), (second, "two", name2)):
+        history = [*opening, {"role": "assistant", "content": answer.choices[0].message.content},
+                   {"role": "user", "content": f"[{tag}] Booking {tag.upper()}."}]
+        r = api.chat.completions.create(model="flowstate", messages=history)
+        assert r.choices[0].message.content == f"Booking {tag.upper()} changed."
+        assert r.model_extra["flowstate"]["session"] == name and r.model_extra["flowstate"]["request"] == 2
+
+
+def test_an_exact_resend_and_an_idempotency_key_replay_the_answer(server: Server) -> None:
+    script = lines("[r]", [output(content="first answer"), output(content="second answer"), output(content="third")])
+    api = client(server.start(script))
+    history: list[Any] = [{"role": "user", "content": "[r] one"}]
+    r1 = api.chat.completions.create(model="flowstate", messages=history, user="resend")
+    history += [{"role": "assistant", "content": r1.choices[0].message.content}, {"role": "user", "content": "[r] two"}]
+    r2 = api.chat.completions.create(model="flowstate", messages=history, user="resend")
+    again = api.chat.completions.create(model="flowstate", messages=history, user="resend")  # response lost, resent
+    assert r2.choices[0].message.content == again.choices[0].message.content == "second answer"
+    assert again.model_extra["flowstate"]["replayed"] and again.usage.prompt_tokens == 0
+    # a client that sends only new messages names its retries with an Idempotency-Key
+    new_only: list[Any] = [{"role": "user", "content": "[r] three"}]
+    headers = {"Idempotency-Key": "turn-3"}
+    r3 = api.chat.completions.create(model="flowstate", messages=new_only, user="resend", extra_headers=headers)
+    r3b = api.chat.completions.create(model="flowstate", messages=new_only, user="resend", extra_headers=headers)
+    assert r3.choices[0].message.content == r3b.choices[0].message.content == "third"
+    session = api.get("/sessions/resend", cast_to=object)
+    assert [q["query"] for q in session["requests"]] == ["[r] one", "[r] two", "[r] three"]  # each turn stored once
+    server.stop()  # the key survives a restart: it is stored with its request
+    api = client(server.start(lines("[r]", [output(content="never used")])))
+    r3c = api.chat.completions.create(model="flowstate", messages=new_only, user="resend", extra_headers=headers)
+    assert r3c.choices[0].message.content == "third" and r3c.model_extra["flowstate"]["replayed"]
+
+
+def test_an_unreachable_engine_is_a_503_with_retry_after(server: Server) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]  # nothing listens here once the socket closes
+    url = server.start(None, "--engine", "openai", "--base-url", f"http://127.0.0.1:{dead}/v1", "--model", "m")
+    resp = httpx.post(url + "/chat/completions", timeout=60,
+                      json={"model": "flowstate", "user": "u", "messages": [{"role": "user", "content": "hi"}]})
+    assert resp.status_code == 503 and resp.headers["retry-after"] == "5"
+    assert resp.json()["error"]["code"] == "engine_unavailable"
+    assert httpx.get(url + "/sessions/u").status_code == 404  # nothing stored
+
+
+def test_the_schema_needs_a_key_like_every_endpoint_but_health(server: Server) -> None:
+    url = server.start(lines("[s]", [output(content="x")]), "--api-key", "sk-a")
+    root = url.removesuffix("/v1")
+    assert httpx.get(root + "/openapi.json").status_code == 401
+    assert httpx.get(root + "/docs").status_code == 404
+    schema = httpx.get(root + "/openapi.json", headers={"Authorization": "Bearer sk-a"}).json()
+    assert "/v1/chat/completions" in schema["paths"]
+
+
+def test_a_request_waiting_on_tool_results_can_be_read_and_a_clash_is_refused_before_streaming(server: Server) -> None:
+    url = server.start(round_trip_script("[w]"), "--tools", "tests.serving.test_adversarial:SERVER_TOOLS")
+    api = client(url)
+    r = api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[w] price?"}],
+                                    tools=[PRICE_TOOL], user="waiting")
+    assert r.choices[0].finish_reason == "tool_calls"
+    session = api.get("/sessions/waiting", cast_to=object)
+    assert session["requests"] == [] and session["pending"] == {"tool_call_ids": [r.choices[0].message.tool_calls[0].id]}
+    clash: Any = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object", "properties": {}}}}
+    with pytest.raises(openai.BadRequestError, match="already server-side tools"):
+        api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "x"}], tools=[clash],
+                                    user="other", stream=True)
+
+
+def weather(city: str) -> str:
+    """The weather in a city."""
+    return "sunny"
+
+
+SERVER_TOOLS = [weather]
+
+
+def test_clients_that_go_away_or_dawdle_get_no_traceback_and_no_held_slot(server: Server) -> None:
+    url = server.start(lines("[s]", [output(content="x")]), "--body-timeout", "1")
+    host, port = url.removeprefix("http://").removesuffix("/v1").split(":")
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            "Content-Length: 1000\r\n\r\n{\"model\": ").encode()
+    with socket.create_connection((host, int(port))) as abandoned:
+        abandoned.sendall(head)  # then goes away mid-body
+    with socket.create_connection((host, int(port))) as slow:
+        slow.sendall(head)
+        slow.settimeout(10)
+        started = time.monotonic()
+        answer = slow.recv(4096).decode()
+    assert answer.startswith("HTTP/1.1 408") and time.monotonic() - started < 5
+    time.sleep(0.5)
+    log = server.log.read_text()
+    assert "Traceback" not in log and "internal error" not in log
+
+
+def test_one_sessions_turns_stay_serialized_under_eviction_pressure(server: Server) -> None:
+    script = lines("[e]", [output(content=f"answer {i}") for i in range(6)])
+    url = server.start(script, "--max-live-sessions", "2", "--api-key", "sk-a", "--api-key", "sk-b")
+    a, b = client(url, "sk-a"), client(url, "sk-b")
+
+    def turn(i: int) -> str:
+        r = a.chat.completions.create(model="flowstate", user="victim", messages=[{"role": "user", "content": f"[e] q{i}"}])
+        return str(r.choices[0].message.content)
+
+    def noise(i: int) -> int:  # another tenant's cheap refusals push sessions through memory
+        resp = httpx.post(url + "/chat/completions", headers={"Authorization": "Bearer sk-b"},
+                          json={"model": "flowstate", "user": f"n{i}", "messages": [{"role": "tool", "tool_call_id": "x", "content": "1"}]})
+        return resp.status_code
+
+    with ThreadPoolExecutor(12) as pool:
+        turns = [pool.submit(turn, i) for i in range(6)]
+        codes = list(pool.map(noise, range(300)))
+        answers = sorted(f.result() for f in turns)
+    assert set(codes) == {400} and answers == [f"answer {i}" for i in range(6)]
+    session = a.get("/sessions/victim", cast_to=object)
+    assert [r["index"] for r in session["requests"]] == [1, 2, 3, 4, 5, 6]
+    assert sorted(r["query"] for r in session["requests"]) == [f"[e] q{i}" for i in range(6)]
+    assert b.get("/sessions", cast_to=object)["data"] == []
