@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -78,5 +78,15 @@ class Engine(Protocol):
         grammar: str | None = None,
         max_tokens: int | None = None,
     ) -> Generation: ...
+
+
+OnText = Callable[[str], None]
+"""Receives an output's text piece by piece while it is decoded (engines with ``streams = True`` take
+``on_text=`` in ``generate``; the pieces join to the returned text)."""
+
+
+def streams(engine: object) -> bool:
+    """Whether ``engine.generate`` takes ``on_text``."""
+    return bool(getattr(engine, "streams", False))
 
     def count_tokens(self, text: str) -> int: ...

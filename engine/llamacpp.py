@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from engine.base import Generation, Message, Usage
+from engine.base import Generation, Message, OnText, Usage
 from engine.chat import check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError
 from engine.scripted import common_prefix
@@ -100,6 +100,7 @@ class LlamaCppEngine:
 
     name = "llamacpp"
     supports_grammar = True
+    streams = True
     options = frozenset({"model", "temperature", "top_p", "max_tokens", "repetition_penalty", "threads",
                          "threads_batch", "batch_size", "context", "seed", "extra_buffers", "chat_template",
                          "chat_template_kwargs"})
@@ -209,14 +210,19 @@ class LlamaCppEngine:
         *,
         grammar: str | None = None,
         max_tokens: int | None = None,
+        on_text: OnText | None = None,
     ) -> Generation:
         prompt = self.tokenize(self.render(messages))
         matcher = self._matcher(grammar) if grammar else None
         with self._lock:
-            return self._generate(prompt, matcher, max_tokens)
+            return self._generate(prompt, matcher, max_tokens, on_text)
 
-    def _generate(self, prompt: list[int], matcher: Any, max_tokens: int | None) -> Generation:
+    def _generate(self, prompt: list[int], matcher: Any, max_tokens: int | None, on_text: OnText | None) -> Generation:
+        import codecs
+
         import llama_cpp
+
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
         budget = completion_budget(max_tokens or self.max_tokens, len(prompt), self.context)
         cached = min(common_prefix(self.llm.input_ids[: self.llm.n_tokens].tolist(), prompt), len(prompt) - 1)
@@ -237,6 +243,10 @@ class LlamaCppEngine:
                     finish = "stop"
                     break
                 out.append(int(token))
+                if on_text is not None:
+                    piece = decoder.decode(self.llm.detokenize([int(token)], special=False))
+                    if piece:
+                        on_text(piece)
                 if matcher is not None:
                     if not matcher.consume_token(int(token)):
                         raise EngineError(f"llguidance refused sampled token {token}: {matcher.get_error()}")

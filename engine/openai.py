@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from engine.base import Generation, Message, Usage
+from engine.base import Generation, Message, OnText, Usage
 from engine.chat import check_options
 from engine.errors import EngineConfigError, EngineError, EngineUnavailable
 
@@ -21,6 +21,7 @@ from engine.errors import EngineConfigError, EngineError, EngineUnavailable
 class OpenAIEngine:
     name = "openai"
     supports_grammar = True
+    streams = True
     options = frozenset({"base_url", "api_key", "model", "temperature", "top_p", "max_tokens", "retries", "backoff_s",
                          "timeout_s", "chat_template_kwargs"})
 
@@ -92,6 +93,7 @@ class OpenAIEngine:
         *,
         grammar: str | None = None,
         max_tokens: int | None = None,
+        on_text: OnText | None = None,
     ) -> Generation:
         started = time.perf_counter()
         extra: dict[str, Any] = {}
@@ -123,6 +125,8 @@ class OpenAIEngine:
                     if choice.delta.content:
                         first = first or time.perf_counter()
                         parts.append(choice.delta.content)
+                        if on_text is not None:
+                            on_text(choice.delta.content)
         except self._openai.APIError as exc:
             # vLLM validates the grammar after the stream has started and reports it as an error event
             if "grammar" in str(exc).lower():

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.base import Generation, Message, Usage
+from engine.base import Generation, Message, OnText, Usage
 from engine.chat import check_options
 from engine.errors import EngineConfigError, EngineError
 
@@ -49,6 +49,7 @@ class ScriptedEngine:
 
     name = "scripted"
     supports_grammar = False  # replays recorded text; validation still runs on every step
+    streams = True  # replays each output token by token to on_text
     options = frozenset({"script"})
 
     def __init__(self, outputs: Iterable[str | tuple[str, str | None] | tuple[str, str | None, str]]) -> None:
@@ -105,6 +106,7 @@ class ScriptedEngine:
         *,
         grammar: str | None = None,
         max_tokens: int | None = None,
+        on_text: OnText | None = None,
     ) -> Generation:
         rendered = flatten(messages)
         with self._lock:
@@ -123,7 +125,11 @@ class ScriptedEngine:
             prompt = tokenize(rendered)
             cached = common_prefix(prompt, self._last_prompt)
             self._last_prompt = prompt
-        usage = Usage(prompt_tokens=len(prompt), cached_tokens=cached, completion_tokens=len(tokenize(text)))
+        pieces = tokenize(text)
+        if on_text is not None:
+            for piece in pieces:
+                on_text(piece)
+        usage = Usage(prompt_tokens=len(prompt), cached_tokens=cached, completion_tokens=len(pieces))
         return Generation(text=text, usage=usage, finish_reason=finish)
 
     def count_tokens(self, text: str) -> int:

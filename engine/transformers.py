@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.base import Generation, Message, Usage
+from engine.base import Generation, Message, OnText, Usage
 from engine.chat import apply_template, check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError
 
@@ -51,9 +51,11 @@ def resolve_model(model: str | None) -> tuple[str, str | None]:
 
 
 class _Timer:
-    """A transformers streamer that timestamps the prompt and every generated token."""
+    """A transformers streamer that timestamps the prompt and every generated token (and passes the
+    text on as it grows, when asked to)."""
 
-    def __init__(self) -> None:
+    def __init__(self, decode: Any = None, on_text: OnText | None = None) -> None:
+        self.decode, self.on_text, self.sent = decode, on_text, ""
         self.start = time.perf_counter()
         self.first: float | None = None
         self.tokens: list[int] = []
@@ -66,6 +68,11 @@ class _Timer:
         if self.first is None:
             self.first = time.perf_counter()
         self.tokens.extend(int(t) for t in value.reshape(-1).tolist())
+        if self.on_text is not None:
+            text = self.decode(self.tokens)
+            if text.startswith(self.sent) and len(text) > len(self.sent) and not text.endswith("\ufffd"):
+                self.on_text(text[len(self.sent):])
+                self.sent = text
 
     def end(self) -> None:
         self.stop = time.perf_counter()
@@ -76,6 +83,7 @@ class TransformersEngine:
 
     name = "transformers"
     supports_grammar = True
+    streams = True
     options = frozenset({"model", "dtype", "temperature", "top_p", "max_tokens", "repetition_penalty", "threads",
                          "prefix_cache", "chat_template_kwargs"})
 
@@ -201,11 +209,14 @@ class TransformersEngine:
         *,
         grammar: str | None = None,
         max_tokens: int | None = None,
+        on_text: OnText | None = None,
     ) -> Generation:
         with self._lock:
-            return self._generate(messages, grammar, max_tokens)
+            return self._generate(messages, grammar, max_tokens, on_text)
 
-    def _generate(self, messages: Sequence[Message], grammar: str | None, max_tokens: int | None) -> Generation:
+    def _generate(
+        self, messages: Sequence[Message], grammar: str | None, max_tokens: int | None, on_text: OnText | None,
+    ) -> Generation:
         prompt = self.render(messages)
         prompt_ids: list[int] = self.tokenizer.encode(prompt, add_special_tokens=False)
         generator = self._generator(grammar)
@@ -215,7 +226,7 @@ class TransformersEngine:
 
             cache = DynamicCache(config=self.model.config)
         budget = completion_budget(max_tokens or self.max_tokens, len(prompt_ids), self.context)
-        timer = _Timer()
+        timer = _Timer(lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True), on_text)
         sampling: dict[str, Any] = (
             {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p}
             if self.temperature > 0 else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}

@@ -283,12 +283,15 @@ def demo(
               help="Largest request body accepted (413 beyond).")
 @click.option("--body-timeout", default=60.0, show_default=True, type=click.FloatRange(min=0.1),
               help="Seconds a client has to send its whole body (408 beyond).")
+@click.option("--stream-answers", default="auto", show_default=True, type=click.Choice(["auto", "always", "never"]),
+              help="Stream the answer token by token: auto = when decoding under a grammar (the streamed answer is "
+                   "then the final one); always = also without one.")
 @loop_options()
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(
     host: str, port: int, db: Path | None, api_keys: tuple[str, ...], tools_ref: str | None, model_id: str,
     max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, log_level: str, grammar_mode: str,
-    max_live_sessions: int, max_body_mb: float, body_timeout: float, **engine_opts: Any,
+    max_live_sessions: int, max_body_mb: float, body_timeout: float, stream_answers: str, **engine_opts: Any,
 ) -> None:
     """Serve an OpenAI-compatible Chat Completions endpoint whose model remembers (FastAPI on uvicorn)."""
     from serving.app import ServerConfig  # serving sits above flowstate; imported only for this command
@@ -304,7 +307,7 @@ def serve(
                              limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode)
         ingress = IngressLimits(max_body_bytes=int(max_body_mb * (1 << 20)), body_timeout_s=body_timeout)
         server = ServerConfig(engine=model, repo=repo, keys=keys, tools=tools, loop=config, model_id=model_id,
-                              max_live_sessions=max_live_sessions, ingress=ingress)
+                              max_live_sessions=max_live_sessions, ingress=ingress, stream_answers=stream_answers)
         try:
             run_server(server, host=host, port=port, log_level=log_level)
         finally:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from engine.base import Engine, Generation
+from engine.base import Engine, Generation, OnText, streams
 from engine.errors import EngineError
 from flowstate.access import disclose, validate_access
 from flowstate.constrain import GrammarMode, Grammars
@@ -135,12 +135,13 @@ class RequestRun:
             f"request {self.index_k} of session {self.session!r} failed: {message}", partial.to_dict()
         )
 
-    def step(self, extra: Mapping[str, Any] | None = None) -> StepRecord | None:
+    def step(self, extra: Mapping[str, Any] | None = None, on_text: OnText | None = None) -> StepRecord | None:
         """One model call and everything the runtime does with its output (raises ``RequestFailed``).
 
         Past the step budget no call is made: the request is persisted unfinished (``record`` is
         set, None is returned) or fails, as ``on_budget`` says.
-        ``extra`` is stored with the final run record (e.g. the server's transcript of the request).
+        ``extra`` is stored with the final run record (e.g. the server's transcript of the request);
+        ``on_text`` receives the output as it is decoded, where the engine streams.
         """
         if self.pending:
             raise RuntimeError("step() while tool calls are pending; observe() their results first")
@@ -158,7 +159,8 @@ class RequestRun:
         grammar = self.grammars.for_step(self.state) if self.grammars is not None else None
         grammar_ms = (time.perf_counter() - started) * 1000
         try:
-            generation = self.engine.generate(messages, grammar=grammar, max_tokens=self.config.max_tokens)
+            streaming = {"on_text": on_text} if on_text is not None and streams(self.engine) else {}
+            generation = self.engine.generate(messages, grammar=grammar, max_tokens=self.config.max_tokens, **streaming)
         except EngineError as exc:
             raise self.failed(f"engine error at step {t}: {exc}") from exc
         try:

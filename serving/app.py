@@ -54,6 +54,7 @@ class ServerConfig:
     model_id: str = "flowstate"
     max_concurrency: int = 64  # turns running at once (worker threads); one session's turns are serialized
     max_live_sessions: int = 4096  # idle sessions kept in memory (others reload from the database)
+    stream_answers: str = "auto"  # token streaming of answers: auto (under a grammar), always, never
     ingress: IngressLimits = field(default_factory=IngressLimits)
 
 
@@ -79,7 +80,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app = FastAPI(title="FlowState", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.services = Services(
         config=config, keys=Keys(config.keys), sessions=Registry(config.repo, config.max_live_sessions),
-        turns=Turns(config.engine, config.repo, config.tools, config.loop), metrics=Metrics(),
+        turns=Turns(config.engine, config.repo, config.tools, config.loop, config.stream_answers), metrics=Metrics(),
         limiter=anyio.CapacityLimiter(config.max_concurrency),
         models={config.model_id, getattr(config.engine, "model_name", config.model_id)},
     )
@@ -191,13 +192,19 @@ async def chat(request: Request) -> JSONResponse | StreamingResponse:
         message, finish = earlier
         return replayed(completion_id, body.model, message, finish, extension, bool(body.stream))
 
+    deltas: asyncio.Queue[str] | None = asyncio.Queue() if body.stream else None
+    on_answer = None
+    if deltas is not None:
+        loop, queue = asyncio.get_running_loop(), deltas
+        on_answer = lambda text: loop.call_soon_threadsafe(queue.put_nowait, text)  # noqa: E731
+
     async def turn() -> TurnResult:
         started = time.perf_counter()
         try:
             if kind == "start":
-                fn = lambda: s.turns.start(live, new, policy, client_tools, key)  # noqa: E731
+                fn = lambda: s.turns.start(live, new, policy, client_tools, key, on_answer)  # noqa: E731
             else:
-                fn = lambda: s.turns.resume(live, new, key)  # noqa: E731
+                fn = lambda: s.turns.resume(live, new, key, on_answer)  # noqa: E731
             result = await anyio.to_thread.run_sync(fn, limiter=s.limiter)
         except APIError as exc:
             s.metrics.failed(exc.code or "error")
@@ -214,7 +221,7 @@ async def chat(request: Request) -> JSONResponse | StreamingResponse:
         result = await asyncio.shield(task)
         return JSONResponse(completion(completion_id, body.model, result, extension))
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return StreamingResponse(stream(completion_id, body.model, task, extension, include_usage),
+    return StreamingResponse(stream(completion_id, body.model, task, extension, include_usage, deltas),
                              media_type="text/event-stream")
 
 

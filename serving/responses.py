@@ -132,8 +132,11 @@ def _delta(message: dict[str, Any]) -> dict[str, Any]:
 
 async def stream(
     completion_id: str, model: str, task: asyncio.Task[TurnResult], base: dict[str, Any], include_usage: bool,
+    deltas: asyncio.Queue[str] | None = None,
 ) -> AsyncIterator[str]:
+    """The turn as SSE: the role, the answer's text as it is decoded (``deltas``), then what the turn ends with."""
     created = int(time.time())
+    sent: list[str] = []
 
     def chunk(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> str:
         choices = [] if delta is None else [ChunkChoice(delta=delta, finish_reason=finish)]
@@ -141,9 +144,22 @@ async def stream(
 
     yield chunk({"role": "assistant", "content": ""})
     while not task.done():
-        await asyncio.wait({task}, timeout=KEEPALIVE_S)
+        waiting: set[asyncio.Future[Any]] = {task}
+        getter = asyncio.ensure_future(deltas.get()) if deltas is not None else None
+        if getter is not None:
+            waiting.add(getter)
+        done, _ = await asyncio.wait(waiting, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED)
+        if getter is not None and getter in done:
+            sent.append(getter.result())
+            yield chunk({"content": sent[-1]})
+            continue
+        if getter is not None:
+            getter.cancel()
         if not task.done():
             yield ": keep-alive\n\n"
+    while deltas is not None and not deltas.empty():
+        sent.append(deltas.get_nowait())
+        yield chunk({"content": sent[-1]})
     try:
         result = task.result()
     except APIError as exc:
@@ -153,8 +169,13 @@ async def stream(
         log.exception("internal error in a streamed turn")
         yield f"data: {json.dumps(APIError(500, f'internal error: {type(exc).__name__}', type='server_error').body())}\n\n"
         return
-    if result.message.get("tool_calls") or result.message.get("content"):
+    content, streamed = result.message.get("content") or "", "".join(sent)
+    if result.message.get("tool_calls"):
         yield chunk(_delta(result.message))
+    elif content.startswith(streamed) and len(content) > len(streamed):
+        yield chunk({"content": content[len(streamed):]})  # what was not streamed (all of it, for most engines)
+    elif not content.startswith(streamed):
+        log.warning("a streamed answer differs from the final one (%d vs %d characters)", len(streamed), len(content))
     yield chunk({}, result.finish_reason, flowstate=extension(result, base))
     if include_usage:
         yield chunk(None, usage=UsageOut.of(result.usage))

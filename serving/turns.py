@@ -12,8 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.base import Engine, Usage
+from engine.base import Engine, OnText, Usage, streams
 from engine.errors import EngineError
+from flowstate.answer_stream import AnswerStream
 from flowstate.constrain import GrammarMode, Grammars
 from grammars.check import GrammarError
 from flowstate.errors import RequestFailed
@@ -47,11 +48,15 @@ class TurnResult:
 class Turns:
     """Runs turns for every session of one server: one engine, one repository, the server's tools."""
 
-    def __init__(self, engine: Engine, repo: Repository, server_tools: ToolSet, config: LoopConfig) -> None:
+    def __init__(self, engine: Engine, repo: Repository, server_tools: ToolSet, config: LoopConfig,
+                 stream_answers: str = "auto") -> None:
         self.engine, self.repo, self.server_tools = engine, repo, server_tools
         self.config = config.for_engine(engine)
         assert self.config.limits is not None
         self.limits = self.config.limits
+        # an answer streamed while decoded is the final one only under a grammar ("always": stream regardless)
+        constrained = engine.supports_grammar and self.config.grammar is not GrammarMode.NONE
+        self.streams_answers = streams(engine) and (stream_answers == "always" or stream_answers == "auto" and constrained)
         self._grammars: OrderedDict[str, Grammars] = OrderedDict()
 
     def check_tools(self, client_tools: Sequence[Mapping[str, Any]]) -> None:
@@ -62,7 +67,8 @@ class Turns:
         self._grammars_for([*self.server_tools.specs(), *client_tools])
 
     def start(self, live: Live, users: Sequence[Mapping[str, Any]], policy: str,
-              client_tools: Sequence[dict[str, Any]], key: str | None = None) -> TurnResult:
+              client_tools: Sequence[dict[str, Any]], key: str | None = None,
+              on_answer: OnText | None = None) -> TurnResult:
         """A new request q_k from the new user message(s); ``key`` is the call's Idempotency-Key."""
         self.check_tools(client_tools)
         query = "\n\n".join(str(m["content"]) for m in users)
@@ -76,9 +82,10 @@ class Turns:
         )
         live.client_tools = frozenset(t["name"] for t in client_tools)
         live.transcript.extend(dict(m) for m in users)
-        return self._drive(live, key)
+        return self._drive(live, key, on_answer)
 
-    def resume(self, live: Live, results: Sequence[Mapping[str, Any]], key: str | None = None) -> TurnResult:
+    def resume(self, live: Live, results: Sequence[Mapping[str, Any]], key: str | None = None,
+               on_answer: OnText | None = None) -> TurnResult:
         """The client's tool messages answer the pending calls; the request goes on."""
         run, calls = live.run, live.calls
         assert run is not None and calls is not None
@@ -101,16 +108,18 @@ class Turns:
         run.observe([answered[i] for i in range(len(run.pending))])
         live.calls = None
         live.transcript.extend(dict(m) for m in results)
-        return self._drive(live, key)
+        return self._drive(live, key, on_answer)
 
-    def _drive(self, live: Live, key: str | None) -> TurnResult:
+    def _drive(self, live: Live, key: str | None, on_answer: OnText | None = None) -> TurnResult:
         run = live.run
         assert run is not None
         first = len(run.steps)
         try:
             while True:
                 keys = {**live.request_keys(), **({key: len(live.transcript) - live.finished} if key else {})}
-                run.step(extra={"transcript": live.transcript[live.finished:], "idempotency": keys})
+                answer = AnswerStream(on_answer) if on_answer is not None and self.streams_answers else None
+                run.step(extra={"transcript": live.transcript[live.finished:], "idempotency": keys},
+                         on_text=answer.feed if answer is not None else None)
                 if run.record is not None:
                     response = run.record.response
                     if response is None:  # the step budget ran out: say so, with what was kept

@@ -145,3 +145,19 @@ def test_one_sessions_turns_stay_serialized_under_eviction_pressure(server: Serv
     assert [r["index"] for r in session["requests"]] == [1, 2, 3, 4, 5, 6]
     assert sorted(r["query"] for r in session["requests"]) == [f"[e] q{i}" for i in range(6)]
     assert b.get("/sessions", cast_to=object)["data"] == []
+
+
+def test_the_answer_streams_token_by_token(server: Server) -> None:
+    answer = 'Hotel A costs 120 per night; "quiet" rooms — ☃.'
+    script = lines("[t]", [output(content=answer), output(content=answer)])
+    api = client(server.start(script, "--stream-answers", "always"))
+    chunks = list(api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[t] price?"}],
+                                              user="tok", stream=True))
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert "".join(pieces) == answer and len(pieces) > 5  # many deltas, not one piece at the end
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    server.stop()
+    api = client(server.start(script, "--stream-answers", "never"))
+    chunks = list(api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[t] again"}],
+                                              user="tok2", stream=True))
+    assert [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content] == [answer]

@@ -1,4 +1,4 @@
-"""The endpoint on the embedded model (transformers + SmolLM2-135M-Instruct under the step grammar)."""
+"""The endpoint on the embedded model (llama.cpp + SmolLM2-135M-Instruct under the step grammar)."""
 
 from __future__ import annotations
 
@@ -11,18 +11,26 @@ pytestmark = pytest.mark.slow
 
 
 def test_embedded_model_answers_over_http_and_the_turn_is_stored(server: Server) -> None:
-    url = server.start(None, "--max-tokens", "160", "--max-steps", "3")
+    url = server.start(None, "--max-tokens", "512", "--max-steps", "3")
     api = client(url)
-    r = api.chat.completions.create(
-        model="flowstate", user="real",
-        messages=[{"role": "system", "content": "Answer in one short sentence."},
-                  {"role": "user", "content": "Say hello to Ada."}],
-    )
+    messages: list = [{"role": "system", "content": "Answer in one short sentence."},
+                      {"role": "user", "content": "Say hello to Ada."}]
+    r = api.chat.completions.create(model="flowstate", user="real", messages=messages)
     ext = r.model_extra["flowstate"]
     assert r.choices[0].finish_reason == "stop" and r.choices[0].message.content
     assert all("protocol_error" not in s for s in ext["steps"])  # the grammar keeps every step parsable
     assert r.usage.prompt_tokens > 0 and r.usage.completion_tokens > 0
     if ext["model_calls"] > 1:
         assert r.usage.prompt_tokens_details.cached_tokens > 0  # KV prefix reuse across the turn's steps
-    stored = api.get("/sessions/real", cast_to=object)
-    assert [(q["query"], q["response"]) for q in stored["requests"]] == [("Say hello to Ada.", r.choices[0].message.content)]
+    stored = api.get("/sessions/real", cast_to=object)["requests"]
+    assert stored[0]["query"] == "Say hello to Ada."
+    answered = stored[0]["unfinished"] is None
+    assert stored[0]["response"] == (r.choices[0].message.content if answered else None)
+    # the next turn streamed: under the grammar the answer arrives token by token as it is decoded
+    messages += [{"role": "assistant", "content": r.choices[0].message.content},
+                 {"role": "user", "content": "Now say goodbye to Ada."}]
+    chunks = list(api.chat.completions.create(model="flowstate", user="real", messages=messages, stream=True))
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    final = api.get("/sessions/real", cast_to=object)["requests"][1]
+    if final["unfinished"] is None:
+        assert "".join(pieces) == final["response"] and len(pieces) > 1
