@@ -283,6 +283,8 @@ def demo(
               help="Largest request body accepted (413 beyond).")
 @click.option("--body-timeout", default=60.0, show_default=True, type=click.FloatRange(min=0.1),
               help="Seconds a client has to send its whole body (408 beyond).")
+@click.option("--header-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds a client has to send a request's headers (the connection is closed with 408 beyond).")
 @click.option("--stream-answers", default="auto", show_default=True, type=click.Choice(["auto", "always", "never"]),
               help="Stream the answer token by token: auto = when decoding under a grammar (the streamed answer is "
                    "then the final one); always = also without one.")
@@ -291,7 +293,8 @@ def demo(
 def serve(
     host: str, port: int, db: Path | None, api_keys: tuple[str, ...], tools_ref: str | None, model_id: str,
     max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, log_level: str, grammar_mode: str,
-    max_live_sessions: int, max_body_mb: float, body_timeout: float, stream_answers: str, **engine_opts: Any,
+    max_live_sessions: int, max_body_mb: float, body_timeout: float, header_timeout: float, stream_answers: str,
+    **engine_opts: Any,
 ) -> None:
     """Serve an OpenAI-compatible Chat Completions endpoint whose model remembers (FastAPI on uvicorn)."""
     from serving.app import ServerConfig  # serving sits above flowstate; imported only for this command
@@ -309,7 +312,7 @@ def serve(
         server = ServerConfig(engine=model, repo=repo, keys=keys, tools=tools, loop=config, model_id=model_id,
                               max_live_sessions=max_live_sessions, ingress=ingress, stream_answers=stream_answers)
         try:
-            run_server(server, host=host, port=port, log_level=log_level)
+            run_server(server, host=host, port=port, log_level=log_level, header_timeout_s=header_timeout)
         finally:
             repo.close()
 

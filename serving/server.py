@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import sys
 
@@ -19,7 +20,46 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
+def header_timeout_protocol(seconds: float) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP/1.1 protocol, closing connections whose request headers take longer than ``seconds``
+    (uvicorn itself waits forever: one slow client per connection could hold the server's sockets)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeout(H11Protocol):
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._waiting_for: object = None
+            self._arm()
+
+        def _arm(self) -> None:
+            self._deadline = self.loop.call_later(seconds, self._late)
+            self._waiting_for = self.cycle
+
+        def _late(self) -> None:
+            if not self.transport.is_closing():
+                self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                self.transport.close()
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.cycle is not self._waiting_for:  # a request's headers arrived in full
+                self._deadline.cancel()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._deadline.cancel()
+                self._arm()  # the next request on this connection gets the same deadline
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._deadline.cancel()
+            super().connection_lost(exc)
+
+    return HeaderTimeout
+
+
+def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
+          header_timeout_s: float = 10.0) -> None:
     """Serve until interrupted."""
     where = f"http://{host}:{port}/v1"
     if config.keys:
@@ -29,4 +69,5 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, log_l
     else:
         note = "WARNING: no API keys on a non-loopback address: anyone who can connect can read every session"
     print(f"FlowState serving {config.model_id!r} ({config.engine.name}) at {where} — {note}", file=sys.stderr, flush=True)
-    uvicorn.run(create_app(config), host=host, port=port, log_level=log_level)
+    uvicorn.run(create_app(config), host=host, port=port, log_level=log_level,
+                http=header_timeout_protocol(header_timeout_s))  # type: ignore[arg-type]

@@ -120,6 +120,27 @@ def test_clients_that_go_away_or_dawdle_get_no_traceback_and_no_held_slot(server
     time.sleep(0.5)
     log = server.log.read_text()
     assert "Traceback" not in log and "internal error" not in log
+    server.stop()
+    url = server.start(lines("[s]", [output(content="x")]), "--header-timeout", "1")
+    host, port = url.removeprefix("http://").removesuffix("/v1").split(":")
+    with socket.create_connection((host, int(port))) as slowloris:  # one header byte at a time, never done
+        slowloris.settimeout(10)
+        started = time.monotonic()
+        answer = b""
+        for byte in b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n":
+            try:
+                slowloris.sendall(bytes([byte]))
+            except OSError:
+                break
+            time.sleep(0.2)
+            if time.monotonic() - started > 3:
+                break
+        try:
+            answer = slowloris.recv(4096)
+        except OSError:
+            pass
+    assert answer.startswith(b"HTTP/1.1 408") and time.monotonic() - started < 5
+    assert httpx.get(url.removesuffix("/v1") + "/health").status_code == 200  # and everyone else is served
 
 
 def test_one_sessions_turns_stay_serialized_under_eviction_pressure(server: Server) -> None:
