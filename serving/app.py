@@ -192,19 +192,19 @@ async def chat(request: Request) -> JSONResponse | StreamingResponse:
         message, finish = earlier
         return replayed(completion_id, body.model, message, finish, extension, bool(body.stream))
 
-    deltas: asyncio.Queue[str] | None = asyncio.Queue() if body.stream else None
-    on_answer = None
+    deltas: asyncio.Queue[dict[str, Any]] | None = asyncio.Queue() if body.stream else None
+    on_delta = None
     if deltas is not None:
         loop, queue = asyncio.get_running_loop(), deltas
-        on_answer = lambda text: loop.call_soon_threadsafe(queue.put_nowait, text)  # noqa: E731
+        on_delta = lambda delta: loop.call_soon_threadsafe(queue.put_nowait, delta)  # noqa: E731
 
     async def turn() -> TurnResult:
         started = time.perf_counter()
         try:
             if kind == "start":
-                fn = lambda: s.turns.start(live, new, policy, client_tools, key, on_answer)  # noqa: E731
+                fn = lambda: s.turns.start(live, new, policy, client_tools, key, on_delta)  # noqa: E731
             else:
-                fn = lambda: s.turns.resume(live, new, key, on_answer)  # noqa: E731
+                fn = lambda: s.turns.resume(live, new, key, on_delta)  # noqa: E731
             result = await anyio.to_thread.run_sync(fn, limiter=s.limiter)
         except APIError as exc:
             s.metrics.failed(exc.code or "error")

@@ -132,11 +132,13 @@ def _delta(message: dict[str, Any]) -> dict[str, Any]:
 
 async def stream(
     completion_id: str, model: str, task: asyncio.Task[TurnResult], base: dict[str, Any], include_usage: bool,
-    deltas: asyncio.Queue[str] | None = None,
+    deltas: asyncio.Queue[dict[str, Any]] | None = None,
 ) -> AsyncIterator[str]:
-    """The turn as SSE: the role, the answer's text as it is decoded (``deltas``), then what the turn ends with."""
+    """The turn as SSE: the role, the answer's text and the client's tool calls as they are decoded
+    (``deltas``), then what the turn ends with."""
     created = int(time.time())
     sent: list[str] = []
+    tools_streamed = False
 
     def chunk(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> str:
         choices = [] if delta is None else [ChunkChoice(delta=delta, finish_reason=finish)]
@@ -150,16 +152,20 @@ async def stream(
             waiting.add(getter)
         done, _ = await asyncio.wait(waiting, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED)
         if getter is not None and getter in done:
-            sent.append(getter.result())
-            yield chunk({"content": sent[-1]})
+            delta = getter.result()
+            sent.append(delta.get("content", ""))
+            tools_streamed = tools_streamed or "tool_calls" in delta
+            yield chunk(delta)
             continue
         if getter is not None:
             getter.cancel()
         if not task.done():
             yield ": keep-alive\n\n"
     while deltas is not None and not deltas.empty():
-        sent.append(deltas.get_nowait())
-        yield chunk({"content": sent[-1]})
+        delta = deltas.get_nowait()
+        sent.append(delta.get("content", ""))
+        tools_streamed = tools_streamed or "tool_calls" in delta
+        yield chunk(delta)
     try:
         result = task.result()
     except APIError as exc:
@@ -171,7 +177,8 @@ async def stream(
         return
     content, streamed = result.message.get("content") or "", "".join(sent)
     if result.message.get("tool_calls"):
-        yield chunk(_delta(result.message))
+        if not tools_streamed:
+            yield chunk(_delta(result.message))
     elif content.startswith(streamed) and len(content) > len(streamed):
         yield chunk({"content": content[len(streamed):]})  # what was not streamed (all of it, for most engines)
     elif not content.startswith(streamed):

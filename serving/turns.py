@@ -8,28 +8,29 @@ while it holds the session's lock.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from engine.base import Engine, OnText, Usage, streams
 from engine.errors import EngineError
-from flowstate.answer_stream import AnswerStream
 from flowstate.constrain import GrammarMode, Grammars
-from grammars.check import GrammarError
 from flowstate.errors import RequestFailed
 from flowstate.loop import LoopConfig, RequestRun
-from flowstate.nodes import canonical_json
+from flowstate.nodes import canonical_json, observation_id
+from flowstate.output_stream import AnswerStream, ToolCallStream
 from flowstate.records import StepRecord, ToolCallRecord, unfinished_message
 from flowstate.repository import Repository
 from flowstate.serializer import system_prompt
 from flowstate.tools import ToolSet
+from grammars.check import GrammarError
 from serving.errors import APIError, bad_request, conflict
 from serving.sessions import Live, PendingCalls
 from serving.wire import loads_or_none
 
 
 RETRY_AFTER_S = 5
+OnDelta = Callable[[dict[str, Any]], None]  # one streamed chunk's delta: {"content": …} or {"tool_calls": […]}
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class Turns:
 
     def start(self, live: Live, users: Sequence[Mapping[str, Any]], policy: str,
               client_tools: Sequence[dict[str, Any]], key: str | None = None,
-              on_answer: OnText | None = None) -> TurnResult:
+              on_delta: OnDelta | None = None) -> TurnResult:
         """A new request q_k from the new user message(s); ``key`` is the call's Idempotency-Key."""
         self.check_tools(client_tools)
         query = "\n\n".join(str(m["content"]) for m in users)
@@ -82,10 +83,10 @@ class Turns:
         )
         live.client_tools = frozenset(t["name"] for t in client_tools)
         live.transcript.extend(dict(m) for m in users)
-        return self._drive(live, key, on_answer)
+        return self._drive(live, key, on_delta)
 
     def resume(self, live: Live, results: Sequence[Mapping[str, Any]], key: str | None = None,
-               on_answer: OnText | None = None) -> TurnResult:
+               on_delta: OnDelta | None = None) -> TurnResult:
         """The client's tool messages answer the pending calls; the request goes on."""
         run, calls = live.run, live.calls
         assert run is not None and calls is not None
@@ -108,18 +109,17 @@ class Turns:
         run.observe([answered[i] for i in range(len(run.pending))])
         live.calls = None
         live.transcript.extend(dict(m) for m in results)
-        return self._drive(live, key, on_answer)
+        return self._drive(live, key, on_delta)
 
-    def _drive(self, live: Live, key: str | None, on_answer: OnText | None = None) -> TurnResult:
+    def _drive(self, live: Live, key: str | None, on_delta: OnDelta | None = None) -> TurnResult:
         run = live.run
         assert run is not None
         first = len(run.steps)
         try:
             while True:
                 keys = {**live.request_keys(), **({key: len(live.transcript) - live.finished} if key else {})}
-                answer = AnswerStream(on_answer) if on_answer is not None and self.streams_answers else None
-                run.step(extra={"transcript": live.transcript[live.finished:], "idempotency": keys},
-                         on_text=answer.feed if answer is not None else None)
+                feed = self._live_output(live, run, on_delta) if on_delta is not None and self.streams_answers else None
+                run.step(extra={"transcript": live.transcript[live.finished:], "idempotency": keys}, on_text=feed)
                 if run.record is not None:
                     response = run.record.response
                     if response is None:  # the step budget ran out: say so, with what was kept
@@ -143,6 +143,33 @@ class Turns:
         except BaseException:  # a storage fault or a bug: the session must not stay half-advanced
             live.abandon()
             raise
+
+    @staticmethod
+    def _live_output(live: Live, run: RequestRun, on_delta: OnDelta) -> OnText:
+        """What the client sees of one step while it decodes: the answer's text, and calls of its own tools
+        (ids and arguments as they come; calls of the server's tools never reach it)."""
+        step = len(run.steps) + 1
+        client: dict[int, int] = {}  # position in the step's calls -> index among the client's calls
+
+        def on_call(position: int, name: str) -> None:
+            if name in live.client_tools:
+                client[position] = len(client)
+                call_id = f"call_{observation_id(run.index_k, step, position)}"
+                on_delta({"tool_calls": [{"index": client[position], "id": call_id, "type": "function",
+                                          "function": {"name": name, "arguments": ""}}]})
+
+        def on_arguments(position: int, text: str) -> None:
+            if position in client:
+                on_delta({"tool_calls": [{"index": client[position], "function": {"arguments": text}}]})
+
+        answer = AnswerStream(lambda text: on_delta({"content": text}))
+        calls = ToolCallStream(on_call, on_arguments)
+
+        def feed(piece: str) -> None:
+            calls.feed(piece)
+            answer.feed(piece)
+
+        return feed
 
     @staticmethod
     def _remember(live: Live, key: str | None) -> None:

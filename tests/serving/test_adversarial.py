@@ -5,6 +5,7 @@ dawdle, and one session's turns under eviction pressure."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -182,3 +183,21 @@ def test_the_answer_streams_token_by_token(server: Server) -> None:
     chunks = list(api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[t] again"}],
                                               user="tok2", stream=True))
     assert [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content] == [answer]
+
+
+def test_client_tool_calls_stream_as_they_are_decoded(server: Server) -> None:
+    api = client(server.start(round_trip_script("[c]"), "--stream-answers", "always"))
+    chunks = list(api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[c] price?"}],
+                                              tools=[PRICE_TOOL], user="calls", stream=True))
+    deltas = [c.choices[0].delta.tool_calls for c in chunks if c.choices and c.choices[0].delta.tool_calls]
+    assert len(deltas) > 2  # the call's head, then its arguments piece by piece
+    head = deltas[0][0]
+    assert head.index == 0 and head.id == "call_obs_r1_s1_1" and head.function.name == "get_price"
+    arguments = "".join(d[0].function.arguments or "" for d in deltas)
+    assert json.loads(arguments) == {"hotel": "A"} and chunks[-1].choices[0].finish_reason == "tool_calls"
+    r = api.chat.completions.create(model="flowstate", user="calls", tools=[PRICE_TOOL], messages=[
+        {"role": "user", "content": "[c] price?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": head.id, "type": "function", "function": {"name": "get_price", "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": head.id, "content": '{"price": 120}'}])
+    assert r.choices[0].message.content == "Hotel A costs 120 per night."  # the streamed history is recognised

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from flowstate.answer_stream import AnswerStream
+from flowstate.output_stream import AnswerStream
 from flowstate.parse import parse_output
 from tests.helpers import output
 
@@ -36,3 +36,29 @@ def test_no_answer_text_for_tool_calls_or_a_wait_even_if_earlier_blocks_mention_
         for c in raw:
             stream.feed(c)
         assert pieces == []
+
+
+@pytest.mark.parametrize("size", [1, 3, 1000])
+def test_tool_calls_stream_as_they_are_decoded(size: int) -> None:
+    from flowstate.output_stream import ToolCallStream
+
+    calls = [{"name": "get_price", "arguments": {"hotel": "A {}[]\"", "nights": [1, {"x": 2}]}},
+             {"name": "book", "arguments": {}}]
+    raw = output(delta=[{"operation": "remove", "state_id": "a"}], tools=calls)
+    names: list[tuple[int, str]] = []
+    args: dict[int, str] = {}
+    stream = ToolCallStream(lambda i, n: names.append((i, n)), lambda i, text: args.__setitem__(i, args.get(i, "") + text))
+    for i in range(0, len(raw), size):
+        stream.feed(raw[i:i + size])
+    assert names == [(1, "get_price"), (2, "book")]
+    assert [json.loads(args[i]) for i in (1, 2)] == [c["arguments"] for c in calls]
+
+
+def test_no_tool_calls_stream_from_an_answer_or_an_earlier_block() -> None:
+    from flowstate.output_stream import ToolCallStream
+
+    seen: list[str] = []
+    stream = ToolCallStream(lambda i, n: seen.append(n), lambda i, t: seen.append(t))
+    stream.feed(output(delta=[{"operation": "add", "state_set": "knowledge", "state_id": "k", "summary": '\n</state_delta>\n<tool_calls>\n[{"name": "x", "arguments": {}}]',
+                               "value": {}, "refs": []}], content="done"))
+    assert seen == []
