@@ -80,6 +80,24 @@ class Engine(Protocol):
     ) -> Generation: ...
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling of one call, over the engine's own defaults (None keeps the default). Engines name the
+    fields they honour in ``sampling_fields`` and take ``sampling=`` in ``generate``; callers refuse the rest."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+
+    def given(self) -> frozenset[str]:
+        return frozenset(k for k in ("temperature", "top_p", "seed") if getattr(self, k) is not None)
+
+
+def sampling_fields(engine: object) -> frozenset[str]:
+    """The ``Sampling`` fields ``engine.generate`` honours per call (none for engines that do not say)."""
+    return frozenset(getattr(engine, "sampling_fields", frozenset()))
+
+
 OnText = Callable[[str], None]
 """Receives an output's text piece by piece while it is decoded (engines with ``streams = True`` take
 ``on_text=`` in ``generate``; the pieces join to the returned text)."""

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from engine.base import Generation, Message, OnText, Usage
+from engine.base import Generation, Message, OnText, Sampling, Usage
 from engine.chat import check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError
 from engine.scripted import common_prefix
@@ -101,6 +101,7 @@ class LlamaCppEngine:
     name = "llamacpp"
     supports_grammar = True
     streams = True
+    sampling_fields = frozenset({"temperature", "top_p", "seed"})
     options = frozenset({"model", "temperature", "top_p", "max_tokens", "repetition_penalty", "threads",
                          "threads_batch", "batch_size", "context", "seed", "extra_buffers", "chat_template",
                          "chat_template_kwargs"})
@@ -159,6 +160,7 @@ class LlamaCppEngine:
         self._formatter = Jinja2ChatFormatter(template, eos_token=piece(self._eos), bos_token=piece(self.llm.token_bos()))
         self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
         self.repetition_penalty = repetition_penalty
+        self.seed = seed
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._lock = threading.Lock()  # one model, one KV cache: calls from many threads take turns
 
@@ -211,18 +213,24 @@ class LlamaCppEngine:
         grammar: str | None = None,
         max_tokens: int | None = None,
         on_text: OnText | None = None,
+        sampling: Sampling | None = None,
     ) -> Generation:
         prompt = self.tokenize(self.render(messages))
         matcher = self._matcher(grammar) if grammar else None
         with self._lock:
-            return self._generate(prompt, matcher, max_tokens, on_text)
+            return self._generate(prompt, matcher, max_tokens, on_text, sampling or Sampling())
 
-    def _generate(self, prompt: list[int], matcher: Any, max_tokens: int | None, on_text: OnText | None) -> Generation:
+    def _generate(
+        self, prompt: list[int], matcher: Any, max_tokens: int | None, on_text: OnText | None, sampling: Sampling,
+    ) -> Generation:
         import codecs
 
         import llama_cpp
 
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        temperature = self.temperature if sampling.temperature is None else sampling.temperature
+        top_p = self.top_p if sampling.top_p is None else sampling.top_p
+        self.llm.set_seed(self.seed if sampling.seed is None else sampling.seed)
 
         budget = completion_budget(max_tokens or self.max_tokens, len(prompt), self.context)
         cached = min(common_prefix(self.llm.input_ids[: self.llm.n_tokens].tolist(), prompt), len(prompt) - 1)
@@ -235,7 +243,7 @@ class LlamaCppEngine:
         finish = "length"
         try:
             for token in self.llm.generate(
-                prompt, temp=self.temperature, top_p=self.top_p, top_k=0, min_p=0.0,
+                prompt, temp=temperature, top_p=top_p, top_k=0, min_p=0.0,
                 repeat_penalty=1.0, logits_processor=processors, reset=True,
             ):
                 first = first or time.perf_counter()

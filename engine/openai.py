@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from engine.base import Generation, Message, OnText, Usage
+from engine.base import Generation, Message, OnText, Sampling, Usage
 from engine.chat import check_options
 from engine.errors import EngineConfigError, EngineError, EngineUnavailable
 
@@ -22,6 +22,7 @@ class OpenAIEngine:
     name = "openai"
     supports_grammar = True
     streams = True
+    sampling_fields = frozenset({"temperature", "top_p", "seed"})
     options = frozenset({"base_url", "api_key", "model", "temperature", "top_p", "max_tokens", "retries", "backoff_s",
                          "timeout_s", "chat_template_kwargs"})
 
@@ -94,7 +95,9 @@ class OpenAIEngine:
         grammar: str | None = None,
         max_tokens: int | None = None,
         on_text: OnText | None = None,
+        sampling: Sampling | None = None,
     ) -> Generation:
+        sampling = sampling or Sampling()
         started = time.perf_counter()
         extra: dict[str, Any] = {}
         if grammar:  # vLLM would otherwise let JSON whitespace run free inside the grammar's %json blocks
@@ -105,8 +108,9 @@ class OpenAIEngine:
             self.client.chat.completions.create,
             model=self.model,
             messages=[{"role": m.role, "content": m.content} for m in messages],
-            temperature=self.temperature,
-            top_p=self.top_p,
+            temperature=self.temperature if sampling.temperature is None else sampling.temperature,
+            top_p=self.top_p if sampling.top_p is None else sampling.top_p,
+            **({"seed": sampling.seed} if sampling.seed is not None else {}),
             max_tokens=max_tokens or self.max_tokens,
             stream=True,
             stream_options={"include_usage": True},

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.base import Generation, Message, OnText, Usage
+from engine.base import Generation, Message, OnText, Sampling, Usage
 from engine.chat import check_options
 from engine.errors import EngineConfigError, EngineError
 
@@ -50,6 +50,7 @@ class ScriptedEngine:
     name = "scripted"
     supports_grammar = False  # replays recorded text; validation still runs on every step
     streams = True  # replays each output token by token to on_text
+    sampling_fields = frozenset({"temperature", "top_p", "seed"})  # recorded in ``calls`` (a replay samples nothing)
     options = frozenset({"script"})
 
     def __init__(self, outputs: Iterable[str | tuple[str, str | None] | tuple[str, str | None, str]]) -> None:
@@ -58,6 +59,7 @@ class ScriptedEngine:
         self._lock = threading.Lock()
         self._last_prompt: list[str] = []
         self.prompts: list[list[Message]] = []
+        self.calls: list[dict[str, Any]] = []  # per call: the grammar, budget and sampling it was asked for
 
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptedEngine:
@@ -107,6 +109,7 @@ class ScriptedEngine:
         grammar: str | None = None,
         max_tokens: int | None = None,
         on_text: OnText | None = None,
+        sampling: Sampling | None = None,
     ) -> Generation:
         rendered = flatten(messages)
         with self._lock:
@@ -122,6 +125,7 @@ class ScriptedEngine:
             self._used[line] = True
             text, _, finish = self._outputs[line]
             self.prompts.append(list(messages))
+            self.calls.append({"grammar": grammar, "max_tokens": max_tokens, "sampling": sampling})
             prompt = tokenize(rendered)
             cached = common_prefix(prompt, self._last_prompt)
             self._last_prompt = prompt

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.base import Generation, Message, OnText, Usage
+from engine.base import Generation, Message, OnText, Sampling, Usage
 from engine.chat import apply_template, check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError
 
@@ -84,6 +84,7 @@ class TransformersEngine:
     name = "transformers"
     supports_grammar = True
     streams = True
+    sampling_fields = frozenset({"temperature", "top_p", "seed"})
     options = frozenset({"model", "dtype", "temperature", "top_p", "max_tokens", "repetition_penalty", "threads",
                          "prefix_cache", "chat_template_kwargs"})
 
@@ -210,12 +211,14 @@ class TransformersEngine:
         grammar: str | None = None,
         max_tokens: int | None = None,
         on_text: OnText | None = None,
+        sampling: Sampling | None = None,
     ) -> Generation:
         with self._lock:
-            return self._generate(messages, grammar, max_tokens, on_text)
+            return self._generate(messages, grammar, max_tokens, on_text, sampling or Sampling())
 
     def _generate(
         self, messages: Sequence[Message], grammar: str | None, max_tokens: int | None, on_text: OnText | None,
+        sampling: Sampling,
     ) -> Generation:
         prompt = self.render(messages)
         prompt_ids: list[int] = self.tokenizer.encode(prompt, add_special_tokens=False)
@@ -227,15 +230,19 @@ class TransformersEngine:
             cache = DynamicCache(config=self.model.config)
         budget = completion_budget(max_tokens or self.max_tokens, len(prompt_ids), self.context)
         timer = _Timer(lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True), on_text)
-        sampling: dict[str, Any] = (
-            {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p}
-            if self.temperature > 0 else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+        temperature = self.temperature if sampling.temperature is None else sampling.temperature
+        top_p = self.top_p if sampling.top_p is None else sampling.top_p
+        if sampling.seed is not None:
+            self._torch.manual_seed(sampling.seed)
+        decoding: dict[str, Any] = (
+            {"do_sample": True, "temperature": temperature, "top_p": top_p}
+            if temperature > 0 else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
         )
         try:
             with self._torch.inference_mode():
                 text = generator(
                     prompt, max_new_tokens=budget, streamer=timer,
-                    past_key_values=cache, use_cache=True, repetition_penalty=self.repetition_penalty, **sampling,
+                    past_key_values=cache, use_cache=True, repetition_penalty=self.repetition_penalty, **decoding,
                 )
         except Exception as exc:
             self._cache, self._cache_ids = None, []

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.base import Generation, Message, OnText, Usage
+from engine.base import Generation, Message, OnText, Sampling, Usage
 from engine.chat import apply_template, check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError
 
@@ -33,6 +33,7 @@ class VLLMEngine:
     name = "vllm"
     supports_grammar = True
     streams = True
+    sampling_fields = frozenset({"temperature", "top_p", "seed"})
     options = frozenset({"model", "dtype", "temperature", "top_p", "max_tokens", "backend", "max_model_len",
                          "gpu_memory_utilization", "kv_cache_bytes", "enforce_eager", "chat_template_kwargs"})
 
@@ -121,14 +122,19 @@ class VLLMEngine:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def sampling_params(self, grammar: str | None, max_tokens: int | None, prompt_tokens: int = 0) -> Any:
+    def sampling_params(
+        self, grammar: str | None, max_tokens: int | None, prompt_tokens: int = 0, sampling: Sampling | None = None,
+    ) -> Any:
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
         structured = StructuredOutputsParams(grammar=grammar, disable_any_whitespace=True) if grammar else None
         budget = completion_budget(max_tokens or self.max_tokens, prompt_tokens, self.max_model_len)
+        sampling = sampling or Sampling()
         return SamplingParams(
-            temperature=self.temperature, top_p=self.top_p, max_tokens=budget, structured_outputs=structured,
+            temperature=self.temperature if sampling.temperature is None else sampling.temperature,
+            top_p=self.top_p if sampling.top_p is None else sampling.top_p, seed=sampling.seed,
+            max_tokens=budget, structured_outputs=structured,
         )
 
     def generate(
@@ -138,10 +144,11 @@ class VLLMEngine:
         grammar: str | None = None,
         max_tokens: int | None = None,
         on_text: OnText | None = None,
+        sampling: Sampling | None = None,
     ) -> Generation:
         prompt = apply_template(self.tokenizer, messages, self.chat_template_kwargs)
         ids: list[int] = self.tokenizer.encode(prompt, add_special_tokens=False)
-        params = self.sampling_params(grammar, max_tokens, len(ids))
+        params = self.sampling_params(grammar, max_tokens, len(ids), sampling)
         future = asyncio.run_coroutine_threadsafe(self._request(ids, params, on_text), self._loop)
         try:
             return future.result()

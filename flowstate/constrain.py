@@ -10,6 +10,7 @@ from typing import Any
 from flowstate.active import ActiveState
 from flowstate.limits import STANDARD, Limits
 from flowstate.protocol import BLOCKS, block_schemas
+from flowstate.request_options import RequestOptions
 from grammars.four_blocks import StepIds, ToolBounds, protocol_grammar
 
 
@@ -35,12 +36,13 @@ class Grammars:
 
     def __init__(
         self, tools: Sequence[Mapping[str, Any]], mode: GrammarMode = GrammarMode.STEP, blocks: Sequence[str] = BLOCKS,
-        limits: Limits = STANDARD,
+        limits: Limits = STANDARD, options: RequestOptions | None = None,
     ) -> None:
         self.mode = mode
         self.blocks = tuple(blocks)
         self.limits = limits
-        self._tools = list(tools)
+        self.options = options or RequestOptions()
+        self._tools = self.options.tools([dict(t) for t in tools])
         self._schemas = block_schemas(limits)
         self._bounds = ToolBounds(limits.tool_text, limits.tool_items)
         self.static = self._build(None) if mode is GrammarMode.STATIC else None
@@ -52,7 +54,9 @@ class Grammars:
         validate(self.static or self._build(None))
 
     def _build(self, ids: StepIds | None) -> str:
-        return protocol_grammar(self._schemas, self._tools, ids, self.blocks, self._bounds)
+        o = self.options
+        return protocol_grammar(self._schemas, self._tools, ids, self.blocks, self._bounds, require_tools=o.required,
+                                max_calls=None if o.parallel_tool_calls else 1, answer_schema=o.answer_schema)
 
     def for_step(self, state: ActiveState) -> str | None:
         if self.mode is GrammarMode.NONE:

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from engine.base import Engine, Generation, OnText, streams
-from engine.errors import EngineError
+from engine.base import Engine, Generation, OnText, sampling_fields, streams
+from engine.errors import EngineConfigError, EngineError
 from flowstate.access import disclose, validate_access
 from flowstate.constrain import GrammarMode, Grammars
 from flowstate.errors import ProtocolError, RequestFailed
@@ -23,6 +23,7 @@ from flowstate.nodes import Node, StateType, canonical_json, observation_id
 from flowstate.parse import parse_output
 from flowstate.protocol import ToolCall
 from flowstate.records import RunRecord, StepRecord, ToolCallRecord
+from flowstate.request_options import RequestOptions
 from flowstate.repository import Repository
 from flowstate.strategies import FLOWSTATE, Strategy
 from flowstate.tools import ToolSet
@@ -101,17 +102,24 @@ class RequestRun:
         config: LoopConfig = LoopConfig(),
         grammars: Grammars | None = None,
         strategy: Strategy = FLOWSTATE,
+        options: RequestOptions = RequestOptions(),
     ) -> None:
         require_query(query)
+        refused = options.sampling.given() - sampling_fields(engine)
+        if refused:
+            raise EngineConfigError(f"the {engine.name} engine cannot honour {', '.join(sorted(refused))} per request")
         config = config.for_engine(engine)
         assert config.limits is not None
         self.limits: Limits = config.limits
         if grammars is None and engine.supports_grammar and config.grammar is not GrammarMode.NONE:
-            grammars = Grammars(tool_specs, config.grammar, strategy.blocks, self.limits)
+            grammars = Grammars(tool_specs, config.grammar, strategy.blocks, self.limits, options)
         if grammars is not None and grammars.blocks != strategy.blocks:
             raise ValueError(f"grammars for blocks {grammars.blocks} do not fit strategy {strategy.name!r}")
         if grammars is not None and grammars.limits != self.limits:
             raise ValueError(f"grammars for limits {grammars.limits.name!r} do not fit limits {self.limits.name!r}")
+        if grammars is not None and grammars.options != options:
+            raise ValueError("grammars built for other request options (tool choice, answer format)")
+        self.options = options
         self.engine, self.repo, self.session, self.query = engine, repo, session, query
         self.system, self.config, self.grammars, self.strategy = system, config, grammars, strategy
         self.start = strategy.start(repo, session)
@@ -159,12 +167,16 @@ class RequestRun:
         grammar = self.grammars.for_step(self.state) if self.grammars is not None else None
         grammar_ms = (time.perf_counter() - started) * 1000
         try:
-            streaming = {"on_text": on_text} if on_text is not None and streams(self.engine) else {}
-            generation = self.engine.generate(messages, grammar=grammar, max_tokens=self.config.max_tokens, **streaming)
+            per_call: dict[str, Any] = {"on_text": on_text} if on_text is not None and streams(self.engine) else {}
+            if self.options.sampling.given():
+                per_call["sampling"] = self.options.sampling
+            generation = self.engine.generate(messages, grammar=grammar, max_tokens=self.options.max_tokens or
+                                              self.config.max_tokens, **per_call)
         except EngineError as exc:
             raise self.failed(f"engine error at step {t}: {exc}") from exc
         try:
-            output = parse_output(generation.text, self.strategy.blocks, self.limits)
+            output = self.options.enforce(
+                parse_output(generation.text, self.strategy.blocks, self.limits, self.options.answer_schema))
         except ProtocolError as exc:
             return self._unparsed(t, generation, grammar_ms, exc)
         self._errors = 0
@@ -183,11 +195,11 @@ class RequestRun:
             truncated=generation.truncated, malformed=malformed,
             committed=update.committed_dicts(), rejected=[r.to_dict() for r in update.rejected],
             disclosed=list(accepted), refused=[r.to_dict() for r in refused],
-            final_response=output.final_response,
+            final_response=None if output.final_response is None else self.options.stop_at(output.final_response),
         )
         self.steps.append(record)
-        if output.final_response is not None:
-            self._persist(output.final_response, extra or {})
+        if record.final_response is not None:
+            self._persist(record.final_response, extra or {})
         return record
 
     def _unparsed(self, t: int, generation: Generation, grammar_ms: float, exc: ProtocolError) -> StepRecord:

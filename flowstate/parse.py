@@ -67,6 +67,21 @@ def _split_blocks(text: str, blocks: Sequence[str]) -> dict[str, str]:
     return bodies
 
 
+def _json_answer(raw: Any, schema: dict[str, Any]) -> Any:
+    """A JSON answer checked against its schema, as the text the client receives."""
+    from jsonschema.validators import validator_for
+
+    if not isinstance(raw, dict) or raw.get("content") is None:
+        return raw
+    content = raw["content"]
+    error = next(iter(validator_for(schema)(schema).iter_errors(content)), None)
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path)
+        raise ProtocolError("assistant_message", f"the answer does not match the response format at "
+                                                 f"'{where or '/'}': {error.message}")
+    return {**raw, "content": json.dumps(content, ensure_ascii=False, separators=(",", ":"))}
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -99,14 +114,17 @@ def _items(name: str, raw: Any, protocol: BoundedProtocol) -> tuple[list[Any], l
     return good, bad
 
 
-def parse_output(text: str, blocks: Sequence[str] = BLOCKS, limits: Limits = STANDARD) -> ModelOutput:
+def parse_output(
+    text: str, blocks: Sequence[str] = BLOCKS, limits: Limits = STANDARD, answer_schema: dict[str, Any] | None = None,
+) -> ModelOutput:
     """Parse one raw model output under ``limits``; raise ``ProtocolError`` naming the faulty block.
 
     ``blocks`` are the blocks the strategy's protocol has (in protocol order); absent ones are empty.
     Items are validated one by one (B.4: operations failing the conditions are excluded): a malformed
     focus item, operation or tool call is left out and listed in ``malformed``; the rest stands. Only
     text that is not the blocks, a block that is not JSON of its kind, or an invalid final message
-    is a protocol error.
+    is a protocol error. With ``answer_schema`` the answer's content is a JSON value matching it (returned
+    as its compact JSON text).
     """
     protocol = bounded(limits)
     bodies = _split_blocks(text, blocks)
@@ -129,6 +147,8 @@ def parse_output(text: str, blocks: Sequence[str] = BLOCKS, limits: Limits = STA
         except UnicodeEncodeError as exc:
             raise ProtocolError(name, "a string holds a lone surrogate (not valid Unicode)") from exc
         if name == "assistant_message":
+            if answer_schema is not None:
+                raw = _json_answer(raw, answer_schema)
             try:
                 values[name] = protocol.assistant_message(raw)
             except ValidationError as exc:

@@ -176,18 +176,26 @@ ALL_BLOCKS = ("state_focus", "state_delta", "tool_calls", "assistant_message")
 
 def protocol_grammar(
     schemas: Mapping[str, dict[str, Any]], tools: Sequence[Mapping[str, Any]], ids: StepIds | None = None,
-    blocks: Sequence[str] = ALL_BLOCKS, bounds: ToolBounds = ToolBounds(),
+    blocks: Sequence[str] = ALL_BLOCKS, bounds: ToolBounds = ToolBounds(), *, require_tools: bool = False,
+    max_calls: int | None = None, answer_schema: dict[str, Any] | None = None,
 ) -> str:
     """The Lark grammar (llguidance dialect) of one model output.
 
     ``blocks`` may leave out state_focus and/or state_delta (the ablation strategies' protocols);
     tool_calls and assistant_message are always there. ``bounds`` bound tool-argument strings and
     arrays that a tool's own schema leaves unbounded (tiny models need it to terminate).
+    ``require_tools`` drops the final-answer alternative (a step calls tools or only updates/accesses
+    state), ``max_calls`` caps tool calls per step, ``answer_schema`` makes the answer's content that JSON.
     """
     b = block_json_schemas(schemas, tools, ids, bounds)
+    if max_calls is not None and b["tool_calls"].get("maxItems", max_calls) >= max_calls:
+        b["tool_calls"]["maxItems"] = max_calls
     message = b["assistant_message"]
     answer = copy.deepcopy(message)
-    answer["properties"]["content"] = {"type": "string", "minLength": 1, "maxLength": _max_content(message)}
+    answer["properties"]["content"] = (
+        _inline(copy.deepcopy(answer_schema), answer_schema.get("$defs", {})) if answer_schema is not None
+        else {"type": "string", "minLength": 1, "maxLength": _max_content(message)}
+    )
 
     rules: dict[str, dict[str, Any]] = {
         "focus_json": b["state_focus"], "delta_json": b["state_delta"], "answer_json": answer,
@@ -197,7 +205,7 @@ def protocol_grammar(
     }
     has_focus, has_delta = "state_focus" in blocks, "state_delta" in blocks
     focus_some, delta_some, calls_some = (_nonempty(b[k]) for k in ("state_focus", "state_delta", "tool_calls"))
-    alternatives = [["focus", "delta", "answer"]]
+    alternatives = [] if require_tools else [["focus", "delta", "answer"]]
     if calls_some is not None:
         rules["calls_json"] = calls_some
         alternatives.insert(0, ["focus", "delta", "act"])

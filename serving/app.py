@@ -157,8 +157,6 @@ async def chat(request: Request) -> JSONResponse | StreamingResponse:
                        type="not_found_error", param="model", code="model_not_found")
     if body.n not in (None, 1):
         raise bad_request("n > 1 is not supported: each session has one line of memory", "n")
-    if body.tool_choice not in (None, "auto", "none"):
-        raise bad_request("tool_choice may be 'auto' or 'none'; the agent decides when to call tools", "tool_choice")
     if len(body.messages) > s.config.ingress.max_messages:
         raise bad_request(f"at most {s.config.ingress.max_messages} messages per request", "messages")
     check_tools(body.tools or [], s.config.ingress)
@@ -166,8 +164,9 @@ async def chat(request: Request) -> JSONResponse | StreamingResponse:
                          if m.role in ("system", "developer"))
     conversation = [canonical_message(m, f"messages[{i}]") for i, m in enumerate(body.messages)
                     if m.role not in ("system", "developer")]
-    client_tools = [t.spec() for t in body.tools or ()] if body.tool_choice != "none" else []
-    s.turns.check_tools(client_tools)  # before a stream starts: a refusal is a 4xx, not an error event
+    client_tools = [t.spec() for t in body.tools or ()]
+    options = body.options({t["name"] for t in client_tools} | set(s.config.tools))
+    s.turns.check(client_tools, options)  # before a stream starts: a refusal is a 4xx, not an error event
     named = session_name(header_text(request.headers.get(SESSION_HEADER), SESSION_HEADER), body.user)
     key = header_text(request.headers.get(IDEMPOTENCY_HEADER), IDEMPOTENCY_HEADER)
     if named is not None:
@@ -202,12 +201,12 @@ async def chat(request: Request) -> JSONResponse | StreamingResponse:
         started = time.perf_counter()
         try:
             if kind == "start":
-                fn = lambda: s.turns.start(live, new, policy, client_tools, key, on_delta)  # noqa: E731
+                fn = lambda: s.turns.start(live, new, policy, client_tools, key, on_delta, options)  # noqa: E731
             else:
                 fn = lambda: s.turns.resume(live, new, key, on_delta)  # noqa: E731
             result = await anyio.to_thread.run_sync(fn, limiter=s.limiter)
         except APIError as exc:
-            s.metrics.failed(exc.code or "error")
+            s.metrics.failed(exc.code or "error", exc.steps)
             raise
         finally:
             s.sessions.leave(full)

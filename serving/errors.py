@@ -15,6 +15,7 @@ class APIError(Exception):
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
         self.headers = headers
+        self.steps: tuple[Any, ...] = ()  # the model calls a failed turn made (counted in /metrics)
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from collections.abc import Sequence
+
+from flowstate.records import StepRecord
 from serving.turns import TurnResult
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -37,18 +40,23 @@ class Metrics:
             self.requests.inc()
         if result.unfinished:
             self.unfinished.inc()
-        self.model_calls.inc(len(result.steps))
-        self.prompt_tokens.inc(result.usage.prompt_tokens)
-        self.cached_tokens.inc(result.usage.cached_tokens)
-        self.completion_tokens.inc(result.usage.completion_tokens)
-        for step in result.steps:
+        self._steps(result.steps)
+
+    def failed(self, outcome: str, steps: Sequence[StepRecord] = ()) -> None:
+        """A turn that failed: its outcome, and the model calls it made before it did."""
+        self.turns.labels(outcome).inc()
+        self._steps(steps)
+
+    def _steps(self, steps: Sequence[StepRecord]) -> None:
+        self.model_calls.inc(len(steps))
+        for step in steps:
+            self.prompt_tokens.inc(step.usage.prompt_tokens)
+            self.cached_tokens.inc(step.usage.cached_tokens)
+            self.completion_tokens.inc(step.usage.completion_tokens)
             self.rejected.inc(len(step.rejected) + len(step.refused) + len(step.malformed))
             self.protocol_errors.inc(step.protocol_error is not None)
             self.truncations.inc(step.truncated)
             self.call_latency.observe(step.usage.ttft_s + step.usage.decode_s)
-
-    def failed(self, outcome: str) -> None:
-        self.turns.labels(outcome).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

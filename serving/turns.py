@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.base import Engine, OnText, Usage, streams
+from engine.base import Engine, OnText, Usage, sampling_fields, streams
 from engine.errors import EngineError
 from flowstate.constrain import GrammarMode, Grammars
 from flowstate.errors import RequestFailed
@@ -20,6 +20,7 @@ from flowstate.loop import LoopConfig, RequestRun
 from flowstate.nodes import canonical_json, observation_id
 from flowstate.output_stream import AnswerStream, ToolCallStream
 from flowstate.records import StepRecord, ToolCallRecord, unfinished_message
+from flowstate.request_options import RequestOptions
 from flowstate.repository import Repository
 from flowstate.serializer import system_prompt
 from flowstate.tools import ToolSet
@@ -60,26 +61,31 @@ class Turns:
         self.streams_answers = streams(engine) and (stream_answers == "always" or stream_answers == "auto" and constrained)
         self._grammars: OrderedDict[str, Grammars] = OrderedDict()
 
-    def check_tools(self, client_tools: Sequence[Mapping[str, Any]]) -> None:
-        """Client tools may not take a server tool's name; the tool set must compile into a grammar."""
+    def check(self, client_tools: Sequence[Mapping[str, Any]], options: RequestOptions = RequestOptions()) -> None:
+        """Client tools may not take a server tool's name, the engine must honour the sampling asked for, and
+        the tools and answer format must compile into a grammar."""
         clash = {t["name"] for t in client_tools} & set(self.server_tools)
         if clash:
             raise bad_request(f"tools {sorted(clash)} are already server-side tools of this endpoint", "tools")
-        self._grammars_for([*self.server_tools.specs(), *client_tools])
+        refused = options.sampling.given() - sampling_fields(self.engine)
+        if refused:
+            raise bad_request(f"the {self.engine.name} engine cannot honour {', '.join(sorted(refused))} per request",
+                              sorted(refused)[0], "unsupported_parameter")
+        self._grammars_for([*self.server_tools.specs(), *client_tools], options)
 
     def start(self, live: Live, users: Sequence[Mapping[str, Any]], policy: str,
               client_tools: Sequence[dict[str, Any]], key: str | None = None,
-              on_delta: OnDelta | None = None) -> TurnResult:
+              on_delta: OnDelta | None = None, options: RequestOptions = RequestOptions()) -> TurnResult:
         """A new request q_k from the new user message(s); ``key`` is the call's Idempotency-Key."""
-        self.check_tools(client_tools)
+        self.check(client_tools, options)
         query = "\n\n".join(str(m["content"]) for m in users)
         if not query.strip():
             raise bad_request("the user message is empty", "messages")
         specs = [*self.server_tools.specs(), *client_tools]
         live.run = RequestRun(
             engine=self.engine, repo=self.repo, session=live.name, query=query,
-            system=system_prompt(specs, policy, limits=self.limits), tool_specs=specs, config=self.config,
-            grammars=self._grammars_for(specs),
+            system=system_prompt(specs, _with_format(policy, options), limits=self.limits), tool_specs=specs,
+            config=self.config, grammars=self._grammars_for(specs, options), options=options,
         )
         live.client_tools = frozenset(t["name"] for t in client_tools)
         live.transcript.extend(dict(m) for m in users)
@@ -134,12 +140,20 @@ class Turns:
                         return self._result(run, first, message, "tool_calls")
         except RequestFailed as exc:
             live.abandon()
+            steps = tuple(run.steps[first:])
             cause = exc.__cause__
             if isinstance(cause, EngineError) and cause.retryable:  # the engine is down or overloaded, not the model
-                raise APIError(503, f"{exc}; nothing of this request was stored, retry later", type="server_error",
-                               code="engine_unavailable", headers={"Retry-After": str(RETRY_AFTER_S)}) from exc
-            raise APIError(502, f"{exc}; nothing of this request was stored, resend its user message to retry",
-                           type="model_error", code="request_failed") from exc
+                error = APIError(503, f"{exc}; nothing of this request was stored, retry later", type="server_error",
+                                 code="engine_unavailable", headers={"Retry-After": str(RETRY_AFTER_S)})
+            else:
+                faults = "; ".join(f"step {s.index}: {s.protocol_error['block']}: {s.protocol_error['message']}"
+                                   + (" (cut at the token budget)" if s.truncated else "")
+                                   for s in steps if s.protocol_error)
+                error = APIError(502, f"{exc}; nothing of this request was stored, resend its user message to retry"
+                                 + (f". Step errors: {faults}" if faults else ""), type="model_error",
+                                 code="request_failed")
+            error.steps = steps
+            raise error from exc
         except BaseException:  # a storage fault or a bug: the session must not stay half-advanced
             live.abandon()
             raise
@@ -215,13 +229,13 @@ class Turns:
         unfinished = run.record is not None and run.record.unfinished is not None
         return TurnResult(message, finish, usage, steps, run.index_k, finish == "stop", unfinished)
 
-    def _grammars_for(self, specs: Sequence[Mapping[str, Any]]) -> Grammars | None:
+    def _grammars_for(self, specs: Sequence[Mapping[str, Any]], options: RequestOptions) -> Grammars | None:
         if not self.engine.supports_grammar or self.config.grammar is GrammarMode.NONE:
             return None
-        key = canonical_json(list(specs))
+        key = canonical_json([list(specs), options.tool_choice, options.parallel_tool_calls, options.answer_schema])
         grammars = self._grammars.pop(key, None)
         if grammars is None:
-            grammars = Grammars(specs, self.config.grammar, limits=self.limits)
+            grammars = Grammars(specs, self.config.grammar, limits=self.limits, options=options)
             try:
                 grammars.validate()
             except GrammarError as exc:
@@ -231,6 +245,15 @@ class Turns:
         while len(self._grammars) > 16:
             self._grammars.popitem(last=False)
         return grammars
+
+
+def _with_format(policy: str, options: RequestOptions) -> str:
+    """The task policy, plus the answer format a request asks for (the grammar enforces it)."""
+    if options.answer_schema is None:
+        return policy
+    rule = ("Your final answer's content is a JSON value (not a string holding JSON) matching this JSON Schema: "
+            + canonical_json(options.answer_schema))
+    return f"{policy}\n\n{rule}" if policy.strip() else rule
 
 
 def _observation(content: Any) -> Any:

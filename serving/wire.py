@@ -8,7 +8,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from engine.base import Sampling
 from flowstate.nodes import canonical_json
+from flowstate.request_options import RequestOptions
 from serving.errors import bad_request
 
 TOOL_NAME = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
@@ -78,6 +80,51 @@ class ChatRequest(_Ingress):
     stream_options: StreamOptions | None = None
     user: str | None = None
     n: int | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    seed: int | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    stop: str | list[str] | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+
+    def options(self, tool_names: set[str]) -> RequestOptions:
+        """What this request asks of each model call of its turn (400 for what cannot be asked)."""
+        stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        if len(stop) > 4 or any(not isinstance(s, str) or not s for s in stop):
+            raise bad_request("stop is up to 4 non-empty strings", "stop")
+        choice = self.tool_choice if self.tool_choice is not None else "auto"
+        if isinstance(choice, dict):
+            name = (choice.get("function") or {}).get("name") if choice.get("type") == "function" else None
+            if not isinstance(name, str):
+                raise bad_request('tool_choice must be "auto", "none", "required" or {"type": "function", '
+                                  '"function": {"name": …}}', "tool_choice")
+            choice = name
+        elif choice not in ("auto", "none", "required"):
+            raise bad_request('tool_choice must be "auto", "none", "required" or a function', "tool_choice")
+        if choice not in ("auto", "none", "required") and choice not in tool_names:
+            raise bad_request(f"tool_choice names {choice!r}, which is not among this request's tools", "tool_choice")
+        if choice == "required" and not tool_names:
+            raise bad_request('tool_choice "required" needs tools', "tool_choice")
+        return RequestOptions(
+            sampling=Sampling(temperature=self.temperature, top_p=self.top_p, seed=self.seed),
+            max_tokens=self.max_completion_tokens or self.max_tokens, stop=tuple(stop), tool_choice=choice,
+            parallel_tool_calls=self.parallel_tool_calls is not False, answer_schema=self.answer_schema(),
+        )
+
+    def answer_schema(self) -> dict[str, Any] | None:
+        fmt = self.response_format
+        if fmt is None or fmt.get("type") == "text":
+            return None
+        if fmt.get("type") == "json_object":
+            return {"type": "object"}
+        if fmt.get("type") != "json_schema" or not isinstance(fmt.get("json_schema"), dict):
+            raise bad_request('response_format must be {"type": "text" | "json_object"} or {"type": "json_schema", '
+                              '"json_schema": {"name": …, "schema": {…}}}', "response_format")
+        schema = fmt["json_schema"].get("schema", {"type": "object"})
+        _check_schema(schema, "response_format.json_schema.schema")
+        return dict(schema)
 
 
 def canonical_message(message: ChatMessage, where: str) -> dict[str, Any]:
@@ -142,11 +189,20 @@ class IngressLimits:
     body_timeout_s: float = 60.0  # a client must send its whole body within this
 
 
-def check_tools(tools: list[ToolSpec], limits: IngressLimits) -> None:
-    """At most ``max_tools``, unique names, parameters that are valid JSON Schemas of an object."""
+def _check_schema(schema: Any, where: str) -> None:
     from jsonschema import SchemaError
     from jsonschema.validators import validator_for
 
+    if not isinstance(schema, dict):
+        raise bad_request(f"{where} is not a valid JSON Schema: not an object", where)
+    try:
+        validator_for(schema).check_schema(schema)
+    except SchemaError as exc:
+        raise bad_request(f"{where} is not a valid JSON Schema: {exc.message}", where) from None
+
+
+def check_tools(tools: list[ToolSpec], limits: IngressLimits) -> None:
+    """At most ``max_tools``, unique names, parameters that are valid JSON Schemas of an object."""
     if len(tools) > limits.max_tools:
         raise bad_request(f"at most {limits.max_tools} tools per request, got {len(tools)}", "tools")
     names = [t.function.name for t in tools]
@@ -155,10 +211,6 @@ def check_tools(tools: list[ToolSpec], limits: IngressLimits) -> None:
         raise bad_request(f"tool names must be unique; repeated: {', '.join(dupes)}", "tools")
     for i, tool in enumerate(tools):
         schema = tool.function.parameters
-        try:
-            validator_for(schema).check_schema(schema)
-        except SchemaError as exc:
-            raise bad_request(f"tools[{i}].function.parameters is not a valid JSON Schema: {exc.message}",
-                              f"tools[{i}].function.parameters") from None
+        _check_schema(schema, f"tools[{i}].function.parameters")
         if schema.get("type", "object") != "object":
             raise bad_request(f"tools[{i}].function.parameters must describe an object", f"tools[{i}].function.parameters")

@@ -1,0 +1,74 @@
+"""What one request asks of the model beyond its query: sampling, a completion budget, stop sequences,
+which tools it must or may call, and the shape of its final answer.
+
+The grammar makes the tool choice and the answer's JSON schema hold by construction; ``enforce``
+applies the same rules to an output decoded without a grammar (an engine that takes none, or
+``--grammar none``): what breaks them is excluded as malformed and fed back, like any bad item.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.base import Sampling
+from flowstate.protocol import AssistantMessage, Malformed, ModelOutput
+
+TOOL_CHOICES = ("auto", "none", "required")
+
+
+@dataclass(frozen=True)
+class RequestOptions:
+    sampling: Sampling = field(default_factory=Sampling)
+    max_tokens: int | None = None  # per model call; None: the loop's (or the engine's) budget
+    stop: tuple[str, ...] = ()  # the final answer ends before the first of these
+    tool_choice: str = "auto"  # auto | none | required | the one tool's name
+    parallel_tool_calls: bool = True  # False: at most one tool call per step
+    answer_schema: dict[str, Any] | None = None  # the final answer is JSON matching this schema
+
+    @property
+    def required(self) -> bool:
+        """Every step must call a tool (or only update / access state before it does)."""
+        return self.tool_choice not in ("auto", "none")
+
+    @property
+    def only_tool(self) -> str | None:
+        return None if self.tool_choice in TOOL_CHOICES else self.tool_choice
+
+    def tools(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The tools the model may call under this choice."""
+        if self.tool_choice == "none":
+            return []
+        if self.only_tool is not None:
+            return [t for t in specs if t["name"] == self.only_tool]
+        return specs
+
+    def stop_at(self, answer: str) -> str:
+        """The answer up to the first stop sequence."""
+        cut = min((i for i in (answer.find(s) for s in self.stop if s) if i >= 0), default=len(answer))
+        return answer[:cut]
+
+    def enforce(self, output: ModelOutput) -> ModelOutput:
+        """Exclude what the tool choice forbids (the grammar already does; this is for outputs without one)."""
+        bad: list[Malformed] = []
+        calls = list(output.tool_calls)
+        allowed = None if self.tool_choice == "auto" else {t for t in [self.only_tool] if t}
+        kept = []
+        for position, call in enumerate(calls, start=1):
+            if self.tool_choice == "none" or (allowed and call.name not in allowed):
+                bad.append(Malformed("tool_calls", position, f"tool_choice {self.tool_choice!r} does not allow "
+                                     f"calling {call.name!r}", call.name))
+            elif not self.parallel_tool_calls and kept:
+                bad.append(Malformed("tool_calls", position, "parallel_tool_calls is false: one call per step",
+                                     call.name))
+            else:
+                kept.append(call)
+        message = output.assistant_message
+        if self.required and message.content is not None:
+            bad.append(Malformed("assistant_message", 1, f"tool_choice {self.tool_choice!r}: call a tool instead "
+                                 "of answering"))
+            message = AssistantMessage()
+        if not bad:
+            return output
+        return output.model_copy(update={"tool_calls": tuple(kept), "assistant_message": message,
+                                         "malformed": (*output.malformed, *bad)})
