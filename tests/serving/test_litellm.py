@@ -20,8 +20,9 @@ def test_litellm_tool_loop(server: Server) -> None:
     messages: list[Any] = [{"role": "user", "content": "[l] What does hotel A cost?"}]
     answers = []
     while len(answers) < 2:  # a generic tool loop, as harnesses write it
+        # LiteLLM drops `user` for openai/<model> names it does not know: the session is named through extra_body
         r = litellm.completion(model="openai/flowstate", api_base=url, api_key="none", messages=messages,
-                               tools=[PRICE_TOOL], user="lite")
+                               tools=[PRICE_TOOL], extra_body={"user": "lite"})
         msg = r.choices[0].message
         messages.append(msg.model_dump(exclude_none=True))
         if msg.tool_calls:
@@ -33,3 +34,7 @@ def test_litellm_tool_loop(server: Server) -> None:
         messages.append({"role": "user", "content": "[l] Remind me: what did hotel A cost?"})
     assert answers == ["Hotel A costs 120 per night.", "It cost 120 per night."]
     assert r.usage.prompt_tokens > 0
+    import httpx
+
+    session = httpx.get(url + "/sessions/lite").json()
+    assert [q["index"] for q in session["requests"]] == [1, 2]

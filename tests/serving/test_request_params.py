@@ -1,0 +1,96 @@
+"""Each request parameter reaches the engine (the official openai client against the app in process, on a
+recording scripted engine), what an engine cannot honour is a 400, and a failed turn moves the counters."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from fastapi.testclient import TestClient
+
+from engine.scripted import ScriptedEngine
+from flowstate import LoopConfig, Repository
+from serving.app import ServerConfig, create_app
+from tests.helpers import output
+from tests.serving.test_chat import PRICE_TOOL
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[openai.OpenAI, ScriptedEngine, TestClient]]:
+    engine = ScriptedEngine([output(content="Hotel A. Then B.")] * 5 + ["broken"] * 3)
+    with Repository.open(":memory:") as repo:
+        app = create_app(ServerConfig(engine=engine, repo=repo, loop=LoopConfig(max_protocol_errors=3)))
+        with TestClient(app, base_url="http://flowstate.test") as http:
+            yield openai.OpenAI(base_url="http://flowstate.test/v1", api_key="none", http_client=http,
+                                max_retries=0), engine, http
+
+
+def test_sampling_budget_and_stop_reach_the_engine(served: Any) -> None:
+    api, engine, _ = served
+    r = api.chat.completions.create(model="flowstate", user="p", messages=[{"role": "user", "content": "q"}],
+                                    temperature=0.7, top_p=0.9, seed=42, max_completion_tokens=77, stop=[". "])
+    assert r.choices[0].message.content == "Hotel A"  # cut before the stop sequence
+    call = engine.calls[-1]
+    assert call["max_tokens"] == 77 and call["sampling"].temperature == 0.7
+    assert call["sampling"].top_p == 0.9 and call["sampling"].seed == 42
+    api.chat.completions.create(model="flowstate", user="p2", messages=[{"role": "user", "content": "q"}], max_tokens=5)
+    assert engine.calls[-1]["max_tokens"] == 5 and engine.calls[-1]["sampling"] is None
+
+
+@pytest.mark.parametrize(("params", "fragment"), [
+    ({"temperature": 3}, "temperature"),
+    ({"tool_choice": {"type": "function", "function": {"name": "nope"}}, "tools": [PRICE_TOOL]}, "not among"),
+    ({"tool_choice": "required"}, "needs tools"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}},
+     "not a valid JSON Schema"),
+    ({"response_format": {"type": "xml"}}, "response_format"),
+    ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+])
+def test_what_cannot_be_asked_is_a_400(served: Any, params: dict[str, Any], fragment: str) -> None:
+    api, _, _ = served
+    with pytest.raises(openai.BadRequestError, match=fragment):
+        api.chat.completions.create(model="flowstate", user="bad", messages=[{"role": "user", "content": "q"}], **params)
+
+
+def test_an_engine_that_cannot_honour_a_parameter_says_so() -> None:
+    class NoSampling(ScriptedEngine):
+        sampling_fields = frozenset()
+
+    with Repository.open(":memory:") as repo:
+        app = create_app(ServerConfig(engine=NoSampling([output(content="x")]), repo=repo))
+        with TestClient(app, base_url="http://flowstate.test") as http:
+            api = openai.OpenAI(base_url="http://flowstate.test/v1", api_key="none", http_client=http, max_retries=0)
+            with pytest.raises(openai.BadRequestError, match="cannot honour seed per request"):
+                api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "q"}], seed=1)
+
+
+def test_a_failed_turn_moves_the_counters_and_lists_its_step_errors(served: Any) -> None:
+    api, engine, http = served
+    for _ in range(5):
+        engine.generate([])  # use up the good outputs: the next turn gets three broken ones
+    with pytest.raises(openai.APIStatusError) as info:
+        api.chat.completions.create(model="flowstate", user="f", messages=[{"role": "user", "content": "q"}])
+    assert info.value.status_code == 502
+    assert "Step errors: step 1: state_focus: missing <state_focus>" in info.value.message and "step 3:" in info.value.message
+    metrics = {line.split()[0]: float(line.split()[1]) for line in http.get("/metrics").text.splitlines()
+               if line and not line.startswith("#")}
+    assert metrics['flowstate_turns_total{outcome="request_failed"}'] == 1
+    assert metrics["flowstate_model_calls_total"] == 3 and metrics["flowstate_protocol_errors_total"] == 3
+    assert metrics["flowstate_prompt_tokens_total"] > 0
+
+
+def test_a_json_schema_answer_arrives_as_json() -> None:
+    engine = ScriptedEngine([output(content="X").replace('{"content": "X"}', '{"content": {"hotel": "A"}}')])
+    schema = {"type": "object", "properties": {"hotel": {"type": "string"}}, "required": ["hotel"]}
+    with Repository.open(":memory:") as repo:
+        app = create_app(ServerConfig(engine=engine, repo=repo))
+        with TestClient(app, base_url="http://flowstate.test") as http:
+            api = openai.OpenAI(base_url="http://flowstate.test/v1", api_key="none", http_client=http, max_retries=0)
+            r = api.chat.completions.create(
+                model="flowstate", user="j", messages=[{"role": "user", "content": "which?"}],
+                response_format={"type": "json_schema", "json_schema": {"name": "pick", "schema": schema}})
+    assert json.loads(r.choices[0].message.content or "") == {"hotel": "A"}
+    assert "matching this JSON Schema" in engine.prompts[-1][0].content  # the model is told the format
