@@ -176,7 +176,23 @@ class Turns:
             if position in client:
                 on_delta({"tool_calls": [{"index": client[position], "function": {"arguments": text}}]})
 
-        answer = AnswerStream(lambda text: on_delta({"content": text}))
+        stops = [x for x in run.options.stop if x]
+        hold = max((len(x) - 1 for x in stops), default=0)  # a stop sequence may span pieces
+        pending = {"text": "", "stopped": False}
+
+        def on_text(text: str) -> None:  # the answer as decoded, never past a stop sequence
+            if pending["stopped"]:
+                return
+            held = pending["text"] + text
+            cut = run.options.stop_at(held)
+            if len(cut) < len(held):
+                pending["stopped"], ready, pending["text"] = True, cut, ""
+            else:
+                ready, pending["text"] = held[: len(held) - hold], held[len(held) - hold:]
+            if ready:
+                on_delta({"content": ready})
+
+        answer = AnswerStream(on_text)
         calls = ToolCallStream(on_call, on_arguments)
 
         def feed(piece: str) -> None:

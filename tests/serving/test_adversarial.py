@@ -171,13 +171,17 @@ def test_one_sessions_turns_stay_serialized_under_eviction_pressure(server: Serv
 
 def test_the_answer_streams_token_by_token(server: Server) -> None:
     answer = 'Hotel A costs 120 per night; "quiet" rooms — ☃.'
-    script = lines("[t]", [output(content=answer), output(content=answer)])
+    script = lines("[t]", [output(content=answer)] * 3)
     api = client(server.start(script, "--stream-answers", "always"))
     chunks = list(api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[t] price?"}],
                                               user="tok", stream=True))
     pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
     assert "".join(pieces) == answer and len(pieces) > 5  # many deltas, not one piece at the end
     assert chunks[-1].choices[0].finish_reason == "stop"
+    stopped = list(api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[t] again?"}],
+                                               user="tok3", stream=True, stop=["per ni"]))
+    pieces = [c.choices[0].delta.content for c in stopped if c.choices and c.choices[0].delta.content]
+    assert "".join(pieces) == "Hotel A costs 120 "  # a stream never passes a stop sequence
     server.stop()
     api = client(server.start(script, "--stream-answers", "never"))
     chunks = list(api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[t] again"}],
