@@ -39,7 +39,7 @@ def load(name: str, *, preset: str | None = None, **options: Any) -> Engine:
     if preset is not None:
         from engine.presets import preset as preset_options
 
-        taken = getattr(owner, "options", frozenset())
+        taken: frozenset[str] = getattr(owner, "options", frozenset())
         given = {**{k: v for k, v in preset_options(preset).items() if k in taken}, **given}
     engine: Engine = getattr(owner, factory)(**given)
     return engine

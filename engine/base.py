@@ -79,6 +79,8 @@ class Engine(Protocol):
         max_tokens: int | None = None,
     ) -> Generation: ...
 
+    def count_tokens(self, text: str) -> int: ...
+
 
 @dataclass(frozen=True)
 class Sampling:
@@ -106,5 +108,3 @@ OnText = Callable[[str], None]
 def streams(engine: object) -> bool:
     """Whether ``engine.generate`` takes ``on_text``."""
     return bool(getattr(engine, "streams", False))
-
-    def count_tokens(self, text: str) -> int: ...

@@ -28,7 +28,7 @@ from flowstate.tools import ToolSet, load_tools
 
 
 
-class _JsonObject(click.ParamType):
+class _JsonObject(click.ParamType[dict[str, Any], Any]):
     name = "JSON"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> dict[str, Any]:

@@ -161,8 +161,11 @@ def parse_output(
         malformed.append(Malformed("assistant_message", 1, "a final answer in the same step as tool calls was "
                                    "not given; answer once you have seen the tool results"))
         values["assistant_message"] = AssistantMessage()
-    output = ModelOutput.model_construct(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()},
-                                         malformed=tuple(malformed))
+    output = ModelOutput.model_construct(
+        state_focus=tuple(values.get("state_focus", ())), state_delta=tuple(values.get("state_delta", ())),
+        tool_calls=tuple(values.get("tool_calls", ())),
+        assistant_message=values.get("assistant_message", AssistantMessage()), malformed=tuple(malformed),
+    )
     if output.is_empty() and not malformed:
         parts = [b for b in ("state_focus", "state_delta") if b in blocks] + ["the execution decision"]
         raise ProtocolError("output", f"all of {', '.join(parts)} are empty; at least one must be non-empty")

@@ -199,11 +199,13 @@ def bounded(limits: Limits = STANDARD) -> BoundedProtocol:
                            content=(Annotated[str, Field(max_length=limits.content)] | None, None))
     blocks: dict[str, Any] = {
         "state_focus": Annotated[list[focus], Field(max_length=limits.focus)],  # type: ignore[valid-type]
-        "state_delta": Annotated[list[op], Field(max_length=limits.ops)],  # type: ignore[valid-type]
+        "state_delta": Annotated[list[op], Field(max_length=limits.ops)],
         "tool_calls": Annotated[list[ToolCall], Field(max_length=limits.tool_calls)],
         "assistant_message": message,
     }
-    items = {"state_focus": TypeAdapter(focus), "state_delta": TypeAdapter(op), "tool_calls": TypeAdapter(ToolCall)}
+    items: dict[str, TypeAdapter[Any]] = {
+        "state_focus": TypeAdapter(focus), "state_delta": TypeAdapter(op), "tool_calls": TypeAdapter(ToolCall),
+    }
     return BoundedProtocol(limits, items, TypeAdapter(message), blocks)
 
 

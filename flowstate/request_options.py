@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.base import Sampling
-from flowstate.protocol import AssistantMessage, Malformed, ModelOutput
+from flowstate.protocol import AssistantMessage, Malformed, ModelOutput, ToolCall
 
 TOOL_CHOICES = ("auto", "none", "required")
 
@@ -53,7 +53,7 @@ class RequestOptions:
         bad: list[Malformed] = []
         calls = list(output.tool_calls)
         allowed = None if self.tool_choice == "auto" else {t for t in [self.only_tool] if t}
-        kept = []
+        kept: list[ToolCall] = []
         for position, call in enumerate(calls, start=1):
             if self.tool_choice == "none" or (allowed and call.name not in allowed):
                 bad.append(Malformed("tool_calls", position, f"tool_choice {self.tool_choice!r} does not allow "

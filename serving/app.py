@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,10 +192,12 @@ async def chat(request: Request) -> JSONResponse | StreamingResponse:
         return replayed(completion_id, body.model, message, finish, extension, bool(body.stream))
 
     deltas: asyncio.Queue[dict[str, Any]] | None = asyncio.Queue() if body.stream else None
-    on_delta = None
+    on_delta: Callable[[dict[str, Any]], None] | None = None
     if deltas is not None:
         loop, queue = asyncio.get_running_loop(), deltas
-        on_delta = lambda delta: loop.call_soon_threadsafe(queue.put_nowait, delta)  # noqa: E731
+
+        def on_delta(delta: dict[str, Any]) -> None:  # called from the turn's worker thread
+            loop.call_soon_threadsafe(queue.put_nowait, delta)
 
     async def turn() -> TurnResult:
         started = time.perf_counter()

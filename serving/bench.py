@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,26 +31,15 @@ class _Call:
     max_tokens: int | None
 
 
-@dataclass
 class Recorder:
     """Passes every call to the engine and keeps it, by session (the session's tag is in its prompt)."""
 
-    inner: Engine
-    calls: list[_Call] = field(default_factory=list)
-    completion_tokens: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def supports_grammar(self) -> bool:
-        return self.inner.supports_grammar
-
-    @property
-    def streams(self) -> bool:
-        return streams(self.inner)
+    def __init__(self, inner: Engine) -> None:
+        self.inner = inner
+        self.name, self.supports_grammar, self.streams = inner.name, inner.supports_grammar, streams(inner)
+        self.calls: list[_Call] = []
+        self.completion_tokens = 0
+        self._lock = threading.Lock()
 
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None) -> Generation:
@@ -63,7 +52,7 @@ class Recorder:
         return gen
 
     def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
+        return int(self.inner.count_tokens(text))
 
 
 def _free_port() -> int:

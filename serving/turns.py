@@ -176,19 +176,19 @@ class Turns:
             if position in client:
                 on_delta({"tool_calls": [{"index": client[position], "function": {"arguments": text}}]})
 
-        stops = [x for x in run.options.stop if x]
-        hold = max((len(x) - 1 for x in stops), default=0)  # a stop sequence may span pieces
-        pending = {"text": "", "stopped": False}
+        hold = max((len(x) - 1 for x in run.options.stop if x), default=0)  # a stop sequence may span pieces
+        held, stopped = "", False
 
         def on_text(text: str) -> None:  # the answer as decoded, never past a stop sequence
-            if pending["stopped"]:
+            nonlocal held, stopped
+            if stopped:
                 return
-            held = pending["text"] + text
+            held += text
             cut = run.options.stop_at(held)
             if len(cut) < len(held):
-                pending["stopped"], ready, pending["text"] = True, cut, ""
+                stopped, ready, held = True, cut, ""
             else:
-                ready, pending["text"] = held[: len(held) - hold], held[len(held) - hold:]
+                ready, held = held[: len(held) - hold], held[len(held) - hold:]
             if ready:
                 on_delta({"content": ready})
 
