@@ -236,8 +236,10 @@ async def _unnamed(s: Services, ns: str, base: str, conversation: list[dict[str,
         stored = await anyio.to_thread.run_sync(s.config.repo.sessions, ns + base)
         candidates = [n for n in sorted({*stored, *s.sessions.names(ns + base)})
                       if n == ns + base or n.startswith(ns + base + ".")]
-        best, best_len = None, -1
-        resent = any(m["role"] == "assistant" for m in conversation)  # more than an opening: one conversation's history
+        best, best_rank = None, (-1, -1)
+        first_user = next((i for i, m in enumerate(conversation) if m["role"] == "user"), len(conversation))
+        # an assistant message after the first user message: the history of one answered conversation
+        resent = any(m["role"] == "assistant" for m in conversation[first_user:])
         for full in candidates:
             live = s.sessions.view(full)
             kind = match(conversation, live.transcript).kind
@@ -246,8 +248,9 @@ async def _unnamed(s: Services, ns: str, base: str, conversation: list[dict[str,
                 if key is not None and key in live.replies:
                     best = full
                     break
-                if len(live.transcript) > best_len:
-                    best, best_len = full, len(live.transcript)
+                rank = (kind == "continues", len(live.transcript))  # a conversation in progress before a replay
+                if rank > best_rank:
+                    best, best_rank = full, rank
         if best is None:
             used = set(candidates)
             best = ns + base if ns + base not in used else next(

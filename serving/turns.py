@@ -78,9 +78,9 @@ class Turns:
               on_delta: OnDelta | None = None, options: RequestOptions = RequestOptions()) -> TurnResult:
         """A new request q_k from the new user message(s); ``key`` is the call's Idempotency-Key."""
         self.check(client_tools, options)
-        query = "\n\n".join(str(m["content"]) for m in users)
-        if not query.strip():
+        if not "".join(str(m["content"] or "") for m in users if m["role"] == "user").strip():
             raise bad_request("the user message is empty", "messages")
+        query = query_text(users)
         specs = [*self.server_tools.specs(), *client_tools]
         live.run = RequestRun(
             engine=self.engine, repo=self.repo, session=live.name, query=query,
@@ -263,6 +263,15 @@ class Turns:
         return grammars
 
 
+def query_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The request's query: its user messages, and the assistant messages the client wrote before them
+    (context for the model, marked as not its own words)."""
+    parts = [str(m["content"] or "") if m["role"] == "user"
+             else f"[an assistant message the client wrote, not one of your replies]: {m['content'] or ''}"
+             for m in messages]
+    return "\n\n".join(p for p in parts if p.strip())
+
+
 def _with_format(policy: str, options: RequestOptions) -> str:
     """The task policy, plus the answer format a request asks for (the grammar enforces it)."""
     if options.answer_schema is None:
@@ -294,7 +303,8 @@ def check_pending(live: Live, new: Sequence[Mapping[str, Any]]) -> tuple[str, li
     if "tool" in roles:
         tool_id = next(m["tool_call_id"] for m in new if m["role"] == "tool")
         raise bad_request(f"tool message {tool_id!r} answers no pending call", "messages", "unknown_tool_call_id")
-    if roles != {"user"}:
-        raise bad_request("new messages must be user messages; assistant messages are the replies this server gave",
-                          "messages", "unexpected_assistant_message")
+    if new[-1]["role"] != "user" or any(m.get("tool_calls") for m in new if m["role"] == "assistant"):
+        raise bad_request("new messages must end with a user message; assistant messages the client writes (a "
+                          "greeting, examples) may come before it, without tool calls", "messages",
+                          "unexpected_assistant_message")
     return "start", list(new)

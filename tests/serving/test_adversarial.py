@@ -205,3 +205,28 @@ def test_client_tool_calls_stream_as_they_are_decoded(server: Server) -> None:
             {"id": head.id, "type": "function", "function": {"name": "get_price", "arguments": arguments}}]},
         {"role": "tool", "tool_call_id": head.id, "content": '{"price": 120}'}])
     assert r.choices[0].message.content == "Hotel A costs 120 per night."  # the streamed history is recognised
+
+
+def test_a_harness_that_greets_first_and_runs_several_trials(server: Server) -> None:
+    """As tau2-bench's agent loop does: its own canned greeting opens every conversation, the whole history
+    is resent each turn, tool calls go round trip, and the same task runs twice without naming sessions."""
+    script = lines("[h]", [output(tools=[{"name": "get_price", "arguments": {"hotel": "A"}}]),
+                           output(content="Hotel A costs 120 per night.")] * 2)
+    api = client(server.start(script))
+    sessions = set()
+    for _trial in range(2):
+        messages: list[Any] = [{"role": "system", "content": "You are a hotel agent."},
+                               {"role": "assistant", "content": "Hi! How can I help you today?"},
+                               {"role": "user", "content": "[h] What does hotel A cost?"}]
+        while True:
+            r = api.chat.completions.create(model="flowstate", messages=messages, tools=[PRICE_TOOL])
+            msg = r.choices[0].message
+            messages.append(msg.model_dump(exclude_none=True))
+            if not msg.tool_calls:
+                break
+            messages += [{"role": "tool", "tool_call_id": c.id, "content": '{"price": 120}'} for c in msg.tool_calls]
+        assert msg.content == "Hotel A costs 120 per night."
+        sessions.add(r.model_extra["flowstate"]["session"])
+        stored = api.get(f"/sessions/{r.model_extra['flowstate']['session']}", cast_to=object)
+        assert "Hi! How can I help you today?" in stored["requests"][0]["query"]  # the model saw the greeting
+    assert len(sessions) == 2  # two trials, two sessions
