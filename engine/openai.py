@@ -53,8 +53,18 @@ class OpenAIEngine:
         self.model = model or self._first_model()
 
     @classmethod
-    def from_options(cls, **options: Any) -> OpenAIEngine:
-        return cls(**check_options(cls.name, options, set(cls.options)))
+    def from_options(cls, **options: Any) -> Any:
+        """One server, or — for ``base_url="URL1,URL2,…"`` — a session-affine router over several."""
+        given = check_options(cls.name, options, set(cls.options))
+        urls = [u.strip() for u in str(given.get("base_url") or "").split(",") if u.strip()]
+        if len(urls) <= 1:
+            return cls(**given)
+        from engine.router import RouterEngine
+
+        first = cls(**{**given, "base_url": urls[0], "retries": given.get("retries", 1)})
+        rest = [cls(**{**given, "base_url": u, "model": first.model, "retries": given.get("retries", 1)})
+                for u in urls[1:]]
+        return RouterEngine([first, *rest])
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run a client call with retries on transient faults; classify what remains."""

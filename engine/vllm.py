@@ -27,6 +27,23 @@ from engine.errors import EngineConfigError, EngineError
 CPU_KV_CACHE_BYTES = 1 << 30  # on CPU, vLLM otherwise reserves most of the machine's memory
 
 
+def check_engine_args(args: dict[str, Any], dataclass_type: Any) -> dict[str, Any]:
+    """``args`` if every key is a field of vLLM's engine-argument dataclass; else a clear error naming the
+    closest valid keys."""
+    import dataclasses
+    import difflib
+
+    valid = {f.name for f in dataclasses.fields(dataclass_type)}
+    for key in args:
+        if key not in valid:
+            close = difflib.get_close_matches(key, sorted(valid), n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise EngineConfigError(f"unknown vLLM engine argument {key!r}{hint}")
+    if "model" in args:
+        raise EngineConfigError("give the model with --model, not as a vLLM engine argument")
+    return dict(args)
+
+
 class VLLMEngine:
     """vLLM in-process: continuous batching across threads, prefix caching, guidance/xgrammar grammars."""
 
@@ -35,7 +52,8 @@ class VLLMEngine:
     streams = True
     sampling_fields = frozenset({"temperature", "top_p", "seed"})
     options = frozenset({"model", "dtype", "temperature", "top_p", "max_tokens", "backend", "max_model_len",
-                         "gpu_memory_utilization", "kv_cache_bytes", "enforce_eager", "chat_template_kwargs"})
+                         "gpu_memory_utilization", "kv_cache_bytes", "enforce_eager", "chat_template_kwargs",
+                         "engine_args"})
 
     def __init__(
         self,
@@ -51,7 +69,11 @@ class VLLMEngine:
         kv_cache_bytes: int | None = None,
         enforce_eager: bool | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        engine_args: dict[str, Any] | None = None,
     ) -> None:
+        """``engine_args`` are any of vLLM's own engine arguments (``AsyncEngineArgs`` fields, e.g.
+        ``tensor_parallel_size``, ``quantization``, ``kv_cache_dtype``, ``max_num_seqs``); they win over the
+        options above and are checked against vLLM's dataclass before anything loads."""
         if model is None:
             raise EngineConfigError(
                 "the vllm engine needs --model: a transformers folder (flowstate model export DIR writes the embedded model)"
@@ -79,6 +101,8 @@ class VLLMEngine:
             kwargs["kv_cache_memory_bytes"] = kv_cache_bytes or CPU_KV_CACHE_BYTES
         elif gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        kwargs.update(check_engine_args(engine_args or {}, AsyncEngineArgs))
+        max_model_len = int(kwargs["max_model_len"])
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-async", daemon=True)
         self._thread.start()

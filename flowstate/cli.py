@@ -46,6 +46,20 @@ class _JsonObject(click.ParamType[dict[str, Any], Any]):
 JSON_OBJECT = _JsonObject()
 
 
+def _engine_args(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Any] | None:
+    """``--vllm-arg KEY=VALUE`` pairs as a dict (None when none were given, so other engines never see it)."""
+    out: dict[str, Any] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", ctx, param)
+        try:
+            out[key.strip().replace("-", "_")] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key.strip().replace("-", "_")] = raw
+    return out or None
+
+
 def default_db() -> Path:
     """``$FLOWSTATE_DB``, else ``$XDG_DATA_HOME/flowstate/flowstate.db`` (``~/.local/share`` by default)."""
     if os.environ.get("FLOWSTATE_DB"):
@@ -83,6 +97,9 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                           "(32768 at most), thinking off. Explicit options win."),
         click.option("--chat-template-kwargs", default=None, type=JSON_OBJECT,
                      help='Variables for the model\'s chat template, as a JSON object, e.g. \'{"enable_thinking": false}\'.'),
+        click.option("--vllm-arg", "engine_args", multiple=True, callback=_engine_args, metavar="KEY=VALUE",
+                     help="vllm: any vLLM engine argument, repeatable, e.g. tensor_parallel_size=8, "
+                          "kv_cache_dtype=fp8, max_num_seqs=256 (VALUE as JSON when it parses, else text)."),
         click.option("--grammar", "grammar_mode", default=GrammarMode.STEP.value, show_default=True,
                      type=click.Choice([m.value for m in GrammarMode]), help="Constrained decoding: per-step id-aware, static protocol, or none."),
     ]
@@ -357,9 +374,8 @@ def evaluate(
         for name in strategy_list or ("",):
             get(name)
         loaded: list[Any] = []
-        if policy is None:
-            urls = (engine_opts.pop("base_url") or "").split(",")
-            loaded = [engines.load(**engine_opts, base_url=u or None) for u in urls]
+        if policy is None:  # several --base-url servers: one routing engine, each task's calls on one server
+            loaded = [engines.load(**engine_opts)]
         label = f"{engine_opts['name']}:{engine_opts.get('model') or 'default'}"
         config = EvalConfig(
             suites=names, strategies=strategy_list, tasks=tasks, depth=depth, out=out, seed=seed, concurrency=concurrency,

@@ -8,6 +8,7 @@ instead); a request that fails (repeated protocol errors, engine fault) persists
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -74,6 +75,21 @@ def _observation_node(call: ToolCallRecord, request: int) -> Node:
         id=call.observation_id, kind="observation", type=StateType.KNOWLEDGE, summary=summary,
         value=value, request=request,
     )
+
+
+log = logging.getLogger("flowstate.loop")
+_WARNED: set[int] = set()
+
+
+def _no_prefix_reuse(engine: Engine) -> None:
+    """Warn once per engine: a call whose prompt repeats the previous call's prefix got nothing from the cache."""
+    if id(engine) in _WARNED:
+        return
+    _WARNED.add(id(engine))
+    log.warning(
+        "the %s engine reported 0 cached prompt tokens for a call whose prompt repeats the previous call's prefix: "
+        "prefix caching is off or ineffective (vLLM: --enable-prefix-caching, and --enable-prompt-tokens-details for "
+        "the count; hybrid-attention models such as Qwen3.5: see the README)", engine.name)
 
 
 def require_query(query: str) -> None:
@@ -170,6 +186,8 @@ class RequestRun:
             per_call: dict[str, Any] = {"on_text": on_text} if on_text is not None and streams(self.engine) else {}
             if self.options.sampling.given():
                 per_call["sampling"] = self.options.sampling
+            if getattr(self.engine, "routes", False):  # several servers: this session's calls stay on one
+                per_call["affinity"] = self.session
             generation = self.engine.generate(messages, grammar=grammar, max_tokens=self.options.max_tokens or
                                               self.config.max_tokens, **per_call)
         except EngineError as exc:
@@ -180,6 +198,8 @@ class RequestRun:
         except ProtocolError as exc:
             return self._unparsed(t, generation, grammar_ms, exc)
         self._errors = 0
+        if t > 1 and generation.usage.prompt_tokens and not generation.usage.cached_tokens:
+            _no_prefix_reuse(self.engine)
 
         accepted, refused = validate_access(self.state, output.state_focus)  # against S_k,t
         update = apply_delta(self.state, output.state_delta)  # S+_k,t

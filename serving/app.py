@@ -80,7 +80,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     app = FastAPI(title="FlowState", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.services = Services(
         config=config, keys=Keys(config.keys), sessions=Registry(config.repo, config.max_live_sessions),
-        turns=Turns(config.engine, config.repo, config.tools, config.loop, config.stream_answers), metrics=Metrics(),
+        turns=Turns(config.engine, config.repo, config.tools, config.loop, config.stream_answers),
+        metrics=Metrics(config.engine),
         limiter=anyio.CapacityLimiter(config.max_concurrency),
         models={config.model_id, getattr(config.engine, "model_name", config.model_id)},
     )

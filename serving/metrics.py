@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from collections.abc import Sequence
 
@@ -15,8 +19,10 @@ LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 class Metrics:
     """One registry per app, so several servers in one process never share counts."""
 
-    def __init__(self) -> None:
+    def __init__(self, engine: object = None) -> None:
         self.registry = r = CollectorRegistry()
+        if hasattr(engine, "server_stats"):
+            r.register(_ServerCollector(engine))
         self.turns = Counter("flowstate_turns", "Chat completion calls by outcome", ["outcome"], registry=r)
         self.requests = Counter("flowstate_requests_finished", "Agent requests answered and persisted", registry=r)
         self.model_calls = Counter("flowstate_model_calls", "Model calls (agent steps)", registry=r)
@@ -60,3 +66,24 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _ServerCollector(Collector):
+    """Per-server figures of a routing engine, read when /metrics is scraped."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def collect(self) -> Any:
+        stats = self.engine.server_stats()
+        families = {
+            "calls": GaugeMetricFamily("flowstate_server_calls", "Model calls served, per server", labels=["server"]),
+            "cached_share": GaugeMetricFamily("flowstate_server_cached_share",
+                                              "Share of prompt tokens the server reported cached", labels=["server"]),
+            "errors": GaugeMetricFamily("flowstate_server_errors", "Calls the server failed", labels=["server"]),
+            "down": GaugeMetricFamily("flowstate_server_down", "1 while the server is marked down", labels=["server"]),
+        }
+        for url, figures in stats.items():
+            for key, family in families.items():
+                family.add_metric([url], figures[key])
+        yield from families.values()

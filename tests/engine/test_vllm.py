@@ -63,8 +63,13 @@ def check_two_calls(engine: object) -> None:
 def test_vllm_in_process(model_dir: Path) -> None:
     from engine.vllm import VLLMEngine
 
-    engine = VLLMEngine(model=str(model_dir), max_tokens=512)
+    with pytest.raises(EngineConfigError, match="did you mean max_num_seqs"):  # refused before anything loads
+        VLLMEngine(model=str(model_dir), engine_args={"max_num_seq": 4})
+    engine = VLLMEngine(model=str(model_dir), max_tokens=512, engine_args={"max_num_seqs": 4, "max_model_len": 4096})
     try:
+        config = engine.llm.vllm_config  # vLLM's own engine arguments are in effect
+        assert config.scheduler_config.max_num_seqs == 4 and config.model_config.max_model_len == 4096
+        assert engine.max_model_len == 4096
         check_two_calls(engine)
         # calls from concurrent threads (sessions of a server, tasks of an eval) join vLLM's running batch
         first, second, grammar = prompts()
