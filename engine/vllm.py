@@ -53,7 +53,7 @@ class VLLMEngine:
     sampling_fields = frozenset({"temperature", "top_p", "seed"})
     options = frozenset({"model", "dtype", "temperature", "top_p", "max_tokens", "backend", "max_model_len",
                          "gpu_memory_utilization", "kv_cache_bytes", "enforce_eager", "chat_template_kwargs",
-                         "engine_args"})
+                         "engine_args", "tensor_parallel_size"})
 
     def __init__(
         self,
@@ -70,6 +70,7 @@ class VLLMEngine:
         enforce_eager: bool | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         engine_args: dict[str, Any] | None = None,
+        tensor_parallel_size: int | None = None,
     ) -> None:
         """``engine_args`` are any of vLLM's own engine arguments (``AsyncEngineArgs`` fields, e.g.
         ``tensor_parallel_size``, ``quantization``, ``kv_cache_dtype``, ``max_num_seqs``); they win over the
@@ -101,6 +102,8 @@ class VLLMEngine:
             kwargs["kv_cache_memory_bytes"] = kv_cache_bytes or CPU_KV_CACHE_BYTES
         elif gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        if tensor_parallel_size is not None:
+            kwargs["tensor_parallel_size"] = tensor_parallel_size
         kwargs.update(check_engine_args(engine_args or {}, AsyncEngineArgs))
         max_model_len = int(kwargs["max_model_len"])
         self._loop = asyncio.new_event_loop()

@@ -97,6 +97,12 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                           "(32768 at most), thinking off. Explicit options win."),
         click.option("--chat-template-kwargs", default=None, type=JSON_OBJECT,
                      help='Variables for the model\'s chat template, as a JSON object, e.g. \'{"enable_thinking": false}\'.'),
+        click.option("--tensor-parallel-size", default=None, type=click.IntRange(min=1),
+                     help="vllm: GPUs to shard the model over [default: 1]."),
+        click.option("--max-model-len", default=None, type=click.IntRange(min=16),
+                     help="vllm: context length [default: 8192]."),
+        click.option("--gpu-memory-utilization", default=None, type=click.FloatRange(0.05, 1.0),
+                     help="vllm: share of GPU memory for weights and KV cache [default: vLLM's]."),
         click.option("--vllm-arg", "engine_args", multiple=True, callback=_engine_args, metavar="KEY=VALUE",
                      help="vllm: any vLLM engine argument, repeatable, e.g. tensor_parallel_size=8, "
                           "kv_cache_dtype=fp8, max_num_seqs=256 (VALUE as JSON when it parses, else text)."),
