@@ -257,7 +257,11 @@ async def _unnamed(s: Services, ns: str, base: str, conversation: list[dict[str,
             best = ns + base if ns + base not in used else next(
                 f"{ns}{base}.{i}" for i in range(1, len(used) + 2) if f"{ns}{base}.{i}" not in used)
         await s.sessions.enter(best)
-        s.sessions.live(best)  # in memory from now on, so a concurrent new conversation picks another name
+        try:
+            s.sessions.live(best)  # in memory from now on, so a concurrent new conversation picks another name
+        except BaseException:
+            s.sessions.leave(best)
+            raise
         return best[len(ns):]
     finally:
         s.sessions.leave(guard)
