@@ -39,7 +39,7 @@ def run(llama: LlamaCppEngine, options: RequestOptions, query: str, steps: int =
     repo = Repository.open(":memory:")
     system = system_prompt(hotel.TOOLS.specs(), hotel.POLICY, limits=COMPACT)
     r = RequestRun(engine=llama, repo=repo, session="s", query=query, system=system, tool_specs=hotel.TOOLS.specs(),
-                   config=LoopConfig(max_steps=steps, max_tokens=256), options=options)
+                   config=LoopConfig(max_steps=steps, max_tokens=512, max_protocol_errors=steps), options=options)
     while r.record is None and not r.pending and len(r.steps) < steps:
         r.step()
     return r
