@@ -135,8 +135,11 @@ class VLLMEngine:
 
     def close(self) -> None:
         """Stop vLLM's engine core and workers now rather than at interpreter exit."""
+        llm, self.llm = self.llm, None  # released now, not at interpreter exit (vLLM's __del__ then fails)
         try:
-            self.llm.shutdown()
+            if llm is not None:
+                llm.shutdown()
+            del llm
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
