@@ -118,9 +118,7 @@ class VLLMEngine:
         except Exception as exc:
             self._loop.call_soon_threadsafe(self._loop.stop)
             raise EngineConfigError(f"vLLM could not start with model {model}: {type(exc).__name__}: {exc}") from exc
-        self.tokenizer = self.llm.get_tokenizer() if hasattr(self.llm, "get_tokenizer") else self.llm.tokenizer
-        if asyncio.iscoroutine(self.tokenizer):
-            self.tokenizer = asyncio.run_coroutine_threadsafe(self.tokenizer, self._loop).result()
+        self.tokenizer = self.llm.get_tokenizer()
         self.model_name = model
         self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
         self.max_model_len = max_model_len
