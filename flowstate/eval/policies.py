@@ -2,10 +2,10 @@
 
 ``PolicyEngine`` is an engine whose outputs a policy computes from the prompt, so a suite runs
 through the real loop, strategies, validation and repository exactly as a model's outputs would.
-The policy reads facts (flat tool results) wherever the prompt shows them. With memory it also
-records every tool result as a state (ISU, where the strategy has it) and asks for earlier states
-and the tool results they reference (PSA, where it has it); without memory it ignores everything
-from earlier requests and guesses where a fact from them is needed.
+The policy reads facts (what it distills from tool results) wherever the prompt shows them. With
+memory it also records the durable facts of each tool result as a state (ISU, where the strategy has
+it) and asks for earlier states and the tool results they reference (PSA, where it has it); without
+memory it ignores everything from earlier requests and guesses where a fact from them is needed.
 """
 
 from __future__ import annotations
@@ -14,18 +14,16 @@ import json
 import re
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from engine.base import Generation, Message, Usage
 from engine.scripted import common_prefix, flatten, tokenize
-from flowstate.eval.task import Answer, Call, Need, Task
+from flowstate.eval.task import Answer, Call, Decision, Need, Task
 from flowstate.nodes import OBSERVATION_PREFIX
-from flowstate.limits import COMPACT
+from flowstate.limits import STANDARD, Limits
 from flowstate.protocol import ModelOutput, render_output
 from flowstate.strategies import Strategy
-
-# the policies' outputs stay inside the compact profile, so they are valid under every profile
-MAX_TEXT, MAX_FOCUS = COMPACT.text, COMPACT.focus
 
 _SECTION = re.compile(r"<([a-z_]+)>\n(.*?)</\1>", re.S)
 
@@ -46,81 +44,149 @@ def sections(user: str) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _result(item: dict[str, Any]) -> dict[str, Any]:
-    """The facts an item holds: an observation's result, or a state's value (its result if it is one)."""
-    value = item.get("value", item)
-    if isinstance(value, dict) and "tool" in value:
-        value = value.get("result")
-    return value if isinstance(value, dict) else {}
+@dataclass(frozen=True)
+class Step:
+    """What the policy saw and did at one step, for checking that no step could have been merged."""
+
+    k: int
+    t: int
+    facts: dict[str, Any]
+    new: frozenset[str]  # fact keys that arrived at this step (a tool result, or content disclosed from history)
+    visible: frozenset[str]  # ids the policy could ask for at this step
+    focus: tuple[str, ...]
+    decision: Decision
 
 
 class Policy:
-    """The decision of one step, given the task, the strategy and whether memory is used."""
+    """The decision of one step, given the task, the strategy and whether memory is used.
 
-    def __init__(self, task: Task, strategy: Strategy, memory: bool) -> None:
-        self.task, self.strategy, self.memory = task, strategy, memory
+    The oracle is minimal for its strategy: at a request's first step it asks memory for everything
+    the subtask depends on *together with* any action that does not depend on it, acts as soon as
+    what it needs is in view, and records only what later subtasks need (``Task.durable``) as
+    states. Its token counts are a lower bound a real model can only exceed.
+    """
 
-    def facts(self, parts: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    def __init__(self, task: Task, strategy: Strategy, memory: bool, limits: Limits = STANDARD) -> None:
+        self.task, self.strategy, self.memory, self.limits = task, strategy, memory, limits
+        self.trace: list[Step] = []
+        self._seen: set[str] = set()
+
+    def _facts_of(self, item: dict[str, Any]) -> dict[str, Any]:
+        """The facts an item holds: a tool result's distilled facts, or a state's value."""
+        value = item.get("value", item)
+        if isinstance(value, dict) and "tool" in value:
+            return self.task.distill(str(value["tool"]), value.get("result"))
+        return dict(value) if isinstance(value, dict) else {}
+
+    def facts(self, parts: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, Any], set[str]]:
+        """Every fact in view, and the keys of those that arrived at this step."""
         sources: list[dict[str, Any]] = []
         if self.memory:
             sources += [i for i in parts.get("interaction_history", []) if "observation_id" in i]
         sources += [e for e in parts.get("active_state", []) if self.memory or "source_query" not in e]
-        sources += parts.get("trajectory", []) + parts.get("latest_observation", [])
+        sources += parts.get("trajectory", [])
         facts: dict[str, Any] = {}
+        new: set[str] = set()
         for item in sources:
-            facts.update(_result(item))
-        return facts
+            found = self._facts_of(item)
+            facts.update(found)
+            if "source_query" in item and item.get("state_id") not in self._seen:  # disclosed at this step
+                new.update(found)
+        for item in parts.get("latest_observation", []):
+            found = self._facts_of(item)
+            facts.update(found)
+            new.update(found)
+        return facts, new
 
     def record(self, observations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """ISU: each tool result becomes a knowledge state that cites it."""
+        """ISU: the durable facts of each tool result become a knowledge state that cites it."""
         ops = []
         for o in observations:
-            result = o.get("result")
-            if not isinstance(result, dict) or not result:
+            facts = {key: v for key, v in self._facts_of(o).items() if self.task.durable(key)}
+            if not facts:
                 continue
-            summary = f"{o['tool']} result: {', '.join(result)}"
+            summary = f"{o['tool']} result: {', '.join(facts)}"
             ops.append({
                 "operation": "add", "state_set": "knowledge", "state_id": "fact_" + o["observation_id"][len(OBSERVATION_PREFIX):],
-                "summary": summary if len(summary) <= MAX_TEXT else summary[: MAX_TEXT - 1] + "…",
-                "value": result, "refs": [{"rel": "supports", "state_id": o["observation_id"]}],
+                "summary": summary if len(summary) <= self.limits.text else summary[: self.limits.text - 1] + "…",
+                "value": facts, "refs": [{"rel": "supports", "state_id": o["observation_id"]}],
             })
-        return ops[:4]
+        return ops[: self.limits.ops]
+
+    @staticmethod
+    def visible(parts: dict[str, list[dict[str, Any]]]) -> tuple[list[dict[str, Any]], set[str], list[str]]:
+        """The index's states, the ids in the Active State, and the obs ids its entries reference."""
+        listed = [s for entry in parts.get("historical_state_index", []) for s in entry.get("states", [])]
+        shown = {str(e.get("state_id")) for e in parts.get("active_state", [])}
+        related = [r["state_id"] for e in parts.get("active_state", []) for r in e.get("related_states", [])
+                   if r["state_id"].startswith(OBSERVATION_PREFIX) and r["state_id"] not in shown]
+        return listed, shown, related
 
     def focus(self, keys: Sequence[str], parts: dict[str, list[dict[str, Any]]]) -> list[str]:
         """PSA: earlier states whose summaries name a missing fact; else any unseen earlier state, and
         the tool results that visible states reference."""
-        visible = {e.get("state_id") for e in parts.get("active_state", [])}
-        listed = [s for entry in parts.get("historical_state_index", []) for s in entry.get("states", [])]
-        named = [s["state_id"] for s in listed if s["state_id"] not in visible
+        listed, shown, related = self.visible(parts)
+        named = [s["state_id"] for s in listed if s["state_id"] not in shown
                  and set(keys) & set(re.split(r"[:,\s]+", s.get("summary", "")))]
         if named:
-            return named[-MAX_FOCUS:]
-        related = [r["state_id"] for e in parts.get("active_state", []) for r in e.get("related_states", [])
-                   if r["state_id"].startswith(OBSERVATION_PREFIX) and r["state_id"] not in visible]
-        unseen = [s["state_id"] for s in listed if s["state_id"] not in visible]
-        return list(dict.fromkeys(related + unseen))[:MAX_FOCUS]
+            return named[-self.limits.focus:]
+        unseen = [s["state_id"] for s in listed if s["state_id"] not in shown]
+        return list(dict.fromkeys(related + unseen))[: self.limits.focus]
 
     def __call__(self, messages: Sequence[Message]) -> str:
         parts = sections(messages[-1].content)
         query = re.search(r"<user_query>\n(.*?)\n</user_query>", messages[-1].content, re.S)
         k = self.task.subtask(query.group(1) if query else "")
-        facts = self.facts(parts)
+        t = 1 if not self.trace or self.trace[-1].k != k else self.trace[-1].t + 1
+        if t == 1:
+            self._seen = set()
+        facts, new = self.facts(parts)
         delta = self.record(parts.get("latest_observation", [])) if "state_delta" in self.strategy.blocks else []
         decision = self.task.solve(k, facts)
         focus: list[str] = []
-        if isinstance(decision, Need):
-            if self.memory and "state_focus" in self.strategy.blocks:
-                focus = self.focus(decision.keys, parts)
-            decision = self.task.guess(k, facts) if not focus else decision
+        if self.memory and "state_focus" in self.strategy.blocks:
+            missing = [key for key in self.task.needs(k) if key not in facts]
+            if isinstance(decision, Need):
+                missing += [key for key in decision.keys if key not in missing]
+            if missing:
+                focus = self.focus(missing, parts)
+        shown = decision if not isinstance(decision, Need) or focus else self.task.guess(k, facts)
+        listed, ids, related = self.visible(parts)
+        self.trace.append(Step(k, t, facts, frozenset(new), frozenset([s["state_id"] for s in listed] + related),
+                               tuple(focus), shown))
+        self._seen = ids
         output: dict[str, Any] = {
             "state_focus": [{"target_id": f, "reason": "needed for this subtask"} for f in focus],
             "state_delta": delta, "tool_calls": [], "assistant_message": {"content": None},
         }
-        if isinstance(decision, Call):
-            output["tool_calls"] = [{"name": decision.tool, "arguments": decision.arguments}]
-        elif isinstance(decision, Answer):
-            output["assistant_message"] = {"content": decision.text}
+        if isinstance(shown, Call):
+            output["tool_calls"] = [{"name": shown.tool, "arguments": shown.arguments}]
+        elif isinstance(shown, Answer):
+            output["assistant_message"] = {"content": shown.text}
         return render_output(ModelOutput.model_validate(output), self.strategy.blocks)
+
+    def mergeable(self) -> list[str]:
+        """Steps that a policy taking the fewest steps would not have taken, each with why.
+
+        A step is needed when its action uses something that arrived at it (a tool result or disclosed
+        history): decided without that, the action would differ. A step that only waits for history
+        is needed only at a request's first step, when what it asks for first came into view at the
+        step before (an id that a just-disclosed state references), or when the step before asked for
+        as many ids as the limits allow.
+        """
+        out = []
+        for before, step in zip(self.trace, self.trace[1:]):
+            if step.k != before.k:
+                continue
+            where = f"subtask {step.k} step {step.t}"
+            if isinstance(step.decision, Need):
+                if set(step.focus) <= before.visible and len(before.focus) < self.limits.focus:
+                    out.append(f"{where}: waits for {list(step.focus)}, which it could have asked for a step earlier")
+                continue
+            without = {key: v for key, v in step.facts.items() if key not in step.new}
+            if self.task.solve(step.k, without) == step.decision:
+                out.append(f"{where}: {step.decision} uses nothing that arrived at this step")
+        return out
 
 
 class PolicyEngine:

@@ -24,6 +24,7 @@ from flowstate.errors import RequestFailed
 from flowstate.eval.policies import Policy, PolicyEngine
 from flowstate.eval.suites import generate
 from flowstate.eval.task import Task
+from flowstate.limits import STANDARD
 from flowstate.loop import LoopConfig
 from flowstate.repository import Repository
 from flowstate.strategies import Strategy, get
@@ -163,7 +164,8 @@ def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str
     def one(item: tuple[int, Task]) -> None:
         i, task = item
         if config.policy is not None:
-            engine: Engine = PolicyEngine(Policy(task, strategy, memory=config.policy == "oracle"))
+            engine: Engine = PolicyEngine(Policy(task, strategy, memory=config.policy == "oracle",
+                                                 limits=config.loop.limits or STANDARD))
         else:
             engine = engines[i % len(engines)]  # several servers: tasks spread over all of them
         row = run_task(task, strategy, engine, repo, config.loop, run)

@@ -4,9 +4,11 @@ A task is one session: subtask k is request k. Tools are deterministic and bound
 environment per (task, strategy) run; the information a later subtask needs is returned once,
 by an earlier subtask's tool call, and nowhere else.
 
-Reference policies reason over *facts*: the flat key/value results of tool calls, wherever the
-prompt shows them. ``solve`` says what to do next from the facts at hand, or which facts are
-missing; ``guess`` is what a policy without memory does instead.
+Reference policies reason over *facts*: the flat key/value pairs an agent takes from tool results
+(``distill``; by default a flat result is its own facts), wherever the prompt shows them. ``solve``
+says what to do next from the facts at hand, or which facts are missing; ``needs`` names the facts
+of earlier subtasks a subtask depends on, so a policy can ask memory for them at its first step;
+``guess`` is what a policy without memory does instead.
 """
 
 from __future__ import annotations
@@ -73,6 +75,18 @@ class Task(ABC):
     @abstractmethod
     def tools(self, env: Any) -> ToolSet:
         """The tools, bound to ``env``."""
+
+    def distill(self, tool: str, result: Any) -> dict[str, Any]:
+        """The facts an agent takes from one tool result (a realistic page holds far more than these)."""
+        return dict(result) if isinstance(result, dict) else {}
+
+    def durable(self, key: str) -> bool:
+        """Whether a fact is worth recording as a state (search lists, for one, are not)."""
+        return True
+
+    def needs(self, k: int) -> tuple[str, ...]:
+        """The facts from earlier subtasks that subtask k depends on, as its query lets an agent know."""
+        return ()
 
     @abstractmethod
     def solve(self, k: int, facts: Facts) -> Decision:

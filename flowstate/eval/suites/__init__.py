@@ -1,21 +1,52 @@
-"""The built-in suites, each generated from a seed with a chosen number of tasks and depth."""
+"""The built-in suites, each generated from a seed with a chosen number of tasks and depth.
+
+The small suites (hotel, bundle, travel, chain) return tool results of a few dozen tokens: fast, but
+not the regime where memory saves tokens. The realistic suites (shopping, planning, reasoning)
+return pages and tables the size of the benchmarks the paper measured; their sizes are options.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from flowstate.eval.suites import bundle, chain, hotel, travel
+from flowstate.eval.suites import bundle, chain, hotel, planning, reasoning, shopping, travel
 from flowstate.eval.task import Task
 
-SUITES: dict[str, Callable[[int, int, int], list[Task]]] = {
+SUITES: dict[str, Callable[..., list[Task]]] = {
     "hotel": hotel.generate, "bundle": bundle.generate, "travel": travel.generate, "chain": chain.generate,
+    "shopping": shopping.generate, "planning": planning.generate, "reasoning": reasoning.generate,
 }
+SMALL = ("hotel", "bundle", "travel", "chain")
+REALISTIC = ("shopping", "planning", "reasoning")
 
 
-def generate(suite: str, tasks: int, depth: int, seed: int = 0) -> list[Task]:
-    """``tasks`` task instances of ``depth`` subtasks each; the same arguments give the same tasks."""
+def options(suite: str) -> dict[str, int]:
+    """The size options a suite takes, with their defaults."""
+    params = list(inspect.signature(SUITES[suite]).parameters.values())[3:]
+    return {p.name: int(p.default) for p in params}
+
+
+def check_options(suites: Any, given: Mapping[str, int]) -> None:
+    """Every option given is taken by at least one of the suites."""
+    known = {name for s in suites for name in options(s)}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        valid = ", ".join(sorted(known)) or "none"
+        raise ValueError(f"unknown suite option(s) {', '.join(unknown)} for suites {', '.join(suites)}; valid: {valid}")
+
+
+def generate(suite: str, tasks: int, depth: int, seed: int = 0, sizes: Mapping[str, int] | None = None) -> list[Task]:
+    """``tasks`` task instances of ``depth`` subtasks each; the same arguments give the same tasks.
+
+    ``sizes`` sets observation sizes; each suite takes the ones it knows (``options``).
+    """
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; valid suites: {', '.join(SUITES)}")
     if tasks < 1 or depth < 1:
         raise ValueError("tasks and depth must be at least 1")
-    return SUITES[suite](tasks, depth, seed)
+    taken = {k: v for k, v in (sizes or {}).items() if k in options(suite)}
+    if any(v < 1 for v in taken.values()):
+        raise ValueError("suite options must be at least 1")
+    return SUITES[suite](tasks, depth, seed, **taken)

@@ -13,7 +13,8 @@ from typing import Any
 from flowstate.eval.task import Answer, Call, Decision, Facts, Need, Score, Task
 from flowstate.tools import Tool, ToolSet
 
-CATEGORIES = ["camera", "lens", "adapter", "filter", "flash", "grip", "monitor", "recorder"]
+CATEGORIES = ["camera", "lens", "adapter", "filter", "flash", "grip", "monitor", "recorder", "microphone", "cage",
+              "tripod", "gimbal", "battery", "charger", "cable", "case"]
 CONNECTORS = ["K1", "K2", "K3", "K4", "K5", "K6", "K7", "K8", "K9"]
 
 
@@ -54,15 +55,18 @@ class BundleTask(Task):
     def solve(self, k: int, facts: Facts) -> Decision:
         if k == 1:
             return Answer(f"Bought {self.first}.") if "item_day1" in facts else Call("buy", {"item": self.first})
-        need = f"connector_day{k - 1}"
-        if need not in facts:
-            return Need((need,))
         listed = self.options[k - 1]
         if any(item not in facts for item in listed):
             return Call("options", {"category": CATEGORIES[k - 1]})
+        need = f"connector_day{k - 1}"
+        if need not in facts:
+            return Need((need,))
         fits = [item for item in listed if facts[item] == facts[need]]
         item = fits[0] if fits else sorted(listed)[0]
         return Answer(f"Bought {item}.") if f"item_day{k}" in facts else Call("buy", {"item": item})
+
+    def needs(self, k: int) -> tuple[str, ...]:
+        return (f"connector_day{k - 1}",) if k > 1 else ()
 
     def guess(self, k: int, facts: Facts) -> Call | Answer:
         listed = self.options[k - 1]

@@ -53,6 +53,9 @@ class ChainTask(Task):
         total = sum(int(facts[f"reading_{j}"]) for j in range(1, k + 1))
         return Answer(f"Reading: {total}" if k == 1 else f"Running total: {total}")
 
+    def needs(self, k: int) -> tuple[str, ...]:
+        return tuple(f"reading_{j}" for j in range(1, k))
+
     def guess(self, k: int, facts: Facts) -> Call | Answer:
         known = [int(facts[f"reading_{j}"]) for j in range(1, k + 1) if f"reading_{j}" in facts]
         return Answer(f"Running total: {sum(known)}")

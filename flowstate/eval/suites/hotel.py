@@ -67,6 +67,12 @@ class HotelTask(Task):
             return Answer(f"SWITCH: booked {offer.hotel}.")
         return Call("book", {"hotel": offer.hotel})
 
+    def needs(self, k: int) -> tuple[str, ...]:
+        if k == 1:
+            return ()
+        holding = self.offers[k - 2].holding
+        return (f"price_day{holding}", f"fee_day{holding}")
+
     def guess(self, k: int, facts: Facts) -> Call | Answer:
         return Answer("KEEP")
 

@@ -12,7 +12,8 @@ from flowstate.tools import Tool, ToolSet
 
 FEATURES = ["pool", "pets", "quiet", "gym", "view", "parking", "garden", "spa"]
 HOTELS = ["Aurora", "Bastion", "Corral", "Delta", "Ember", "Foxglove"]
-NAMES = ["Ana", "Ben", "Chloe", "Dev", "Eva", "Femi", "Gus", "Hana"]
+NAMES = ["Ana", "Ben", "Chloe", "Dev", "Eva", "Femi", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lea", "Milo", "Nia", "Omar",
+         "Pia"]
 
 
 class TravelTask(Task):
@@ -27,7 +28,7 @@ class TravelTask(Task):
             for name in travellers
         ]
         super().__init__(task_id, queries)
-        self.travellers, self.needs, self.hotels = travellers, needs, hotels
+        self.travellers, self.requirements, self.hotels = travellers, needs, hotels
 
     def new_env(self) -> dict[str, Any]:
         return {"day": 1, "chosen": {}}
@@ -35,9 +36,9 @@ class TravelTask(Task):
     def tools(self, env: dict[str, Any]) -> ToolSet:
         def register(name: str) -> dict[str, str]:
             """Register a traveller; returns the hotel feature they need."""
-            if name not in self.needs:
+            if name not in self.requirements:
                 raise ValueError(f"no traveller {name!r}")
-            return {f"need_{name.lower()}": self.needs[name]}
+            return {f"need_{name.lower()}": self.requirements[name]}
 
         def hotels() -> dict[str, str]:
             """The hotels and their features."""
@@ -69,6 +70,9 @@ class TravelTask(Task):
             return Need(missing)
         return self._pick(k, facts, [str(facts[key]) for key in keys])
 
+    def needs(self, k: int) -> tuple[str, ...]:
+        return tuple(f"need_{t.lower()}" for t in self.travellers[: k - 1])
+
     def guess(self, k: int, facts: Facts) -> Call | Answer:
         keys = [f"need_{t.lower()}" for t in self.travellers[:k]]
         return self._pick(k, facts, [str(facts[key]) for key in keys if key in facts])
@@ -76,7 +80,7 @@ class TravelTask(Task):
     def check(self, k: int, response: str | None, env: Any) -> Score:
         chosen = env["chosen"].get(k)
         features = self.hotels.get(chosen, []) if chosen else []
-        needs = [self.needs[t] for t in self.travellers[:k]]
+        needs = [self.requirements[t] for t in self.travellers[:k]]
         met = sum(n in features for n in needs)
         return Score(met == len(needs), met / len(needs))
 
@@ -87,7 +91,7 @@ def generate(tasks: int, depth: int, seed: int) -> list[Task]:
     out: list[Task] = []
     for i in range(tasks):
         rng = random.Random(f"travel:{seed}:{i}")
-        travellers = rng.sample(NAMES, depth)
+        travellers = rng.sample(NAMES[:8] if depth <= 8 else NAMES, depth)  # depth ≤ 8: the tasks of old
         target = rng.sample(FEATURES, 4)
         needs = {t: target[j % 4] if j < 4 else rng.choice(target) for j, t in enumerate(travellers)}
         names = rng.sample(HOTELS, 5)
