@@ -348,7 +348,12 @@ def _progress(line: str) -> None:
 
 
 @main.command("eval")
-@click.option("--suite", "suites", default="hotel,chain", show_default=True, help="Suites, comma-separated: hotel, bundle, travel, chain.")
+@click.option("--suite", "suites", default="hotel,chain", show_default=True,
+              help="Suites, comma-separated: small (hotel, bundle, travel, chain) or realistic (shopping, planning, "
+                   "reasoning).")
+@click.option("--suite-option", "suite_options", multiple=True, metavar="NAME=N",
+              help="An observation size of the realistic suites (repeatable), e.g. results=20: shopping results, "
+                   "bullets, description_words; planning flights, stays, restaurants; reasoning rows.")
 @click.option("--strategy", "strategy_names", default="flowstate,full-context", show_default=True,
               help="Strategies, comma-separated: flowstate, full-context, no-psa, no-isu.")
 @engine_options
@@ -362,7 +367,7 @@ def _progress(line: str) -> None:
               help="Output folder: results.jsonl (resumable), memory.db, summary.json, report.md, figures.")
 @loop_options()
 def evaluate(
-    suites: str, strategy_names: str, policy: str | None, tasks: int, depth: int, seed: int, concurrency: int, out: Path,
+    suites: str, suite_options: tuple[str, ...], strategy_names: str, policy: str | None, tasks: int, depth: int, seed: int, concurrency: int, out: Path,
     max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str, **engine_opts: Any,
 ) -> None:
     """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed."""
@@ -388,7 +393,7 @@ def evaluate(
             loop=loop_config(loaded[0] if loaded else None, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
                              limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode,
                              max_tokens=engine_opts.get("max_tokens")),
-            engine="" if policy else label, policy=policy,
+            engine="" if policy else label, policy=policy, sizes=_sizes(suite_options),
         )
         rows = run_eval(config, loaded, _progress)
         if sys.stderr.isatty():
@@ -396,6 +401,16 @@ def evaluate(
         write_report(rows, config)
         click.echo((out / "report.md").read_text())
         click.echo(f"wrote {out}/summary.json, report.md, accuracy_by_depth.png, tokens_vs_success.png", err=True)
+
+
+def _sizes(given: tuple[str, ...]) -> dict[str, int]:
+    out = {}
+    for item in given:
+        name, _, value = item.partition("=")
+        if not value.strip().isdigit():
+            raise ValueError(f"--suite-option takes NAME=N with a whole number N, not {item!r}")
+        out[name.strip()] = int(value)
+    return out
 
 
 @main.group()

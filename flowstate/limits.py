@@ -40,11 +40,10 @@ class Limits:
     def describe(self) -> str:
         """The limits in words, for the output protocol section of the prompt."""
         return (
-            f"Per step at most {self.ops} state operations, {self.focus} state_focus items and "
-            f"{self.tool_calls} tool calls; summaries and reasons up to {self.text} characters; a state's value is "
-            f"a JSON object (members nested up to {self.value_depth} level{'s' if self.value_depth != 1 else ''}, "
-            f"{self.value_items} items each, strings up to {self.value_text} characters); at most {self.refs} refs "
-            f"per state; a final answer up to {self.content} characters. Keep outputs as short as the task allows."
+            f"Per step at most {self.ops} state operations, {self.focus} focus items, {self.tool_calls} tool calls; "
+            f"summaries and reasons ≤ {self.text} characters; values: JSON objects nested ≤ {self.value_depth} levels, "
+            f"≤ {self.value_items} items each, strings ≤ {self.value_text} characters; ≤ {self.refs} refs per state; "
+            f"final answer ≤ {self.content} characters. Keep outputs short."
         )
 
 

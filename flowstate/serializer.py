@@ -22,48 +22,42 @@ from flowstate.nodes import Node, canonical_json
 from flowstate.protocol import BLOCKS
 
 REACT_RULES = """\
-You are an agent that completes the user's requests step by step. At every step you receive the \
-current request, your working memory and the result of your last tool calls, and you reply with \
-one decision: call one or more tools, answer the user, or wait for information you asked for. \
-Base every action on facts you can see; never guess identifiers, prices or results."""
+You complete the user's requests step by step. Each step shows the request, your memory and your \
+latest tool results; reply with one decision: call tools, answer the user, or wait for information \
+you asked for. Act only on facts you can see; never guess identifiers, prices or results."""
 
 MEMORY_INTRO = """\
 ## flowstate_rules
-The Active State in <active_state> is your working memory. Before each action, check that it \
-holds the facts and identifiers the action needs."""
+<active_state> is your working memory: before each action, check that it holds the facts and ids \
+the action needs."""
 
 ISU_RULES = """\
 ### Incremental State Update (state_delta)
-- Record every task-relevant change as it happens: requirements, facts, plans, decisions, \
-results. Send only the changes, never the whole state again.
-- Give each state a type (state_set): preference (what the user wants, requires or forbids), \
-knowledge (facts observed in tool results), attribute (properties of an entity, distilled from \
-tool results), judgement (goals, plans, decisions, risks) or artifact (reusable outputs you made).
-- operation "add" creates a state with a new, unused id (lowercase letters, digits and \
-underscores, e.g. dec_book_hotel_a); "update" revises a state created in this request (fields \
-you leave out keep their value); "remove" deletes a state created in this request.
-- States from earlier requests (their ids are in the Historical State Index) can never be \
-updated or removed, even after they were disclosed. To revise one, add a new state with a \
-"supersedes" ref to it.
-- Give each state a short summary and a structured JSON value, and link it through refs to the \
-states and tool results (ids starting with obs_) it rests on. A ref is an edge from the state \
-you add or update to the ref's state_id; rel is one of supports, derives, follows, supersedes. \
-Every ref must name an existing id.
-- Tool results you do not reference from a state are forgotten after this request."""
+- Record each task-relevant change when it happens (requirements, facts, plans, decisions, \
+results); send only the changes.
+- state_set: preference (user requirements, constraints), knowledge (tool observations), attribute \
+(entity properties from tool results), judgement (goals, plans, decisions, risks) or artifact \
+(reusable outputs).
+- add: a new state with an unused id (lowercase letters, digits, _); update: revise a state made in \
+this request (omitted fields keep their value); remove: delete a state made in this request.
+- Never update or remove a state of an earlier request (ids in the Historical State Index), even when \
+disclosed: add a new state with a supersedes ref to it.
+- Each state has a short summary, a structured JSON value and refs to the states and tool results \
+(obs_ ids) it rests on. A ref points from the state you write to an existing state_id; rel is \
+supports, derives, follows or supersedes.
+- Tool results that no state references are forgotten after this request."""
 
 PSA_RULES = """\
 ### Progressive State Access (state_focus)
-- When information is missing, look at the earlier queries and state summaries in the \
-Historical State Index, and at related_states of Active State entries, and ask for what you \
-need with state_focus: its target_id, and a reason saying what is missing and what it enables.
-- You may ask for ids in the Historical State Index, and for tool results (obs_ ids) that an \
-Active State entry references. A summary is not the content: never infer exact facts from it.
-- related_states shows a related id, not its content; ask for that id when you need it.
-- Requested content appears in the Active State at the next step, not this one: defer any \
-action that depends on it (leave tool_calls empty and content null). Do not ask for what is \
-already visible."""
+- When information is missing, find it through the Historical State Index (earlier queries, state \
+summaries) and the related_states of Active State entries, and request it: target_id, and a reason \
+saying what is missing and what it enables.
+- You may request index ids and the obs_ ids that Active State entries reference. A summary or a \
+related_states entry is not the content: never infer exact facts from it; request the id.
+- Requested content appears at the next step: defer actions that depend on it. Do not request what \
+is visible."""
 
-FEEDBACK_RULE = "- <feedback> lists what was rejected or refused at the previous step, and why."
+FEEDBACK_RULE = "- <feedback> lists what the previous step had rejected or refused, and why."
 
 TRANSCRIPT_RULES = """\
 ## memory
@@ -71,7 +65,7 @@ Earlier requests of this session, with every tool call, tool result and response
 <interaction_history>. This request's earlier tool results are in <trajectory>, the newest in \
 <latest_observation>."""
 
-TRAJECTORY_RULE = "- This request's earlier tool results stay visible in <trajectory>; the newest are in <latest_observation>."
+TRAJECTORY_RULE = "- This request's earlier tool results stay in <trajectory>; the newest are in <latest_observation>."
 
 FLOWSTATE_RULES = f"{MEMORY_INTRO}\n\n{ISU_RULES}\n\n{PSA_RULES}\n{FEEDBACK_RULE}"
 
@@ -96,11 +90,9 @@ def output_protocol(blocks: Sequence[str] = BLOCKS, limits: Limits = STANDARD) -
         (): "independent actions",
     }[tuple(sorted(b for b in blocks if b in ("state_focus", "state_delta")))]
     return (
-        f"Return exactly these {_COUNT[len(blocks)]} blocks, in this order, with JSON inside each and nothing "
-        f"outside them:\n{examples}\n"
-        'Use [] for an unused block and "content": null unless you give the user your final answer. '
-        f"Tool calls and a final answer never come in the same step. Make {together} together in one step "
-        "rather than spreading them over several. At least one block must be non-empty.\n"
+        f"Return exactly these {_COUNT[len(blocks)]} blocks, in order, JSON inside each, nothing outside:\n{examples}\n"
+        'Use [] for an unused block and "content": null unless you answer the user; at least one block is '
+        f"non-empty. Never tool calls and a final answer in one step. Make {together} together in one step.\n"
         f"{limits.describe()}"
     )
 

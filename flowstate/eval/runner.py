@@ -22,7 +22,7 @@ from engine.base import Engine
 from flowstate.agent import Agent
 from flowstate.errors import RequestFailed
 from flowstate.eval.policies import Policy, PolicyEngine
-from flowstate.eval.suites import generate
+from flowstate.eval.suites import check_options, generate
 from flowstate.eval.task import Task
 from flowstate.limits import STANDARD
 from flowstate.loop import LoopConfig
@@ -48,11 +48,13 @@ class EvalConfig:
     loop: LoopConfig = field(default_factory=LoopConfig)
     engine: str = ""  # a label of the engine (name and model), recorded so a resumed run stays comparable
     policy: str | None = None  # a reference policy instead of a model: "oracle" or "memoryless"
+    sizes: dict[str, int] = field(default_factory=dict)  # observation sizes of the realistic suites
 
     def identity(self) -> dict[str, Any]:
         """What must not change between a run and its resumption."""
         return {"depth": self.depth, "seed": self.seed, "engine": self.engine, "policy": self.policy,
-                "max_steps": self.loop.max_steps, "grammar": self.loop.grammar.value}
+                "max_steps": self.loop.max_steps, "grammar": self.loop.grammar.value,
+                **({"sizes": self.sizes} if self.sizes else {})}
 
 
 class Results:
@@ -128,7 +130,8 @@ Progress = Callable[[str], None]
 def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress = lambda _: None) -> list[dict[str, Any]]:
     """Run what ``results.jsonl`` does not hold yet; return the rows of this configuration."""
     strategies = [get(name) for name in config.strategies]
-    suites = {suite: generate(suite, config.tasks, config.depth, config.seed) for suite in config.suites}
+    check_options(config.suites, config.sizes)
+    suites = {suite: generate(suite, config.tasks, config.depth, config.seed, config.sizes) for suite in config.suites}
     if config.policy is None and not engines:
         raise ValueError("no engine to evaluate")
     config.out.mkdir(parents=True, exist_ok=True)  # only once the configuration is known to be valid
@@ -184,7 +187,7 @@ def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str
 
 def select(rows: list[dict[str, Any]], config: EvalConfig) -> list[dict[str, Any]]:
     """The rows of this configuration's (suite, strategy, task) triples, the latest of each."""
-    wanted = {(s, t.id) for s in config.suites for t in generate(s, config.tasks, config.depth, config.seed)}
+    wanted = {(s, t.id) for s in config.suites for t in generate(s, config.tasks, config.depth, config.seed, config.sizes)}
     latest: dict[tuple[str, str, str], dict[str, Any]] = {}
     for r in rows:
         if (r["suite"], r["task"]) in wanted and r["strategy"] in config.strategies:
@@ -197,7 +200,7 @@ def _check_identity(config: EvalConfig) -> None:
     identity = config.identity()
     if path.exists():
         before = json.loads(path.read_text())
-        changed = {k: (before.get(k), v) for k, v in identity.items() if before.get(k) != v}
+        changed = {k: (before.get(k), identity.get(k)) for k in {**before, **identity} if before.get(k) != identity.get(k)}
         if changed:
             what = ", ".join(f"{k} was {a!r}, now {b!r}" for k, (a, b) in changed.items())
             raise ValueError(f"{config.out} holds a run with another configuration ({what}); use another --out")

@@ -85,9 +85,10 @@ def test_default_db_comes_from_the_environment(tmp_path: Path) -> None:
     ("absent database", "no database at"),
     ("empty query", "the query is empty"),
     ("export into a non-empty folder", "exists and is not empty"),
-    ("eval: unknown suite", "unknown suite(s) shopping; valid suites: hotel, bundle, travel, chain"),
+    ("eval: unknown suite", "unknown suite(s) kitchen; valid suites: hotel, bundle, travel, chain, shopping, planning, reasoning"),
+    ("eval: unknown suite option", "unknown suite option(s) rows for suites shopping; valid: bullets, description_words, results"),
     ("eval: unknown strategy", "unknown strategy 'mage'; valid strategies:"),
-    ("eval: too deep", "bundle tasks have at most 8 subtasks"),
+    ("eval: too deep", "bundle tasks have at most 16 subtasks"),
 ])
 def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expected: str) -> None:
     db = tmp_path / "m.db"
@@ -111,9 +112,11 @@ def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expect
         "absent database": ["inspect", "--db", db, "--session", "x"],
         "empty query": ["run", "  ", "--db", db, "--engine", "scripted", "--script", good],
         "export into a non-empty folder": ["model", "export", tmp_path],
-        "eval: unknown suite": ["eval", "--policy", "oracle", "--suite", "hotel,shopping", "--out", tmp_path / "ev"],
+        "eval: unknown suite": ["eval", "--policy", "oracle", "--suite", "hotel,kitchen", "--out", tmp_path / "ev"],
+        "eval: unknown suite option": ["eval", "--policy", "oracle", "--suite", "shopping", "--suite-option", "rows=3",
+                                       "--out", tmp_path / "ev"],
         "eval: unknown strategy": ["eval", "--policy", "oracle", "--strategy", "flowstate,mage", "--out", tmp_path / "ev"],
-        "eval: too deep": ["eval", "--policy", "oracle", "--suite", "bundle", "--depth", "9", "--out", tmp_path / "ev"],
+        "eval: too deep": ["eval", "--policy", "oracle", "--suite", "bundle", "--depth", "17", "--out", tmp_path / "ev"],
     }[case]
     if case == "unknown session":
         assert flowstate("run", "q", "--db", tmp_path / "real.db", "--engine", "scripted", "--script", good, "--session", "someone").returncode == 0

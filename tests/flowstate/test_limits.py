@@ -47,8 +47,8 @@ def test_the_prompt_states_the_profile_it_runs_under() -> None:
     with Repository.open(":memory:") as repo:
         standard = Agent(GrammarRecorder([]), repository=repo, session="a").system
         compact = Agent(GrammarRecorder([], embedded=True), repository=repo, session="b").system
-    assert "a final answer up to 16000 characters" in standard and "at most 16 state operations" in standard
-    assert "a final answer up to 480 characters" in compact and "at most 4 state operations" in compact
+    assert "final answer ≤ 16000 characters" in standard and "at most 16 state operations" in standard
+    assert "final answer ≤ 480 characters" in compact and "at most 4 state operations" in compact
 
 
 LONG_ANSWER = "The itinerary, leg by leg. " * 111  # 2,997 characters

@@ -108,9 +108,13 @@ def test_no_psa_inlines_every_historical_state_and_no_isu_builds_rule_states(rep
     nodes = {n.id: n for n in repo.nodes("chain/no-isu")}
     assert [n for n in nodes if not n.startswith("obs_")] == ["response_r1", "response_r2", "response_r3"]
     assert [r.state_id for r in nodes["response_r2"].refs] == ["obs_r2_s1_1"]
-    step2 = engine.calls[firsts[-1] + 1]  # after measuring, the running total needs the earlier readings
-    assert '"state_id":"response_r1"' in step2[0][1].content and "<trajectory>" in step2[0][1].content
-    assert '"target_id": "response_r1"' in step2[2].text  # reachable only by asking for it
+    step1, step2 = engine.calls[firsts[-1]], engine.calls[firsts[-1] + 1]
+    # the running total needs the earlier readings: ask for the rule states while measuring
+    assert '"state_id":"response_r1"' in step1[0][1].content and "<trajectory>" in step1[0][1].content
+    assert '"target_id": "response_r1"' in step1[2].text and '"name": "measure"' in step1[2].text
+    # the readings are in the tool results those states derive from: reachable only by asking for them
+    assert '"related_states":[{"rel":"derives","state_id":"obs_r1_s1_1"}]' in step2[0][1].content
+    assert '"target_id": "obs_r1_s1_1"' in step2[2].text
 
 
 def test_unknown_strategy_is_a_clear_error() -> None:
