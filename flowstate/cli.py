@@ -400,7 +400,7 @@ def evaluate(
             click.echo("", err=True)
         write_report(rows, config)
         click.echo((out / "report.md").read_text())
-        click.echo(f"wrote {out}/summary.json, report.md, accuracy_by_depth.png, tokens_vs_success.png", err=True)
+        click.echo(f"wrote {out}/summary.json, report.md, accuracy_by_depth.png, tokens_vs_success.png, tokens_by_depth.png", err=True)
 
 
 def _sizes(given: tuple[str, ...]) -> dict[str, int]:

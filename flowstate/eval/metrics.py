@@ -104,6 +104,9 @@ def cost(rows: Sequence[Row]) -> dict[str, Any]:
         "tokens_per_task": (totals["prompt_tokens"] + totals["completion_tokens"]) / n,
         "prompt_tokens_per_task": totals["prompt_tokens"] / n,
         "completion_tokens_per_task": totals["completion_tokens"] / n,
+        "uncached_prompt_tokens": totals["prompt_tokens"] - totals["cached_tokens"],
+        "uncached_prompt_tokens_per_task": (totals["prompt_tokens"] - totals["cached_tokens"]) / n,
+        "cached_prompt_tokens_per_task": totals["cached_tokens"] / n,
         "cached_share": totals["cached_tokens"] / totals["prompt_tokens"] if totals["prompt_tokens"] else 0.0,
         "steps_per_subtask": sum(int(s["steps"]) for s in subtasks) / max(len(subtasks), 1),
         "parse_failures": sum(int(s["parse_failures"]) for s in subtasks),
@@ -111,6 +114,22 @@ def cost(rows: Sequence[Row]) -> dict[str, Any]:
         "rejected_operations": sum(int(s["rejected"]) for s in subtasks),
         "failed_requests": sum(s["response"] is None for s in subtasks),
     }
+
+
+def by_depth(rows: Sequence[Row]) -> list[dict[str, float]]:
+    """Per subtask depth k (the paper's Fig. 3 shape): mean model calls and tokens of the k-th subtask."""
+    depth = max((len(r["subtasks"]) for r in rows), default=0)
+    out = []
+    for k in range(1, depth + 1):
+        subtasks = [r["subtasks"][k - 1] for r in rows if len(r["subtasks"]) >= k]
+        n = len(subtasks)
+        prompt = sum(int(s["usage"]["prompt_tokens"]) for s in subtasks) / n
+        cached = sum(int(s["usage"]["cached_tokens"]) for s in subtasks) / n
+        completion = sum(int(s["usage"]["completion_tokens"]) for s in subtasks) / n
+        out.append({"k": k, "calls": sum(int(s["steps"]) for s in subtasks) / n, "prompt_tokens": prompt,
+                    "cached_tokens": cached, "uncached_prompt_tokens": prompt - cached,
+                    "completion_tokens": completion, "tokens": prompt + completion})
+    return out
 
 
 def wall_time(rows: Sequence[Row]) -> float:

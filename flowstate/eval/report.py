@@ -27,7 +27,7 @@ def summarize(rows: Sequence[dict[str, Any]], config: EvalConfig) -> dict[str, A
             pairs.append({
                 "suite": suite, "strategy": strategy,
                 "quality": metrics.quality(rs, soft=kind.soft, micro=kind.micro_ps),
-                "cost": metrics.cost(rs), "speed": metrics.speed(rs),
+                "cost": metrics.cost(rs), "by_depth": metrics.by_depth(rs), "speed": metrics.speed(rs),
             })
     return {"config": config_dict(config), "pairs": pairs}
 
@@ -92,17 +92,36 @@ def markdown(summary: dict[str, Any]) -> str:
                 " / ".join(f"{1000 * s['tpot_s'][m]:.1f}" for m in ("mean", "p50", "p90", "p99")),
                 " / ".join(f"{s['e2el_s'][m]:.2f}" for m in ("mean", "p50", "p90", "p99")),
             ])
+        paid_rows = []
+        for p in pairs:
+            k, bk = p["cost"], base["cost"] if base else None
+
+            def ratio(key: str) -> str:
+                return f"{k[key] / bk[key]:.3f}" if bk and bk[key] else "–"
+
+            paid_rows.append([
+                p["strategy"], f"{k['prompt_tokens_per_task']:.0f}", f"{k['cached_prompt_tokens_per_task']:.0f}",
+                f"{k['uncached_prompt_tokens_per_task']:.0f}", f"{k['completion_tokens_per_task']:.0f}",
+                f"{k['steps_per_subtask']:.2f}", ratio("tokens_per_task"), ratio("uncached_prompt_tokens_per_task"),
+            ])
+        depth_rows = [[p["strategy"], *(f"{d['tokens']:.0f} / {d['calls']:.1f}" for d in p["by_depth"])] for p in pairs]
         out += [
             "", f"## {suite}", "",
             "Quality in % (Δ against full-context in points), tokens = prompt + completion per task "
             "(Δ in %), nAUC and DR over R_k = 100·Acc_k/Acc_1.", "",
             _table(header, rows), "",
+            "What a GPU pays, per task: prompt tokens split into those a prefix cache holds (cached) and those it "
+            "must compute (uncached); ratios against full-context:", "",
+            _table(["strategy", "prompt", "cached", "uncached", "completion", "calls/subtask", "tokens ×FC",
+                    "uncached ×FC"], paid_rows), "",
+            "Tokens / model calls of the k-th subtask (mean over tasks):", "",
+            _table(["strategy", *(f"k={k}" for k in range(1, depth + 1))], depth_rows), "",
             "Accuracy by subtask depth, Acc_k in %:", "",
             _table(["strategy", *(f"k={k}" for k in range(1, depth + 1))], acc_rows), "",
             "Speed (one model call = one request; TTFT and E2EL in s, TPOT in ms; mean / p50 / p90 / p99):", "",
             _table(["strategy", "tasks/min", "req/s", "output tok/s", "total tok/s", "TTFT", "TPOT", "E2EL"], speed_rows),
         ]
-    out += ["", "Figures: `accuracy_by_depth.png`, `tokens_vs_success.png`.", ""]
+    out += ["", "Figures: `accuracy_by_depth.png`, `tokens_vs_success.png`, `tokens_by_depth.png`.", ""]
     return "\n".join(out)
 
 
@@ -131,6 +150,22 @@ def figures(summary: dict[str, Any], out: Path) -> list[Path]:
     fig.savefig(accuracy, dpi=120)
     plt.close(fig)
 
+    fig, axes = plt.subplots(1, len(suites), figsize=(4.2 * len(suites), 3.6), squeeze=False)
+    for ax, suite in zip(axes[0], suites, strict=True):
+        for p in (p for p in summary["pairs"] if p["suite"] == suite):
+            ks = [d["k"] for d in p["by_depth"]]
+            line = ax.plot(ks, [d["tokens"] for d in p["by_depth"]], marker="o", label=p["strategy"])[0]
+            ax.plot(ks, [d["uncached_prompt_tokens"] for d in p["by_depth"]], linestyle="--", color=line.get_color())
+        ax.set_title(f"{suite} (dashed: uncached prompt)")
+        ax.set_xlabel("subtask k")
+        ax.set_ylabel("tokens of subtask k")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    by_depth = out / "tokens_by_depth.png"
+    fig.savefig(by_depth, dpi=120)
+    plt.close(fig)
+
     fig, ax = plt.subplots(figsize=(5.5, 4))
     markers = "osD^v<>"
     for i, strategy in enumerate(strategies):
@@ -149,7 +184,7 @@ def figures(summary: dict[str, Any], out: Path) -> list[Path]:
     tokens = out / "tokens_vs_success.png"
     fig.savefig(tokens, dpi=120)
     plt.close(fig)
-    return [accuracy, tokens]
+    return [accuracy, tokens, by_depth]
 
 
 def write_report(rows: Sequence[dict[str, Any]], config: EvalConfig) -> dict[str, Any]:

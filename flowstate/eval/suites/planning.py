@@ -192,17 +192,17 @@ class PlanningTask(Task):
             return Call(f"search_{'accommodations' if kind == 'stay' else 'restaurants'}", {"city": self.city, "date": day_of(k)})
         if choice is None:  # no memory of the earlier booking: the best row of the whole table
             rows = facts[table]
-            pick = {"flight": lambda: min(rows, key=lambda r: r["price"])["flight_number"],
-                    "stay": lambda: min(rows, key=lambda r: r["price"])["name"],
-                    "dinner": lambda: max(rows, key=lambda r: r["aggregate_rating"])["name"]}[kind]
-            choice = str(pick())
+            if kind == "dinner":
+                choice = str(max(rows, key=lambda r: r["aggregate_rating"])["name"])
+            else:
+                choice = str(min(rows, key=lambda r: r["price"])["flight_number" if kind == "flight" else "name"])
         tool = {"flight": "book_flight", "stay": "book_accommodation", "dinner": "reserve_restaurant"}[kind]
         arg = "flight_number" if kind == "flight" else "name"
         return Call(tool, {arg: choice, "traveller": p})
 
     def solve(self, k: int, facts: Facts) -> Decision:
         first = self._act(k, facts, "")
-        if isinstance(first, Answer) or first.tool.startswith("search"):
+        if not isinstance(first, Call) or first.tool.startswith("search"):
             return first  # searching, and answering once booked, need nothing from memory
         missing = tuple(key for key in self.needs(k) if key not in facts)
         if missing:
@@ -247,45 +247,46 @@ def _time(rng: random.Random, lo: int, hi: int) -> str:
     return f"{m // 60:02d}:{m % 60:02d}"
 
 
-def _tables(rng: random.Random, city: str, origins: list[str], flights: int, stays: int, restaurants: int
-            ) -> tuple[dict[str, list[dict[str, Any]]], dict[int, list[dict[str, Any]]], dict[int, list[dict[str, Any]]]]:
-    """Flights per traveller (origin, their day); stays and restaurants offered on each day, drawn from the city's."""
-    by_origin = {}
-    for k, origin in enumerate(origins, start=1):
-        rows = []
-        for n in rng.sample(range(1000, 9999), flights):
-            dep = rng.randrange(5 * 60, 20 * 60, 5)
-            span = rng.randrange(90, 330, 5)
-            rows.append({"flight_number": f"F{n}", "price": rng.randint(80, 600), "dep_time": f"{dep // 60:02d}:{dep % 60:02d}",
-                         "arr_time": f"{(dep + span) // 60:02d}:{(dep + span) % 60:02d}",
-                         "actual_elapsed_time": f"{span // 60} hours {span % 60} minutes", "flight_date": day_of(k),
-                         "origin_city": origin, "dest_city": city, "distance": rng.randint(300, 2600)})
-        by_origin[origin] = rows
+def _flights(rng: random.Random, city: str, origin: str, k: int, n: int) -> list[dict[str, Any]]:
+    rows = []
+    for number in rng.sample(range(1000, 9999), n):
+        dep = rng.randrange(5 * 60, 20 * 60, 5)
+        span = rng.randrange(90, 330, 5)
+        rows.append({"flight_number": f"F{number}", "price": rng.randint(80, 600),
+                     "dep_time": f"{dep // 60:02d}:{dep % 60:02d}",
+                     "arr_time": f"{(dep + span) // 60:02d}:{(dep + span) % 60:02d}",
+                     "actual_elapsed_time": f"{span // 60} hours {span % 60} minutes", "flight_date": day_of(k),
+                     "origin_city": origin, "dest_city": city, "distance": rng.randint(300, 2600)})
+    return rows
+
+
+def _places(rng: random.Random, city: str, n: int) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The city's accommodations and restaurants (each day offers some of them)."""
     places: dict[str, dict[str, Any]] = {}
-    while len(places) < 3 * stays:
+    while len(places) < n:
         name = f"{words(rng, 3).title()} {rng.choice(['Loft', 'Studio', 'Suite', 'Apartment', 'Cottage', 'Room'])}"
         places[name] = {"name": name, "price": 0, "room_type": rng.choice(ROOMS),
                         "house_rules": " & ".join(rng.sample(RULES, rng.randint(1, 3))),
                         "minimum_nights": rng.randint(1, 5), "maximum_occupancy": rng.randint(1, 8),
                         "review_rate": float(rng.randint(1, 5)), "city": city}
     eateries: dict[str, dict[str, Any]] = {}
-    while len(eateries) < 3 * restaurants:
+    while len(eateries) < n:
         name = f"{words(rng, 2).title()} {rng.choice(['Kitchen', 'Grill', 'House', 'Bistro', 'Diner', 'Eatery'])}"
         eateries[name] = {"name": name, "average_cost": rng.randint(10, 120),
                           "cuisines": ", ".join(rng.sample(CUISINES, rng.randint(1, 4))),
                           "aggregate_rating": round(rng.uniform(2.5, 4.9), 1), "city": city}
-    stay_days, food_days = {}, {}
-    for k in range(1, len(origins) + 1):
-        stay_days[k] = [{**places[n], "price": rng.randint(40, 900)} for n in rng.sample(sorted(places), stays)]
-        food_days[k] = [dict(eateries[n]) for n in rng.sample(sorted(eateries), restaurants)]
-    return by_origin, stay_days, food_days
+    return places, eateries
 
 
-def _build(rng: random.Random, task_id: str, depth: int, flights: int, stays: int, restaurants: int) -> PlanningTask | None:
+def _build(rng: random.Random, task_id: str, depth: int, flights: int, stays: int, restaurants: int) -> PlanningTask:
+    """A task whose every subtask has one right row, and a wrong one for a guess without memory.
+
+    Each subtask's table is drawn again until that holds, given the earlier subtasks' bookings.
+    """
     city = rng.choice(DESTINATIONS)
     travellers = rng.sample(NAMES, depth)
     origins = rng.sample(CITIES, depth)
-    flight_rows, stay_rows, food_rows = _tables(rng, city, origins, flights, stays, restaurants)
+    places, eateries = _places(rng, city, 3 * max(stays, restaurants))
     relative: list[int | None] = []
     absolute: list[dict[str, Any]] = []
     for k in range(1, depth + 1):
@@ -293,18 +294,29 @@ def _build(rng: random.Random, task_id: str, depth: int, flights: int, stays: in
         relative.append(rng.choice(earlier) if earlier else None)
         absolute.append({"room": rng.choice(ROOMS[:2]), "review": float(rng.randint(2, 4)),
                          "cuisine": rng.choice(CUISINES)})
+    flight_rows: dict[str, list[dict[str, Any]]] = {}
+    stay_rows: dict[int, list[dict[str, Any]]] = {}
+    food_rows: dict[int, list[dict[str, Any]]] = {}
     task = PlanningTask(task_id, city, travellers, origins, relative, absolute, flight_rows, stay_rows, food_rows)
-    try:
-        for k in range(1, depth + 1):
-            right = task.correct(k)
-            if relative[k - 1]:  # a guess (the table's best row, ignoring the earlier booking) must be wrong
-                env_facts = {"flights_" + origins[k - 1]: flight_rows[origins[k - 1]], f"stays_{day_of(k)}": stay_rows[k],
-                             f"restaurants_{day_of(k)}": food_rows[k]}
-                guess = task.guess(k, env_facts)
-                if isinstance(guess, Call) and guess.arguments.get("flight_number", guess.arguments.get("name")) == right:
-                    return None
-    except ValueError:  # a requirement no row meets
-        return None
+    for k in range(1, depth + 1):
+        for _ in range(500):
+            flight_rows[origins[k - 1]] = _flights(rng, city, origins[k - 1], k, flights)
+            stay_rows[k] = [{**places[n], "price": rng.randint(40, 900)} for n in rng.sample(sorted(places), stays)]
+            food_rows[k] = [dict(eateries[n]) for n in rng.sample(sorted(eateries), restaurants)]
+            try:
+                right = task.correct(k)
+            except ValueError:  # a requirement no row meets
+                continue
+            if not relative[k - 1]:
+                break
+            seen = {"flights_" + origins[k - 1]: flight_rows[origins[k - 1]], f"stays_{day_of(k)}": stay_rows[k],
+                    f"restaurants_{day_of(k)}": food_rows[k]}
+            guess = task.guess(k, seen)  # the table's best row, ignoring the earlier booking: must be wrong
+            if not isinstance(guess, Call) or guess.arguments.get("flight_number", guess.arguments.get("name")) != right:
+                break
+        else:
+            raise ValueError(f"cannot generate planning subtask {k} with {flights} flights, {stays} stays and "
+                             f"{restaurants} restaurants per table; use larger tables")
     return task
 
 
@@ -314,12 +326,5 @@ def generate(tasks: int, depth: int, seed: int, flights: int = 12, stays: int = 
     out: list[Task] = []
     for i in range(tasks):
         rng = random.Random(f"planning:{seed}:{i}")
-        for _ in range(200):
-            task = _build(rng, f"planning-{seed}-{i}", depth, flights, stays, restaurants)
-            if task is not None:
-                out.append(task)
-                break
-        else:
-            raise ValueError(f"cannot generate a planning task with {flights} flights, {stays} stays and "
-                             f"{restaurants} restaurants per table; use larger tables")
+        out.append(_build(rng, f"planning-{seed}-{i}", depth, flights, stays, restaurants))
     return out

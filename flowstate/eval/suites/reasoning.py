@@ -25,7 +25,10 @@ from flowstate.tools import Tool, ToolSet
 MATERIALS = ["aluminium", "brass", "bronze", "copper", "gold", "granite", "ice", "iron", "lead", "marble", "nickel",
              "oak", "platinum", "quartz", "silver", "steel", "tin", "titanium", "tungsten", "zinc", "glass", "nylon",
              "rubber", "pine", "concrete", "sandstone", "cobalt", "chromium", "magnesium", "silicon", "basalt", "cork",
-             "ebony", "graphite", "lithium", "sodium", "teflon", "paraffin", "porcelain", "slate"]
+             "ebony", "graphite", "lithium", "sodium", "teflon", "paraffin", "porcelain", "slate", "beryllium",
+             "cadmium", "calcium", "germanium", "hafnium", "indium", "iridium", "manganese", "molybdenum", "niobium",
+             "osmium", "palladium", "rhodium", "tantalum", "vanadium", "zirconium", "asphalt", "bamboo", "brick",
+             "cement", "diamond", "epoxy", "feldspar", "gypsum", "kevlar", "limestone", "mica", "obsidian", "polyester"]
 TOPICS = {  # topic: (column, unit, operation on the earlier result, phrase)
     "density": ("density", "g/cm3", "/", "the volume in cm3 that a block of {m} with the mass from step {j} takes"),
     "specific heat": ("specific_heat", "J/(g K)", "*", "the heat in J that warms the mass from step {j}, made of {m}, by 1 K"),

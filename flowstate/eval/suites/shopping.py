@@ -125,7 +125,7 @@ class ShoppingTask(Task):
             return self._offer(1, facts, self.correct[0].fit)
         key = f"compat{self.depends[k - 2]}"
         offers = self._offer(k, facts, None)
-        if isinstance(offers, Answer) or offers.tool != "view":
+        if not isinstance(offers, Call) or offers.tool != "view":
             return offers  # searching, and buying from the page opened, need nothing from memory
         if key not in facts:
             return Need((key,))

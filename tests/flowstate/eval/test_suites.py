@@ -47,3 +47,123 @@ def test_a_later_subtask_cannot_refetch_what_an_earlier_one_was_told() -> None:
     assert first == {"reading_1": task.readings[0]} and error is None
     again, error = tools.call("measure", {"sample": task.samples[0]})
     assert again is None and "consumed" in (error or "")
+
+
+# ---- minimal reference policies, realistic observations, token economy (issue 12)
+
+from typing import Any  # noqa: E402
+
+from engine.base import Generation, Message  # noqa: E402
+from flowstate.eval.policies import Policy, PolicyEngine  # noqa: E402
+from flowstate.eval.runner import run_task  # noqa: E402
+from flowstate.eval.suites import REALISTIC, options  # noqa: E402
+from flowstate.eval.task import Task  # noqa: E402
+from flowstate.loop import LoopConfig  # noqa: E402
+from flowstate.repository import Repository  # noqa: E402
+from flowstate.strategies import FLOWSTATE, Strategy  # noqa: E402
+
+
+class Recording(PolicyEngine):
+    def __init__(self, policy: Policy) -> None:
+        super().__init__(policy)
+        self.prompts: list[list[Message]] = []
+
+    def generate(self, messages: Any, **kwargs: Any) -> Generation:
+        self.prompts.append(list(messages))
+        return super().generate(messages, **kwargs)
+
+
+def _run(task: Task, strategy: Strategy, policy_type: type[Policy] = Policy) -> tuple[Policy, Recording, dict[str, Any]]:
+    policy = policy_type(task, strategy, memory=True)
+    engine = Recording(policy)
+    with Repository.open(":memory:") as repo:
+        row = run_task(task, strategy, engine, repo, LoopConfig(), "test")
+    return policy, engine, row
+
+
+@pytest.mark.parametrize("suite", sorted(SUITES))
+def test_every_reference_step_is_needed(suite: str) -> None:
+    for strategy in STRATEGIES.values():
+        for task in generate(suite, 3, 6, 1):
+            policy, _, row = _run(task, strategy)
+            assert row["success"], (suite, strategy.name)
+            assert policy.mergeable() == [], (suite, strategy.name)
+
+
+class AsksLate(Policy):
+    """Asks memory only once it is stuck, not together with the search that needs nothing from it."""
+
+    def __call__(self, messages: Any) -> str:
+        saved = self.task.needs
+        self.task.needs = lambda k: ()  # type: ignore[method-assign]
+        try:
+            return super().__call__(messages)
+        finally:
+            self.task.needs = saved  # type: ignore[method-assign]
+
+
+def test_the_minimality_check_catches_a_step_that_could_have_been_merged() -> None:
+    task = generate("shopping", 1, 4, 0)[0]
+    minimal, _, row = _run(task, FLOWSTATE)
+    late, _, late_row = _run(generate("shopping", 1, 4, 0)[0], FLOWSTATE, AsksLate)
+    assert row["success"] and late_row["success"] and minimal.mergeable() == []
+    found = late.mergeable()
+    assert any("waits for ['fact_r1_s2_1'], which it could have asked for a step earlier" in f for f in found)
+    assert sum(s["steps"] for s in late_row["subtasks"]) > sum(s["steps"] for s in row["subtasks"])
+    # a step whose action uses nothing that just arrived is caught too
+    trace = list(minimal.trace)
+    i = next(i for i, s in enumerate(trace) if s.k == 2 and s.t == 2)
+    minimal.trace = trace[: i + 1] + [trace[i]] + trace[i + 1:]  # the same decision again, one step later
+    minimal.trace[i + 1] = type(trace[i])(2, 3, trace[i].facts, frozenset(), trace[i].visible, (), trace[i].decision)
+    assert any("uses nothing that arrived at this step" in f for f in minimal.mergeable())
+
+
+@pytest.mark.parametrize("suite", REALISTIC)
+def test_realistic_prompts_keep_their_prefix_across_steps_and_requests(suite: str) -> None:
+    task = generate(suite, 1, 4, 0)[0]
+    _, engine, _ = _run(task, FLOWSTATE)
+    system = engine.prompts[0][0].content
+    assert all(p[0].content == system for p in engine.prompts)  # the static part never changes
+    users = [p[1].content for p in engine.prompts]
+    requests: dict[str, list[str]] = {}
+    for u in users:
+        requests.setdefault(u.split("<user_query>\n")[1].split("\n</user_query>")[0], []).append(u)
+    heads = []
+    for steps in requests.values():
+        head = steps[0].split("<active_state>")[0]  # index + query: fixed within a request
+        assert all(s.startswith(head) for s in steps)
+        heads.append(head.split("</historical_state_index>")[0])
+    assert all(b.startswith(a) for a, b in zip(heads, heads[1:]))  # the index only grows at its end
+
+
+@pytest.mark.parametrize("suite", REALISTIC)
+def test_realistic_observations_are_benchmark_sized_and_their_size_is_an_option(suite: str) -> None:
+    def largest(sizes: dict[str, int]) -> int:
+        task = generate(suite, 1, 2, 0, sizes)[0]
+        _, _, row = _run(task, FLOWSTATE)
+        return max(c[0] for s in row["subtasks"] for c in s["calls"]) - max(
+            c[0] for s in row["subtasks"][:1] for c in s["calls"][:1])
+
+    defaults = options(suite)
+    grown = largest({name: 2 * v for name, v in defaults.items()})
+    assert largest({}) > 400  # an observation of hundreds of tokens, not dozens
+    assert grown > 1.5 * largest({})
+
+
+def test_flowstate_costs_less_than_full_context_where_observations_are_realistic(tmp_path: Path) -> None:
+    config = EvalConfig(suites=REALISTIC, strategies=("flowstate", "full-context"), tasks=2, depth=8, out=tmp_path,
+                        policy="oracle")
+    rows = run_eval(config, [])
+
+    def total(suite: str, strategy: str, key: str) -> int:
+        return sum(int(s["usage"][key]) for r in rows if (r["suite"], r["strategy"]) == (suite, strategy)
+                   for s in r["subtasks"])
+
+    for suite in REALISTIC:
+        assert all(r["success"] for r in rows if r["suite"] == suite)
+        tokens = {s: total(suite, s, "prompt_tokens") + total(suite, s, "completion_tokens")
+                  for s in ("flowstate", "full-context")}
+        uncached = {s: total(suite, s, "prompt_tokens") - total(suite, s, "cached_tokens")
+                    for s in ("flowstate", "full-context")}
+        assert tokens["flowstate"] <= 0.6 * tokens["full-context"], suite
+        assert uncached["flowstate"] <= 0.5 * uncached["full-context"], suite
