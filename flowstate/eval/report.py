@@ -13,7 +13,7 @@ from typing import Any
 
 from flowstate.eval import metrics
 from flowstate.eval.runner import EvalConfig, config_dict
-from flowstate.eval.suites import generate
+from flowstate.eval.suites import TAU3, generate
 
 BASELINE = "full-context"
 
@@ -21,13 +21,14 @@ BASELINE = "full-context"
 def summarize(rows: Sequence[dict[str, Any]], config: EvalConfig) -> dict[str, Any]:
     pairs = []
     for suite in config.suites:
-        kind = generate(suite, 1, 1, config.seed)[0]
+        kind = generate(suite, 1, 1, config.seed, data_dir=config.tau2_data)[0]
         for strategy in config.strategies:
             rs = [r for r in rows if r["suite"] == suite and r["strategy"] == strategy]
             pairs.append({
                 "suite": suite, "strategy": strategy,
                 "quality": metrics.quality(rs, soft=kind.soft, micro=kind.micro_ps),
                 "cost": metrics.cost(rs), "by_depth": metrics.by_depth(rs), "speed": metrics.speed(rs),
+                **({"tau3": metrics.tau3_quality(rs)} if suite in TAU3 and rs else {}),
             })
     return {"config": config_dict(config), "pairs": pairs}
 
@@ -58,7 +59,9 @@ def markdown(summary: dict[str, Any]) -> str:
         f"Suites {', '.join(c['suites'])}; strategies {', '.join(c['strategies'])}; {c['tasks']} tasks of depth "
         f"{c['depth']} per suite (seed {c['seed']}); engine {c['policy'] or c['engine']}; {c['concurrency']} in flight; "
         f"step budget {c['loop']['max_steps']}, grammar {c['loop']['grammar']}, "
-        f"limits {c['loop'].get('limits', 'auto')}.",
+        f"limits {c['loop'].get('limits', 'auto')}."
+        + (f" τ³ suites: one conversation per task ({c.get('trials', 1)} trial(s)), user "
+           f"{c.get('user') or 'scripted'}, judge {c.get('judge') or 'none'}." if set(c["suites"]) & set(TAU3) else ""),
     ]
     for suite in c["suites"]:
         pairs = [p for p in summary["pairs"] if p["suite"] == suite]
@@ -105,8 +108,10 @@ def markdown(summary: dict[str, Any]) -> str:
                 f"{k['steps_per_subtask']:.2f}", ratio("tokens_per_task"), ratio("uncached_prompt_tokens_per_task"),
             ])
         depth_rows = [[p["strategy"], *(f"{d['tokens']:.0f} / {d['calls']:.1f}" for d in p["by_depth"])] for p in pairs]
+        out += ["", f"## {suite}", ""]
+        if suite in TAU3:
+            out += _tau3_section(pairs, base)
         out += [
-            "", f"## {suite}", "",
             "Quality in % (Δ against full-context in points), tokens = prompt + completion per task "
             "(Δ in %), nAUC and DR over R_k = 100·Acc_k/Acc_1.", "",
             _table(header, rows), "",
@@ -123,6 +128,35 @@ def markdown(summary: dict[str, Any]) -> str:
         ]
     out += ["", "Figures: `accuracy_by_depth.png`, `tokens_vs_success.png`, `tokens_by_depth.png`.", ""]
     return "\n".join(out)
+
+
+def _tau3_section(pairs: list[dict[str, Any]], base: dict[str, Any] | None) -> list[str]:
+    """τ³'s figures (pass^k, DB / action / communicate / NL accuracy) and the token ratio to full-context."""
+    rows = []
+    for p in pairs:
+        t = p.get("tau3")
+        if not t:
+            continue
+        ratio = f"{p['cost']['tokens_per_task'] / base['cost']['tokens_per_task']:.3f}" \
+            if base and base["cost"]["tokens_per_task"] else "–"
+        rows.append([p["strategy"], str(t["runs"]), " / ".join(f"{x:.1f}" for x in t["pass_k"]),
+                     f"{t['pass_1_complete']:.1f} ({t['complete_runs']})", f"{t['db_accuracy']:.1f}",
+                     f"{t['action_accuracy']:.1f}", f"{t['communicate_accuracy']:.1f}", _f(t["nl_accuracy"]),
+                     f"{p['cost']['tokens_per_task']:.0f}", ratio, str(t["gold_errors"])])
+    if not rows:
+        return []
+    first = next(p["tau3"] for p in pairs if p.get("tau3"))
+    skipped = ", ".join(first["checks_skipped"])
+    note = (f"Checks run: {', '.join(first['checks_run'])}"
+            + (f"; not run: {skipped} (give --judge-engine for NL assertions)" if skipped else "") + ".")
+    return [
+        "τ³ figures: pass^k for k = 1..trials; Pass^1 over the runs whose every check ran (their number); "
+        "DB, action (every gold action matched), communicate and NL accuracy in %; tokens per task and their "
+        "ratio to full-context; gold actions that failed on a fresh database (τ³ ignores them, as here).", "",
+        note, "",
+        _table(["strategy", "runs", "pass^k", "Pass^1 (complete)", "DB", "action", "communicate", "NL",
+                "tokens/task", "×FC", "gold errors"], rows), "",
+    ]
 
 
 def figures(summary: dict[str, Any], out: Path) -> list[Path]:

@@ -22,8 +22,11 @@ from engine.base import Engine
 from flowstate.agent import Agent
 from flowstate.errors import RequestFailed
 from flowstate.eval.policies import Policy, PolicyEngine
-from flowstate.eval.suites import check_options, generate
-from flowstate.eval.task import Task
+from flowstate.eval.suites import TAU3, check_options, generate
+from flowstate.eval.tau3.conversation import run_conversation
+from flowstate.eval.tau3.gold import GoldPolicy
+from flowstate.eval.tau3.tasks import Tau3Task
+from flowstate.eval.task import Score, Task
 from flowstate.limits import STANDARD
 from flowstate.loop import LoopConfig
 from flowstate.repository import Repository
@@ -49,12 +52,18 @@ class EvalConfig:
     engine: str = ""  # a label of the engine (name and model), recorded so a resumed run stays comparable
     policy: str | None = None  # a reference policy instead of a model: "oracle" or "memoryless"
     sizes: dict[str, int] = field(default_factory=dict)  # observation sizes of the realistic suites
+    tau2_data: str | None = None  # τ³ suites: a tau2-bench checkout's data folder (else the packaged airline data)
+    trials: int = 1  # τ³ suites: runs of each task (pass^k)
+    user: str = ""  # τ³ suites: a label of the user simulator's engine ("" = the scripted user)
+    judge: str = ""  # τ³ suites: a label of the judge engine of NL assertions ("" = none)
 
     def identity(self) -> dict[str, Any]:
         """What must not change between a run and its resumption."""
         return {"depth": self.depth, "seed": self.seed, "engine": self.engine, "policy": self.policy,
                 "max_steps": self.loop.max_steps, "grammar": self.loop.grammar.value,
-                **({"sizes": self.sizes} if self.sizes else {})}
+                **({"sizes": self.sizes} if self.sizes else {}),
+                **({"trials": self.trials, "user": self.user, "judge": self.judge} if self.trials != 1 or self.user
+                   or self.judge else {})}
 
 
 class Results:
@@ -87,11 +96,12 @@ class Results:
             os.fsync(f.fileno())
 
 
-def _subtask_row(k: int, response: str | None, steps: Sequence[dict[str, Any]], score: Any,
+def _subtask_row(k: int, response: str | None, steps: Sequence[dict[str, Any]], score: Score | None,
                  error: str | None) -> dict[str, Any]:
     usage = {key: sum(int(s["usage"][key]) for s in steps) for key in ("prompt_tokens", "cached_tokens", "completion_tokens")}
     return {
-        "k": k, "correct": score.correct, "credit": score.credit, "response": response, "error": error,
+        "k": k, "correct": bool(score and score.correct), "credit": score.credit if score else 0.0,
+        "response": response, "error": error,
         "steps": len(steps), "parse_failures": sum(s["protocol_error"] is not None for s in steps),
         "truncations": sum(bool(s.get("truncated")) for s in steps),
         "rejected": sum(len(s["rejected"]) + len(s["refused"]) + len(s.get("malformed", ())) for s in steps),
@@ -127,11 +137,18 @@ def run_task(task: Task, strategy: Strategy, engine: Engine, repo: Repository, l
 Progress = Callable[[str], None]
 
 
-def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress = lambda _: None) -> list[dict[str, Any]]:
-    """Run what ``results.jsonl`` does not hold yet; return the rows of this configuration."""
+def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress = lambda _: None,
+             user: Engine | None = None, judge: Engine | None = None) -> list[dict[str, Any]]:
+    """Run what ``results.jsonl`` does not hold yet; return the rows of this configuration.
+
+    ``user`` and ``judge``: the τ³ suites' user simulator and NL-assertion judge engines (None: the
+    scripted user; no judge).
+    """
     strategies = [get(name) for name in config.strategies]
     check_options(config.suites, config.sizes)
-    suites = {suite: generate(suite, config.tasks, config.depth, config.seed, config.sizes) for suite in config.suites}
+    suites = {suite: _tasks(config, suite) for suite in config.suites}
+    if config.policy == "memoryless" and any(s in TAU3 for s in config.suites):
+        raise ValueError("the τ³ suites have a gold reference policy (--policy oracle), not a memoryless one")
     if config.policy is None and not engines:
         raise ValueError("no engine to evaluate")
     config.out.mkdir(parents=True, exist_ok=True)  # only once the configuration is known to be valid
@@ -146,13 +163,14 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress =
                 todo = [(i, t) for i, t in enumerate(tasks) if (suite, strategy.name, t.id) not in done]
                 finished = [r for r in earlier if r["suite"] == suite and r["strategy"] == strategy.name
                             and r["task"] in {t.id for t in tasks}]
-                _run_pair(config, repo, results, suite, strategy, len(tasks), finished, todo, engines, run, progress)
+                _run_pair(config, repo, results, suite, strategy, len(tasks), finished, todo, engines, run, progress,
+                          user, judge)
     return select(results.rows(), config)
 
 
 def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str, strategy: Strategy, total: int,
               finished: list[dict[str, Any]], todo: list[tuple[int, Task]], engines: Sequence[Engine], run: str,
-              progress: Progress) -> None:
+              progress: Progress, user: Engine | None, judge: Engine | None) -> None:
     label = f"{suite} × {strategy.name}"
     state = {"done": len(finished), "success": sum(bool(r["success"]) for r in finished), "tokens": 0}
     lock = threading.Lock()
@@ -166,12 +184,19 @@ def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str
 
     def one(item: tuple[int, Task]) -> None:
         i, task = item
-        if config.policy is not None:
-            engine: Engine = PolicyEngine(Policy(task, strategy, memory=config.policy == "oracle",
-                                                 limits=config.loop.limits or STANDARD))
+        limits = config.loop.limits or STANDARD
+        conversational = isinstance(task, Tau3Task)
+        if config.policy is not None and isinstance(task, Tau3Task):
+            engine: Engine = PolicyEngine(GoldPolicy(task, strategy, limits))
+        elif config.policy is not None:
+            engine = PolicyEngine(Policy(task, strategy, memory=config.policy == "oracle", limits=limits))
         else:
             engine = engines[i % len(engines)]  # several servers: tasks spread over all of them
-        row = run_task(task, strategy, engine, repo, config.loop, run)
+        if conversational:
+            assert isinstance(task, Tau3Task)
+            row = run_conversation(task, strategy, engine, repo, config.loop, run, _subtask_row, user, judge)
+        else:
+            row = run_task(task, strategy, engine, repo, config.loop, run)
         results.append(row)
         with lock:
             state["done"] += 1
@@ -187,12 +212,16 @@ def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str
 
 def select(rows: list[dict[str, Any]], config: EvalConfig) -> list[dict[str, Any]]:
     """The rows of this configuration's (suite, strategy, task) triples, the latest of each."""
-    wanted = {(s, t.id) for s in config.suites for t in generate(s, config.tasks, config.depth, config.seed, config.sizes)}
+    wanted = {(s, t.id) for s in config.suites for t in _tasks(config, s)}
     latest: dict[tuple[str, str, str], dict[str, Any]] = {}
     for r in rows:
         if (r["suite"], r["task"]) in wanted and r["strategy"] in config.strategies:
             latest[(r["suite"], r["strategy"], r["task"])] = r
     return list(latest.values())
+
+
+def _tasks(config: EvalConfig, suite: str) -> list[Task]:
+    return generate(suite, config.tasks, config.depth, config.seed, config.sizes, config.tau2_data, config.trials)
 
 
 def _check_identity(config: EvalConfig) -> None:

@@ -13,11 +13,10 @@ reasoning subtasks carry long derivations that play the same part in a full-cont
 
 from __future__ import annotations
 
-import ast
-import operator
 import random
 from typing import Any
 
+from flowstate.eval.arith import evaluate
 from flowstate.eval.suites.pages import words
 from flowstate.eval.task import Answer, Call, Decision, Facts, Need, Score, Task
 from flowstate.tools import Tool, ToolSet
@@ -35,27 +34,6 @@ TOPICS = {  # topic: (column, unit, operation on the earlier result, phrase)
     "thermal expansion": ("expansion", "1e-6/K", "*", "the product of the result of step {j} and the expansion coefficient of {m}"),
     "speed of sound": ("sound_speed", "m/s", "/", "the time in s that sound takes through {m} over the distance from step {j} in m"),
 }
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
-
-
-def evaluate(expression: str) -> float:
-    """Arithmetic only: numbers, + - * / and parentheses."""
-    def walk(node: ast.AST) -> float:
-        if isinstance(node, ast.Expression):
-            return walk(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-            return float(node.value)
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            return float(_OPS[type(node.op)](walk(node.left), walk(node.right)))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -walk(node.operand)
-        raise ValueError("only numbers, + - * / and parentheses")
-    try:
-        return walk(ast.parse(expression, mode="eval"))
-    except (SyntaxError, ZeroDivisionError) as exc:
-        raise ValueError(f"cannot evaluate {expression!r}: {exc}") from None
-
-
 def fmt(x: float) -> str:
     return f"{x:.4g}" if abs(x) < 1e-3 or abs(x) >= 1e7 else f"{round(x, 4)}"
 

@@ -1,0 +1,69 @@
+"""One τ³ task run: a conversation between a user (simulated or scripted) and the FlowState agent.
+
+Each user message is one request of the task's session, through the same ``Agent`` as every other
+suite; the agent's tools act on the task's own copy of the database. When the user ends the
+conversation (a stop token) or the turn budget runs out, τ³'s evaluation grades it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from engine.base import Engine
+from flowstate.agent import Agent
+from flowstate.errors import RequestFailed
+from flowstate.eval.tau3.evaluate import grade
+from flowstate.eval.tau3.tasks import Tau3Task
+from flowstate.eval.tau3.users import ScriptedUser, SimulatedUser, User, ends
+from flowstate.loop import LoopConfig
+from flowstate.repository import Repository
+from flowstate.strategies import Strategy
+
+MAX_TURNS = 30
+
+
+def make_user(task: Tau3Task, engine: Engine | None) -> User:
+    return ScriptedUser(task) if engine is None else SimulatedUser(task, engine)
+
+
+def run_conversation(
+    task: Tau3Task, strategy: Strategy, engine: Engine, repo: Repository, loop: LoopConfig, run: str,
+    subtask_row: Callable[..., dict[str, Any]], user_engine: Engine | None = None, judge: Engine | None = None,
+    max_turns: int = MAX_TURNS,
+) -> dict[str, Any]:
+    session = f"{task.suite}/{strategy.name}/{task.id}"
+    repo.delete_session(session)  # what a killed run left of this task
+    db = task.new_env()
+    agent = Agent(engine, repository=repo, session=session, tools=task.tools(db), task_policy=task.policy,
+                  config=loop, strategy=strategy)
+    user = make_user(task, user_engine)
+    started = time.time()
+    turns: list[dict[str, Any]] = []
+    conversation: list[tuple[str, str]] = []
+    calls: list[dict[str, Any]] = []
+    message, ended_by = user.first(), "turns"
+    for k in range(1, max_turns + 1):
+        if ends(message):
+            ended_by = "user"
+            break
+        conversation.append(("user", message))
+        try:
+            record = agent.run(message)
+            response, steps, error = record.response, [s.to_dict() for s in record.steps], record.unfinished
+        except RequestFailed as exc:
+            response, steps, error = None, (exc.record or {}).get("steps", []), str(exc)
+        calls += [c for s in steps for c in s.get("tool_calls", [])]  # τ³ matches failed calls too
+        turns.append(subtask_row(k, response, steps, None, error))
+        if response is None:
+            ended_by = "failed request"
+            break
+        conversation.append(("assistant", response))
+        message = user.reply(response)
+    graded = grade(task, db, calls, conversation, judge)
+    for row in turns:
+        row["correct"] = row["credit"] = graded.reward == 1.0
+    return {"suite": task.suite, "strategy": strategy.name, "task": task.id, "base_task": task.base,
+            "trial": task.trial, "depth": len(turns), "run": run, "started": started, "ended": time.time(),
+            "success": graded.reward == 1.0, "subtasks": turns, "tau3": {**graded.to_dict(), "ended_by": ended_by}}

