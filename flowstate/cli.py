@@ -373,15 +373,20 @@ def _progress(line: str) -> None:
 @click.option("--user-engine", default=None, help="τ³ suites: the user simulator's backend [default: a scripted user].")
 @click.option("--user-model", default=None, help="τ³ suites: the user simulator's model.")
 @click.option("--user-base-url", default=None, help="τ³ suites: the user simulator's server (openai backend).")
+@click.option("--user-api-key", default=None, envvar="FLOWSTATE_USER_API_KEY",
+              help="τ³ suites: the user simulator server's API key [default: $FLOWSTATE_USER_API_KEY].")
 @click.option("--judge-engine", default=None, help="τ³ suites: the backend that checks NL assertions [default: none; "
                                                      "they are reported as not run].")
 @click.option("--judge-model", default=None, help="τ³ suites: the judge's model.")
 @click.option("--judge-base-url", default=None, help="τ³ suites: the judge's server (openai backend).")
+@click.option("--judge-api-key", default=None, envvar="FLOWSTATE_JUDGE_API_KEY",
+              help="τ³ suites: the judge server's API key [default: $FLOWSTATE_JUDGE_API_KEY].")
 @loop_options()
 def evaluate(
     suites: str, suite_options: tuple[str, ...], strategy_names: str, policy: str | None, tasks: int, depth: int, seed: int, concurrency: int, out: Path,
     tau2_data: str | None, trials: int, user_engine: str | None, user_model: str | None, user_base_url: str | None,
-    judge_engine: str | None, judge_model: str | None, judge_base_url: str | None,
+    user_api_key: str | None, judge_engine: str | None, judge_model: str | None, judge_base_url: str | None,
+    judge_api_key: str | None,
     max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str, **engine_opts: Any,
 ) -> None:
     """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed."""
@@ -411,8 +416,10 @@ def evaluate(
             trials=trials, user=f"{user_engine}:{user_model or 'default'}" if user_engine else "",
             judge=f"{judge_engine}:{judge_model or 'default'}" if judge_engine else "",
         )
-        user = engines.load(user_engine, model=user_model, base_url=user_base_url) if user_engine else None
-        judge = engines.load(judge_engine, model=judge_model, base_url=judge_base_url) if judge_engine else None
+        user = engines.load(user_engine, model=user_model, base_url=user_base_url, api_key=user_api_key) \
+            if user_engine else None
+        judge = engines.load(judge_engine, model=judge_model, base_url=judge_base_url, api_key=judge_api_key) \
+            if judge_engine else None
         rows = run_eval(config, loaded, _progress, user=user, judge=judge)
         if sys.stderr.isatty():
             click.echo("", err=True)

@@ -146,9 +146,9 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress =
     """
     strategies = [get(name) for name in config.strategies]
     check_options(config.suites, config.sizes)
-    suites = {suite: _tasks(config, suite) for suite in config.suites}
     if config.policy == "memoryless" and any(s in TAU3 for s in config.suites):
         raise ValueError("the τ³ suites have a gold reference policy (--policy oracle), not a memoryless one")
+    suites = {suite: _tasks(config, suite) for suite in config.suites}
     if config.policy is None and not engines:
         raise ValueError("no engine to evaluate")
     config.out.mkdir(parents=True, exist_ok=True)  # only once the configuration is known to be valid

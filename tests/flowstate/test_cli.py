@@ -85,8 +85,11 @@ def test_default_db_comes_from_the_environment(tmp_path: Path) -> None:
     ("absent database", "no database at"),
     ("empty query", "the query is empty"),
     ("export into a non-empty folder", "exists and is not empty"),
-    ("eval: unknown suite", "unknown suite(s) kitchen; valid suites: hotel, bundle, travel, chain, shopping, planning, reasoning"),
+    ("eval: unknown suite", "unknown suite(s) kitchen; valid suites: hotel, bundle, travel, chain, shopping, planning, "
+                            "reasoning, tau3-airline, tau3-retail"),
     ("eval: unknown suite option", "unknown suite option(s) rows for suites shopping; valid: bullets, description_words, results"),
+    ("eval: memoryless on τ³", "the τ³ suites have a gold reference policy (--policy oracle), not a memoryless one"),
+    ("eval: no τ³ data", "no τ³ retail data under"),
     ("eval: unknown strategy", "unknown strategy 'mage'; valid strategies:"),
     ("eval: too deep", "bundle tasks have at most 16 subtasks"),
 ])
@@ -115,6 +118,10 @@ def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expect
         "eval: unknown suite": ["eval", "--policy", "oracle", "--suite", "hotel,kitchen", "--out", tmp_path / "ev"],
         "eval: unknown suite option": ["eval", "--policy", "oracle", "--suite", "shopping", "--suite-option", "rows=3",
                                        "--out", tmp_path / "ev"],
+        "eval: memoryless on τ³": ["eval", "--policy", "memoryless", "--suite", "tau3-airline", "--tau2-data", tmp_path,
+                                   "--out", tmp_path / "ev"],
+        "eval: no τ³ data": ["eval", "--policy", "oracle", "--suite", "tau3-retail", "--tau2-data", tmp_path,
+                             "--out", tmp_path / "ev"],
         "eval: unknown strategy": ["eval", "--policy", "oracle", "--strategy", "flowstate,mage", "--out", tmp_path / "ev"],
         "eval: too deep": ["eval", "--policy", "oracle", "--suite", "bundle", "--depth", "17", "--out", tmp_path / "ev"],
     }[case]
