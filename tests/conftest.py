@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 from engine.scripted import ScriptedEngine
 from flowstate import Agent, LoopConfig, Repository
 from tests.helpers import AgentFactory, output
+from tests.pg import REQUIRE_ENV, PgServer
 
 
 @pytest.fixture
@@ -29,6 +31,37 @@ def repo(db_path: Path) -> Iterable[Repository]:
     yield r
     r.close()
 
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterable[PgServer]:
+    """A PostgreSQL server for the tests, or a skip (a failure where CI requires one)."""
+    try:
+        server = PgServer()
+    except Exception as exc:  # noqa: BLE001 - any reason a server cannot start is reported the same way
+        if os.environ.get(REQUIRE_ENV):
+            pytest.fail(f"no PostgreSQL server: {exc}")
+        pytest.skip(f"no PostgreSQL server could be started: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterable[str]:
+    """A fresh database of each backend: a SQLite path, or a PostgreSQL URL of a database of its own."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "memory.db")
+        return
+    server: PgServer = request.getfixturevalue("pg_server")
+    url = server.new_database()
+    yield url
+    server.drop(url)
+
+
+@pytest.fixture
+def any_repo(db_target: str) -> Iterable[Repository]:
+    r = Repository.open(db_target)
+    yield r
+    r.close()
 
 
 @pytest.fixture

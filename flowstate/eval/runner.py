@@ -56,6 +56,12 @@ class EvalConfig:
     trials: int = 1  # τ³ suites: runs of each task (pass^k)
     user: str = ""  # τ³ suites: a label of the user simulator's engine ("" = the scripted user)
     judge: str = ""  # τ³ suites: a label of the judge engine of NL assertions ("" = none)
+    db: str | None = None  # the memory: a path or postgresql:// URL shared by several runs (default: out/memory.db)
+
+    @property
+    def namespace(self) -> str:
+        """Session names' prefix: a run's folder name where the database is shared with other runs."""
+        return f"{self.out.name}/" if self.db else ""
 
     def identity(self) -> dict[str, Any]:
         """What must not change between a run and its resumption."""
@@ -111,9 +117,10 @@ def _subtask_row(k: int, response: str | None, steps: Sequence[dict[str, Any]], 
     }
 
 
-def run_task(task: Task, strategy: Strategy, engine: Engine, repo: Repository, loop: LoopConfig, run: str) -> dict[str, Any]:
+def run_task(task: Task, strategy: Strategy, engine: Engine, repo: Repository, loop: LoopConfig, run: str,
+             namespace: str = "") -> dict[str, Any]:
     """One task: its subtasks as consecutive requests of a fresh session, each graded when it ends."""
-    session = f"{task.suite}/{strategy.name}/{task.id}"
+    session = f"{namespace}{task.suite}/{strategy.name}/{task.id}"
     repo.delete_session(session)  # what a killed run left of this task
     env = task.new_env()
     agent = Agent(engine, repository=repo, session=session, tools=task.tools(env), task_policy=TASK_POLICY,
@@ -157,7 +164,7 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress =
     earlier = results.rows()
     done = {(r["suite"], r["strategy"], r["task"]) for r in earlier}
     run = uuid.uuid4().hex[:12]
-    with Repository.open(config.out / "memory.db") as repo:
+    with Repository.open(config.db or config.out / "memory.db") as repo:
         for suite, tasks in suites.items():
             for strategy in strategies:
                 todo = [(i, t) for i, t in enumerate(tasks) if (suite, strategy.name, t.id) not in done]
@@ -194,9 +201,10 @@ def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str
             engine = engines[i % len(engines)]  # several servers: tasks spread over all of them
         if conversational:
             assert isinstance(task, Tau3Task)
-            row = run_conversation(task, strategy, engine, repo, config.loop, run, _subtask_row, user, judge)
+            row = run_conversation(task, strategy, engine, repo, config.loop, run, _subtask_row, user, judge,
+                                   namespace=config.namespace)
         else:
-            row = run_task(task, strategy, engine, repo, config.loop, run)
+            row = run_task(task, strategy, engine, repo, config.loop, run, config.namespace)
         results.append(row)
         with lock:
             state["done"] += 1

@@ -1,14 +1,19 @@
-"""The SQLite repository: migrations, persistence in one transaction, immutability, errors."""
+"""The repository on both backends (SQLite, PostgreSQL): migrations, persistence in one transaction,
+immutability enforced by the database, deletion, errors, concurrent writers."""
 
 from __future__ import annotations
 
 import sqlite3
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from flowstate import Repository, SessionNotFound, StorageError
-from flowstate.migrations import MIGRATIONS
+from flowstate.backends import is_postgres
+from flowstate.migrations import MIGRATIONS, POSTGRES_MIGRATIONS
 from flowstate.nodes import Node, Ref, Relation, StateType
 
 
@@ -16,15 +21,41 @@ def state(node_id: str, request: int = 1, refs: tuple[Ref, ...] = ()) -> Node:
     return Node(id=node_id, type=StateType.KNOWLEDGE, summary=node_id, value={"x": node_id}, refs=refs, request=request)
 
 
-def test_migrations_are_named_and_idempotent(db_path: Path) -> None:
-    Repository.open(db_path).close()
-    Repository.open(db_path).close()  # second open applies nothing
-    conn = sqlite3.connect(db_path)
-    assert [r[0] for r in conn.execute("SELECT name FROM schema_migrations")] == [m[0] for m in MIGRATIONS]
-    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+def raw(target: str, sql: str) -> list[Any]:
+    """Run SQL on the database directly, beside the repository."""
+    if is_postgres(target):
+        import psycopg
+
+        with psycopg.connect(target, autocommit=True) as conn:
+            cur = conn.execute(sql)
+            return cur.fetchall() if cur.description else []
+    conn = sqlite3.connect(target)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.commit()
+        conn.close()
 
 
-def test_persist_round_trips_nodes_and_relations(repo: Repository) -> None:
+def test_migrations_are_named_and_idempotent(db_target: str) -> None:
+    Repository.open(db_target).close()
+    Repository.open(db_target).close()  # second open applies nothing
+    names = [r[0] for r in raw(db_target, "SELECT name FROM schema_migrations ORDER BY name")]
+    assert names == [m[0] for m in MIGRATIONS] == [m[0] for m in POSTGRES_MIGRATIONS]
+    if not is_postgres(db_target):
+        assert raw(db_target, "PRAGMA journal_mode")[0][0] == "wal"
+
+
+def test_servers_starting_together_migrate_once(db_target: str) -> None:
+    with ThreadPoolExecutor(4) as pool:
+        repos = list(pool.map(lambda _: Repository.open(db_target), range(4)))
+    for r in repos:
+        r.close()
+    assert len(raw(db_target, "SELECT name FROM schema_migrations")) == len(MIGRATIONS)
+
+
+def test_persist_round_trips_nodes_and_relations(any_repo: Repository) -> None:
+    repo = any_repo
     a = state("a")
     b = state("b", refs=(Ref(rel=Relation.DERIVES, state_id="a"),))
     repo.persist_request("s", 1, "first", "answer", [a, b], {"k": 1})
@@ -35,14 +66,16 @@ def test_persist_round_trips_nodes_and_relations(repo: Repository) -> None:
     assert repo.request_record("s", 1) == {"k": 1}
 
 
-def test_persist_is_all_or_nothing(repo: Repository) -> None:
+def test_persist_is_all_or_nothing(any_repo: Repository) -> None:
+    repo = any_repo
     dangling = state("b", refs=(Ref(rel=Relation.DERIVES, state_id="missing"),))
     with pytest.raises(StorageError, match="cannot persist request 1"):
         repo.persist_request("s", 1, "q", "r", [state("a"), dangling], {})
     assert repo.requests("s") == [] and repo.nodes("s") == [] and not repo.has_session("s")
 
 
-def test_persist_refuses_an_out_of_order_request(repo: Repository) -> None:
+def test_persist_refuses_an_out_of_order_request(any_repo: Repository) -> None:
+    repo = any_repo
     repo.persist_request("s", 1, "q", "r", [state("a")], {})
     with pytest.raises(StorageError, match="conflicts with 1 finished"):
         repo.persist_request("s", 1, "q again", "r", [state("b")], {})
@@ -57,16 +90,17 @@ def test_persist_refuses_an_out_of_order_request(repo: Repository) -> None:
     "UPDATE requests SET query = 'changed'",
     "DELETE FROM requests",
 ])
-def test_the_database_itself_refuses_to_change_history(repo: Repository, db_path: Path, sql: str) -> None:
+def test_the_database_itself_refuses_to_change_history(any_repo: Repository, db_target: str, sql: str) -> None:
+    repo = any_repo
     repo.persist_request("s", 1, "q", "r", [state("a"), state("b", refs=(Ref(rel=Relation.DERIVES, state_id="a"),))], {})
-    conn = sqlite3.connect(db_path)
-    with pytest.raises(sqlite3.IntegrityError, match="immutable"):
-        conn.execute(sql)
-    conn.close()
+    with pytest.raises(Exception, match="immutable"):
+        raw(db_target, sql)
     assert [n.summary for n in repo.nodes("s")] == ["a", "b"]
+    assert [r.query for r in repo.requests("s")] == ["q"]
 
 
-def test_delete_session_forgets_exactly_that_session(repo: Repository) -> None:
+def test_delete_session_forgets_exactly_that_session(any_repo: Repository) -> None:
+    repo = any_repo
     for name in ("s", "t"):
         repo.persist_request(name, 1, "q", "r", [state("a"), state("b", refs=(Ref(rel=Relation.DERIVES, state_id="a"),))], {})
     repo.persist_request("s", 2, "q2", "r2", [state("c", request=2)], {})
@@ -78,7 +112,8 @@ def test_delete_session_forgets_exactly_that_session(repo: Repository) -> None:
     assert [r.query for r in repo.requests("s")] == ["fresh"]
 
 
-def test_sessions_by_prefix(repo: Repository) -> None:
+def test_sessions_by_prefix(any_repo: Repository) -> None:
+    repo = any_repo
     for name in ("k1:a", "k2:a", "k1:b", "k1%"):
         repo.persist_request(name, 1, "q", "r", [], {})
     assert repo.sessions("k1:") == ["k1:a", "k1:b"]
@@ -102,6 +137,77 @@ def test_open_errors_are_clear(tmp_path: Path) -> None:
         Repository.open(other, create=False)
 
 
-def test_unknown_session(repo: Repository) -> None:
+def test_unknown_session(any_repo: Repository) -> None:
+    repo = any_repo
     with pytest.raises(SessionNotFound, match="unknown session 'nobody'"):
         repo.require_session("nobody")
+
+
+def test_postgres_open_errors_are_clear(pg_server: Any) -> None:
+    with pytest.raises(StorageError, match=r"cannot open database postgresql://flowstate:\*\*\*@127.0.0.1:1/x"):
+        Repository.open("postgresql://flowstate:secret@127.0.0.1:1/x?connect_timeout=1")
+    url = pg_server.new_database()
+    try:
+        raw(url, "CREATE TABLE t (x int)")
+        with pytest.raises(StorageError, match="not a FlowState database"):
+            Repository.open(url, create=False)
+    finally:
+        pg_server.drop(url)
+
+
+def test_concurrent_writers_of_one_session_never_store_a_request_twice(db_target: str) -> None:
+    """Two processes (two repositories) finishing request 1 of one session at once: one wins, one gets a
+    clear error, nothing is half stored."""
+    a, b = Repository.open(db_target), Repository.open(db_target)
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def persist(repo: Repository, node: str) -> None:
+        barrier.wait()
+        try:
+            repo.persist_request("shared", 1, f"from {node}", "r", [state(node)], {})
+            outcomes.append("stored")
+        except StorageError as exc:
+            outcomes.append(str(exc))
+
+    threads = [threading.Thread(target=persist, args=(r, n)) for r, n in ((a, "a"), (b, "b"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes)[-1] == "stored" and outcomes.count("stored") == 1, outcomes
+    loser = next(o for o in outcomes if o != "stored")  # a conflict seen first, or the database's own refusal
+    assert "request 1" in loser and "'shared'" in loser
+    nodes = a.nodes("shared")
+    assert len(nodes) == 1 and [r.query for r in a.requests("shared")] == [f"from {nodes[0].id}"]
+    a.close()
+    b.close()
+
+
+def test_session_lock_serializes_across_repositories(pg_server: Any) -> None:
+    url = pg_server.new_database()
+    try:
+        a, b = Repository.open(url), Repository.open(url)
+        order: list[str] = []
+        entered = threading.Event()
+
+        def hold() -> None:
+            with a.session_lock("alice"):
+                entered.set()
+                order.append("a in")
+                threading.Event().wait(0.5)
+                order.append("a out")
+
+        t = threading.Thread(target=hold)
+        t.start()
+        entered.wait(5)
+        with b.session_lock("bob"):  # another session is not held up
+            order.append("bob")
+        with b.session_lock("alice"):
+            order.append("b in")
+        t.join()
+        assert order == ["a in", "bob", "a out", "b in"]
+        a.close()
+        b.close()
+    finally:
+        pg_server.drop(url)

@@ -31,9 +31,9 @@ def make_user(task: Tau3Task, engine: Engine | None) -> User:
 def run_conversation(
     task: Tau3Task, strategy: Strategy, engine: Engine, repo: Repository, loop: LoopConfig, run: str,
     subtask_row: Callable[..., dict[str, Any]], user_engine: Engine | None = None, judge: Engine | None = None,
-    max_turns: int = MAX_TURNS,
+    max_turns: int = MAX_TURNS, namespace: str = "",
 ) -> dict[str, Any]:
-    session = f"{task.suite}/{strategy.name}/{task.id}"
+    session = f"{namespace}{task.suite}/{strategy.name}/{task.id}"
     repo.delete_session(session)  # what a killed run left of this task
     db = task.new_env()
     agent = Agent(engine, repository=repo, session=session, tools=task.tools(db), task_policy=task.policy,

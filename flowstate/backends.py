@@ -1,0 +1,191 @@
+"""Where the repository's rows live: SQLite (one file, embedded, the default) or PostgreSQL (a server that
+several FlowState processes share), chosen by the target: a path, or a ``postgresql://`` URL.
+
+Both give the repository the same three things: reads, one write transaction at a time per request
+(committed when it ends, rolled back when it raises), and named idempotent migrations. PostgreSQL also
+gives a lock per session that holds across processes (``session_lock``), so two servers never run two
+turns of one session at once; the database itself refuses to change history on both (triggers).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+from flowstate import migrations
+from flowstate.errors import StorageError
+
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_postgres(target: str | Path) -> bool:
+    return str(target).startswith(POSTGRES_SCHEMES)
+
+
+def redact(url: str) -> str:
+    """A URL without its password, for messages."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+class Cursor(Protocol):
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Conn(Protocol):
+    """What the repository runs SQL on; placeholders are ``?`` on both backends."""
+
+    def execute(self, sql: str, args: Sequence[Any] = ...) -> Cursor: ...
+
+
+class Backend(Protocol):
+    label: str
+
+    def read(self) -> Any: ...
+    def write(self, what: str) -> Any: ...
+    def session_lock(self, session: str) -> Any: ...
+    def close(self) -> None: ...
+
+
+class SqliteBackend:
+    """One connection, serialized by a lock; WAL, foreign keys, synchronous writes."""
+
+    def __init__(self, path: str, *, create: bool) -> None:
+        self.label = path
+        if path != ":memory:":
+            fp = Path(path)
+            if not create and not fp.exists():
+                raise StorageError(f"no database at {path}")
+            if fp.exists() and not fp.is_file():
+                raise StorageError(f"cannot open database {path}: not a regular file")
+            if create:
+                fp.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        try:
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+            conn.execute("PRAGMA foreign_keys = ON")
+            if path != ":memory:":
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+            if not create:
+                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if "schema_migrations" not in tables:
+                    raise StorageError(f"cannot open database {path}: not a FlowState database")
+            migrations.apply_sqlite(conn)
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open database {path}: {exc}") from exc
+        self._conn = conn
+
+    @contextmanager
+    def read(self) -> Iterator[Conn]:
+        with self._lock:
+            try:
+                yield self._conn
+            except sqlite3.Error as exc:
+                raise StorageError(f"database {self.label}: {exc}") from exc
+
+    @contextmanager
+    def write(self, what: str) -> Iterator[Conn]:
+        with self._lock:
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise StorageError(f"database {self.label}: {what}: {exc}") from exc
+
+    @contextmanager
+    def session_lock(self, session: str) -> Iterator[None]:
+        yield  # one process per SQLite file serves a session; its own locks serialize turns
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class _Pg:
+    """A psycopg connection that takes the repository's ``?`` placeholders."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> Cursor:
+        return self.conn.execute(sql.replace("?", "%s"), tuple(args))  # type: ignore[no-any-return]
+
+
+class PostgresBackend:
+    """A connection pool (psycopg 3); each read or write borrows a connection."""
+
+    def __init__(self, url: str, *, create: bool, pool_size: int = 8) -> None:
+        import psycopg
+        from psycopg_pool import ConnectionPool
+
+        self._errors = (psycopg.Error,)
+        self.label = redact(url)
+        try:
+            self._pool = ConnectionPool(url, min_size=1, max_size=pool_size, kwargs={"autocommit": True},
+                                        open=False, name="flowstate")
+            self._pool.open(wait=True, timeout=15.0)
+        except Exception as exc:  # the pool reports a server it cannot reach as a timeout
+            raise StorageError(f"cannot open database {self.label}: {exc}") from exc
+        try:
+            with self._pool.connection() as conn:
+                if not create:
+                    found = conn.execute("SELECT to_regclass('schema_migrations')").fetchone()
+                    if found is None or found[0] is None:
+                        raise StorageError(f"cannot open database {self.label}: not a FlowState database")
+                migrations.apply_postgres(conn)
+        except psycopg.Error as exc:
+            self._pool.close()
+            raise StorageError(f"cannot open database {self.label}: {exc}") from exc
+        except StorageError:
+            self._pool.close()
+            raise
+
+    @contextmanager
+    def read(self) -> Iterator[Conn]:
+        try:
+            with self._pool.connection() as conn:
+                yield _Pg(conn)
+        except self._errors as exc:
+            raise StorageError(f"database {self.label}: {exc}") from exc
+
+    @contextmanager
+    def write(self, what: str) -> Iterator[Conn]:
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                yield _Pg(conn)
+        except self._errors as exc:
+            raise StorageError(f"database {self.label}: {what}: {exc}") from exc
+
+    @contextmanager
+    def session_lock(self, session: str) -> Iterator[None]:
+        """Hold the session's advisory lock (every process on this database waits for it) for the block."""
+        try:
+            with self._pool.connection() as conn:
+                conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (session,))
+                try:
+                    yield
+                finally:
+                    conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (session,))
+        except self._errors as exc:
+            raise StorageError(f"database {self.label}: lock of session {session!r}: {exc}") from exc
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def open_backend(target: str | Path, *, create: bool = True) -> SqliteBackend | PostgresBackend:
+    text = str(target)
+    return PostgresBackend(text, create=create) if is_postgres(text) else SqliteBackend(text, create=create)
