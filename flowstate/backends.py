@@ -127,7 +127,7 @@ class _Pg:
 class PostgresBackend:
     """A connection pool (psycopg 3); each read or write borrows a connection."""
 
-    def __init__(self, url: str, *, create: bool, pool_size: int = 8) -> None:
+    def __init__(self, url: str, *, create: bool, pool_size: int = 8, lock_pool_size: int = 64) -> None:
         import psycopg
         from psycopg_pool import ConnectionPool
 
@@ -137,6 +137,9 @@ class PostgresBackend:
             self._pool = ConnectionPool(url, min_size=1, max_size=pool_size, kwargs={"autocommit": True},
                                         open=False, name="flowstate")
             self._pool.open(wait=True, timeout=15.0)
+            # a held session lock keeps its connection (advisory locks belong to one): a pool of their own
+            self._locks = ConnectionPool(url, min_size=0, max_size=lock_pool_size, kwargs={"autocommit": True},
+                                         open=True, name="flowstate-locks")
         except Exception as exc:  # the pool reports a server it cannot reach as a timeout
             raise StorageError(f"cannot open database {self.label}: {exc}") from exc
         try:
@@ -147,10 +150,10 @@ class PostgresBackend:
                         raise StorageError(f"cannot open database {self.label}: not a FlowState database")
                 migrations.apply_postgres(conn)
         except psycopg.Error as exc:
-            self._pool.close()
+            self.close()
             raise StorageError(f"cannot open database {self.label}: {exc}") from exc
         except StorageError:
-            self._pool.close()
+            self.close()
             raise
 
     @contextmanager
@@ -173,7 +176,7 @@ class PostgresBackend:
     def session_lock(self, session: str) -> Iterator[None]:
         """Hold the session's advisory lock (every process on this database waits for it) for the block."""
         try:
-            with self._pool.connection() as conn:
+            with self._locks.connection() as conn:
                 conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (session,))
                 try:
                     yield
@@ -183,6 +186,7 @@ class PostgresBackend:
             raise StorageError(f"database {self.label}: lock of session {session!r}: {exc}") from exc
 
     def close(self) -> None:
+        self._locks.close()
         self._pool.close()
 
 

@@ -6,6 +6,10 @@ eviction can never drop a lock that a waiting turn will wake on, and names that 
 refused leave nothing behind. Idle sessions beyond ``keep`` leave memory (their transcript reloads
 from the database on their next call); a session with a holder, a waiter or a request waiting on
 tool results is never dropped.
+
+On a database that several servers share (PostgreSQL), ``enter`` also takes the session's lock in the
+database, so two servers never run turns of one session at once, and ``live`` reloads a session that
+another server has moved on since this one last held it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
 
 from flowstate.repository import Repository
 from serving.sessions import Live, load_live
@@ -22,6 +29,7 @@ from serving.sessions import Live, load_live
 class _Entry:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     holders: int = 0  # turns holding or waiting for the lock
+    shared: Any = None  # the database's lock on the session, while this process holds the session
 
 
 class Registry:
@@ -41,12 +49,23 @@ class Registry:
         except BaseException:  # cancelled while waiting
             self._release(name, entry, locked=False)
             raise
+        if self.repo.shared:  # then every server's turns of this session, one at a time
+            held = self.repo.session_lock(name)
+            try:
+                await anyio.to_thread.run_sync(held.__enter__)
+            except BaseException:
+                self._release(name, entry, locked=True)
+                raise
+            entry.shared = held
 
     def leave(self, name: str) -> None:
         """Release the session's lock (taken by ``enter``)."""
         self._release(name, self._entries[name], locked=True)
 
     def _release(self, name: str, entry: _Entry, *, locked: bool) -> None:
+        if entry.shared is not None:
+            held, entry.shared = entry.shared, None
+            held.__exit__(None, None, None)
         if locked:
             entry.lock.release()
         entry.holders -= 1
@@ -56,7 +75,9 @@ class Registry:
 
     def live(self, name: str) -> Live:
         """The session's live state; call between ``enter`` and ``leave``."""
-        if name not in self._live:
+        cached = self._live.get(name)
+        if cached is None or (self.repo.shared and cached.run is None
+                              and self.repo.request_count(name) != cached.requests):
             self._live[name] = load_live(self.repo, name)
         self._live.move_to_end(name)
         self._evict()

@@ -150,6 +150,7 @@ class Live:
     calls: PendingCalls | None = None
     client_tools: frozenset[str] = frozenset()  # names the client runs, fixed for the request
     replies: dict[str, int] = field(default_factory=dict)  # Idempotency-Key -> index of its reply in the transcript
+    requests: int = 0  # finished requests the transcript holds (another server may have finished more)
 
     def abandon(self) -> None:
         """Drop the unfinished request (nothing of it was persisted)."""
@@ -166,7 +167,8 @@ def load_live(repo: Repository, name: str) -> Live:
     """A session's finished requests as the server holds them, rebuilt from their stored records."""
     out: list[dict[str, Any]] = []
     replies: dict[str, int] = {}
-    for request in repo.requests(name):
+    requests = repo.requests(name)
+    for request in requests:
         record = repo.request_record(name, request.index) or {}
         start = len(out)
         out.extend(record.get("transcript") or [{"role": "user", "content": request.query}])
@@ -175,7 +177,7 @@ def load_live(repo: Repository, name: str) -> Live:
         if response is None:  # ended at the step budget: the client was told so
             response = unfinished_message(request.unfinished, (record.get("persisted") or {}).get("states", []))
         out.append({"role": "assistant", "content": response})
-    return Live(name, out, len(out), replies=replies)
+    return Live(name, out, len(out), replies=replies, requests=len(requests))
 
 
 def reply_message(message: dict[str, Any]) -> tuple[dict[str, Any], str]:

@@ -133,6 +133,7 @@ class Turns:
                     self._remember(live, key)
                     live.transcript.append({"role": "assistant", "content": response})
                     live.finished, live.run = len(live.transcript), None
+                    live.requests += 1
                     return self._result(run, first, {"role": "assistant", "content": response}, "stop")
                 if run.pending:
                     message = self._act(live, run, key)

@@ -1,0 +1,90 @@
+"""Several `flowstate serve` processes on one PostgreSQL database: a session continues on any of them,
+and two turns of one session that arrive at two servers at once run one after the other."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from flowstate import Repository
+from tests.helpers import add, output
+from tests.serving.conftest import Server, lines
+from tests.serving.test_chat import client
+
+
+def pause(seconds: float) -> str:
+    """Wait, then say so (a slow server-side tool, so that two turns overlap)."""
+    time.sleep(seconds)
+    return "waited"
+
+
+TOOLS = [pause]
+
+
+@pytest.fixture
+def shared_db(pg_server: Any) -> Iterator[str]:
+    url = pg_server.new_database()
+    yield url
+    pg_server.drop(url)
+
+
+def start(tmp: Path, db: str, script: list[dict[str, Any]]) -> tuple[Server, str]:
+    tmp.mkdir()
+    server = Server(tmp)
+    server.db = db  # type: ignore[assignment]
+    return server, server.start(script, "--tools", "tests.serving.test_shared_db:TOOLS")
+
+
+@pytest.mark.slow
+def test_a_session_continues_on_whichever_server_gets_the_turn(tmp_path: Path, shared_db: str) -> None:
+    a, url_a = start(tmp_path / "a", shared_db, lines("[alt]", [
+        output(delta=[add("note_one", number=1)], content="one"), output(content="three")]))
+    b, url_b = start(tmp_path / "b", shared_db, lines("[alt]", [output(focus=["note_one"]), output(content="two")]))
+    try:
+        history: list[dict[str, Any]] = []
+        for url, text in ((url_a, "[alt] first"), (url_b, "[alt] second"), (url_a, "[alt] third")):
+            history.append({"role": "user", "content": text})
+            reply = client(url).chat.completions.create(model="flowstate", messages=history, user="alice")
+            history.append({"role": "assistant", "content": reply.choices[0].message.content})
+        assert [m["content"] for m in history[1::2]] == ["one", "two", "three"]
+        for url in (url_a, url_b):
+            assert [r["query"] for r in client(url).get("/sessions/alice", cast_to=object)["requests"]] == \
+                ["[alt] first", "[alt] second", "[alt] third"]
+    finally:
+        a.stop()
+        b.stop()
+    with Repository.open(shared_db) as repo:
+        # server B disclosed the state that server A's turn kept
+        assert repo.request_record("alice", 2)["steps"][0]["disclosed"] == ["note_one"]
+
+
+@pytest.mark.slow
+def test_two_turns_of_one_session_at_two_servers_run_one_after_the_other(tmp_path: Path, shared_db: str) -> None:
+    slow = [output(tools=[{"name": "pause", "arguments": {"seconds": 1.5}}]), output(content="done")]
+    a, url_a = start(tmp_path / "a", shared_db, lines("[c]", slow))
+    b, url_b = start(tmp_path / "b", shared_db, lines("[c]", slow))
+    try:
+        def turn(url: str, text: str) -> tuple[int, float, float]:
+            t0 = time.monotonic()
+            r = httpx.post(url + "/chat/completions", timeout=60, headers={"Idempotency-Key": text},
+                           json={"model": "flowstate", "user": "carol", "messages": [{"role": "user", "content": text}]})
+            return r.status_code, t0, time.monotonic()
+
+        with ThreadPoolExecutor(2) as pool:
+            first, second = pool.map(lambda args: turn(*args), [(url_a, "[c] one"), (url_b, "[c] two")])
+        assert first[0] == second[0] == 200
+        spans = sorted([first[1:], second[1:]], key=lambda s: s[1])
+        assert spans[1][1] - spans[0][1] >= 1.4  # the later turn waited for the earlier one, then ran its own pause
+    finally:
+        a.stop()
+        b.stop()
+    with Repository.open(shared_db) as repo:
+        requests = repo.requests("carol")
+        assert [r.index for r in requests] == [1, 2] and sorted(r.query for r in requests) == ["[c] one", "[c] two"]
+        assert all(r.response == "done" for r in requests)
