@@ -24,6 +24,10 @@ class HistorySource(Protocol):
 
     def incoming(self, node_id: str) -> list[tuple[str, str]]: ...
 
+    def disclosure(self, node_id: str) -> tuple[Node | None, list[tuple[str, str]]]:
+        """The node and the relations that point at it, at once (one read of the repository)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Refused:
@@ -62,8 +66,11 @@ def validate_access(state: ActiveState, focus: tuple[FocusItem, ...]) -> tuple[t
 def disclose(source: HistorySource, state: ActiveState, targets: tuple[str, ...]) -> ActiveState:
     """Add the validated targets' contents and relations to the state."""
     for target in targets:
-        node = state.observation(target) or source.node(target)
+        node: Node | None = state.observation(target)
+        incoming: list[tuple[str, str]] = []  # nothing stored points at a result of this request yet
+        if node is None:
+            node, incoming = source.disclosure(target)
         if node is None:  # validated ids always resolve; a miss means the repository changed underneath
             raise LookupError(f"validated access target {target!r} not found")
-        state = state.with_disclosed(Disclosed(node, tuple(source.incoming(target))))
+        state = state.with_disclosed(Disclosed(node, tuple(incoming)))
     return state

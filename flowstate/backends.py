@@ -42,6 +42,7 @@ class Conn(Protocol):
     """What the repository runs SQL on; placeholders are ``?`` on both backends."""
 
     def execute(self, sql: str, args: Sequence[Any] = ...) -> Cursor: ...
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> Any: ...
 
 
 class Backend(Protocol):
@@ -123,6 +124,10 @@ class _Pg:
     def execute(self, sql: str, args: Sequence[Any] = ()) -> Cursor:
         return self.conn.execute(sql.replace("?", "%s"), tuple(args))  # type: ignore[no-any-return]
 
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        with self.conn.cursor() as cur:  # psycopg pipelines the rows: one round trip, not one per row
+            cur.executemany(sql.replace("?", "%s"), [tuple(r) for r in rows])
+
 
 class PostgresBackend:
     """A connection pool (psycopg 3); each read or write borrows a connection."""
@@ -166,8 +171,9 @@ class PostgresBackend:
 
     @contextmanager
     def write(self, what: str) -> Iterator[Conn]:
+        """A transaction in pipeline mode: statements whose results are not read go out without a round trip each."""
         try:
-            with self._pool.connection() as conn, conn.transaction():
+            with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
                 yield _Pg(conn)
         except self._errors as exc:
             raise StorageError(f"database {self.label}: {what}: {exc}") from exc

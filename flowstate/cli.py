@@ -509,5 +509,54 @@ def bench_serve_cmd(
             out.write_text(json.dumps({"engine": engine_opts["name"], "rows": rows}, indent=2))
 
 
+@bench.command("repo")
+@click.option("--sizes", default="10000,100000,1000000", show_default=True, help="Nodes, comma-separated.")
+@click.option("--postgres", "pg_url", default=None, envvar="FLOWSTATE_BENCH_PG",
+              help="A PostgreSQL server (URL of a database whose user may create databases): each size gets a "
+                   "fresh database there [default: $FLOWSTATE_BENCH_PG; without one, SQLite only].")
+@click.option("--samples", default=2000, show_default=True, type=click.IntRange(min=10), help="Disclosures timed per size.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
+def bench_repo_cmd(sizes: str, pg_url: str | None, samples: int, out: Path | None) -> None:
+    """Persist rate, disclose latency (p50/p99) and index build time by size, SQLite and PostgreSQL side by side."""
+    import tempfile
+    import uuid
+
+    from flowstate.repo_bench import bench_repo, render_table
+
+    with _errors(), tempfile.TemporaryDirectory() as tmp:
+        counts = [int(x) for x in sizes.split(",") if x.strip()]
+        made: list[str] = []
+
+        def sqlite() -> str:
+            made.append(f"{tmp}/bench-{len(made)}.db")
+            return made[-1]
+
+        targets: dict[str, Any] = {"sqlite": sqlite}
+        if pg_url:
+            import psycopg
+
+            def postgres() -> str:
+                name = f"flowstate_bench_{uuid.uuid4().hex[:10]}"
+                with psycopg.connect(pg_url, autocommit=True) as conn:
+                    conn.execute(f"CREATE DATABASE {name}")
+                made.append(f"{pg_url.rpartition('/')[0]}/{name}")
+                return made[-1]
+
+            targets["postgres"] = postgres
+        try:
+            rows = bench_repo(targets, counts, samples, progress=lambda line: click.echo(line, err=True))
+        finally:
+            if pg_url:
+                import psycopg
+
+                with psycopg.connect(pg_url, autocommit=True) as conn:
+                    for url in made:
+                        if url.startswith("postgres"):
+                            conn.execute(f"DROP DATABASE IF EXISTS {url.rpartition('/')[2]} WITH (FORCE)")
+        click.echo(render_table(rows))
+        if out is not None:
+            out.write_text(json.dumps({"rows": rows}, indent=2))
+
+
 if __name__ == "__main__":
     main()

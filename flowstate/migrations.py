@@ -88,6 +88,16 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE requests ADD COLUMN unfinished TEXT;
         """,
     ),
+    (
+        "0004_requests_in_order",
+        """
+        -- A session's requests are numbered 1, 2, 3, ...: the database refuses any other next index, so two
+        -- writers finishing the same request of one session can never both succeed.
+        CREATE TRIGGER requests_in_order BEFORE INSERT ON requests
+            WHEN NEW.idx != (SELECT COUNT(*) FROM requests WHERE session_id = NEW.session_id) + 1
+            BEGIN SELECT RAISE(ABORT, 'request index out of order'); END;
+        """,
+    ),
 ]
 
 
@@ -174,6 +184,22 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
         -- A request that ran out of its step budget is persisted with what it had; this says why it
         -- has no response (NULL for every answered request).
         ALTER TABLE requests ADD COLUMN unfinished TEXT;
+        """,
+    ),
+    (
+        "0004_requests_in_order",
+        """
+        -- A session's requests are numbered 1, 2, 3, ...: the database refuses any other next index, so two
+        -- writers finishing the same request of one session can never both succeed.
+        CREATE FUNCTION flowstate_requests_in_order() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.idx != (SELECT COUNT(*) FROM requests WHERE session_id = NEW.session_id) + 1 THEN
+                    RAISE EXCEPTION 'request index out of order';
+                END IF;
+                RETURN NEW;
+            END $$;
+        CREATE TRIGGER requests_in_order BEFORE INSERT ON requests
+            FOR EACH ROW EXECUTE FUNCTION flowstate_requests_in_order();
         """,
     ),
 ]

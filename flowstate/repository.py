@@ -40,6 +40,9 @@ class SessionView:
     def incoming(self, node_id: str) -> list[tuple[str, str]]:
         return self.repo.incoming(self.session, node_id)
 
+    def disclosure(self, node_id: str) -> tuple[Node | None, list[tuple[str, str]]]:
+        return self.repo.disclosure(self.session, node_id)
+
 
 class Repository:
     """All sessions of one database (a SQLite file or a PostgreSQL server); each session is its own M."""
@@ -154,28 +157,53 @@ class Repository:
         return [self._node(row, refs.get(row[0], ())) for row in rows]
 
     def node(self, session: str, node_id: str) -> Node | None:
+        """One node with its relations: one query (a round trip matters on a server)."""
         with self._read() as conn:
-            sid = self._session_id(conn, session)
-            row = conn.execute(
-                "SELECT node_id, kind, type, summary, value, request_idx FROM nodes WHERE session_id = ? AND node_id = ?",
-                (sid, node_id),
-            ).fetchone()
-            if row is None:
-                return None
-            refs = self._refs(conn, sid, node_id)
-        return self._node(row, refs.get(node_id, ()))
+            rows = conn.execute(
+                "SELECT n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, r.rel, r.target_id"
+                " FROM nodes n JOIN sessions s ON s.id = n.session_id"
+                " LEFT JOIN relations r ON r.session_id = n.session_id AND r.source_id = n.node_id"
+                " WHERE s.name = ? AND n.node_id = ? ORDER BY r.position",
+                (session, node_id),
+            ).fetchall()
+        if not rows:
+            return None
+        refs = tuple(Ref(rel=rel, state_id=target) for *_, rel, target in rows if rel is not None)
+        return self._node(rows[0][:6], refs)
 
     def incoming(self, session: str, node_id: str) -> list[tuple[str, str]]:
         """The (source id, relation) pairs of relations that point at ``node_id``."""
         with self._read() as conn:
-            sid = self._session_id(conn, session)
             rows = conn.execute(
-                "SELECT r.source_id, r.rel FROM relations r JOIN nodes n"
-                " ON n.session_id = r.session_id AND n.node_id = r.source_id"
-                " WHERE r.session_id = ? AND r.target_id = ? ORDER BY n.seq, r.position",
-                (sid, node_id),
+                "SELECT r.source_id, r.rel FROM relations r JOIN sessions s ON s.id = r.session_id"
+                " JOIN nodes n ON n.session_id = r.session_id AND n.node_id = r.source_id"
+                " WHERE s.name = ? AND r.target_id = ? ORDER BY n.seq, r.position",
+                (session, node_id),
             ).fetchall()
-        return [(s, r) for s, r in rows]
+        return [(src, rel) for src, rel in rows]
+
+    def disclosure(self, session: str, node_id: str) -> tuple[Node | None, list[tuple[str, str]]]:
+        """A node with its relations, and the (source id, relation) pairs that point at it: what PSA's
+        Disclose reads, in one query."""
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT 0, n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, r.rel, r.target_id,"
+                " r.position, 0 FROM nodes n JOIN sessions s ON s.id = n.session_id"
+                " LEFT JOIN relations r ON r.session_id = n.session_id AND r.source_id = n.node_id"
+                " WHERE s.name = ? AND n.node_id = ?"
+                " UNION ALL"
+                " SELECT 1, r.source_id, NULL, NULL, NULL, NULL, NULL, r.rel, NULL, n.seq, r.position"
+                " FROM relations r JOIN sessions s ON s.id = r.session_id"
+                " JOIN nodes n ON n.session_id = r.session_id AND n.node_id = r.source_id"
+                " WHERE s.name = ? AND r.target_id = ?"
+                " ORDER BY 1, 10, 11",
+                (session, node_id, session, node_id),
+            ).fetchall()
+        own = [r for r in rows if r[0] == 0]
+        if not own:
+            return None, []
+        refs = tuple(Ref(rel=r[7], state_id=r[8]) for r in own if r[7] is not None)
+        return self._node(own[0][1:7], refs), [(r[1], r[7]) for r in rows if r[0] == 1]
 
     @staticmethod
     def _refs(conn: Conn, sid: int | None, source: str | None = None) -> dict[str, tuple[Ref, ...]]:
@@ -214,30 +242,30 @@ class Repository:
         ``index`` must be the session's next request index; otherwise another
         writer finished a request of this session meanwhile and nothing is written.
         """
-        with self._write(f"cannot persist request {index} of {session!r}") as conn:
-            conn.execute("INSERT INTO sessions (name) VALUES (?) ON CONFLICT (name) DO NOTHING", (session,))
-            sid = self._session_id(conn, session)
-            done = int(conn.execute("SELECT COUNT(*) FROM requests WHERE session_id = ?", (sid,)).fetchone()[0])
-            if done + 1 != index:
-                raise StorageError(
-                    f"session {session!r}: request {index} conflicts with {done} finished requests"
-                    " (was the session used concurrently?)"
+        sid = "(SELECT id FROM sessions WHERE name = ?)"  # no read before the writes: one round trip on a server
+        try:
+            with self._write(f"cannot persist request {index} of {session!r}") as conn:
+                conn.execute("INSERT INTO sessions (name) VALUES (?) ON CONFLICT (name) DO NOTHING", (session,))
+                conn.execute(  # the database refuses an index out of order (migration 0004)
+                    f"INSERT INTO requests (session_id, idx, query, response, record, unfinished) VALUES ({sid}, ?, ?, ?, ?, ?)",
+                    (session, index, query, response, canonical_json(record), unfinished),
                 )
-            conn.execute(
-                "INSERT INTO requests (session_id, idx, query, response, record, unfinished) VALUES (?, ?, ?, ?, ?, ?)",
-                (sid, index, query, response, canonical_json(record), unfinished),
-            )
-            for n in nodes:
-                conn.execute(
-                    "INSERT INTO nodes (session_id, node_id, kind, type, summary, value, request_idx)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (sid, n.id, n.kind, n.type.value, n.summary, canonical_json(n.value), index),
-                )
-            for n in nodes:
-                for pos, ref in enumerate(n.refs):
-                    conn.execute(
-                        "INSERT INTO relations (session_id, source_id, position, rel, target_id)"
-                        " VALUES (?, ?, ?, ?, ?)",
-                        (sid, n.id, pos, ref.rel.value, ref.state_id),
+                if nodes:
+                    conn.executemany(
+                        f"INSERT INTO nodes (session_id, node_id, kind, type, summary, value, request_idx)"
+                        f" VALUES ({sid}, ?, ?, ?, ?, ?, ?)",
+                        [(session, n.id, n.kind, n.type.value, n.summary, canonical_json(n.value), index) for n in nodes],
                     )
+                relations = [(session, n.id, pos, ref.rel.value, ref.state_id) for n in nodes for pos, ref in enumerate(n.refs)]
+                if relations:
+                    conn.executemany(
+                        f"INSERT INTO relations (session_id, source_id, position, rel, target_id) VALUES ({sid}, ?, ?, ?, ?)",
+                        relations,
+                    )
+        except StorageError as exc:
+            if "out of order" not in str(exc):
+                raise
+            done = self.request_count(session)
+            raise StorageError(f"session {session!r}: request {index} conflicts with {done} finished requests"
+                               " (was the session used concurrently?)") from exc
 

@@ -39,6 +39,9 @@ class Source:
     def incoming(self, node_id: str) -> list[tuple[str, str]]:
         return [(n.id, r.rel.value) for n in HISTORY.values() for r in n.refs if r.state_id == node_id]
 
+    def disclosure(self, node_id: str) -> tuple[Node | None, list[tuple[str, str]]]:
+        return self.node(node_id), self.incoming(node_id)
+
 
 def base_state() -> ActiveState:
     """S_2,t: current states cur_a <- cur_b, observation obs_r2_s1_1, h_pref disclosed."""
