@@ -137,6 +137,7 @@ class RequestRun:
             raise ValueError("grammars built for other request options (tool choice, answer format)")
         self.options = options
         self.engine, self.repo, self.session, self.query = engine, repo, session, query
+        self.tool_specs = [dict(t) for t in tool_specs]
         self.system, self.config, self.grammars, self.strategy = system, config, grammars, strategy
         self.start = strategy.start(repo, session)
         self.index_k = self.start.k
@@ -147,7 +148,7 @@ class RequestRun:
         self.observation: tuple[Node, ...] = ()
         self.pending: tuple[ToolCall, ...] = ()
         self.record: RunRecord | None = None
-        self._errors = 0  # consecutive protocol errors
+        self.consecutive_errors = 0  # consecutive protocol errors
 
     @property
     def done(self) -> bool:
@@ -197,7 +198,7 @@ class RequestRun:
                 parse_output(generation.text, self.strategy.blocks, self.limits, self.options.answer_schema))
         except ProtocolError as exc:
             return self._unparsed(t, generation, grammar_ms, exc)
-        self._errors = 0
+        self.consecutive_errors = 0
         if t > 1 and generation.usage.prompt_tokens and not generation.usage.cached_tokens:
             _no_prefix_reuse(self.engine)
 
@@ -224,12 +225,12 @@ class RequestRun:
 
     def _unparsed(self, t: int, generation: Generation, grammar_ms: float, exc: ProtocolError) -> StepRecord:
         """An output that is not the protocol: fed back (a cut one as truncation), or the request fails."""
-        self._errors += 1
+        self.consecutive_errors += 1
         record = StepRecord(t, generation.text, generation.usage, grammar_ms, protocol_error=exc.to_dict(),
                             truncated=generation.truncated)
         self.steps.append(record)
-        if self._errors >= self.config.max_protocol_errors:
-            raise self.failed(f"{self._errors} consecutive outputs broke the protocol; last: {exc}") from exc
+        if self.consecutive_errors >= self.config.max_protocol_errors:
+            raise self.failed(f"{self.consecutive_errors} consecutive outputs broke the protocol; last: {exc}") from exc
         if generation.truncated:
             self.feedback = [{
                 "kind": "truncated", "step": t,

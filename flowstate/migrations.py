@@ -92,10 +92,23 @@ MIGRATIONS: list[tuple[str, str]] = [
         "0004_requests_in_order",
         """
         -- A session's requests are numbered 1, 2, 3, ...: the database refuses any other next index, so two
-        -- writers finishing the same request of one session can never both succeed.
+        -- writers finishing the same request of one session can never both succeed. (MAX, not COUNT: an
+        -- index seek, whatever the session's length; requests are only ever deleted with their session.)
         CREATE TRIGGER requests_in_order BEFORE INSERT ON requests
-            WHEN NEW.idx != (SELECT COUNT(*) FROM requests WHERE session_id = NEW.session_id) + 1
+            WHEN NEW.idx != COALESCE((SELECT MAX(idx) FROM requests WHERE session_id = NEW.session_id), 0) + 1
             BEGIN SELECT RAISE(ABORT, 'request index out of order'); END;
+        """,
+    ),    (
+        "0005_pending_requests",
+        """
+        -- A request waiting on its client's tool results, by session name: what it built so far (a JSON
+        -- snapshot), so that any server, or this one after a restart, can go on with it. The one row that
+        -- changes: written while a request waits, removed when it ends.
+        CREATE TABLE pending_requests (
+            name TEXT PRIMARY KEY,
+            request INTEGER NOT NULL,
+            snapshot TEXT NOT NULL
+        );
         """,
     ),
 ]
@@ -190,16 +203,29 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
         "0004_requests_in_order",
         """
         -- A session's requests are numbered 1, 2, 3, ...: the database refuses any other next index, so two
-        -- writers finishing the same request of one session can never both succeed.
+        -- writers finishing the same request of one session can never both succeed. (MAX, not COUNT: an
+        -- index seek, whatever the session's length; requests are only ever deleted with their session.)
         CREATE FUNCTION flowstate_requests_in_order() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN
-                IF NEW.idx != (SELECT COUNT(*) FROM requests WHERE session_id = NEW.session_id) + 1 THEN
+                IF NEW.idx != COALESCE((SELECT MAX(idx) FROM requests WHERE session_id = NEW.session_id), 0) + 1 THEN
                     RAISE EXCEPTION 'request index out of order';
                 END IF;
                 RETURN NEW;
             END $$;
         CREATE TRIGGER requests_in_order BEFORE INSERT ON requests
             FOR EACH ROW EXECUTE FUNCTION flowstate_requests_in_order();
+        """,
+    ),    (
+        "0005_pending_requests",
+        """
+        -- A request waiting on its client's tool results, by session name: what it built so far (a JSON
+        -- snapshot), so that any server, or this one after a restart, can go on with it. The one row that
+        -- changes: written while a request waits, removed when it ends.
+        CREATE TABLE pending_requests (
+            name TEXT PRIMARY KEY,
+            request INTEGER NOT NULL,
+            snapshot TEXT NOT NULL
+        );
         """,
     ),
 ]

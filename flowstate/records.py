@@ -17,6 +17,10 @@ class ToolCallRecord:
     result: Any = None
     error: str | None = None
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ToolCallRecord:
+        return cls(d["name"], dict(d["arguments"]), d["observation_id"], d.get("result"), d.get("error"))
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "arguments": self.arguments, "observation_id": self.observation_id}
         if self.error is None:
@@ -43,6 +47,18 @@ class StepRecord:
     refused: list[dict[str, str]] = field(default_factory=list)
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     final_response: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StepRecord:
+        """The record ``to_dict`` wrote (the usage's timings as rounded there)."""
+        return cls(
+            index=d["index"], raw=d["raw"], usage=Usage(**d["usage"]), grammar_ms=d.get("grammar_ms", 0.0),
+            protocol_error=d.get("protocol_error"), truncated=d.get("truncated", False),
+            malformed=list(d.get("malformed", [])), committed=list(d.get("committed", [])),
+            rejected=list(d.get("rejected", [])), disclosed=list(d.get("disclosed", [])),
+            refused=list(d.get("refused", [])), tool_calls=[ToolCallRecord.from_dict(c) for c in d.get("tool_calls", [])],
+            final_response=d.get("final_response"),
+        )
 
     @property
     def decision(self) -> str:

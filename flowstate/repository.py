@@ -102,14 +102,39 @@ class Repository:
         The only deletion there is; returns False when the session does not exist.
         """
         with self._write(f"cannot delete session {session!r}") as conn:
+            waiting = conn.execute("SELECT 1 FROM pending_requests WHERE name = ?", (session,)).fetchone()
+            conn.execute("DELETE FROM pending_requests WHERE name = ?", (session,))
             sid = self._session_id(conn, session)
             if sid is None:
-                return False
+                return waiting is not None
             conn.execute("UPDATE sessions SET forgetting = 1 WHERE id = ?", (sid,))
             for table in ("relations", "nodes", "requests", "sessions"):
                 column = "id" if table == "sessions" else "session_id"
                 conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (sid,))
         return True
+
+    # -- a request waiting on client tool results (the one mutable row of a session) -------------
+
+    def save_pending(self, session: str, request: int, snapshot: dict[str, Any]) -> None:
+        with self._write(f"cannot keep the waiting request of {session!r}") as conn:
+            conn.execute("DELETE FROM pending_requests WHERE name = ?", (session,))
+            conn.execute("INSERT INTO pending_requests (name, request, snapshot) VALUES (?, ?, ?)",
+                         (session, request, json.dumps(snapshot, ensure_ascii=False)))
+
+    def pending(self, session: str) -> dict[str, Any] | None:
+        """The snapshot of the session's waiting request, if it still waits (not if it was finished since)."""
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT p.request, p.snapshot, (SELECT COALESCE(MAX(r.idx), 0) FROM requests r JOIN sessions s"
+                " ON s.id = r.session_id WHERE s.name = p.name) FROM pending_requests p WHERE p.name = ?",
+                (session,)).fetchone()
+        if row is None or int(row[0]) != int(row[2]) + 1:
+            return None
+        return json.loads(row[1])  # type: ignore[no-any-return]
+
+    def clear_pending(self, session: str) -> None:
+        with self._write(f"cannot clear the waiting request of {session!r}") as conn:
+            conn.execute("DELETE FROM pending_requests WHERE name = ?", (session,))
 
     def has_session(self, session: str) -> bool:
         with self._read() as conn:
@@ -124,7 +149,7 @@ class Repository:
             sid = self._session_id(conn, session)
             if sid is None:
                 return 0
-            return int(conn.execute("SELECT COUNT(*) FROM requests WHERE session_id = ?", (sid,)).fetchone()[0])
+            return int(conn.execute("SELECT COALESCE(MAX(idx), 0) FROM requests WHERE session_id = ?", (sid,)).fetchone()[0])
 
     def requests(self, session: str) -> list[RequestRow]:
         with self._read() as conn:

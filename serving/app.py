@@ -294,7 +294,7 @@ async def list_sessions(request: Request) -> dict[str, Any]:
 async def get_session(session_id: str, request: Request) -> dict[str, Any]:
     s = _services(request)
     ns = s.namespace(request)
-    live = s.sessions.peek(ns + session_id)
+    live = await anyio.to_thread.run_sync(s.sessions.view, ns + session_id)  # memory, else the database
     waiting = live is not None and live.calls is not None
     dump = await anyio.to_thread.run_sync(_dump, s.config.repo, ns + session_id, session_id, waiting)
     dump["pending"] = {"tool_call_ids": list(live.calls.client)} if waiting and live and live.calls else None

@@ -8,8 +8,8 @@ from the database on their next call); a session with a holder, a waiter or a re
 tool results is never dropped.
 
 On a database that several servers share (PostgreSQL), ``enter`` also takes the session's lock in the
-database, so two servers never run turns of one session at once, and ``live`` reloads a session that
-another server has moved on since this one last held it.
+database, so two servers never run turns of one session at once, and ``live`` reads the session from
+the database at every turn (another server may have moved it on, or taken its waiting request further).
 """
 
 from __future__ import annotations
@@ -75,9 +75,7 @@ class Registry:
 
     def live(self, name: str) -> Live:
         """The session's live state; call between ``enter`` and ``leave``."""
-        cached = self._live.get(name)
-        if cached is None or (self.repo.shared and cached.run is None
-                              and self.repo.request_count(name) != cached.requests):
+        if name not in self._live or self.repo.shared:  # shared: the database is the truth, whoever moved it on
             self._live[name] = load_live(self.repo, name)
         self._live.move_to_end(name)
         self._evict()
@@ -99,7 +97,7 @@ class Registry:
 
     def view(self, name: str) -> Live:
         """A session as it stands, from memory or the database, without keeping it in memory (read only)."""
-        live = self._live.get(name)
+        live = None if self.repo.shared else self._live.get(name)
         return live if live is not None else load_live(self.repo, name)
 
     def forget(self, name: str) -> None:

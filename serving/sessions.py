@@ -151,12 +151,20 @@ class Live:
     client_tools: frozenset[str] = frozenset()  # names the client runs, fixed for the request
     replies: dict[str, int] = field(default_factory=dict)  # Idempotency-Key -> index of its reply in the transcript
     requests: int = 0  # finished requests the transcript holds (another server may have finished more)
+    suspended: dict[str, Any] | None = None  # the stored snapshot of the waiting request (flowstate.suspend)
 
     def abandon(self) -> None:
         """Drop the unfinished request (nothing of it was persisted)."""
         del self.transcript[self.finished:]
         self.replies = {k: i for k, i in self.replies.items() if i < self.finished}
-        self.run, self.calls = None, None
+        self.run, self.calls, self.suspended = None, None, None
+
+    def waiting(self) -> dict[str, Any]:
+        """What the server holds of the waiting request besides the run itself, as JSON."""
+        assert self.calls is not None
+        return {"transcript": self.transcript[self.finished:], "client": self.calls.client,
+                "done": {str(i): r.to_dict() for i, r in self.calls.done.items()},
+                "client_tools": sorted(self.client_tools), "keys": self.request_keys()}
 
     def request_keys(self) -> dict[str, int]:
         """The idempotency keys of the unfinished request, by offset of their reply within it."""
@@ -177,7 +185,17 @@ def load_live(repo: Repository, name: str) -> Live:
         if response is None:  # ended at the step budget: the client was told so
             response = unfinished_message(request.unfinished, (record.get("persisted") or {}).get("states", []))
         out.append({"role": "assistant", "content": response})
-    return Live(name, out, len(out), replies=replies, requests=len(requests))
+    live = Live(name, out, len(out), replies=replies, requests=len(requests))
+    suspended = repo.pending(name)
+    if suspended is not None:  # a request waits on the client's tool results (started here or elsewhere)
+        waiting = suspended["live"]
+        live.transcript.extend(waiting["transcript"])
+        live.replies.update({k: live.finished + int(i) for k, i in waiting["keys"].items()})
+        live.calls = PendingCalls(dict(waiting["client"]),
+                                  {int(i): ToolCallRecord.from_dict(r) for i, r in waiting["done"].items()})
+        live.client_tools = frozenset(waiting["client_tools"])
+        live.suspended = suspended
+    return live
 
 
 def reply_message(message: dict[str, Any]) -> tuple[dict[str, Any], str]:

@@ -23,6 +23,7 @@ from flowstate.records import StepRecord, ToolCallRecord, unfinished_message
 from flowstate.request_options import RequestOptions
 from flowstate.repository import Repository
 from flowstate.serializer import system_prompt
+from flowstate.suspend import options_from, restore, snapshot
 from flowstate.tools import ToolSet
 from grammars.check import GrammarError
 from serving.errors import APIError, bad_request, conflict
@@ -94,6 +95,8 @@ class Turns:
     def resume(self, live: Live, results: Sequence[Mapping[str, Any]], key: str | None = None,
                on_delta: OnDelta | None = None) -> TurnResult:
         """The client's tool messages answer the pending calls; the request goes on."""
+        if live.run is None and live.suspended is not None:  # stored by this server before a restart, or another
+            live.run = self._restore(live.suspended["run"])
         run, calls = live.run, live.calls
         assert run is not None and calls is not None
         answered: dict[int, ToolCallRecord] = dict(calls.done)
@@ -134,12 +137,14 @@ class Turns:
                     live.transcript.append({"role": "assistant", "content": response})
                     live.finished, live.run = len(live.transcript), None
                     live.requests += 1
+                    self._unsuspend(live)
                     return self._result(run, first, {"role": "assistant", "content": response}, "stop")
                 if run.pending:
                     message = self._act(live, run, key)
                     if message is not None:
                         return self._result(run, first, message, "tool_calls")
         except RequestFailed as exc:
+            self._unsuspend(live)
             live.abandon()
             steps = tuple(run.steps[first:])
             cause = exc.__cause__
@@ -156,8 +161,22 @@ class Turns:
             error.steps = steps
             raise error from exc
         except BaseException:  # a storage fault or a bug: the session must not stay half-advanced
-            live.abandon()
+            try:
+                self._unsuspend(live)
+            finally:
+                live.abandon()
             raise
+
+    def _restore(self, snap: dict[str, Any]) -> RequestRun:
+        specs, options = snap["tool_specs"], options_from(snap["options"])
+        return restore(snap, engine=self.engine, repo=self.repo, config=self.config,
+                       grammars=self._grammars_for(specs, options))
+
+    def _unsuspend(self, live: Live) -> None:
+        """The waiting request ended (answered, failed or dropped): its stored snapshot goes."""
+        if live.suspended is not None:
+            live.suspended = None
+            self.repo.clear_pending(live.name)
 
     @staticmethod
     def _live_output(live: Live, run: RequestRun, on_delta: OnDelta) -> OnText:
@@ -237,6 +256,9 @@ class Turns:
             "tool_calls": [{"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
                            for c in tool_calls],
         })
+        # stored, so that the request outlives this process and any server sharing the database can go on with it
+        live.suspended = {"run": snapshot(run), "live": live.waiting()}
+        self.repo.save_pending(live.name, run.index_k, live.suspended)
         return {"role": "assistant", "content": None, "tool_calls": tool_calls}
 
     @staticmethod

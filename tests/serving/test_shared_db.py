@@ -3,6 +3,7 @@ and two turns of one session that arrive at two servers at once run one after th
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -88,3 +89,54 @@ def test_two_turns_of_one_session_at_two_servers_run_one_after_the_other(tmp_pat
         requests = repo.requests("carol")
         assert [r.index for r in requests] == [1, 2] and sorted(r.query for r in requests) == ["[c] one", "[c] two"]
         assert all(r.response == "done" for r in requests)
+
+
+def tool_call(url: str, session: str) -> Any:
+    from tests.serving.test_chat import PRICE_TOOL
+
+    r = client(url).chat.completions.create(model="flowstate", tools=[PRICE_TOOL], user=session,
+                                            messages=[{"role": "user", "content": "[w] What does hotel A cost?"}])
+    assert r.choices[0].finish_reason == "tool_calls"
+    return r.choices[0].message.tool_calls[0]
+
+
+def answer(url: str, session: str, call: Any) -> Any:
+    return client(url).chat.completions.create(model="flowstate", user=session, messages=[
+        {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"price": 120})}])
+
+
+WAIT = [output(tools=[{"name": "get_price", "arguments": {"hotel": "A"}}]),
+        output(delta=[add("price_a", refs=[("supports", "obs_r1_s1_1")], price=120)], content="Hotel A costs 120.")]
+
+
+@pytest.mark.slow
+def test_a_request_waiting_on_tool_results_outlives_a_restart(server: Server) -> None:
+    url = server.start(lines("[w]", WAIT[:1]))
+    call = tool_call(url, "dora")
+    server.stop()
+    url = server.start(lines("[w]", WAIT[1:]))  # a new process: only the database knows the request waits
+    assert client(url).get("/sessions/dora", cast_to=object)["pending"] == {"tool_call_ids": [call.id]}
+    reply = answer(url, "dora", call)
+    assert reply.choices[0].message.content == "Hotel A costs 120."
+    session = client(url).get("/sessions/dora", cast_to=object)
+    assert session["pending"] is None and [r["response"] for r in session["requests"]] == ["Hotel A costs 120."]
+    with Repository.open(server.db) as repo:
+        assert repo.node("dora", "obs_r1_s1_1").value["result"] == {"price": 120}  # type: ignore[union-attr]
+        assert repo.pending("dora") is None
+
+
+@pytest.mark.slow
+def test_tool_results_may_reach_another_server_than_the_call(tmp_path: Path, shared_db: str) -> None:
+    a, url_a = start(tmp_path / "a", shared_db, lines("[w]", WAIT[:1]) + lines("[x]", [output(content="Welcome.")]))
+    b, url_b = start(tmp_path / "b", shared_db, lines("[w]", WAIT[1:]))
+    try:
+        call = tool_call(url_a, "erin")
+        reply = answer(url_b, "erin", call)
+        assert reply.choices[0].message.content == "Hotel A costs 120."
+        # server A learns from the database that the request ended: a new question is a new request there
+        follow = client(url_a).chat.completions.create(model="flowstate", user="erin", messages=[
+            {"role": "user", "content": "[x] thanks"}])
+        assert follow.choices[0].message.content == "Welcome." and follow.model_extra["flowstate"]["request"] == 2
+    finally:
+        a.stop()
+        b.stop()

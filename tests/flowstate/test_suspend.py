@@ -1,0 +1,71 @@
+"""A request waiting on client tool results, stored as JSON and taken up again: the restored run is the
+same run — its next prompt, its records and what it persists."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from engine.scripted import ScriptedEngine
+from flowstate import Repository
+from flowstate.loop import LoopConfig, RequestRun
+from flowstate.records import ToolCallRecord
+from flowstate.suspend import restore, snapshot
+from tests.helpers import add, output
+
+TOOLS = [{"name": "get_price", "description": "Price.", "parameters": {
+    "type": "object", "properties": {"hotel": {"type": "string"}}, "required": ["hotel"]}}]
+
+
+def script() -> list[str]:
+    return [
+        output(delta=[add("want_a", hotel="A")], tools=[{"name": "get_price", "arguments": {"hotel": "A"}}]),
+        output(delta=[add("price_a", refs=[("supports", "obs_r2_s1_1")], price=120)], content="A costs 120."),
+    ]
+
+
+def start(repo: Repository, engine: ScriptedEngine) -> RequestRun:
+    repo.persist_request("s", 1, "earlier", "ok", [], {})
+    run = RequestRun(engine=engine, repo=repo, session="s", query="What does A cost?", system="sys",
+                     tool_specs=TOOLS, config=LoopConfig())
+    run.step()
+    assert [c.name for c in run.pending] == ["get_price"]
+    return run
+
+
+def untimed(record: dict[str, Any]) -> dict[str, Any]:
+    """A run record without the measured times (two runs never take the same time)."""
+    return {**record, "steps": [{k: v for k, v in s.items() if k != "grammar_ms"} for s in record["steps"]]}
+
+
+def test_a_restored_run_goes_on_exactly_as_the_original(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    result = [ToolCallRecord("get_price", {"hotel": "A"}, "obs_r2_s1_1", {"price": 120})]
+    with Repository.open(tmp_path / "a.db") as a, Repository.open(tmp_path / "b.db") as b:
+        original_engine, other_engine = ScriptedEngine(script()), ScriptedEngine(script())
+        original = start(a, original_engine)
+        twin = start(b, other_engine)
+        stored = json.loads(json.dumps(snapshot(twin)))  # through JSON, as the database keeps it
+        restored = restore(stored, engine=other_engine, repo=b, config=LoopConfig(), grammars=None)
+        assert restored.index_k == 2 and [s.to_dict() for s in restored.steps] == [s.to_dict() for s in twin.steps]
+        assert restored.state == twin.state and restored.pending == twin.pending
+        for run in (original, restored):
+            run.observe(result)
+            run.step()
+        assert original_engine.prompts[-1] == other_engine.prompts[-1]  # the same next prompt, byte for byte
+        assert original.record is not None and restored.record is not None
+        assert untimed(original.record.to_dict()) == untimed(restored.record.to_dict())
+        assert [n.id for n in a.nodes("s")] == [n.id for n in b.nodes("s")] == ["obs_r2_s1_1", "want_a", "price_a"]
+
+
+def test_the_repository_keeps_a_waiting_request_until_it_ends(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with Repository.open(tmp_path / "m.db") as repo:
+        repo.save_pending("s", 1, {"x": 1})
+        assert repo.pending("s") == {"x": 1}
+        repo.save_pending("s", 1, {"x": 2})  # a later step of the same request replaces it
+        assert repo.pending("s") == {"x": 2}
+        repo.persist_request("s", 1, "q", "r", [], {})  # finished meanwhile (elsewhere): no longer waiting
+        assert repo.pending("s") is None
+        repo.save_pending("t", 1, {"y": 1})
+        assert repo.delete_session("t") is True and repo.pending("t") is None  # a session only waiting is a session
+        repo.clear_pending("s")
+        assert repo.pending("s") is None
