@@ -211,3 +211,23 @@ def test_session_lock_serializes_across_repositories(pg_server: Any) -> None:
         b.close()
     finally:
         pg_server.drop(url)
+
+
+def test_the_repository_benchmark_measures_both_backends(tmp_path: Path, pg_server: Any) -> None:
+    from flowstate.repo_bench import bench_repo, render_table
+
+    made: list[str] = []
+
+    def postgres() -> str:
+        made.append(pg_server.new_database())
+        return made[-1]
+
+    try:
+        rows = bench_repo({"sqlite": lambda: str(tmp_path / f"b{len(made)}.db"), "postgres": postgres}, [200], samples=20)
+    finally:
+        for url in made:
+            pg_server.drop(url)
+    assert [(r["backend"], r["nodes"]) for r in rows] == [("sqlite", 200), ("postgres", 200)]
+    assert all(r["persist_nodes_per_s"] > 0 and 0 < r["disclose_p50_ms"] <= r["disclose_p99_ms"] for r in rows)
+    assert all(r["index_chars"] > 0 for r in rows)
+    assert "| 200 | postgres |" in render_table(rows)
