@@ -7,7 +7,7 @@ Each strategy is compared with ``full-context`` as the paper's tables do: Δ in 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -167,38 +167,35 @@ def figures(summary: dict[str, Any], out: Path) -> list[Path]:
 
     suites = summary["config"]["suites"]
     strategies = summary["config"]["strategies"]
-    fig, axes = plt.subplots(1, len(suites), figsize=(4.2 * len(suites), 3.6), squeeze=False)
-    for ax, suite in zip(axes[0], suites, strict=True):
-        for p in (p for p in summary["pairs"] if p["suite"] == suite):
-            acc = p["quality"]["Acc_k"]
-            ax.plot(range(1, len(acc) + 1), acc, marker="o", label=p["strategy"])
-        ax.set_title(suite)
-        ax.set_xticks(range(1, summary["config"]["depth"] + 1))
-        ax.set_xlabel("subtask k")
-        ax.set_ylabel("Acc_k (%)")
-        ax.set_ylim(-5, 105)
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    accuracy = out / "accuracy_by_depth.png"
-    fig.savefig(accuracy, dpi=120)
-    plt.close(fig)
+    def per_suite(name: str, ylabel: str, note: str, draw: Callable[[Any, dict[str, Any]], None]) -> Path:
+        """One panel per suite, one line (or two) per strategy."""
+        fig, axes = plt.subplots(1, len(suites), figsize=(4.2 * len(suites), 3.6), squeeze=False)
+        for ax, suite in zip(axes[0], suites, strict=True):
+            for p in (p for p in summary["pairs"] if p["suite"] == suite):
+                draw(ax, p)
+            ax.set_title(suite + note)
+            ax.set_xlabel("subtask k")
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+        axes[0][0].legend(fontsize=8)
+        fig.tight_layout()
+        path = out / name
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return path
 
-    fig, axes = plt.subplots(1, len(suites), figsize=(4.2 * len(suites), 3.6), squeeze=False)
-    for ax, suite in zip(axes[0], suites, strict=True):
-        for p in (p for p in summary["pairs"] if p["suite"] == suite):
-            ks = [d["k"] for d in p["by_depth"]]
-            line = ax.plot(ks, [d["tokens"] for d in p["by_depth"]], marker="o", label=p["strategy"])[0]
-            ax.plot(ks, [d["uncached_prompt_tokens"] for d in p["by_depth"]], linestyle="--", color=line.get_color())
-        ax.set_title(f"{suite} (dashed: uncached prompt)")
-        ax.set_xlabel("subtask k")
-        ax.set_ylabel("tokens of subtask k")
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    by_depth = out / "tokens_by_depth.png"
-    fig.savefig(by_depth, dpi=120)
-    plt.close(fig)
+    def accuracy_line(ax: Any, p: dict[str, Any]) -> None:
+        acc = p["quality"]["Acc_k"]
+        ax.plot(range(1, len(acc) + 1), acc, marker="o", label=p["strategy"])
+        ax.set_ylim(-5, 105)
+
+    def token_lines(ax: Any, p: dict[str, Any]) -> None:
+        ks = [d["k"] for d in p["by_depth"]]
+        line = ax.plot(ks, [d["tokens"] for d in p["by_depth"]], marker="o", label=p["strategy"])[0]
+        ax.plot(ks, [d["uncached_prompt_tokens"] for d in p["by_depth"]], linestyle="--", color=line.get_color())
+
+    accuracy = per_suite("accuracy_by_depth.png", "Acc_k (%)", "", accuracy_line)
+    by_depth = per_suite("tokens_by_depth.png", "tokens of subtask k", " (dashed: uncached prompt)", token_lines)
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
     markers = "osD^v<>"

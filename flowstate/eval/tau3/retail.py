@@ -24,6 +24,8 @@ WRITE = frozenset({"cancel_pending_order", "exchange_delivered_order_items", "mo
 OrderId = Annotated[str, Field(description="The order id, e.g. '#W0000000' (mind the leading '#').")]
 UserId = Annotated[str, Field(description="The user id, e.g. 'sara_doe_496'.")]
 ItemIds = Annotated[list[str], Field(description="Item ids, e.g. '1008292230'; a list may repeat an id.")]
+NewItemIds = Annotated[list[str], Field(description="The new item ids, each of the same product as the item in the "
+                                                    "same position.")]
 PaymentId = Annotated[str, Field(description="A payment method id from the user's or the order's details, e.g. "
                                              "'gift_card_0000000' or 'credit_card_0000000'.")]
 
@@ -110,8 +112,7 @@ class RetailTools:
 
     def exchange_delivered_order_items(
         self, order_id: OrderId, item_ids: ItemIds,
-        new_item_ids: Annotated[list[str], Field(description="The new item ids, each of the same product as the "
-                                                             "item in the same position.")],
+        new_item_ids: NewItemIds,
         payment_method_id: PaymentId,
     ) -> dict[str, Any]:
         """Exchange items of a delivered order for items of the same products (once per order), after explaining
@@ -193,8 +194,7 @@ class RetailTools:
 
     def modify_pending_order_items(
         self, order_id: OrderId, item_ids: ItemIds,
-        new_item_ids: Annotated[list[str], Field(description="The new item ids, each of the same product as the "
-                                                             "item in the same position.")],
+        new_item_ids: NewItemIds,
         payment_method_id: PaymentId,
     ) -> dict[str, Any]:
         """Modify items of a pending order to items of the same products (once per order), after explaining it and
