@@ -14,7 +14,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,27 @@ def _model_params(extra_buffers: bool) -> Iterator[None]:
             yield
         finally:
             capi.llama_model_default_params = default
+
+
+def vocabulary(model: str | None = None) -> Callable[[str], list[int]]:
+    """A tokenizer from a GGUF model's vocabulary alone (no weights loaded): for counting tokens as the model
+    would, e.g. the evaluator's reference policies (``flowstate eval --count-tokens embedded``)."""
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise EngineConfigError(f"counting tokens with a GGUF vocabulary needs llama-cpp-python: {exc}") from exc
+    path, _ = resolve_gguf(model)
+    try:
+        llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+    except (ValueError, RuntimeError, OSError) as exc:
+        raise EngineConfigError(f"llama.cpp cannot load the vocabulary of {path}: {exc}") from exc
+    lock = threading.Lock()
+
+    def tokenize(text: str) -> list[int]:
+        with lock:
+            return list(llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+    return tokenize
 
 
 def resolve_gguf(model: str | None) -> tuple[str, bool]:

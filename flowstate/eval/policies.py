@@ -195,20 +195,22 @@ class PolicyEngine:
     name = "policy"
     supports_grammar = False
 
-    def __init__(self, policy: Callable[[Sequence[Message]], str]) -> None:
-        self.policy = policy
-        self._last: list[str] = []
+    def __init__(self, policy: Callable[[Sequence[Message]], str],
+                 tokens: Callable[[str], Sequence[Any]] = tokenize) -> None:
+        """``tokens`` splits text into tokens: words and punctuation by default, or a model's vocabulary."""
+        self.policy, self.tokens = policy, tokens
+        self._last: Sequence[Any] = []
         self._lock = threading.Lock()
 
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None,
                  max_tokens: int | None = None) -> Generation:
         text = self.policy(messages)
-        prompt = tokenize(flatten(messages))
+        prompt = self.tokens(flatten(messages))
         with self._lock:
             cached = common_prefix(prompt, self._last)
             self._last = prompt
         return Generation(text, Usage(prompt_tokens=len(prompt), cached_tokens=cached,
-                                      completion_tokens=len(tokenize(text))))
+                                      completion_tokens=len(self.tokens(text))))
 
     def count_tokens(self, text: str) -> int:
-        return len(tokenize(text))
+        return len(self.tokens(text))

@@ -21,6 +21,7 @@ from typing import Any
 from engine.base import Engine
 from flowstate.agent import Agent
 from flowstate.errors import RequestFailed
+from engine.scripted import tokenize
 from flowstate.eval.policies import Policy, PolicyEngine
 from flowstate.eval.suites import TAU3, check_options, generate
 from flowstate.eval.tau3.conversation import run_conversation
@@ -57,6 +58,7 @@ class EvalConfig:
     user: str = ""  # τ³ suites: a label of the user simulator's engine ("" = the scripted user)
     judge: str = ""  # τ³ suites: a label of the judge engine of NL assertions ("" = none)
     db: str | None = None  # the memory: a path or postgresql:// URL shared by several runs (default: out/memory.db)
+    count_tokens: str = "words"  # reference policies: tokens counted as words and punctuation, or "embedded" (SmolLM2's)
 
     @property
     def namespace(self) -> str:
@@ -68,6 +70,7 @@ class EvalConfig:
         return {"depth": self.depth, "seed": self.seed, "engine": self.engine, "policy": self.policy,
                 "max_steps": self.loop.max_steps, "grammar": self.loop.grammar.value,
                 **({"sizes": self.sizes} if self.sizes else {}),
+                **({"count_tokens": self.count_tokens} if self.count_tokens != "words" else {}),
                 **({"trials": self.trials, "user": self.user, "judge": self.judge} if self.trials != 1 or self.user
                    or self.judge else {})}
 
@@ -153,6 +156,8 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress =
     """
     strategies = [get(name) for name in config.strategies]
     check_options(config.suites, config.sizes)
+    if config.count_tokens not in COUNTS:
+        raise ValueError(f"unknown token count {config.count_tokens!r}; valid: {', '.join(COUNTS)}")
     if config.policy == "memoryless" and any(s in TAU3 for s in config.suites):
         raise ValueError("the τ³ suites have a gold reference policy (--policy oracle), not a memoryless one")
     suites = {suite: _tasks(config, suite) for suite in config.suites}
@@ -164,6 +169,7 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress =
     earlier = results.rows()
     done = {(r["suite"], r["strategy"], r["task"]) for r in earlier}
     run = uuid.uuid4().hex[:12]
+    tokens = _token_counter(config.count_tokens) if config.policy is not None else tokenize
     with Repository.open(config.db or config.out / "memory.db") as repo:
         for suite, tasks in suites.items():
             for strategy in strategies:
@@ -171,13 +177,14 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress =
                 finished = [r for r in earlier if r["suite"] == suite and r["strategy"] == strategy.name
                             and r["task"] in {t.id for t in tasks}]
                 _run_pair(config, repo, results, suite, strategy, len(tasks), finished, todo, engines, run, progress,
-                          user, judge)
+                          user, judge, tokens)
     return select(results.rows(), config)
 
 
 def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str, strategy: Strategy, total: int,
               finished: list[dict[str, Any]], todo: list[tuple[int, Task]], engines: Sequence[Engine], run: str,
-              progress: Progress, user: Engine | None, judge: Engine | None) -> None:
+              progress: Progress, user: Engine | None, judge: Engine | None,
+              tokens: Callable[[str], Sequence[Any]] = tokenize) -> None:
     label = f"{suite} × {strategy.name}"
     state = {"done": len(finished), "success": sum(bool(r["success"]) for r in finished), "tokens": 0}
     lock = threading.Lock()
@@ -194,9 +201,9 @@ def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str
         limits = config.loop.limits or STANDARD
         conversational = isinstance(task, Tau3Task)
         if config.policy is not None and isinstance(task, Tau3Task):
-            engine: Engine = PolicyEngine(GoldPolicy(task, strategy, limits))
+            engine: Engine = PolicyEngine(GoldPolicy(task, strategy, limits), tokens)
         elif config.policy is not None:
-            engine = PolicyEngine(Policy(task, strategy, memory=config.policy == "oracle", limits=limits))
+            engine = PolicyEngine(Policy(task, strategy, memory=config.policy == "oracle", limits=limits), tokens)
         else:
             engine = engines[i % len(engines)]  # several servers: tasks spread over all of them
         if conversational:
@@ -226,6 +233,18 @@ def select(rows: list[dict[str, Any]], config: EvalConfig) -> list[dict[str, Any
         if (r["suite"], r["task"]) in wanted and r["strategy"] in config.strategies:
             latest[(r["suite"], r["strategy"], r["task"])] = r
     return list(latest.values())
+
+
+COUNTS = ("words", "embedded")
+
+
+def _token_counter(name: str) -> Callable[[str], Sequence[Any]]:
+    """How the reference policies' tokens are counted: words and punctuation, or the embedded model's BPE."""
+    if name == "embedded":
+        from engine.llamacpp import vocabulary
+
+        return vocabulary()
+    return tokenize
 
 
 def _tasks(config: EvalConfig, suite: str) -> list[Task]:

@@ -167,3 +167,18 @@ def test_flowstate_costs_less_than_full_context_where_observations_are_realistic
                     for s in ("flowstate", "full-context")}
         assert tokens["flowstate"] <= 0.6 * tokens["full-context"], suite
         assert uncached["flowstate"] <= 0.5 * uncached["full-context"], suite
+
+
+def test_tokens_can_be_counted_with_the_embedded_models_vocabulary(tmp_path: Path) -> None:
+    totals = {}
+    for count in ("words", "embedded"):
+        config = EvalConfig(suites=("shopping",), strategies=("flowstate", "full-context"), tasks=1, depth=4,
+                            out=tmp_path / count, policy="oracle", count_tokens=count)
+        rows = run_eval(config, [])
+        totals[count] = {r["strategy"]: sum(s["usage"]["prompt_tokens"] for s in r["subtasks"]) for r in rows}
+    assert totals["words"] != totals["embedded"]  # another tokenizer: other counts ...
+    for counted in totals.values():  # ... and the same conclusion
+        assert counted["flowstate"] < counted["full-context"]
+    with pytest.raises(ValueError, match="unknown token count"):
+        run_eval(EvalConfig(suites=("hotel",), strategies=("flowstate",), tasks=1, depth=1, out=tmp_path / "x",
+                            policy="oracle", count_tokens="letters"), [])
