@@ -148,6 +148,7 @@ class RequestRun:
         self.observation: tuple[Node, ...] = ()
         self.pending: tuple[ToolCall, ...] = ()
         self.record: RunRecord | None = None
+        self.response: str | None = None  # the final response, once the request ends
         self.consecutive_errors = 0  # consecutive protocol errors
 
     @property
@@ -256,12 +257,14 @@ class RequestRun:
         self.pending = ()
 
     def _persist(self, response: str | None, extra: Mapping[str, Any], unfinished: str | None = None) -> None:
-        nodes = self.strategy.persisted(self.state, response)
+        self.response = response
+        finish = self.strategy.finish(self)  # the memory method's own work at the end (may call the model)
+        nodes = [*self.strategy.persisted(self.state, response), *finish.nodes]
         record = RunRecord(
             self.session, self.index_k, self.query, response, tuple(self.steps),
             persisted_states=tuple(n.id for n in nodes if not n.is_observation),
             persisted_observations=tuple(n.id for n in nodes if n.is_observation),
-            unfinished=unfinished,
+            unfinished=unfinished, memory_calls=tuple(finish.calls),
         )
         self.repo.persist_request(
             self.session, self.index_k, self.query, response, nodes, {**record.to_dict(), **extra}, unfinished

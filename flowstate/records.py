@@ -99,11 +99,12 @@ class RunRecord:
     persisted_states: tuple[str, ...] = ()
     persisted_observations: tuple[str, ...] = ()
     unfinished: str | None = None
+    memory_calls: tuple[StepRecord, ...] = ()  # model calls the memory method made when the request ended
 
     @property
     def usage(self) -> Usage:
         total = Usage()
-        for s in self.steps:
+        for s in (*self.steps, *self.memory_calls):
             total = total + s.usage
         return total
 
@@ -115,8 +116,9 @@ class RunRecord:
             "response": self.response,
             "unfinished": self.unfinished,
             "steps": [s.to_dict() for s in self.steps],
-            "usage": {**self.usage.to_dict(), "model_calls": len(self.steps)},
+            "usage": {**self.usage.to_dict(), "model_calls": len(self.steps) + len(self.memory_calls)},
             "persisted": {"states": list(self.persisted_states), "observations": list(self.persisted_observations)},
+            **({"memory_calls": [s.to_dict() for s in self.memory_calls]} if self.memory_calls else {}),
         }
 
 

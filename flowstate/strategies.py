@@ -36,10 +36,53 @@ class Start:
     index: HistoricalIndex
     state: ActiveState
     memory: tuple[str, str] | None
+    documents: tuple[str, ...] = ()  # what a retrieval method chooses from at each step
 
 
 @dataclass(frozen=True)
+class Finish:
+    """What a memory method adds when a request ends: nodes to persist with it, and the model calls it made
+    to build them (their tokens count for the method)."""
+
+    nodes: tuple[Node, ...] = ()
+    calls: tuple[Any, ...] = ()  # StepRecord of each memory call
+
+
 class Strategy:
+    """The seam every memory method plugs into; ``RequestRun`` is the one driver of a request.
+
+    A method says which protocol blocks the model writes (and so which grammar it decodes under), builds the
+    context of each call (``system_prompt``, ``start``, ``prompt``), chooses what the request leaves in the
+    repository (``persisted``) and may make model calls of its own when the request ends (``finish``).
+    """
+
+    name: str
+    blocks: tuple[str, ...]
+
+    def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
+        raise NotImplementedError
+
+    def start(self, repo: Repository, session: str) -> Start:
+        raise NotImplementedError
+
+    def prompt(
+        self, system: str, query: str, start: Start, state: ActiveState,
+        feedback: Sequence[dict[str, Any]], observation: Sequence[Node],
+    ) -> list[Message]:
+        raise NotImplementedError
+
+    def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
+        raise NotImplementedError
+
+    def finish(self, run: Any) -> Finish:
+        """Called with the ``RequestRun`` as it ends, before it is persisted; nothing by default."""
+        return Finish()
+
+
+@dataclass(frozen=True)
+class StateStrategy(Strategy):
+    """FlowState and its ablations, and full context: typed states, the index, the transcript."""
+
     name: str
     blocks: tuple[str, ...]
     history: Literal["index", "inline", "transcript"]
@@ -117,12 +160,15 @@ def transcript(requests: Sequence[RequestRow], nodes: Sequence[Node]) -> str:
     return "".join(canonical_json(line) + "\n" for line in lines)
 
 
-FLOWSTATE = Strategy("flowstate", BLOCKS, "index")
-FULL_CONTEXT = Strategy("full-context", ("tool_calls", "assistant_message"), "transcript", trajectory=True)
-NO_PSA = Strategy("no-psa", ("state_delta", "tool_calls", "assistant_message"), "inline")
-NO_ISU = Strategy("no-isu", ("state_focus", "tool_calls", "assistant_message"), "index", trajectory=True,
-                  rule_states=True)
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (FLOWSTATE, FULL_CONTEXT, NO_PSA, NO_ISU)}
+FLOWSTATE = StateStrategy("flowstate", BLOCKS, "index")
+FULL_CONTEXT = StateStrategy("full-context", ("tool_calls", "assistant_message"), "transcript", trajectory=True)
+NO_PSA = StateStrategy("no-psa", ("state_delta", "tool_calls", "assistant_message"), "inline")
+NO_ISU = StateStrategy("no-isu", ("state_focus", "tool_calls", "assistant_message"), "index", trajectory=True,
+                       rule_states=True)
+# the baselines plug into the same seam (flowstate/retrieval.py imports what it needs from above)
+from flowstate.retrieval import BM25, MEM0_STYLE  # noqa: E402
+
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (FLOWSTATE, FULL_CONTEXT, NO_PSA, NO_ISU, BM25, MEM0_STYLE)}
 
 
 def get(name: str) -> Strategy:

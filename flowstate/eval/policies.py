@@ -23,6 +23,7 @@ from flowstate.eval.task import Answer, Call, Decision, Need, Task
 from flowstate.nodes import OBSERVATION_PREFIX
 from flowstate.limits import STANDARD, Limits
 from flowstate.protocol import ModelOutput, render_output
+from flowstate.retrieval import EXTRACT
 from flowstate.strategies import Strategy
 
 _SECTION = re.compile(r"<([a-z_]+)>\n(.*?)</\1>", re.S)
@@ -42,6 +43,16 @@ def sections(user: str) -> dict[str, list[dict[str, Any]]]:
                 items.append(obj)
         out[name] = items
     return out
+
+
+def _remembered(item: dict[str, Any]) -> dict[str, Any]:
+    """An extracted memory written as "<request> | <JSON object of facts>", as facts (nothing otherwise)."""
+    _, bar, facts = str(item.get("fact", "")).rpartition(" | ")
+    try:
+        value = json.loads(facts) if bar else None
+    except json.JSONDecodeError:
+        value = None
+    return {"value": value} if isinstance(value, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -81,8 +92,10 @@ class Policy:
     def facts(self, parts: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, Any], set[str]]:
         """Every fact in view, and the keys of those that arrived at this step."""
         sources: list[dict[str, Any]] = []
-        if self.memory:
-            sources += [i for i in parts.get("interaction_history", []) if "observation_id" in i]
+        if self.memory:  # earlier requests: full context's transcript, BM25's retrieved requests, extracted memories
+            sources += [i for i in parts.get("interaction_history", []) + parts.get("retrieved_memory", [])
+                        if "observation_id" in i]
+            sources += [_remembered(i) for i in parts.get("memories", [])]
         sources += [e for e in parts.get("active_state", []) if self.memory or "source_query" not in e]
         sources += parts.get("trajectory", [])
         facts: dict[str, Any] = {}
@@ -133,7 +146,19 @@ class Policy:
         unseen = [s["state_id"] for s in listed if s["state_id"] not in shown]
         return list(dict.fromkeys(related + unseen))[: self.limits.focus]
 
+    def extract(self, interaction: str) -> str:
+        """Mem0-style extraction: the request's durable facts as one memory that names the request it came from
+        (so that a later request's words find it)."""
+        lines = [json.loads(line) for line in interaction.splitlines() if line.startswith("{")]
+        query = next((str(i["user_query"]) for i in lines if "user_query" in i), "")
+        durable = {k: v for item in lines if "observation_id" in item
+                   for k, v in self._facts_of(item).items() if self.task.durable(k)}
+        return json.dumps({"facts": [f"{query} | {json.dumps(durable)}"] if durable else []})
+
     def __call__(self, messages: Sequence[Message]) -> str:
+        if messages[0].content.startswith(EXTRACT):
+            found = re.search(r"<interaction>\n(.*?)</interaction>", messages[-1].content, re.S)
+            return self.extract(found.group(1) if found else "")
         parts = sections(messages[-1].content)
         query = re.search(r"<user_query>\n(.*?)\n</user_query>", messages[-1].content, re.S)
         k = self.task.subtask(query.group(1) if query else "")

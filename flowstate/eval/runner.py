@@ -106,17 +106,19 @@ class Results:
 
 
 def _subtask_row(k: int, response: str | None, steps: Sequence[dict[str, Any]], score: Score | None,
-                 error: str | None) -> dict[str, Any]:
-    usage = {key: sum(int(s["usage"][key]) for s in steps) for key in ("prompt_tokens", "cached_tokens", "completion_tokens")}
+                 error: str | None, memory_calls: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """One subtask's row; the memory method's own model calls count in its usage and calls."""
+    calls = [*steps, *memory_calls]
+    usage = {key: sum(int(s["usage"][key]) for s in calls) for key in ("prompt_tokens", "cached_tokens", "completion_tokens")}
     return {
         "k": k, "correct": bool(score and score.correct), "credit": score.credit if score else 0.0,
         "response": response, "error": error,
         "steps": len(steps), "parse_failures": sum(s["protocol_error"] is not None for s in steps),
         "truncations": sum(bool(s.get("truncated")) for s in steps),
         "rejected": sum(len(s["rejected"]) + len(s["refused"]) + len(s.get("malformed", ())) for s in steps),
-        "usage": usage,
+        "usage": usage, "memory_calls": len(memory_calls),
         "calls": [[s["usage"][key] for key in ("prompt_tokens", "cached_tokens", "completion_tokens", "ttft_s", "decode_s")]
-                  for s in steps],
+                  for s in calls],
     }
 
 
@@ -135,11 +137,12 @@ def run_task(task: Task, strategy: Strategy, engine: Engine, repo: Repository, l
         try:
             record = agent.run(query)
             response, steps, error = record.response, [s.to_dict() for s in record.steps], record.unfinished
+            memory = [s.to_dict() for s in record.memory_calls]
         except RequestFailed as exc:
-            response, steps, error = None, (exc.record or {}).get("steps", []), str(exc)
+            response, steps, error, memory = None, (exc.record or {}).get("steps", []), str(exc), []
         score = task.check(k, response, env)
         scores.append(score)
-        subtasks.append(_subtask_row(k, response, steps, score, error))
+        subtasks.append(_subtask_row(k, response, steps, score, error, memory))
     return {"suite": task.suite, "strategy": strategy.name, "task": task.id, "depth": task.depth, "run": run,
             "started": started, "ended": time.time(), "success": task.success(scores), "subtasks": subtasks}
 

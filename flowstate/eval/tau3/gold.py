@@ -29,6 +29,7 @@ from flowstate.eval.tau3.users import CONFIRM_QUESTION
 from flowstate.limits import STANDARD, Limits
 from flowstate.nodes import OBSERVATION_PREFIX
 from flowstate.protocol import ModelOutput, bounded, render_output
+from flowstate.retrieval import EXTRACT
 from flowstate.strategies import Strategy
 
 
@@ -98,7 +99,18 @@ class GoldPolicy:
         info = self.task.spec["evaluation_criteria"].get("communicate_info") or []
         return " ".join(["Done.", *info])
 
+    def extract(self, interaction: str) -> str:
+        """mem0-style's extraction call: the facts later calls use, found in this interaction's tool results."""
+        lines = [json.loads(line) for line in interaction.splitlines() if line.startswith("{")]
+        query = next((str(i["user_query"]) for i in lines if "user_query" in i), "")
+        facts = {p: v for item in lines if "observation_id" in item
+                 for p, v in leaves(item.get("result", item.get("error"))) if json.dumps(v) in self.wanted}
+        return json.dumps({"facts": [f"{query} | {json.dumps(facts)}"] if facts else []})
+
     def __call__(self, messages: Sequence[Message]) -> str:
+        if messages[0].content.startswith(EXTRACT):
+            found = re.search(r"<interaction>\n(.*?)</interaction>", messages[-1].content, re.S)
+            return self.extract(found.group(1) if found else "")
         user = messages[-1].content
         parts = sections(user)
         found = re.search(r"<user_query>\n(.*?)\n</user_query>", user, re.S)

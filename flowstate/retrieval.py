@@ -1,0 +1,167 @@
+"""Retrieval baselines on the strategy seam: BM25 over earlier requests, and Mem0-style extracted memories.
+
+- ``bm25`` (the paper's BM25 baseline, MemoryArena's protocol): every earlier request is one document (its
+  query, tool calls with results, response); before each step the ``TOP_K`` documents most similar to the
+  current request and its tool results so far are shown in ``<retrieved_memory>``. Ranking is BM25 from
+  ``bm25s``. No state, the two-block protocol of full context.
+- ``mem0-style`` (Mem0's extraction memory, reduced to its core): when a request ends, one model call
+  extracts the facts worth remembering (their tokens count for the method); each fact is a node. At the
+  start of a request the ``TOP_K`` facts most similar to its query (BM25 here, where Mem0 embeds) are shown in
+  ``<memories>``. Tool results are not kept; the memories are all that crosses requests.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.base import Message
+from flowstate.active import ActiveState
+from flowstate.history import HistoricalIndex
+from flowstate.limits import STANDARD, Limits
+from flowstate.nodes import Node, StateType, canonical_json
+from flowstate.records import StepRecord
+from flowstate.repository import Repository
+from flowstate.serializer import layout, render_observation, system_prompt
+from flowstate.strategies import Finish, Start, Strategy, transcript
+
+TOP_K = 5  # as MemoryArena's baselines (and MAGE's comparison) fix it
+TWO_BLOCKS = ("tool_calls", "assistant_message")
+EXTRACT = "<extract_memories>"  # marks the extraction call's system message (reference policies read it)
+
+BM25_RULES = f"""\
+## memory
+Earlier requests of this session are not all shown: the {TOP_K} most similar to this request and its tool \
+results so far are in <retrieved_memory>, each with its query, tool calls and results, and response. This \
+request's earlier tool results are in <trajectory>, the newest in <latest_observation>."""
+
+MEM0_RULES = f"""\
+## memory
+Facts remembered from earlier requests of this session, the {TOP_K} most relevant to this request, are in \
+<memories>. This request's earlier tool results are in <trajectory>, the newest in <latest_observation>."""
+
+EXTRACT_PROMPT = f"""{EXTRACT}
+You maintain the memory of an agent. From the interaction below (a user request, the agent's tool calls \
+with their results, and its response), extract the facts that later requests may need: identifiers, \
+numbers, choices made, requirements, results. Write each fact as one self-contained sentence that names \
+what it is about. Reply with JSON only: {{"facts": ["..."]}}."""
+
+FACTS_GRAMMAR = ('start: %json {"type": "object", "properties": {"facts": {"type": "array", "maxItems": 16, '
+                 '"items": {"type": "string", "maxLength": 400}}}, "required": ["facts"], "additionalProperties": false}')
+
+
+def rank(documents: Sequence[str], query: str, k: int = TOP_K) -> list[int]:
+    """The indexes of the ``k`` documents most similar to ``query`` by BM25, in document order (all when
+    there are no more than ``k``)."""
+    if len(documents) <= k:
+        return list(range(len(documents)))
+    import bm25s
+
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(list(documents), stopwords="en", show_progress=False), show_progress=False)
+    words = bm25s.tokenize([query], stopwords="en", show_progress=False, return_ids=False)
+    known = [w for w in words[0] if w in retriever.vocab_dict] if words and words[0] else []
+    if not known:  # nothing in common: the most recent documents
+        return list(range(len(documents) - k, len(documents)))
+    found, _ = retriever.retrieve([known], k=k, show_progress=False)
+    return sorted(int(i) for i in found[0])
+
+
+def _empty(k: int, state: ActiveState) -> Start:
+    return Start(k, HistoricalIndex(), state, None)
+
+
+@dataclass(frozen=True)
+class BM25Memory(Strategy):
+    name: str = "bm25"
+    blocks: tuple[str, ...] = TWO_BLOCKS
+
+    def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
+        return system_prompt(tools, policy, self.blocks, BM25_RULES, limits)
+
+    def start(self, repo: Repository, session: str) -> Start:
+        requests, nodes = repo.requests(session), repo.nodes(session)
+        k = len(requests) + 1
+        documents = tuple(transcript([r], [n for n in nodes if n.request == r.index]) for r in requests)
+        return Start(k, HistoricalIndex(), ActiveState(request=k), None, documents)
+
+    def prompt(
+        self, system: str, query: str, start: Start, state: ActiveState,
+        feedback: Sequence[dict[str, Any]], observation: Sequence[Node],
+    ) -> list[Message]:
+        trajectory = state.observations[: len(state.observations) - len(observation)]
+        probe = query + "\n" + render_observation(state.observations)  # the current request's trace so far
+        chosen = "".join(start.documents[i] for i in rank(start.documents, probe))
+        user = layout(query, memory=("retrieved_memory", chosen), state=None, trajectory=trajectory,
+                      feedback=feedback, observation=observation)
+        return [Message("system", system), Message("user", user)]
+
+    def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
+        return list(state.observations)
+
+
+def _interaction(run: Any) -> str:
+    lines: list[dict[str, Any]] = [{"user_query": run.query}]
+    lines += [{"observation_id": o.id, **o.value} for o in run.state.observations]
+    lines.append({"response": run.response})
+    return "".join(canonical_json(line) + "\n" for line in lines)
+
+
+@dataclass(frozen=True)
+class ExtractedMemory(Strategy):
+    name: str = "mem0-style"
+    blocks: tuple[str, ...] = TWO_BLOCKS
+
+    def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
+        return system_prompt(tools, policy, self.blocks, MEM0_RULES, limits)
+
+    def start(self, repo: Repository, session: str) -> Start:
+        k = repo.request_count(session) + 1
+        facts = tuple(n for n in repo.nodes(session) if n.id.startswith("mem_"))
+        return Start(k, HistoricalIndex(), ActiveState(request=k), None,
+                     tuple(canonical_json({"memory_id": n.id, "fact": n.value.get("fact", "")}) + "\n" for n in facts))
+
+    def prompt(
+        self, system: str, query: str, start: Start, state: ActiveState,
+        feedback: Sequence[dict[str, Any]], observation: Sequence[Node],
+    ) -> list[Message]:
+        trajectory = state.observations[: len(state.observations) - len(observation)]
+        chosen = "".join(start.documents[i] for i in rank(start.documents, query))  # per request, as Mem0's search
+        user = layout(query, memory=("memories", chosen or "none\n"), state=None, trajectory=trajectory,
+                      feedback=feedback, observation=observation)
+        return [Message("system", system), Message("user", user)]
+
+    def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
+        return []  # only the extracted facts cross requests (``finish``)
+
+    def finish(self, run: Any) -> Finish:
+        """One model call extracts the request's facts; each becomes a node ``mem_r{k}_{i}``."""
+        messages = [Message("system", EXTRACT_PROMPT), Message("user", f"<interaction>\n{_interaction(run)}</interaction>")]
+        grammar = FACTS_GRAMMAR if getattr(run.engine, "supports_grammar", False) and run.grammars is not None else None
+        generation = run.engine.generate(messages, grammar=grammar,
+                                         max_tokens=run.options.max_tokens or run.config.max_tokens)
+        facts, error = _facts(generation.text, run.limits)
+        call = StepRecord(index=0, raw=generation.text, usage=generation.usage, truncated=generation.truncated,
+                          protocol_error=None if error is None else {"block": "facts", "message": error})
+        nodes = tuple(Node(id=f"mem_r{run.index_k}_{i}", type=StateType.KNOWLEDGE, request=run.index_k,
+                           summary=fact[: run.limits.text], value={"fact": fact}) for i, fact in enumerate(facts, 1))
+        return Finish(nodes, (call,))
+
+
+def _facts(text: str, limits: Limits) -> tuple[list[str], str | None]:
+    """The extracted facts, or none and why (an extraction that is not the JSON asked for keeps nothing)."""
+    found = re.search(r"\{.*\}", text, re.S)
+    try:
+        facts = json.loads(found.group(0))["facts"] if found else None
+    except (json.JSONDecodeError, KeyError, TypeError):
+        facts = None
+    if not isinstance(facts, list) or not all(isinstance(f, str) for f in facts):
+        return [], f"not the JSON {{\"facts\": [...]}} asked for: {text[:120]!r}"
+    return [f.strip()[: limits.value_text] for f in facts if f.strip()][:16], None
+
+
+BM25: Strategy = BM25Memory()
+MEM0_STYLE: Strategy = ExtractedMemory()
