@@ -149,6 +149,7 @@ class RequestRun:
         self.pending: tuple[ToolCall, ...] = ()
         self.record: RunRecord | None = None
         self.response: str | None = None  # the final response, once the request ends
+        self.memory_calls: list[StepRecord] = []  # model calls the memory method made during the request
         self.consecutive_errors = 0  # consecutive protocol errors
 
     @property
@@ -255,6 +256,7 @@ class RequestRun:
         self.observation = tuple(_observation_node(c, self.index_k) for c in calls)
         self.state = self.state.with_observations(self.observation)
         self.pending = ()
+        self.memory_calls.extend(self.strategy.observed(self))  # e.g. a state tracker's update
 
     def _persist(self, response: str | None, extra: Mapping[str, Any], unfinished: str | None = None) -> None:
         self.response = response
@@ -264,7 +266,7 @@ class RequestRun:
             self.session, self.index_k, self.query, response, tuple(self.steps),
             persisted_states=tuple(n.id for n in nodes if not n.is_observation),
             persisted_observations=tuple(n.id for n in nodes if n.is_observation),
-            unfinished=unfinished, memory_calls=tuple(finish.calls),
+            unfinished=unfinished, memory_calls=(*self.memory_calls, *finish.calls),
         )
         self.repo.persist_request(
             self.session, self.index_k, self.query, response, nodes, {**record.to_dict(), **extra}, unfinished

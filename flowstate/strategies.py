@@ -74,6 +74,11 @@ class Strategy:
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
         raise NotImplementedError
 
+    def observed(self, run: Any) -> tuple[Any, ...]:
+        """Called with the ``RequestRun`` once its latest tool results are in; returns the StepRecords of model
+        calls the method made (e.g. a state tracker's update); none by default."""
+        return ()
+
     def finish(self, run: Any) -> Finish:
         """Called with the ``RequestRun`` as it ends, before it is persisted; nothing by default."""
         return Finish()
@@ -167,8 +172,9 @@ NO_ISU = StateStrategy("no-isu", ("state_focus", "tool_calls", "assistant_messag
                        rule_states=True)
 # the baselines plug into the same seam (flowstate/retrieval.py imports what it needs from above)
 from flowstate.retrieval import BM25, MEM0_STYLE  # noqa: E402
+from flowstate.tracker import ZIPACT  # noqa: E402
 
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (FLOWSTATE, FULL_CONTEXT, NO_PSA, NO_ISU, BM25, MEM0_STYLE)}
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (FLOWSTATE, FULL_CONTEXT, NO_PSA, NO_ISU, BM25, MEM0_STYLE, ZIPACT)}
 
 
 def get(name: str) -> Strategy:

@@ -44,7 +44,7 @@ def snapshot(run: RequestRun) -> dict[str, Any]:
                   "order": list(state.order)},
         "steps": [s.to_dict() for s in run.steps], "feedback": list(run.feedback),
         "observation": [_node(n) for n in run.observation], "pending": [c.model_dump(mode="json") for c in run.pending],
-        "errors": run.consecutive_errors,
+        "errors": run.consecutive_errors, "memory_calls": [s.to_dict() for s in run.memory_calls],
     }
 
 
@@ -79,4 +79,5 @@ def restore(snap: dict[str, Any], *, engine: Engine, repo: Repository, config: L
     run.observation = tuple(Node.model_validate(n) for n in snap["observation"])
     run.pending = tuple(ToolCall.model_validate(c) for c in snap["pending"])
     run.consecutive_errors = snap["errors"]
+    run.memory_calls = [StepRecord.from_dict(d) for d in snap.get("memory_calls", [])]
     return run

@@ -24,6 +24,7 @@ from flowstate.nodes import OBSERVATION_PREFIX
 from flowstate.limits import STANDARD, Limits
 from flowstate.protocol import ModelOutput, render_output
 from flowstate.retrieval import EXTRACT
+from flowstate.tracker import TRACK
 from flowstate.strategies import Strategy
 
 _SECTION = re.compile(r"<([a-z_]+)>\n(.*?)</\1>", re.S)
@@ -89,9 +90,13 @@ class Policy:
             return self.task.distill(str(value["tool"]), value.get("result"))
         return dict(value) if isinstance(value, dict) else {}
 
-    def facts(self, parts: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, Any], set[str]]:
+    def facts(self, parts: dict[str, list[dict[str, Any]]], k: int = 0) -> tuple[dict[str, Any], set[str]]:
         """Every fact in view, and the keys of those that arrived at this step."""
         sources: list[dict[str, Any]] = []
+        for tracked in parts.get("tracked_state", []):  # a state tracker's world, by request
+            world = tracked.get("world") or {}
+            sources += [{"value": facts} for key, facts in world.items()
+                        if isinstance(facts, dict) and (self.memory or key == f"request_{k}")]
         if self.memory:  # earlier requests: full context's transcript, BM25's retrieved requests, extracted memories
             sources += [i for i in parts.get("interaction_history", []) + parts.get("retrieved_memory", [])
                         if "observation_id" in i]
@@ -155,17 +160,31 @@ class Policy:
                    for k, v in self._facts_of(item).items() if self.task.durable(k)}
         return json.dumps({"facts": [f"{query} | {json.dumps(durable)}"] if durable else []})
 
+    def track(self, user: str) -> str:
+        """A state tracker's update: the durable facts of the newest tool results join the world, by request."""
+        parts = sections(user)
+        before = (parts.get("tracked_state") or [{}])[0]
+        query = re.search(r"<user_query>\n(.*?)\n</user_query>", user, re.S)
+        k = self.task.subtask(query.group(1) if query else "")
+        world = dict(before.get("world") or {})
+        new = {key: v for item in parts.get("new_observation", [])
+               for key, v in self._facts_of(item).items() if self.task.durable(key)}
+        world[f"request_{k}"] = {**(world.get(f"request_{k}") or {}), **new}
+        return json.dumps({"goal": query.group(1) if query else "", "world": world, "constraints": []})
+
     def __call__(self, messages: Sequence[Message]) -> str:
         if messages[0].content.startswith(EXTRACT):
             found = re.search(r"<interaction>\n(.*?)</interaction>", messages[-1].content, re.S)
             return self.extract(found.group(1) if found else "")
+        if messages[0].content.startswith(TRACK):
+            return self.track(messages[-1].content)
         parts = sections(messages[-1].content)
         query = re.search(r"<user_query>\n(.*?)\n</user_query>", messages[-1].content, re.S)
         k = self.task.subtask(query.group(1) if query else "")
         t = 1 if not self.trace or self.trace[-1].k != k else self.trace[-1].t + 1
         if t == 1:
             self._seen = set()
-        facts, new = self.facts(parts)
+        facts, new = self.facts(parts, k)
         delta = self.record(parts.get("latest_observation", [])) if "state_delta" in self.strategy.blocks else []
         decision = self.task.solve(k, facts)
         focus: list[str] = []

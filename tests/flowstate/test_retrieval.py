@@ -65,3 +65,28 @@ def test_memory_calls_count_in_the_evaluation(tmp_path: Path) -> None:
     assert all(s["memory_calls"] == 0 for s in by["bm25"]["subtasks"])
     mem0 = by["mem0-style"]["subtasks"][0]
     assert len(mem0["calls"]) == mem0["steps"] + 1  # the extraction call is one more call, with its tokens
+
+
+def test_zipact_acts_on_a_tracked_state_updated_by_its_own_calls(tmp_path: Path) -> None:
+    from flowstate.tracker import TRACK, ZIPACT
+
+    tool = '<tool_calls>\n[{"name": "echo", "arguments": {"x": 7}}]\n</tool_calls>\n<assistant_message>\n{"content": null}\n</assistant_message>'
+    engine = ScriptedEngine([
+        tool, '{"goal": "echo", "world": {"x": 7}, "constraints": []}', output("x is 7"),
+        output("x was 7"),
+    ])
+
+    def echo(x: int) -> int:
+        """Return x."""
+        return x
+
+    with Repository.open(tmp_path / "m.db") as repo:
+        agent = Agent(engine, repository=repo, session="s", strategy=ZIPACT, tools=[echo])
+        first = agent.run("Echo 7.")
+        agent.run("What was x?")
+        nodes = repo.nodes("s")
+    assert engine.prompts[1][0].content.startswith(TRACK) and len(first.memory_calls) == 1
+    assert '"world":{"x":7}' in engine.prompts[2][1].content  # the agent sees the tracked state ...
+    assert "<trajectory>" not in engine.prompts[2][1].content  # ... and not the history
+    assert '"world":{"x":7}' in engine.prompts[3][1].content  # the state carries over to the next request
+    assert [n.id for n in nodes] == ["zipact_r1", "zipact_r2"]  # one state per request, no tool results

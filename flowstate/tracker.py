@@ -1,0 +1,114 @@
+"""A ZipAct-style state tracker on the strategy seam (``zipact``).
+
+After ZipAct (Pan et al., 2026): the growing interaction history is compressed into one structured state —
+goal, world, constraints — by a separate model call after every tool result ("state updating decoupled from
+action generation"), and the agent acts on that state and the latest tool result alone, not on the history.
+The state of the last request carries over to the next (one node per request, ``zipact_r{k}``). Reduced to
+its core: one tracker call per observation with a JSON schema for the state, no domain injectables.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.base import Message
+from flowstate.active import ActiveState
+from flowstate.history import HistoricalIndex
+from flowstate.limits import STANDARD, Limits
+from flowstate.nodes import Node, StateType, canonical_json
+from flowstate.records import StepRecord
+from flowstate.repository import Repository
+from flowstate.serializer import layout, render_observation, system_prompt
+from flowstate.strategies import Start, Strategy
+
+TRACK = "<track_state>"  # marks the tracker call's system message (reference policies read it)
+EMPTY: dict[str, Any] = {"goal": "", "world": {}, "constraints": []}
+
+RULES = """\
+## memory
+<tracked_state> is your state of the task, kept by a state tracker from every request and tool result so \
+far: goal, world (facts), constraints. It is all you see of earlier steps and requests; the newest tool \
+results are in <latest_observation>."""
+
+TRACK_PROMPT = f"""{TRACK}
+You track an agent's state. Given the state so far, the current request and the newest tool results, write \
+the new state: goal (what the current request asks), world (every fact later steps or requests may need: \
+identifiers, numbers, results, choices made — keep earlier facts unless they changed), constraints (the \
+user's requirements). Reply with JSON only: {{"goal": "...", "world": {{...}}, "constraints": ["..."]}}."""
+
+STATE_GRAMMAR = ('start: %json {"type": "object", "properties": {"goal": {"type": "string", "maxLength": 2000}, '
+                 '"world": {"type": "object"}, "constraints": {"type": "array", "maxItems": 32, "items": '
+                 '{"type": "string", "maxLength": 400}}}, "required": ["goal", "world", "constraints"], '
+                 '"additionalProperties": false}')
+
+
+def tracked(state: ActiveState) -> dict[str, Any]:
+    node = next((n for n in state.current if n.id.startswith("zipact_r")), None)
+    return dict(node.value) if node is not None else dict(EMPTY)
+
+
+def _with(state: ActiveState, value: dict[str, Any]) -> ActiveState:
+    node = Node(id=f"zipact_r{state.request}", type=StateType.JUDGEMENT, summary="tracked state",
+                value=value, request=state.request)
+    kept = tuple(n for n in state.current if n.id != node.id)
+    order = state.order if node.id in state.order else (*state.order, node.id)
+    return ActiveState(request=state.request, history_ids=state.history_ids, index_ids=state.index_ids,
+                       current=(*kept, node), disclosed=state.disclosed, observations=state.observations, order=order)
+
+
+@dataclass(frozen=True)
+class StateTracker(Strategy):
+    name: str = "zipact"
+    blocks: tuple[str, ...] = ("tool_calls", "assistant_message")
+
+    def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
+        return system_prompt(tools, policy, self.blocks, RULES, limits)
+
+    def start(self, repo: Repository, session: str) -> Start:
+        k = repo.request_count(session) + 1
+        last = next((n for n in reversed(repo.nodes(session)) if n.id.startswith("zipact_r")), None)
+        state = _with(ActiveState(request=k), dict(last.value) if last is not None else dict(EMPTY))
+        return Start(k, HistoricalIndex(), state, None)
+
+    def prompt(
+        self, system: str, query: str, start: Start, state: ActiveState,
+        feedback: Sequence[dict[str, Any]], observation: Sequence[Node],
+    ) -> list[Message]:
+        user = layout(query, memory=("tracked_state", canonical_json(tracked(state)) + "\n"), state=None,
+                      feedback=feedback, observation=observation)
+        return [Message("system", system), Message("user", user)]
+
+    def observed(self, run: Any) -> tuple[Any, ...]:
+        """The tracker's call: the state so far, the request and the newest tool results give the new state."""
+        before = tracked(run.state)
+        user = (f"<tracked_state>\n{canonical_json(before)}\n</tracked_state>\n<user_query>\n{run.query}\n</user_query>\n"
+                f"<new_observation>\n{render_observation(run.observation)}</new_observation>")
+        grammar = STATE_GRAMMAR if getattr(run.engine, "supports_grammar", False) and run.grammars is not None else None
+        generation = run.engine.generate([Message("system", TRACK_PROMPT), Message("user", user)], grammar=grammar,
+                                         max_tokens=run.options.max_tokens or run.config.max_tokens)
+        after, error = _state(generation.text)
+        run.state = _with(run.state, after if after is not None else before)  # a failed update keeps the old state
+        return (StepRecord(index=0, raw=generation.text, usage=generation.usage, truncated=generation.truncated,
+                           protocol_error=None if error is None else {"block": "state", "message": error}),)
+
+    def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
+        return [n for n in state.current if n.id.startswith("zipact_r")]  # the state carries over; nothing else
+
+
+def _state(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    found = re.search(r"\{.*\}", text, re.S)
+    try:
+        value = json.loads(found.group(0)) if found else None
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict) or not isinstance(value.get("world"), dict):
+        return None, f"not the state JSON asked for: {text[:120]!r}"
+    return {"goal": str(value.get("goal", "")), "world": value["world"],
+            "constraints": [str(c) for c in value.get("constraints", []) if isinstance(c, str)]}, None
+
+
+ZIPACT: Strategy = StateTracker()
