@@ -63,6 +63,8 @@ def markdown(summary: dict[str, Any]) -> str:
         + (f" τ³ suites: one conversation per task ({c.get('trials', 1)} trial(s)), user "
            f"{c.get('user') or 'scripted'}, judge {c.get('judge') or 'none'}." if set(c["suites"]) & set(TAU3) else ""),
     ]
+    if len(c["suites"]) > 1 or len(c["strategies"]) > 2:
+        out += ["", "## Every strategy against full-context", "", *_overview(summary)]
     for suite in c["suites"]:
         pairs = [p for p in summary["pairs"] if p["suite"] == suite]
         base = next((p for p in pairs if p["strategy"] == BASELINE), None)
@@ -128,6 +130,35 @@ def markdown(summary: dict[str, Any]) -> str:
         ]
     out += ["", "Figures: `accuracy_by_depth.png`, `tokens_vs_success.png`, `tokens_by_depth.png`.", ""]
     return "\n".join(out)
+
+
+def _overview(summary: dict[str, Any]) -> list[str]:
+    """The paper's Table 1 shape: per suite each strategy's SR (Δ in points) and tokens per task (Δ in %)
+    against full-context, and the mean of the Δs over the suites."""
+    c = summary["config"]
+    by = {(p["suite"], p["strategy"]): p for p in summary["pairs"]}
+    rows = []
+    for strategy in c["strategies"]:
+        cells, d_sr, d_tok = [], [], []
+        for suite in c["suites"]:
+            p, b = by.get((suite, strategy)), by.get((suite, BASELINE))
+            if p is None:
+                cells.append("–")
+                continue
+            sr, tok = p["quality"]["SR"], p["cost"]["tokens_per_task"]
+            cell = f"{sr:.1f} / {tok:.0f}"
+            if b is not None and strategy != BASELINE:
+                d_sr.append(sr - b["quality"]["SR"])
+                if b["cost"]["tokens_per_task"]:
+                    d_tok.append(100 * (tok - b["cost"]["tokens_per_task"]) / b["cost"]["tokens_per_task"])
+                cell += f" ({d_sr[-1]:+.1f}, {d_tok[-1]:+.1f}%)" if d_tok else f" ({d_sr[-1]:+.1f})"
+            cells.append(cell)
+        mean = (f"{sum(d_sr) / len(d_sr):+.1f}, {sum(d_tok) / len(d_tok):+.1f}%" if d_sr and d_tok else "–")
+        rows.append([strategy, *cells, mean])
+    return [
+        "SR % / tokens per task in each suite (Δ against full-context: SR in points, tokens in %), and the mean Δ:",
+        "", _table(["strategy", *c["suites"], "mean Δ (SR, tokens)"], rows), "",
+    ]
 
 
 def _tau3_section(pairs: list[dict[str, Any]], base: dict[str, Any] | None) -> list[str]:

@@ -90,3 +90,15 @@ def test_zipact_acts_on_a_tracked_state_updated_by_its_own_calls(tmp_path: Path)
     assert "<trajectory>" not in engine.prompts[2][1].content  # ... and not the history
     assert '"world":{"x":7}' in engine.prompts[3][1].content  # the state carries over to the next request
     assert [n.id for n in nodes] == ["zipact_r1", "zipact_r2"]  # one state per request, no tool results
+
+
+def test_the_report_sets_every_strategy_against_full_context(tmp_path: Path) -> None:
+    from flowstate.eval.report import markdown, summarize
+
+    config = EvalConfig(suites=("hotel", "shopping"), strategies=("flowstate", "full-context", "bm25", "zipact"),
+                        tasks=1, depth=3, out=tmp_path, policy="oracle")
+    text = markdown(summarize(run_eval(config, []), config))
+    overview = text.split("## Every strategy against full-context")[1].split("## hotel")[0]
+    rows = {line.split(" | ")[0].strip("| "): line for line in overview.splitlines() if line.startswith("| ")}
+    assert set(rows) >= {"flowstate", "full-context", "bm25", "zipact"}
+    assert "(+0.0," in rows["zipact"] and "%)" in rows["zipact"] and rows["full-context"].endswith("| – |")
