@@ -50,9 +50,10 @@ class Agent:
         assert config.limits is not None
         self.limits = config.limits
         self.strategy = strategy
-        self.system = strategy.system_prompt(self.tools.specs(), task_policy, self.limits)
+        specs = [*self.tools.specs(), *strategy.tools()]  # the task's tools and the memory method's own
+        self.system = strategy.system_prompt(specs, task_policy, self.limits)
         self.grammars = (
-            Grammars(self.tools.specs(), config.grammar, strategy.blocks, self.limits)
+            Grammars(specs, config.grammar, strategy.blocks, self.limits)
             if engine.supports_grammar and config.grammar is not GrammarMode.NONE else None
         )
 

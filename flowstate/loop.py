@@ -58,7 +58,8 @@ class LoopConfig:
 def _run_tools(tools: ToolSet, calls: Sequence[ToolCall], run: RequestRun) -> list[ToolCallRecord]:
     records = []
     for i, call in enumerate(calls, start=1):
-        result, error = tools.call(call.name, call.arguments)
+        own = run.strategy.call_tool(run, call.name, dict(call.arguments))  # the memory method's own tools first
+        result, error = own if own is not None else tools.call(call.name, call.arguments)
         records.append(ToolCallRecord(call.name, dict(call.arguments), run.observation_id(i), result, error))
     return records
 
@@ -150,6 +151,7 @@ class RequestRun:
         self.record: RunRecord | None = None
         self.response: str | None = None  # the final response, once the request ends
         self.memory_calls: list[StepRecord] = []  # model calls the memory method made during the request
+        self.memory_state: dict[str, Any] = {}  # the memory method's own data of this request (JSON)
         self.consecutive_errors = 0  # consecutive protocol errors
 
     @property
@@ -291,7 +293,7 @@ def run_request(
     The record's ``response`` is None (and ``unfinished`` says why) when the step budget ran out."""
     run = RequestRun(
         engine=engine, repo=repo, session=session, query=query, system=system,
-        tool_specs=tools.specs(), config=config, grammars=grammars, strategy=strategy,
+        tool_specs=[*tools.specs(), *strategy.tools()], config=config, grammars=grammars, strategy=strategy,
     )
     while run.record is None:
         run.step()

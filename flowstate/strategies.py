@@ -74,6 +74,14 @@ class Strategy:
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
         raise NotImplementedError
 
+    def tools(self) -> list[dict[str, Any]]:
+        """Tools the method itself gives the agent (their specs), run by ``call_tool``; none by default."""
+        return []
+
+    def call_tool(self, run: Any, name: str, arguments: dict[str, Any]) -> tuple[Any, str | None] | None:
+        """Run one of the method's own tools: (result, error), or None when ``name`` is not one of them."""
+        return None
+
     def observed(self, run: Any) -> tuple[Any, ...]:
         """Called with the ``RequestRun`` once its latest tool results are in; returns the StepRecords of model
         calls the method made (e.g. a state tracker's update); none by default."""
@@ -173,8 +181,11 @@ NO_ISU = StateStrategy("no-isu", ("state_focus", "tool_calls", "assistant_messag
 # the baselines plug into the same seam (flowstate/retrieval.py imports what it needs from above)
 from flowstate.retrieval import BM25, MEM0_STYLE  # noqa: E402
 from flowstate.tracker import ZIPACT  # noqa: E402
+from flowstate.mage import MAGE, MAGE_NO_COMPRESS, MAGE_NO_MAINTAIN, MAGE_NO_REVISE  # noqa: E402
 
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (FLOWSTATE, FULL_CONTEXT, NO_PSA, NO_ISU, BM25, MEM0_STYLE, ZIPACT)}
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
+    FLOWSTATE, FULL_CONTEXT, NO_PSA, NO_ISU, BM25, MEM0_STYLE, ZIPACT, MAGE, MAGE_NO_COMPRESS, MAGE_NO_MAINTAIN,
+    MAGE_NO_REVISE)}
 
 
 def get(name: str) -> Strategy:

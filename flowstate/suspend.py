@@ -45,6 +45,7 @@ def snapshot(run: RequestRun) -> dict[str, Any]:
         "steps": [s.to_dict() for s in run.steps], "feedback": list(run.feedback),
         "observation": [_node(n) for n in run.observation], "pending": [c.model_dump(mode="json") for c in run.pending],
         "errors": run.consecutive_errors, "memory_calls": [s.to_dict() for s in run.memory_calls],
+        "memory_state": run.memory_state,
     }
 
 
@@ -80,4 +81,5 @@ def restore(snap: dict[str, Any], *, engine: Engine, repo: Repository, config: L
     run.pending = tuple(ToolCall.model_validate(c) for c in snap["pending"])
     run.consecutive_errors = snap["errors"]
     run.memory_calls = [StepRecord.from_dict(d) for d in snap.get("memory_calls", [])]
+    run.memory_state = dict(snap.get("memory_state", {}))
     return run

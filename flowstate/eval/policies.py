@@ -24,6 +24,7 @@ from flowstate.nodes import OBSERVATION_PREFIX
 from flowstate.limits import STANDARD, Limits
 from flowstate.protocol import ModelOutput, render_output
 from flowstate.retrieval import EXTRACT
+from flowstate.mage import COMPRESS, MAINTAIN
 from flowstate.tracker import TRACK
 from flowstate.strategies import Strategy
 
@@ -97,10 +98,13 @@ class Policy:
             world = tracked.get("world") or {}
             sources += [{"value": facts} for key, facts in world.items()
                         if isinstance(facts, dict) and (self.memory or key == f"request_{k}")]
-        if self.memory:  # earlier requests: full context's transcript, BM25's retrieved requests, extracted memories
+        if self.memory:  # earlier requests: full context's transcript, BM25's retrieved requests, extracted memories,
+            # MAGE's summaries on the active path (or, without Compress, its raw steps)
             sources += [i for i in parts.get("interaction_history", []) + parts.get("retrieved_memory", [])
-                        if "observation_id" in i]
+                        + parts.get("execution_state", []) if "observation_id" in i]
             sources += [_remembered(i) for i in parts.get("memories", [])]
+            sources += [_remembered({"fact": i["summary"]}) for i in parts.get("execution_state", [])
+                        if "summary" in i and "hint" not in i]
         sources += [e for e in parts.get("active_state", []) if self.memory or "source_query" not in e]
         sources += parts.get("trajectory", [])
         facts: dict[str, Any] = {}
@@ -178,6 +182,12 @@ class Policy:
             return self.extract(found.group(1) if found else "")
         if messages[0].content.startswith(TRACK):
             return self.track(messages[-1].content)
+        if messages[0].content.startswith(COMPRESS):  # MAGE's Compress: the segment's facts, as a summary
+            found = re.search(r"<segment>\n(.*?)</segment>", messages[-1].content, re.S)
+            facts = json.loads(self.extract(found.group(1) if found else ""))["facts"]
+            return json.dumps({"summary": facts[0] if facts else "nothing to keep"})
+        if messages[0].content.startswith(MAINTAIN):  # MAGE's Maintain: the oracle's summaries hold
+            return json.dumps({"valid": True, "note": ""})
         parts = sections(messages[-1].content)
         query = re.search(r"<user_query>\n(.*?)\n</user_query>", messages[-1].content, re.S)
         k = self.task.subtask(query.group(1) if query else "")

@@ -119,6 +119,6 @@ def test_no_psa_inlines_every_historical_state_and_no_isu_builds_rule_states(rep
 
 def test_unknown_strategy_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="valid strategies: flowstate, full-context, no-psa, no-isu"):
-        get("mage")
+        get("magic")
 
 

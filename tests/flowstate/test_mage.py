@@ -1,0 +1,84 @@
+"""MAGE on the seam: Compress and Maintain at request ends, the active path, Revise, the ablations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from engine.scripted import ScriptedEngine
+from flowstate import Agent, Repository
+from flowstate.mage import COMPRESS, MAGE, MAGE_NO_COMPRESS, MAGE_NO_REVISE, MAINTAIN, load_tree
+
+
+def answer(content: str) -> str:
+    return f"<tool_calls>\n[]\n</tool_calls>\n<assistant_message>\n{json.dumps({'content': content})}\n</assistant_message>"
+
+
+def call(name: str, **arguments: Any) -> str:
+    calls = json.dumps([{"name": name, "arguments": arguments}])
+    return f"<tool_calls>\n{calls}\n</tool_calls>\n<assistant_message>\n{{\"content\": null}}\n</assistant_message>"
+
+
+def summary(text: str) -> str:
+    return json.dumps({"summary": text})
+
+
+OK = json.dumps({"valid": True, "note": ""})
+
+
+def echo(x: int) -> int:
+    """Return x."""
+    return x
+
+
+def test_compress_and_maintain_grow_the_active_path(tmp_path: Path) -> None:
+    engine = ScriptedEngine([
+        call("echo", x=7), answer("x is 7"), summary("Echoed 7."), OK,
+        answer("it was 7"), summary("Recalled 7."), json.dumps({"valid": False, "note": "says nothing new"}),
+        answer("done"), summary("Done."), OK,
+    ])
+    with Repository.open(tmp_path / "m.db") as repo:
+        agent = Agent(engine, repository=repo, session="s", strategy=MAGE, tools=[echo])
+        first = agent.run("Echo 7.")
+        agent.run("What was x?")
+        agent.run("Anything else?")
+        tree = load_tree(repo.nodes("s"))
+    assert [c.raw for c in first.memory_calls] == [summary("Echoed 7."), OK]
+    assert engine.prompts[2][0].content.startswith(COMPRESS) and engine.prompts[3][0].content.startswith(MAINTAIN)
+    later = engine.prompts[4][1].content  # request 2 sees the summary, not request 1's raw tool result
+    assert '{"step":1,"summary":"Echoed 7."}' in later and '"tool":"echo"' not in later
+    assert tree.path() == [1, 2, 3] and tree.summaries[2]["trusted"] is False
+    last = engine.prompts[7][1].content
+    assert '"hint":"summary found wanting","note":"says nothing new","step":2' in last
+
+
+def test_revise_moves_the_active_path_back_and_keeps_the_old_branch_as_a_hint(tmp_path: Path) -> None:
+    engine = ScriptedEngine([
+        answer("booked A"), summary("Booked hotel A."), OK,
+        answer("booked B"), summary("Booked hotel B, a mistake."), OK,
+        call("revise_memory", step=2, reason="B was wrong"), answer("back to A"), summary("Kept A."), OK,
+        answer("fine"), summary("Fine."), OK,
+    ])
+    with Repository.open(tmp_path / "m.db") as repo:
+        agent = Agent(engine, repository=repo, session="s", strategy=MAGE)
+        for q in ("Book A.", "Book B.", "Undo B.", "Status?"):
+            agent.run(q)
+        tree = load_tree(repo.nodes("s"))
+    assert '"name":"revise_memory"' in engine.prompts[0][0].content  # the agent is given the tool
+    assert tree.summaries[3]["parent"] == 1 and tree.path() == [1, 3, 4]  # "Kept A." grew from before step 2
+    last = engine.prompts[-3][1].content
+    assert '"hint":"explored alternative, off the active path","step":2' in last
+    assert '{"step":3,"summary":"Kept A."}' in last and '{"step":2,"summary"' not in last
+
+
+def test_the_ablations(tmp_path: Path) -> None:
+    engine = ScriptedEngine([call("echo", x=3), answer("3"), answer("it was 3")])
+    with Repository.open(tmp_path / "m.db") as repo:
+        agent = Agent(engine, repository=repo, session="s", strategy=MAGE_NO_COMPRESS, tools=[echo])
+        first = agent.run("Echo 3.")
+        agent.run("What was it?")
+        assert first.memory_calls == () and load_tree(repo.nodes("s")).summaries == {}
+    assert '"tool":"echo"' in engine.prompts[-1][1].content  # without Compress the raw steps stay in view
+    assert '"name":"revise_memory"' not in Agent(ScriptedEngine([]), repository=Repository.open(":memory:"),
+                                                  session="t", strategy=MAGE_NO_REVISE).system
