@@ -65,6 +65,8 @@ def markdown(summary: dict[str, Any]) -> str:
     ]
     if len(c["suites"]) > 1 or len(c["strategies"]) > 2:
         out += ["", "## Every strategy against full-context", "", *_overview(summary)]
+    if {"flowstate", "mage"} <= set(c["strategies"]):
+        out += ["", "## FlowState and MAGE head to head", "", *_head_to_head(summary)]
     for suite in c["suites"]:
         pairs = [p for p in summary["pairs"] if p["suite"] == suite]
         base = next((p for p in pairs if p["strategy"] == BASELINE), None)
@@ -159,6 +161,24 @@ def _overview(summary: dict[str, Any]) -> list[str]:
         "SR % / tokens per task in each suite (Δ against full-context: SR in points, tokens in %), and the mean Δ:",
         "", _table(["strategy", *c["suites"], "mean Δ (SR, tokens)"], rows), "",
     ]
+
+
+def _head_to_head(summary: dict[str, Any]) -> list[str]:
+    """flowstate against mage per suite: quality, retention and tokens side by side."""
+    by = {(p["suite"], p["strategy"]): p for p in summary["pairs"]}
+    rows = []
+    for suite in summary["config"]["suites"]:
+        f, m = by.get((suite, "flowstate")), by.get((suite, "mage"))
+        if f is None or m is None:
+            continue
+        ratio = f["cost"]["tokens_per_task"] / m["cost"]["tokens_per_task"] if m["cost"]["tokens_per_task"] else None
+        rows.append([suite, f"{f['quality']['SR']:.1f} / {m['quality']['SR']:.1f}",
+                     f"{f['quality']['PS']:.1f} / {m['quality']['PS']:.1f}",
+                     f"{_f(f['quality']['nAUC'])} / {_f(m['quality']['nAUC'])}",
+                     f"{f['cost']['tokens_per_task']:.0f} / {m['cost']['tokens_per_task']:.0f}", _f(ratio, 3),
+                     f"{f['cost']['steps_per_subtask']:.2f} / {m['cost']['steps_per_subtask']:.2f}"])
+    return ["flowstate / mage in each suite; tokens per task include MAGE's Compress and Maintain calls.", "",
+            _table(["suite", "SR", "PS", "nAUC", "tokens/task", "flowstate ÷ mage tokens", "steps/subtask"], rows), ""]
 
 
 def _tau3_section(pairs: list[dict[str, Any]], base: dict[str, Any] | None) -> list[str]:

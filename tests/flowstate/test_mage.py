@@ -82,3 +82,14 @@ def test_the_ablations(tmp_path: Path) -> None:
     assert '"tool":"echo"' in engine.prompts[-1][1].content  # without Compress the raw steps stay in view
     assert '"name":"revise_memory"' not in Agent(ScriptedEngine([]), repository=Repository.open(":memory:"),
                                                   session="t", strategy=MAGE_NO_REVISE).system
+
+
+def test_the_report_sets_flowstate_and_mage_head_to_head(tmp_path: Path) -> None:
+    from flowstate.eval.report import markdown, summarize
+    from flowstate.eval.runner import EvalConfig, run_eval
+
+    config = EvalConfig(suites=("chain", "shopping"), strategies=("flowstate", "full-context", "mage"), tasks=1, depth=3,
+                        out=tmp_path, policy="oracle")
+    text = markdown(summarize(run_eval(config, []), config))
+    section = text.split("## FlowState and MAGE head to head")[1].split("## chain")[0]
+    assert "| chain | 100.0 / 100.0 |" in section and "| shopping | 100.0 / 100.0 |" in section
