@@ -19,13 +19,12 @@ Ablations: ``mage-no-compress`` (no summaries: every earlier raw step stays in v
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from engine.base import Message
+from flowstate import memory_calls
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
@@ -101,15 +100,6 @@ def load_tree(nodes: Sequence[Node]) -> Tree:
     return Tree(summaries, pointer)
 
 
-def _json(text: str) -> dict[str, Any] | None:
-    found = re.search(r"\{.*\}", text, re.S)
-    try:
-        value = json.loads(found.group(0)) if found else None
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
 @dataclass(frozen=True)
 class Mage(Strategy):
     name: str = "mage"
@@ -177,24 +167,17 @@ class Mage(Strategy):
         segment = "".join(canonical_json(line) + "\n" for line in (
             [{"user_query": run.query}, *({"observation_id": o.id, **o.value} for o in run.state.observations),
              {"response": run.response}]))
-        budget = run.options.max_tokens or run.config.max_tokens
-        constrained = getattr(run.engine, "supports_grammar", False) and run.grammars is not None
-        out = run.engine.generate([Message("system", COMPRESS_PROMPT), Message("user", f"<segment>\n{segment}</segment>")],
-                                  grammar=SUMMARY_GRAMMAR if constrained else None, max_tokens=budget)
-        summary = (_json(out.text) or {}).get("summary")
-        calls.append(StepRecord(index=0, raw=out.text, usage=out.usage, truncated=out.truncated,
-                                protocol_error=None if isinstance(summary, str) else {"block": "summary",
-                                                                                      "message": "no summary"}))
+        out = memory_calls.call(run, COMPRESS_PROMPT, f"<segment>\n{segment}</segment>", SUMMARY_GRAMMAR)
+        summary = (memory_calls.json_object(out.text) or {}).get("summary")
+        calls.append(memory_calls.record(out, "summary", None if isinstance(summary, str) else "no summary"))
         if not isinstance(summary, str):
             return Finish(tuple(nodes), tuple(calls))
         trusted, note = True, ""
         if self.maintain:
-            check = run.engine.generate(
-                [Message("system", MAINTAIN_PROMPT),
-                 Message("user", f"<segment>\n{segment}</segment>\n<summary>\n{summary}\n</summary>")],
-                grammar=CHECK_GRAMMAR if constrained else None, max_tokens=budget)
-            verdict = _json(check.text)
-            calls.append(StepRecord(index=0, raw=check.text, usage=check.usage, truncated=check.truncated))
+            check = memory_calls.call(run, MAINTAIN_PROMPT,
+                                      f"<segment>\n{segment}</segment>\n<summary>\n{summary}\n</summary>", CHECK_GRAMMAR)
+            verdict = memory_calls.json_object(check.text)
+            calls.append(memory_calls.record(check, "check"))
             if verdict is not None:
                 trusted, note = bool(verdict.get("valid", True)), str(verdict.get("note", ""))[:400]
         step = max([*tree.summaries, 0]) + 1

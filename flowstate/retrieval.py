@@ -12,18 +12,17 @@
 
 from __future__ import annotations
 
-import json
-import re
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from engine.base import Message
+from flowstate import memory_calls
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
 from flowstate.nodes import Node, StateType, canonical_json
-from flowstate.records import StepRecord
 from flowstate.repository import Repository
 from flowstate.serializer import layout, render_observation, system_prompt
 from flowstate.strategies import Finish, Start, Strategy, transcript
@@ -60,8 +59,7 @@ def rank(documents: Sequence[str], query: str, k: int = TOP_K) -> list[int]:
         return list(range(len(documents)))
     import bm25s
 
-    retriever = bm25s.BM25()
-    retriever.index(bm25s.tokenize(list(documents), stopwords="en", show_progress=False), show_progress=False)
+    retriever = _index(tuple(documents))
     words = bm25s.tokenize([query], stopwords="en", show_progress=False, return_ids=False)
     known = [w for w in words[0] if w in retriever.vocab_dict] if words and words[0] else []
     if not known:  # nothing in common: the most recent documents
@@ -70,8 +68,14 @@ def rank(documents: Sequence[str], query: str, k: int = TOP_K) -> list[int]:
     return sorted(int(i) for i in found[0])
 
 
-def _empty(k: int, state: ActiveState) -> Start:
-    return Start(k, HistoricalIndex(), state, None)
+@functools.lru_cache(maxsize=32)
+def _index(documents: tuple[str, ...]) -> Any:
+    """The BM25 index of a request's documents, built once for all its steps (they stay the same)."""
+    import bm25s
+
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(list(documents), stopwords="en", show_progress=False), show_progress=False)
+    return retriever
 
 
 @dataclass(frozen=True)
@@ -139,25 +143,17 @@ class ExtractedMemory(Strategy):
 
     def finish(self, run: Any) -> Finish:
         """One model call extracts the request's facts; each becomes a node ``mem_r{k}_{i}``."""
-        messages = [Message("system", EXTRACT_PROMPT), Message("user", f"<interaction>\n{_interaction(run)}</interaction>")]
-        grammar = FACTS_GRAMMAR if getattr(run.engine, "supports_grammar", False) and run.grammars is not None else None
-        generation = run.engine.generate(messages, grammar=grammar,
-                                         max_tokens=run.options.max_tokens or run.config.max_tokens)
+        generation = memory_calls.call(run, EXTRACT_PROMPT, f"<interaction>\n{_interaction(run)}</interaction>",
+                                       FACTS_GRAMMAR)
         facts, error = _facts(generation.text, run.limits)
-        call = StepRecord(index=0, raw=generation.text, usage=generation.usage, truncated=generation.truncated,
-                          protocol_error=None if error is None else {"block": "facts", "message": error})
         nodes = tuple(Node(id=f"mem_r{run.index_k}_{i}", type=StateType.KNOWLEDGE, request=run.index_k,
                            summary=fact[: run.limits.text], value={"fact": fact}) for i, fact in enumerate(facts, 1))
-        return Finish(nodes, (call,))
+        return Finish(nodes, (memory_calls.record(generation, "facts", error),))
 
 
 def _facts(text: str, limits: Limits) -> tuple[list[str], str | None]:
     """The extracted facts, or none and why (an extraction that is not the JSON asked for keeps nothing)."""
-    found = re.search(r"\{.*\}", text, re.S)
-    try:
-        facts = json.loads(found.group(0))["facts"] if found else None
-    except (json.JSONDecodeError, KeyError, TypeError):
-        facts = None
+    facts = (memory_calls.json_object(text) or {}).get("facts")
     if not isinstance(facts, list) or not all(isinstance(f, str) for f in facts):
         return [], f"not the JSON {{\"facts\": [...]}} asked for: {text[:120]!r}"
     return [f.strip()[: limits.value_text] for f in facts if f.strip()][:16], None

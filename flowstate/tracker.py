@@ -9,18 +9,16 @@ its core: one tracker call per observation with a JSON schema for the state, no 
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from engine.base import Message
+from flowstate import memory_calls
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
 from flowstate.nodes import Node, StateType, canonical_json
-from flowstate.records import StepRecord
 from flowstate.repository import Repository
 from flowstate.serializer import layout, render_observation, system_prompt
 from flowstate.strategies import Start, Strategy
@@ -87,25 +85,18 @@ class StateTracker(Strategy):
         before = tracked(run.state)
         user = (f"<tracked_state>\n{canonical_json(before)}\n</tracked_state>\n<user_query>\n{run.query}\n</user_query>\n"
                 f"<new_observation>\n{render_observation(run.observation)}</new_observation>")
-        grammar = STATE_GRAMMAR if getattr(run.engine, "supports_grammar", False) and run.grammars is not None else None
-        generation = run.engine.generate([Message("system", TRACK_PROMPT), Message("user", user)], grammar=grammar,
-                                         max_tokens=run.options.max_tokens or run.config.max_tokens)
+        generation = memory_calls.call(run, TRACK_PROMPT, user, STATE_GRAMMAR)
         after, error = _state(generation.text)
         run.state = _with(run.state, after if after is not None else before)  # a failed update keeps the old state
-        return (StepRecord(index=0, raw=generation.text, usage=generation.usage, truncated=generation.truncated,
-                           protocol_error=None if error is None else {"block": "state", "message": error}),)
+        return (memory_calls.record(generation, "state", error),)
 
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
         return [n for n in state.current if n.id.startswith("zipact_r")]  # the state carries over; nothing else
 
 
 def _state(text: str) -> tuple[dict[str, Any] | None, str | None]:
-    found = re.search(r"\{.*\}", text, re.S)
-    try:
-        value = json.loads(found.group(0)) if found else None
-    except json.JSONDecodeError:
-        value = None
-    if not isinstance(value, dict) or not isinstance(value.get("world"), dict):
+    value = memory_calls.json_object(text)
+    if value is None or not isinstance(value.get("world"), dict):
         return None, f"not the state JSON asked for: {text[:120]!r}"
     return {"goal": str(value.get("goal", "")), "world": value["world"],
             "constraints": [str(c) for c in value.get("constraints", []) if isinstance(c, str)]}, None

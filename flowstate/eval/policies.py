@@ -47,6 +47,17 @@ def sections(user: str) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+def read_interaction(text: str) -> tuple[str, list[dict[str, Any]]]:
+    """An interaction a memory call is shown (JSON lines): its user query, and its lines."""
+    lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    return next((str(i["user_query"]) for i in lines if "user_query" in i), ""), lines
+
+
+def memory_text(query: str, facts: dict[str, Any]) -> str:
+    """A memory as the reference policies write it: the request it came from, then its facts as JSON."""
+    return f"{query} | {json.dumps(facts)}"
+
+
 def _remembered(item: dict[str, Any]) -> dict[str, Any]:
     """An extracted memory written as "<request> | <JSON object of facts>", as facts (nothing otherwise)."""
     _, bar, facts = str(item.get("fact", "")).rpartition(" | ")
@@ -158,11 +169,10 @@ class Policy:
     def extract(self, interaction: str) -> str:
         """Mem0-style extraction: the request's durable facts as one memory that names the request it came from
         (so that a later request's words find it)."""
-        lines = [json.loads(line) for line in interaction.splitlines() if line.startswith("{")]
-        query = next((str(i["user_query"]) for i in lines if "user_query" in i), "")
+        query, lines = read_interaction(interaction)
         durable = {k: v for item in lines if "observation_id" in item
                    for k, v in self._facts_of(item).items() if self.task.durable(k)}
-        return json.dumps({"facts": [f"{query} | {json.dumps(durable)}"] if durable else []})
+        return json.dumps({"facts": [memory_text(query, durable)] if durable else []})
 
     def track(self, user: str) -> str:
         """A state tracker's update: the durable facts of the newest tool results join the world, by request."""

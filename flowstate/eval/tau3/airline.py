@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from flowstate.eval.tau3.domain import calculator, snapshot, transfer
-from flowstate.tools import Tool, ToolSet
+from flowstate.eval.tau3.domain import toolset
+from flowstate.tools import ToolSet
 
 NOW = "2024-05-15T15:00:00"  # the domain's fixed clock
 NEW_RESERVATION_IDS = ("HATHAT", "HATHAU", "HATHAV")
@@ -325,6 +325,4 @@ class AirlineTools:
                  "list_all_airports", "search_direct_flight", "search_onestop_flight", "send_certificate",
                  "transfer_to_human_agents", "update_reservation_baggages", "update_reservation_flights",
                  "update_reservation_passengers", "get_flight_status"]
-        shared = {"calculate": calculator, "transfer_to_human_agents": transfer}
-        return ToolSet([Tool.from_function(shared[n]) if n in shared else Tool.from_function(snapshot(getattr(self, n)))
-                        for n in names])
+        return toolset(self, names)

@@ -12,7 +12,7 @@ import functools
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,6 +20,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from flowstate.eval.arith import evaluate
+from flowstate.tools import Tool, ToolSet
 
 DOMAINS = ("airline", "retail")
 ENV_DIR = "TAU2_DATA_DIR"
@@ -102,6 +103,13 @@ def snapshot(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         return copy.deepcopy(fn(*args, **kwargs))
     return wrapper
+
+
+def toolset(kit: Any, names: Sequence[str]) -> ToolSet:
+    """A domain's tools in τ³'s order: the kit's methods (returning copies), the shared calculator and transfer."""
+    shared = {"calculate": calculator, "transfer_to_human_agents": transfer}
+    return ToolSet([Tool.from_function(shared[n]) if n in shared else Tool.from_function(snapshot(getattr(kit, n)))
+                    for n in names])
 
 
 def calculator(

@@ -13,14 +13,13 @@
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from engine.base import Engine, Message
 from flowstate.eval.tau3.domain import db_hash
+from flowstate.memory_calls import json_object
 from flowstate.eval.tau3.tasks import Tau3Task
 
 
@@ -80,11 +79,10 @@ def judge_assertions(judge: Engine, assertions: Sequence[str], conversation: Seq
     prompt = f"<conversation>\n{transcript}\n</conversation>\n<assertions>\n" + \
         "\n".join(f"- {a}" for a in assertions) + "\n</assertions>"
     text = judge.generate([Message("system", JUDGE), Message("user", prompt)], max_tokens=1024).text
-    found = re.search(r"\{.*\}", text, re.S)
+    results = (json_object(text) or {}).get("results")
     try:
-        results = json.loads(found.group(0))["results"] if found else None
         verdicts = [bool(r["met"]) for r in results] if isinstance(results, list) else []
-    except (json.JSONDecodeError, KeyError, TypeError):
+    except (KeyError, TypeError):
         verdicts = []
     if len(verdicts) != len(assertions):
         return [False] * len(assertions), f"the judge's answer was not one verdict per assertion: {text[:200]!r}"

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from engine.base import Message
-from flowstate.eval.policies import Policy, sections
+from flowstate.eval.policies import Policy, memory_text, read_interaction, sections
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import CONFIRM_QUESTION
 from flowstate.limits import STANDARD, Limits
@@ -101,11 +101,10 @@ class GoldPolicy:
 
     def extract(self, interaction: str) -> str:
         """mem0-style's extraction call: the facts later calls use, found in this interaction's tool results."""
-        lines = [json.loads(line) for line in interaction.splitlines() if line.startswith("{")]
-        query = next((str(i["user_query"]) for i in lines if "user_query" in i), "")
+        query, lines = read_interaction(interaction)
         facts = {p: v for item in lines if "observation_id" in item
                  for p, v in leaves(item.get("result", item.get("error"))) if json.dumps(v) in self.wanted}
-        return json.dumps({"facts": [f"{query} | {json.dumps(facts)}"] if facts else []})
+        return json.dumps({"facts": [memory_text(query, facts)] if facts else []})
 
     def __call__(self, messages: Sequence[Message]) -> str:
         if messages[0].content.startswith(EXTRACT):

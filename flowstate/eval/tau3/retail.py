@@ -12,8 +12,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from flowstate.eval.tau3.domain import calculator, snapshot, transfer
-from flowstate.tools import Tool, ToolSet
+from flowstate.eval.tau3.domain import toolset
+from flowstate.tools import ToolSet
 
 READ = frozenset({"find_user_id_by_name_zip", "find_user_id_by_email", "get_order_details", "get_product_details",
                   "get_item_details", "get_user_details", "list_all_product_types"})
@@ -281,7 +281,5 @@ class RetailTools:
                  "get_user_details", "list_all_product_types", "modify_pending_order_address",
                  "modify_pending_order_items", "modify_pending_order_payment", "modify_user_address",
                  "return_delivered_order_items", "transfer_to_human_agents"]
-        shared = {"calculate": calculator, "transfer_to_human_agents": transfer}
-        return ToolSet([Tool.from_function(shared[n]) if n in shared else Tool.from_function(snapshot(getattr(self, n)))
-                        for n in names])
+        return toolset(self, names)
 
