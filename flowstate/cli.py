@@ -526,6 +526,8 @@ def bench_repo_cmd(sizes: str, pg_url: str | None, samples: int, out: Path | Non
     import tempfile
     import uuid
 
+    from flowstate.backends import redact
+    from flowstate.errors import StorageError
     from flowstate.repo_bench import bench_repo, render_table
 
     with _errors(), tempfile.TemporaryDirectory() as tmp:
@@ -542,16 +544,21 @@ def bench_repo_cmd(sizes: str, pg_url: str | None, samples: int, out: Path | Non
 
             def postgres() -> str:
                 name = f"flowstate_bench_{uuid.uuid4().hex[:10]}"
-                with psycopg.connect(pg_url, autocommit=True) as conn:
-                    conn.execute(f"CREATE DATABASE {name}")
+                try:
+                    with psycopg.connect(pg_url, autocommit=True) as conn:
+                        conn.execute(f"CREATE DATABASE {name}")
+                except psycopg.Error as exc:
+                    reason = " ".join(str(exc).split())
+                    raise StorageError(f"cannot create a benchmark database on {redact(pg_url)}: {reason}") from exc
                 made.append(f"{pg_url.rpartition('/')[0]}/{name}")
                 return made[-1]
 
             targets["postgres"] = postgres
+            postgres()  # the server is checked (with a database of its own) before anything is measured
         try:
             rows = bench_repo(targets, counts, samples, progress=lambda line: click.echo(line, err=True))
         finally:
-            if pg_url:
+            if pg_url and any(url.startswith("postgres") for url in made):
                 import psycopg
 
                 with psycopg.connect(pg_url, autocommit=True) as conn:

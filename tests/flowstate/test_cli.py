@@ -90,6 +90,7 @@ def test_default_db_comes_from_the_environment(tmp_path: Path) -> None:
     ("eval: unknown suite option", "unknown suite option(s) rows for suites shopping; valid: bullets, description_words, results"),
     ("eval: memoryless on τ³", "the τ³ suites have a gold reference policy (--policy oracle), not a memoryless one"),
     ("eval: no τ³ data", "no τ³ retail data under"),
+    ("bench repo: no server", "cannot create a benchmark database on postgresql://u:***@127.0.0.1:1/x"),
     ("eval: unknown strategy", "unknown strategy 'magic'; valid strategies:"),
     ("eval: too deep", "bundle tasks have at most 16 subtasks"),
 ])
@@ -122,6 +123,8 @@ def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expect
                                    "--out", tmp_path / "ev"],
         "eval: no τ³ data": ["eval", "--policy", "oracle", "--suite", "tau3-retail", "--tau2-data", tmp_path,
                              "--out", tmp_path / "ev"],
+        "bench repo: no server": ["bench", "repo", "--sizes", "20", "--postgres",
+                                  "postgresql://u:secret@127.0.0.1:1/x?connect_timeout=2"],
         "eval: unknown strategy": ["eval", "--policy", "oracle", "--strategy", "flowstate,magic", "--out", tmp_path / "ev"],
         "eval: too deep": ["eval", "--policy", "oracle", "--suite", "bundle", "--depth", "17", "--out", tmp_path / "ev"],
     }[case]
