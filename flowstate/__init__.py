@@ -5,7 +5,7 @@
 
 from flowstate.agent import Agent
 from flowstate.errors import FlowStateError, ProtocolError, RequestFailed, SessionNotFound, StorageError
-from flowstate.loop import LoopConfig
+from flowstate.config import LoopConfig
 from flowstate.nodes import Node, Ref, Relation, StateType
 from flowstate.protocol import ModelOutput
 from flowstate.records import RunRecord

@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from engine.base import Engine
-from flowstate.constrain import GrammarMode, Grammars
-from flowstate.loop import LoopConfig, run_request
+from flowstate.config import AgentConfig, LoopConfig
+from flowstate.loop import run_request
 from flowstate.records import RunRecord
 from flowstate.repository import Repository
 from flowstate.strategies import FLOWSTATE, Strategy
@@ -46,20 +46,13 @@ class Agent:
         self.repository = repository
         self.session = session
         self.tools = tools if isinstance(tools, ToolSet) else ToolSet(tools)
-        self.config = config = config.for_engine(engine)
-        assert config.limits is not None
-        self.limits = config.limits
         self.strategy = strategy
-        specs = [*self.tools.specs(), *strategy.tools()]  # the task's tools and the memory method's own
-        self.system = strategy.system_prompt(specs, task_policy, self.limits)
-        self.grammars = (
-            Grammars(specs, config.grammar, strategy.blocks, self.limits)
-            if engine.supports_grammar and config.grammar is not GrammarMode.NONE else None
-        )
+        self.agent = AgentConfig(engine, strategy=strategy, tools=self.tools, policy=task_policy, loop=config)
+        self.config = self.agent.loop
+        self.limits = self.agent.limits
+        self.system = self.agent.system_prompt()
 
     def run(self, query: str) -> RunRecord:
         """Execute one request (the session's next) and persist it; raises ``RequestFailed`` on failure."""
-        return run_request(
-            engine=self.engine, repo=self.repository, session=self.session, query=query,
-            system=self.system, tools=self.tools, config=self.config, grammars=self.grammars, strategy=self.strategy,
-        )
+        return run_request(engine=self.engine, repo=self.repository, session=self.session, query=query,
+                           agent=self.agent)

@@ -24,7 +24,7 @@ from flowstate.agent import Agent
 from flowstate.constrain import GrammarMode, Grammars
 from flowstate.errors import ProtocolError
 from flowstate.limits import Limits, for_engine
-from flowstate.loop import LoopConfig
+from flowstate.config import LoopConfig
 from flowstate.parse import parse_output
 from flowstate.repository import Repository
 from grammars.check import validate

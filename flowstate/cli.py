@@ -16,12 +16,13 @@ import click
 import engine as engines
 from engine.errors import EngineError
 from engine.presets import PRESETS
-from flowstate import limits
+from flowstate import limits, strategies
 from flowstate.agent import Agent
 from flowstate.constrain import GrammarMode
 from flowstate.errors import FlowStateError, RequestFailed
 from flowstate.inspection import render_graph, session_dump
-from flowstate.loop import LoopConfig, require_query
+from flowstate.config import LoopConfig
+from flowstate.loop import require_query
 from flowstate.records import RunRecord, unfinished_message
 from flowstate.repository import Repository
 from flowstate.tools import ToolSet, load_tools
@@ -315,12 +316,15 @@ def demo(
               help="Stream the answer token by token: auto = when decoding under a grammar (the streamed answer is "
                    "then the final one); always = also without one.")
 @loop_options()
+@click.option("--strategy", "strategy_name", default="flowstate", show_default=True,
+              help="The memory method every session runs: flowstate, full-context, no-psa, no-isu, bm25, mem0-style, "
+                   "zipact, mage, mage-no-compress, mage-no-maintain, mage-no-revise.")
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(
     host: str, port: int, db: str | None, api_keys: tuple[str, ...], tools_ref: str | None, model_id: str,
     max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, log_level: str, grammar_mode: str,
     max_live_sessions: int, max_body_mb: float, body_timeout: float, header_timeout: float, stream_answers: str,
-    **engine_opts: Any,
+    strategy_name: str, **engine_opts: Any,
 ) -> None:
     """Serve an OpenAI-compatible Chat Completions endpoint whose model remembers (FastAPI on uvicorn)."""
     from serving.app import ServerConfig  # serving sits above flowstate; imported only for this command
@@ -329,13 +333,15 @@ def serve(
 
     with _errors():
         keys = list(api_keys) or [k.strip() for k in os.environ.get("FLOWSTATE_API_KEYS", "").split(",") if k.strip()]
+        strategy = strategies.get(strategy_name)
         tools = load_tools(tools_ref) if tools_ref else ToolSet()
         model = engines.load(**engine_opts)
         repo = Repository.open(db or default_db())
         config = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
                              limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode)
         ingress = IngressLimits(max_body_bytes=int(max_body_mb * (1 << 20)), body_timeout_s=body_timeout)
-        server = ServerConfig(engine=model, repo=repo, keys=keys, tools=tools, loop=config, model_id=model_id,
+        server = ServerConfig(engine=model, repo=repo, keys=keys, tools=tools, loop=config, strategy=strategy,
+                              model_id=model_id,
                               max_live_sessions=max_live_sessions, ingress=ingress, stream_answers=stream_answers)
         try:
             run_server(server, host=host, port=port, log_level=log_level, header_timeout_s=header_timeout)

@@ -1,67 +1,70 @@
 """The execution loop (Algorithm 1): serialize → generate → parse → validate → commit and disclose → act.
 
-One call of ``run_request`` is one request q_k. Everything of the request stays in memory until
-it ends; Persist then writes it in one transaction. A request that runs out of its step budget is
-persisted as it stands and marked unfinished in the index (``on_budget="fail"`` persists nothing
-instead); a request that fails (repeated protocol errors, engine fault) persists nothing.
+``RequestRun`` is the one driver of a request q_k, for the Python API, the endpoint and the evaluator:
+it advances until the client must act (calls of the client's tools) or the request ends, running the
+memory method's own tools and the configuration's tools itself. Everything of the request stays in
+memory until it ends; Persist then writes it in one transaction. A request that runs out of its step
+budget is persisted as it stands and marked unfinished in the index (``on_budget="fail"`` persists
+nothing instead); a request that fails (repeated protocol errors, engine fault) persists nothing.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-from engine.base import Engine, Generation, OnText, sampling_fields, streams
+from engine.base import Engine, Generation, Message, OnText, sampling_fields, streams
 from engine.errors import EngineConfigError, EngineError
 from flowstate.access import disclose, validate_access
-from flowstate.constrain import GrammarMode, Grammars
+from flowstate.active import ActiveState
+from flowstate.config import AgentConfig, LoopConfig, Wiring
 from flowstate.errors import ProtocolError, RequestFailed
-from flowstate.limits import Limits, for_engine
+from flowstate.limits import Limits
 from flowstate.nodes import Node, StateType, canonical_json, observation_id
 from flowstate.parse import parse_output
 from flowstate.protocol import ToolCall
 from flowstate.records import RunRecord, StepRecord, ToolCallRecord
 from flowstate.request_options import RequestOptions
 from flowstate.repository import Repository
-from flowstate.strategies import FLOWSTATE, Strategy
+from flowstate.strategies import MemoryContext, Strategy
 from flowstate.tools import ToolSet
 from flowstate.update import apply_delta
 
 
 @dataclass(frozen=True)
-class LoopConfig:
-    """Limits of one request."""
+class Waiting:
+    """The calls of the latest step that wait on the client: ids by position, and the rest already run."""
 
-    max_steps: int = 16
-    max_protocol_errors: int = 3  # consecutive unparsable outputs before the request fails
-    max_tokens: int | None = None  # per model call; None leaves it to the engine
-    grammar: GrammarMode = GrammarMode.STEP  # for engines that support grammars
-    limits: Limits | None = None  # protocol limits; None: the profile that fits the engine (compact for tiny models)
-    on_budget: Literal["persist", "fail"] = "persist"  # at the step budget: persist as unfinished, or fail
+    client: dict[str, int]  # tool_call_id -> position (0-based) in the step's calls
+    done: dict[int, ToolCallRecord]  # calls run here (the method's, the configuration's, refused ones)
 
-    def __post_init__(self) -> None:
-        if self.max_steps < 1:
-            raise ValueError("max_steps must be at least 1")
-        if self.max_protocol_errors < 1:
-            raise ValueError("max_protocol_errors must be at least 1")
-        if self.on_budget not in ("persist", "fail"):
-            raise ValueError(f"on_budget must be persist or fail, not {self.on_budget!r}")
+    def to_dict(self) -> dict[str, Any]:
+        return {"client": dict(self.client), "done": {str(i): r.to_dict() for i, r in self.done.items()}}
 
-    def for_engine(self, engine: Engine) -> LoopConfig:
-        """This configuration with its limits resolved for ``engine``."""
-        return self if self.limits is not None else replace(self, limits=for_engine(engine))
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Waiting:
+        return cls(dict(d["client"]), {int(i): ToolCallRecord.from_dict(r) for i, r in d["done"].items()})
 
 
-def _run_tools(tools: ToolSet, calls: Sequence[ToolCall], run: RequestRun) -> list[ToolCallRecord]:
-    records = []
-    for i, call in enumerate(calls, start=1):
-        own = run.strategy.call_tool(run, call.name, dict(call.arguments))  # the memory method's own tools first
-        result, error = own if own is not None else tools.call(call.name, call.arguments)
-        records.append(ToolCallRecord(call.name, dict(call.arguments), run.observation_id(i), result, error))
-    return records
+@dataclass
+class Progress:
+    """The mutable part of a request: everything ``suspend`` stores and restores."""
+
+    state: ActiveState  # S_k,t
+    steps: list[StepRecord] = field(default_factory=list)
+    feedback: list[dict[str, Any]] = field(default_factory=list)
+    observation: tuple[Node, ...] = ()  # O_k,t
+    pending: tuple[ToolCall, ...] = ()  # the latest step's calls, until their results are observed
+    waiting: Waiting | None = None  # the part of ``pending`` the client runs
+    errors: int = 0  # consecutive protocol errors
+    memory_calls: list[StepRecord] = field(default_factory=list)  # the memory method's own model calls
+    scratch: dict[str, Any] = field(default_factory=dict)  # the memory method's own data of this request (JSON)
+
+
+OnStep = Callable[[int], OnText | None]  # the step's index -> who receives its output while it decodes
 
 
 def _observation_node(call: ToolCallRecord, request: int) -> Node:
@@ -102,9 +105,10 @@ def require_query(query: str) -> None:
 class RequestRun:
     """One request q_k as a resumable state machine, so that tool calls may run anywhere.
 
-    ``step()`` makes one model call. When the step asks for tools, ``pending`` holds the calls
-    until ``observe()`` receives their records (run here by ``run_request``, or by an API client
-    in ``serving/``). When a step answers, the request is persisted and ``record`` is set.
+    ``advance()`` steps until the client must act or the request ends. A step's calls of the memory
+    method's tools and of the configuration's tools run here; calls of the client's tools (named in
+    ``client_tools``) wait in ``waiting`` until ``answer()`` brings their results. When a step answers,
+    the request is persisted and ``record`` is set.
     """
 
     def __init__(
@@ -114,45 +118,60 @@ class RequestRun:
         repo: Repository,
         session: str,
         query: str,
-        system: str,
-        tool_specs: Sequence[Mapping[str, Any]] = (),
-        config: LoopConfig = LoopConfig(),
-        grammars: Grammars | None = None,
-        strategy: Strategy = FLOWSTATE,
+        agent: AgentConfig,
         options: RequestOptions = RequestOptions(),
+        client_tools: Sequence[Mapping[str, Any]] = (),
+        policy: str = "",
+        wiring: Wiring | None = None,
     ) -> None:
+        """``policy``: the request's own policy (an endpoint client's system message); ``wiring``: what a
+        restored request was started under (else built from ``agent``)."""
         require_query(query)
         refused = options.sampling.given() - sampling_fields(engine)
         if refused:
             raise EngineConfigError(f"the {engine.name} engine cannot honour {', '.join(sorted(refused))} per request")
-        config = config.for_engine(engine)
-        assert config.limits is not None
-        self.limits: Limits = config.limits
-        if grammars is None and engine.supports_grammar and config.grammar is not GrammarMode.NONE:
-            grammars = Grammars(tool_specs, config.grammar, strategy.blocks, self.limits, options)
-        if grammars is not None and grammars.blocks != strategy.blocks:
-            raise ValueError(f"grammars for blocks {grammars.blocks} do not fit strategy {strategy.name!r}")
-        if grammars is not None and grammars.limits != self.limits:
-            raise ValueError(f"grammars for limits {grammars.limits.name!r} do not fit limits {self.limits.name!r}")
-        if grammars is not None and grammars.options != options:
-            raise ValueError("grammars built for other request options (tool choice, answer format)")
-        self.options = options
+        self.wiring = wiring if wiring is not None else agent.wiring(client_tools, policy, options)
         self.engine, self.repo, self.session, self.query = engine, repo, session, query
-        self.tool_specs = [dict(t) for t in tool_specs]
-        self.system, self.config, self.grammars, self.strategy = system, config, grammars, strategy
-        self.start = strategy.start(repo, session)
+        self.agent, self.options = agent, options
+        self.strategy: Strategy = agent.strategy
+        self.config: LoopConfig = agent.loop
+        self.limits: Limits = agent.limits
+        self.client_tools = frozenset(t["name"] for t in client_tools)
+        self.start = self.strategy.start(repo, session)
         self.index_k = self.start.k
-        self.state = self.start.state
         self.source = repo.view(session)
-        self.steps: list[StepRecord] = []
-        self.feedback: list[dict[str, Any]] = []
-        self.observation: tuple[Node, ...] = ()
-        self.pending: tuple[ToolCall, ...] = ()
+        self.progress = Progress(self.start.state)
         self.record: RunRecord | None = None
         self.response: str | None = None  # the final response, once the request ends
-        self.memory_calls: list[StepRecord] = []  # model calls the memory method made during the request
-        self.memory_state: dict[str, Any] = {}  # the memory method's own data of this request (JSON)
-        self.consecutive_errors = 0  # consecutive protocol errors
+
+    # read access to the progress; only the driver writes it
+    @property
+    def state(self) -> ActiveState:
+        return self.progress.state
+
+    @property
+    def steps(self) -> list[StepRecord]:
+        return self.progress.steps
+
+    @property
+    def pending(self) -> tuple[ToolCall, ...]:
+        return self.progress.pending
+
+    @property
+    def waiting(self) -> Waiting | None:
+        return self.progress.waiting
+
+    @property
+    def memory_calls(self) -> list[StepRecord]:
+        return self.progress.memory_calls
+
+    @property
+    def system(self) -> str:
+        return self.wiring.system
+
+    @property
+    def tool_specs(self) -> list[dict[str, Any]]:
+        return [dict(t) for t in self.wiring.specs]
 
     @property
     def done(self) -> bool:
@@ -164,37 +183,118 @@ class RequestRun:
             f"request {self.index_k} of session {self.session!r} failed: {message}", partial.to_dict()
         )
 
+    def advance(self, extra: Mapping[str, Any] | None = None, on_step: OnStep | None = None) -> Waiting | None:
+        """Step until the client must run tools (returns what waits) or the request ends (returns None).
+
+        ``extra`` is stored with the final run record (e.g. the server's transcript of the request);
+        ``on_step`` gives, per step, who receives its output while it decodes (where the engine streams)."""
+        if self.waiting is not None:
+            raise RuntimeError("advance() while client tool calls wait; answer() them first")
+        while not self.done:
+            self.step(extra, on_step(len(self.steps) + 1) if on_step is not None else None)
+            if self.pending:
+                waiting = self._dispatch()
+                if waiting is not None:
+                    return waiting
+        return None
+
+    def client_call_id(self, position: int) -> str:
+        """The tool_call_id the client sees for the call at ``position`` (0-based) of the latest step."""
+        return f"call_{self.observation_id(position + 1)}"
+
+    def _dispatch(self) -> Waiting | None:
+        """Run the pending calls of the method's and the configuration's tools; the client's wait."""
+        client: dict[str, int] = {}
+        done: dict[int, ToolCallRecord] = {}
+        for i, call in enumerate(self.pending):
+            if call.name in self.client_tools:
+                client[self.client_call_id(i)] = i
+                continue
+            result, error = self._call_tool(call)
+            done[i] = ToolCallRecord(call.name, dict(call.arguments), self.observation_id(i + 1), result, error)
+        if not client:
+            self.observe([done[i] for i in range(len(self.pending))])
+            return None
+        self.progress.waiting = Waiting(client, done)
+        return self.progress.waiting
+
+    def _call_tool(self, call: ToolCall) -> tuple[Any, str | None]:
+        own = self.strategy.call_tool(self.memory_context(), call.name, dict(call.arguments))  # the method's first
+        if own is not None:
+            if own.scratch is not None:
+                self.progress.scratch = dict(own.scratch)
+            return own.result, own.error
+        if call.name in self.agent.tools:
+            return self.agent.tools.call(call.name, call.arguments)
+        known = ", ".join(t["name"] for t in self.wiring.specs) or "none"
+        return None, f"unknown tool {call.name!r}; available: {known}"
+
+    def answer(self, results: Mapping[str, Any]) -> None:
+        """The client's results of the waiting calls, by tool_call_id; then ``advance()`` goes on."""
+        waiting = self.waiting
+        if waiting is None:
+            raise RuntimeError("no client tool calls wait")
+        unknown = sorted(set(results) - set(waiting.client))
+        if unknown:
+            raise ValueError(f"results for calls that do not wait: {', '.join(unknown)}")
+        missing = [i for i in waiting.client if i not in results]
+        if missing:
+            raise ValueError(f"no result for waiting call(s) {', '.join(missing)}")
+        answered = dict(waiting.done)
+        for call_id, position in waiting.client.items():
+            call = self.pending[position]
+            answered[position] = ToolCallRecord(call.name, dict(call.arguments), self.observation_id(position + 1),
+                                                results[call_id])
+        self.progress.waiting = None
+        self.observe([answered[i] for i in range(len(self.pending))])
+
+    def memory_context(self) -> MemoryContext:
+        """What the memory method's hooks see of this request."""
+        p = self.progress
+        return MemoryContext(self.source, self.query, self.index_k, p.state, p.observation, self.limits,
+                             self.call_model, dict(p.scratch), self.response)
+
+    def _generate(self, messages: Sequence[Message], grammar: str | None, on_text: OnText | None = None) -> Generation:
+        """Every model call of the request, the memory method's included: its sampling, token budget and
+        routing key (several servers: this session's calls stay on one)."""
+        per_call: dict[str, Any] = {"on_text": on_text} if on_text is not None and streams(self.engine) else {}
+        if self.options.sampling.given():
+            per_call["sampling"] = self.options.sampling
+        if getattr(self.engine, "routes", False):
+            per_call["affinity"] = self.session
+        return self.engine.generate(messages, grammar=grammar, max_tokens=self.options.max_tokens or
+                                    self.config.max_tokens, **per_call)
+
+    def call_model(self, system: str, user: str, grammar: str) -> Generation:
+        """A memory method's own model call, under ``grammar`` where the request decodes under grammars."""
+        return self._generate([Message("system", system), Message("user", user)],
+                              grammar if self.wiring.grammars is not None else None)
+
     def step(self, extra: Mapping[str, Any] | None = None, on_text: OnText | None = None) -> StepRecord | None:
         """One model call and everything the runtime does with its output (raises ``RequestFailed``).
 
         Past the step budget no call is made: the request is persisted unfinished (``record`` is
         set, None is returned) or fails, as ``on_budget`` says.
-        ``extra`` is stored with the final run record (e.g. the server's transcript of the request);
-        ``on_text`` receives the output as it is decoded, where the engine streams.
         """
         if self.pending:
             raise RuntimeError("step() while tool calls are pending; observe() their results first")
         if self.done:
             raise RuntimeError("the request is finished")
-        t = len(self.steps) + 1
+        p = self.progress
+        t = len(p.steps) + 1
         if t > self.config.max_steps:
             reason = f"no final response within the step budget of {self.config.max_steps} steps"
             if self.config.on_budget == "fail":
                 raise self.failed(reason)
             self._persist(None, extra or {}, unfinished=reason)
             return None
-        messages = self.strategy.prompt(self.system, self.query, self.start, self.state, self.feedback, self.observation)
+        messages = self.strategy.prompt(self.system, self.query, self.start, p.state, p.feedback, p.observation)
         started = time.perf_counter()
-        grammar = self.grammars.for_step(self.state) if self.grammars is not None else None
+        grammars = self.wiring.grammars
+        grammar = grammars.for_step(p.state) if grammars is not None else None
         grammar_ms = (time.perf_counter() - started) * 1000
         try:
-            per_call: dict[str, Any] = {"on_text": on_text} if on_text is not None and streams(self.engine) else {}
-            if self.options.sampling.given():
-                per_call["sampling"] = self.options.sampling
-            if getattr(self.engine, "routes", False):  # several servers: this session's calls stay on one
-                per_call["affinity"] = self.session
-            generation = self.engine.generate(messages, grammar=grammar, max_tokens=self.options.max_tokens or
-                                              self.config.max_tokens, **per_call)
+            generation = self._generate(messages, grammar, on_text)
         except EngineError as exc:
             raise self.failed(f"engine error at step {t}: {exc}") from exc
         try:
@@ -202,19 +302,19 @@ class RequestRun:
                 parse_output(generation.text, self.strategy.blocks, self.limits, self.options.answer_schema))
         except ProtocolError as exc:
             return self._unparsed(t, generation, grammar_ms, exc)
-        self.consecutive_errors = 0
+        p.errors = 0
         if t > 1 and generation.usage.prompt_tokens and not generation.usage.cached_tokens:
             _no_prefix_reuse(self.engine)
 
-        accepted, refused = validate_access(self.state, output.state_focus)  # against S_k,t
-        update = apply_delta(self.state, output.state_delta)  # S+_k,t
-        self.state = disclose(self.source, update.state, accepted)  # S_k,t+1
+        accepted, refused = validate_access(p.state, output.state_focus)  # against S_k,t
+        update = apply_delta(p.state, output.state_delta)  # S+_k,t
+        p.state = disclose(self.source, update.state, accepted)  # S_k,t+1
         malformed = [m.to_dict() for m in output.malformed]
-        self.feedback = [{"kind": "malformed", "step": t, **m} for m in malformed]
-        self.feedback += [{"kind": "rejected", "step": t, **r.to_dict()} for r in update.rejected]
-        self.feedback += [{"kind": "refused_access", "step": t, **r.to_dict()} for r in refused]
-        self.observation = ()
-        self.pending = output.tool_calls
+        p.feedback = [{"kind": "malformed", "step": t, **m} for m in malformed]
+        p.feedback += [{"kind": "rejected", "step": t, **r.to_dict()} for r in update.rejected]
+        p.feedback += [{"kind": "refused_access", "step": t, **r.to_dict()} for r in refused]
+        p.observation = ()
+        p.pending = output.tool_calls
         record = StepRecord(
             index=t, raw=generation.text, usage=generation.usage, grammar_ms=grammar_ms,
             truncated=generation.truncated, malformed=malformed,
@@ -222,28 +322,29 @@ class RequestRun:
             disclosed=list(accepted), refused=[r.to_dict() for r in refused],
             final_response=None if output.final_response is None else self.options.stop_at(output.final_response),
         )
-        self.steps.append(record)
+        p.steps.append(record)
         if record.final_response is not None:
             self._persist(record.final_response, extra or {})
         return record
 
     def _unparsed(self, t: int, generation: Generation, grammar_ms: float, exc: ProtocolError) -> StepRecord:
         """An output that is not the protocol: fed back (a cut one as truncation), or the request fails."""
-        self.consecutive_errors += 1
+        p = self.progress
+        p.errors += 1
         record = StepRecord(t, generation.text, generation.usage, grammar_ms, protocol_error=exc.to_dict(),
                             truncated=generation.truncated)
-        self.steps.append(record)
-        if self.consecutive_errors >= self.config.max_protocol_errors:
-            raise self.failed(f"{self.consecutive_errors} consecutive outputs broke the protocol; last: {exc}") from exc
+        p.steps.append(record)
+        if p.errors >= self.config.max_protocol_errors:
+            raise self.failed(f"{p.errors} consecutive outputs broke the protocol; last: {exc}") from exc
         if generation.truncated:
-            self.feedback = [{
+            p.feedback = [{
                 "kind": "truncated", "step": t,
                 "message": f"your output was cut off at the limit of {generation.usage.completion_tokens} tokens "
                            f"before it was complete ({exc}); write a shorter output: fewer operations, shorter "
                            "summaries, values and messages",
             }]
         else:
-            self.feedback = [{"kind": "protocol_error", "step": t, **exc.to_dict()}]
+            p.feedback = [{"kind": "protocol_error", "step": t, **exc.to_dict()}]
         return record  # the latest observation stays in view: the model has not acted on it yet
 
     def observation_id(self, i: int) -> str:
@@ -252,17 +353,21 @@ class RequestRun:
 
     def observe(self, calls: Sequence[ToolCallRecord]) -> None:
         """The results of the pending tool calls, in their order, become O_k,t."""
-        if len(calls) != len(self.pending):
-            raise ValueError(f"{len(self.pending)} tool calls are pending, got {len(calls)} results")
-        self.steps[-1] = replace(self.steps[-1], tool_calls=list(calls))
-        self.observation = tuple(_observation_node(c, self.index_k) for c in calls)
-        self.state = self.state.with_observations(self.observation)
-        self.pending = ()
-        self.memory_calls.extend(self.strategy.observed(self))  # e.g. a state tracker's update
+        p = self.progress
+        if len(calls) != len(p.pending):
+            raise ValueError(f"{len(p.pending)} tool calls are pending, got {len(calls)} results")
+        p.steps[-1] = replace(p.steps[-1], tool_calls=list(calls))
+        p.observation = tuple(_observation_node(c, self.index_k) for c in calls)
+        p.state = p.state.with_observations(p.observation)
+        p.pending = ()
+        observed = self.strategy.observed(self.memory_context())  # e.g. a state tracker's update
+        if observed.state is not None:
+            p.state = observed.state
+        p.memory_calls.extend(observed.calls)
 
     def _persist(self, response: str | None, extra: Mapping[str, Any], unfinished: str | None = None) -> None:
         self.response = response
-        finish = self.strategy.finish(self)  # the memory method's own work at the end (may call the model)
+        finish = self.strategy.finish(self.memory_context())  # the method's own work at the end (may call the model)
         nodes = [*self.strategy.persisted(self.state, response), *finish.nodes]
         record = RunRecord(
             self.session, self.index_k, self.query, response, tuple(self.steps),
@@ -276,27 +381,11 @@ class RequestRun:
         self.record = record
 
 
-def run_request(
-    *,
-    engine: Engine,
-    repo: Repository,
-    session: str,
-    query: str,
-    system: str,
-    tools: ToolSet,
-    config: LoopConfig = LoopConfig(),
-    grammars: Grammars | None = None,
-    strategy: Strategy = FLOWSTATE,
-) -> RunRecord:
+def run_request(*, engine: Engine, repo: Repository, session: str, query: str, agent: AgentConfig) -> RunRecord:
     """Run one request of ``session`` to its end, running its tools here, and persist it.
 
     The record's ``response`` is None (and ``unfinished`` says why) when the step budget ran out."""
-    run = RequestRun(
-        engine=engine, repo=repo, session=session, query=query, system=system,
-        tool_specs=[*tools.specs(), *strategy.tools()], config=config, grammars=grammars, strategy=strategy,
-    )
-    while run.record is None:
-        run.step()
-        if run.pending:
-            run.observe(_run_tools(tools, run.pending, run))
+    run = RequestRun(engine=engine, repo=repo, session=session, query=query, agent=agent)
+    run.advance()
+    assert run.record is not None  # no client tools: nothing waits
     return run.record

@@ -32,7 +32,7 @@ from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.records import StepRecord
 from flowstate.repository import Repository
 from flowstate.serializer import layout, render_observation, system_prompt
-from flowstate.strategies import Finish, Start, Strategy
+from flowstate.strategies import Finish, MemoryContext, Start, Strategy, ToolOutcome
 
 COMPRESS = "<compress_segment>"  # marks the Compress call's system message
 MAINTAIN = "<maintain_summary>"  # marks the Maintain call's system message
@@ -141,50 +141,50 @@ class Mage(Strategy):
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
         return list(state.observations)  # Grow: the bottom layer keeps every raw step
 
-    def call_tool(self, run: Any, name: str, arguments: dict[str, Any]) -> tuple[Any, str | None] | None:
+    def call_tool(self, ctx: MemoryContext, name: str, arguments: dict[str, Any]) -> ToolOutcome | None:
         if name != REVISE or not self.revise:
             return None
-        tree = load_tree(run.repo.nodes(run.session))
+        tree = load_tree(ctx.session.nodes())
         step = arguments.get("step")
         if not isinstance(step, int) or step not in tree.summaries:
-            return None, f"no summary with step id {step!r}; steps: {sorted(tree.summaries)}"
+            return ToolOutcome(None, f"no summary with step id {step!r}; steps: {sorted(tree.summaries)}")
         parent = tree.summaries[step]["parent"]
-        run.memory_state["revised"] = parent  # persisted with the request (finish)
-        return {"active_path_ends_at": parent, "left": step}, None
+        # persisted with the request (finish)
+        return ToolOutcome({"active_path_ends_at": parent, "left": step}, None, {**ctx.scratch, "revised": parent})
 
-    def finish(self, run: Any) -> Finish:
+    def finish(self, ctx: MemoryContext) -> Finish:
         nodes: list[Node] = []
         calls: list[StepRecord] = []
-        k = run.index_k
-        revised = run.memory_state.get("revised", "unset")
+        k = ctx.k
+        revised = ctx.scratch.get("revised", "unset")
         if revised != "unset":
             nodes.append(Node(id=f"mage_p{k}", type=StateType.JUDGEMENT, summary="active path revised", request=k,
                               value={"pointer": revised}))
         if not self.compress:
             return Finish(tuple(nodes), ())
-        tree = load_tree(run.repo.nodes(run.session))
+        tree = load_tree(ctx.session.nodes())
         parent = revised if revised != "unset" else tree.pointer
         segment = "".join(canonical_json(line) + "\n" for line in (
-            [{"user_query": run.query}, *({"observation_id": o.id, **o.value} for o in run.state.observations),
-             {"response": run.response}]))
-        out = memory_calls.call(run, COMPRESS_PROMPT, f"<segment>\n{segment}</segment>", SUMMARY_GRAMMAR)
+            [{"user_query": ctx.query}, *({"observation_id": o.id, **o.value} for o in ctx.state.observations),
+             {"response": ctx.response}]))
+        out = ctx.call_model(COMPRESS_PROMPT, f"<segment>\n{segment}</segment>", SUMMARY_GRAMMAR)
         summary = (memory_calls.json_object(out.text) or {}).get("summary")
         calls.append(memory_calls.record(out, "summary", None if isinstance(summary, str) else "no summary"))
         if not isinstance(summary, str):
             return Finish(tuple(nodes), tuple(calls))
         trusted, note = True, ""
         if self.maintain:
-            check = memory_calls.call(run, MAINTAIN_PROMPT,
-                                      f"<segment>\n{segment}</segment>\n<summary>\n{summary}\n</summary>", CHECK_GRAMMAR)
+            check = ctx.call_model(MAINTAIN_PROMPT, f"<segment>\n{segment}</segment>\n<summary>\n{summary}\n</summary>",
+                                   CHECK_GRAMMAR)
             verdict = memory_calls.json_object(check.text)
             calls.append(memory_calls.record(check, "check"))
             if verdict is not None:
                 trusted, note = bool(verdict.get("valid", True)), str(verdict.get("note", ""))[:400]
         step = max([*tree.summaries, 0]) + 1
         nodes.append(Node(id=f"mage_s{step}", type=StateType.ARTIFACT, request=k,
-                          summary=summary[: run.limits.text],
+                          summary=summary[: ctx.limits.text],
                           value={"step": step, "summary": summary, "parent": parent, "trusted": trusted, "note": note,
-                                 "covers": [o.id for o in run.state.observations]}))
+                                 "covers": [o.id for o in ctx.state.observations]}))
         return Finish(tuple(nodes), tuple(calls))
 
 

@@ -1,5 +1,6 @@
-"""A memory method's own model calls (extraction, state tracking, compression, validation): made the same way
-by every method, recorded as StepRecords whose tokens count for the method, their JSON read back leniently."""
+"""A memory method's own model calls (extraction, state tracking, compression, validation): recorded the same
+way by every method, as StepRecords whose tokens count for the method, their JSON read back leniently.
+The calls themselves go through ``MemoryContext.call_model``, the request's own engine path."""
 
 from __future__ import annotations
 
@@ -7,16 +8,8 @@ import json
 import re
 from typing import Any
 
-from engine.base import Generation, Message
+from engine.base import Generation
 from flowstate.records import StepRecord
-
-
-def call(run: Any, system: str, user: str, grammar: str) -> Generation:
-    """One call on the request's engine and budget; under ``grammar`` where the request decodes under grammars."""
-    constrained = getattr(run.engine, "supports_grammar", False) and run.grammars is not None
-    return run.engine.generate([Message("system", system), Message("user", user)],  # type: ignore[no-any-return]
-                               grammar=grammar if constrained else None,
-                               max_tokens=run.options.max_tokens or run.config.max_tokens)
 
 
 def record(generation: Generation, block: str, error: str | None = None) -> StepRecord:

@@ -43,6 +43,12 @@ class SessionView:
     def disclosure(self, node_id: str) -> tuple[Node | None, list[tuple[str, str]]]:
         return self.repo.disclosure(self.session, node_id)
 
+    def nodes(self) -> list[Node]:
+        return self.repo.nodes(self.session)
+
+    def requests(self) -> list[RequestRow]:
+        return self.repo.requests(self.session)
+
 
 class Repository:
     """All sessions of one database (a SQLite file or a PostgreSQL server); each session is its own M."""

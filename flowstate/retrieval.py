@@ -25,7 +25,7 @@ from flowstate.limits import STANDARD, Limits
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.repository import Repository
 from flowstate.serializer import layout, render_observation, system_prompt
-from flowstate.strategies import Finish, Start, Strategy, transcript
+from flowstate.strategies import Finish, MemoryContext, Start, Strategy, transcript
 
 TOP_K = 5  # as MemoryArena's baselines (and MAGE's comparison) fix it
 TWO_BLOCKS = ("tool_calls", "assistant_message")
@@ -107,10 +107,10 @@ class BM25Memory(Strategy):
         return list(state.observations)
 
 
-def _interaction(run: Any) -> str:
-    lines: list[dict[str, Any]] = [{"user_query": run.query}]
-    lines += [{"observation_id": o.id, **o.value} for o in run.state.observations]
-    lines.append({"response": run.response})
+def _interaction(ctx: MemoryContext) -> str:
+    lines: list[dict[str, Any]] = [{"user_query": ctx.query}]
+    lines += [{"observation_id": o.id, **o.value} for o in ctx.state.observations]
+    lines.append({"response": ctx.response})
     return "".join(canonical_json(line) + "\n" for line in lines)
 
 
@@ -141,13 +141,12 @@ class ExtractedMemory(Strategy):
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
         return []  # only the extracted facts cross requests (``finish``)
 
-    def finish(self, run: Any) -> Finish:
+    def finish(self, ctx: MemoryContext) -> Finish:
         """One model call extracts the request's facts; each becomes a node ``mem_r{k}_{i}``."""
-        generation = memory_calls.call(run, EXTRACT_PROMPT, f"<interaction>\n{_interaction(run)}</interaction>",
-                                       FACTS_GRAMMAR)
-        facts, error = _facts(generation.text, run.limits)
-        nodes = tuple(Node(id=f"mem_r{run.index_k}_{i}", type=StateType.KNOWLEDGE, request=run.index_k,
-                           summary=fact[: run.limits.text], value={"fact": fact}) for i, fact in enumerate(facts, 1))
+        generation = ctx.call_model(EXTRACT_PROMPT, f"<interaction>\n{_interaction(ctx)}</interaction>", FACTS_GRAMMAR)
+        facts, error = _facts(generation.text, ctx.limits)
+        nodes = tuple(Node(id=f"mem_r{ctx.k}_{i}", type=StateType.KNOWLEDGE, request=ctx.k,
+                           summary=fact[: ctx.limits.text], value={"fact": fact}) for i, fact in enumerate(facts, 1))
         return Finish(nodes, (memory_calls.record(generation, "facts", error),))
 
 

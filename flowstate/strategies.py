@@ -13,18 +13,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from engine.base import Message
+from engine.base import Generation, Message
 from flowstate.access import disclose
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex, build_index
 from flowstate.nodes import Node, Ref, Relation, StateType, canonical_json
 from flowstate.limits import COMPACT, STANDARD, Limits
 from flowstate.protocol import BLOCKS
-from flowstate.repository import Repository, RequestRow
+from flowstate.records import StepRecord
+from flowstate.repository import Repository, RequestRow, SessionView
 from flowstate.serializer import layout, memory_rules, system_prompt
 
 
@@ -39,13 +40,52 @@ class Start:
     documents: tuple[str, ...] = ()  # what a retrieval method chooses from at each step
 
 
+ModelCall = Callable[[str, str, str], Generation]
+"""(system, user, grammar) -> the output of one model call of a memory method, made on the request's engine
+path: its routing key, sampling and token budget; the grammar applies where the request decodes under one."""
+
+
+@dataclass(frozen=True)
+class MemoryContext:
+    """What a memory method's hooks see of a request: read-only values, its own scratch, and ``call_model``.
+
+    Never the driver itself: a hook returns what changes (``Observed``, ``ToolOutcome``, ``Finish``)."""
+
+    session: SessionView  # the session's M as it was when the request started
+    query: str
+    k: int
+    state: ActiveState  # S_k,t (with the latest observations, once they are in)
+    observation: tuple[Node, ...]  # O_k,t
+    limits: Limits
+    call_model: ModelCall
+    scratch: Mapping[str, Any] = field(default_factory=dict)  # the method's own data of this request (JSON)
+    response: str | None = None  # at ``finish``: the final response (None: unfinished)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What a method makes of new tool results: a new Active State (None keeps it), and its model calls."""
+
+    state: ActiveState | None = None
+    calls: tuple[StepRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """The result of one of a method's own tools, and its scratch afterwards (None keeps it)."""
+
+    result: Any
+    error: str | None = None
+    scratch: Mapping[str, Any] | None = None
+
+
 @dataclass(frozen=True)
 class Finish:
     """What a memory method adds when a request ends: nodes to persist with it, and the model calls it made
     to build them (their tokens count for the method)."""
 
     nodes: tuple[Node, ...] = ()
-    calls: tuple[Any, ...] = ()  # StepRecord of each memory call
+    calls: tuple[StepRecord, ...] = ()
 
 
 class Strategy:
@@ -78,17 +118,16 @@ class Strategy:
         """Tools the method itself gives the agent (their specs), run by ``call_tool``; none by default."""
         return []
 
-    def call_tool(self, run: Any, name: str, arguments: dict[str, Any]) -> tuple[Any, str | None] | None:
-        """Run one of the method's own tools: (result, error), or None when ``name`` is not one of them."""
+    def call_tool(self, ctx: MemoryContext, name: str, arguments: dict[str, Any]) -> ToolOutcome | None:
+        """Run one of the method's own tools, or None when ``name`` is not one of them."""
         return None
 
-    def observed(self, run: Any) -> tuple[Any, ...]:
-        """Called with the ``RequestRun`` once its latest tool results are in; returns the StepRecords of model
-        calls the method made (e.g. a state tracker's update); none by default."""
-        return ()
+    def observed(self, ctx: MemoryContext) -> Observed:
+        """Once the latest tool results are in (``ctx.observation``): e.g. a state tracker's update."""
+        return Observed()
 
-    def finish(self, run: Any) -> Finish:
-        """Called with the ``RequestRun`` as it ends, before it is persisted; nothing by default."""
+    def finish(self, ctx: MemoryContext) -> Finish:
+        """As the request ends, before it is persisted; nothing by default."""
         return Finish()
 
 

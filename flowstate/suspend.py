@@ -14,16 +14,15 @@ from typing import Any
 
 from engine.base import Engine, Sampling
 from flowstate.active import Disclosed
-from flowstate.constrain import Grammars
-from flowstate.loop import LoopConfig, RequestRun
+from flowstate.config import AgentConfig, Wiring
+from flowstate.loop import Progress, RequestRun, Waiting
 from flowstate.nodes import Node
 from flowstate.protocol import ToolCall
 from flowstate.records import StepRecord
 from flowstate.repository import Repository
 from flowstate.request_options import RequestOptions
-from flowstate.strategies import get
 
-VERSION = 1
+VERSION = 2  # 2: the waiting client calls and the client's tool names are the run's (1: the server's)
 
 
 def _node(n: Node) -> dict[str, Any]:
@@ -33,19 +32,20 @@ def _node(n: Node) -> dict[str, Any]:
 def snapshot(run: RequestRun) -> dict[str, Any]:
     if run.done:
         raise ValueError("a finished request needs no snapshot")
-    state = run.state
+    p = run.progress
+    state = p.state
     return {
         "version": VERSION, "session": run.session, "query": run.query, "system": run.system,
-        "tool_specs": list(run.tool_specs), "strategy": run.strategy.name, "request": run.index_k,
-        "options": dataclasses.asdict(run.options),
+        "tool_specs": run.tool_specs, "client_tools": sorted(run.client_tools), "strategy": run.strategy.name,
+        "request": run.index_k, "options": dataclasses.asdict(run.options),
         "state": {"current": [_node(n) for n in state.current], "observations": [_node(n) for n in state.observations],
                   "disclosed": [{"node": _node(d.node), "incoming": [list(i) for i in d.incoming]}
                                 for d in state.disclosed],
                   "order": list(state.order)},
-        "steps": [s.to_dict() for s in run.steps], "feedback": list(run.feedback),
-        "observation": [_node(n) for n in run.observation], "pending": [c.model_dump(mode="json") for c in run.pending],
-        "errors": run.consecutive_errors, "memory_calls": [s.to_dict() for s in run.memory_calls],
-        "memory_state": run.memory_state,
+        "steps": [s.to_dict() for s in p.steps], "feedback": list(p.feedback),
+        "observation": [_node(n) for n in p.observation], "pending": [c.model_dump(mode="json") for c in p.pending],
+        "waiting": None if p.waiting is None else p.waiting.to_dict(),
+        "errors": p.errors, "memory_calls": [s.to_dict() for s in p.memory_calls], "memory_state": p.scratch,
     }
 
 
@@ -55,19 +55,26 @@ def options_from(d: dict[str, Any]) -> RequestOptions:
                           answer_schema=d["answer_schema"])
 
 
-def restore(snap: dict[str, Any], *, engine: Engine, repo: Repository, config: LoopConfig,
-            grammars: Grammars | None) -> RequestRun:
-    """The request as it was when ``snapshot`` was taken, on this process's engine and repository."""
+def restore(snap: dict[str, Any], *, engine: Engine, repo: Repository, agent: AgentConfig) -> RequestRun:
+    """The request as it was when ``snapshot`` was taken, on this process's engine, repository and agent
+    configuration (whose strategy must be the one the request started under)."""
     if snap.get("version") != VERSION:
-        raise ValueError(f"a suspended request of snapshot version {snap.get('version')!r}; this FlowState reads {VERSION}")
-    run = RequestRun(engine=engine, repo=repo, session=snap["session"], query=snap["query"], system=snap["system"],
-                     tool_specs=snap["tool_specs"], config=config, grammars=grammars, strategy=get(snap["strategy"]),
-                     options=options_from(snap["options"]))
+        raise ValueError(f"a suspended request of snapshot version {snap.get('version')!r}; this FlowState reads "
+                         f"{VERSION}: resend the request's user message")
+    if snap["strategy"] != agent.strategy.name:
+        raise ValueError(f"the suspended request runs strategy {snap['strategy']!r}, this server "
+                         f"{agent.strategy.name!r}")
+    options = options_from(snap["options"])
+    specs = snap["tool_specs"]
+    wiring = Wiring(snap["system"], tuple(specs), agent.grammars(specs, options))
+    client = [t for t in specs if t["name"] in set(snap["client_tools"])]
+    run = RequestRun(engine=engine, repo=repo, session=snap["session"], query=snap["query"], agent=agent,
+                     options=options, client_tools=client, wiring=wiring)
     if run.index_k != snap["request"]:
         raise ValueError(f"session {snap['session']!r} moved on: the suspended request {snap['request']} is now "
                          f"request {run.index_k}")
     s = snap["state"]
-    run.state = dataclasses.replace(
+    state = dataclasses.replace(
         run.state,
         current=tuple(Node.model_validate(n) for n in s["current"]),
         observations=tuple(Node.model_validate(n) for n in s["observations"]),
@@ -75,11 +82,12 @@ def restore(snap: dict[str, Any], *, engine: Engine, repo: Repository, config: L
                         for d in s["disclosed"]),
         order=tuple(s["order"]),
     )
-    run.steps = [StepRecord.from_dict(d) for d in snap["steps"]]
-    run.feedback = list(snap["feedback"])
-    run.observation = tuple(Node.model_validate(n) for n in snap["observation"])
-    run.pending = tuple(ToolCall.model_validate(c) for c in snap["pending"])
-    run.consecutive_errors = snap["errors"]
-    run.memory_calls = [StepRecord.from_dict(d) for d in snap.get("memory_calls", [])]
-    run.memory_state = dict(snap.get("memory_state", {}))
+    run.progress = Progress(
+        state=state, steps=[StepRecord.from_dict(d) for d in snap["steps"]], feedback=list(snap["feedback"]),
+        observation=tuple(Node.model_validate(n) for n in snap["observation"]),
+        pending=tuple(ToolCall.model_validate(c) for c in snap["pending"]),
+        waiting=None if snap["waiting"] is None else Waiting.from_dict(snap["waiting"]),
+        errors=snap["errors"], memory_calls=[StepRecord.from_dict(d) for d in snap["memory_calls"]],
+        scratch=dict(snap["memory_state"]),
+    )
     return run

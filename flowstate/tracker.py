@@ -21,7 +21,7 @@ from flowstate.limits import STANDARD, Limits
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.repository import Repository
 from flowstate.serializer import layout, render_observation, system_prompt
-from flowstate.strategies import Start, Strategy
+from flowstate.strategies import MemoryContext, Observed, Start, Strategy
 
 TRACK = "<track_state>"  # marks the tracker call's system message (reference policies read it)
 EMPTY: dict[str, Any] = {"goal": "", "world": {}, "constraints": []}
@@ -80,15 +80,15 @@ class StateTracker(Strategy):
                       feedback=feedback, observation=observation)
         return [Message("system", system), Message("user", user)]
 
-    def observed(self, run: Any) -> tuple[Any, ...]:
+    def observed(self, ctx: MemoryContext) -> Observed:
         """The tracker's call: the state so far, the request and the newest tool results give the new state."""
-        before = tracked(run.state)
-        user = (f"<tracked_state>\n{canonical_json(before)}\n</tracked_state>\n<user_query>\n{run.query}\n</user_query>\n"
-                f"<new_observation>\n{render_observation(run.observation)}</new_observation>")
-        generation = memory_calls.call(run, TRACK_PROMPT, user, STATE_GRAMMAR)
+        before = tracked(ctx.state)
+        user = (f"<tracked_state>\n{canonical_json(before)}\n</tracked_state>\n<user_query>\n{ctx.query}\n</user_query>\n"
+                f"<new_observation>\n{render_observation(ctx.observation)}</new_observation>")
+        generation = ctx.call_model(TRACK_PROMPT, user, STATE_GRAMMAR)
         after, error = _state(generation.text)
-        run.state = _with(run.state, after if after is not None else before)  # a failed update keeps the old state
-        return (memory_calls.record(generation, "state", error),)
+        state = _with(ctx.state, after if after is not None else before)  # a failed update keeps the old state
+        return Observed(state, (memory_calls.record(generation, "state", error),))
 
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
         return [n for n in state.current if n.id.startswith("zipact_r")]  # the state carries over; nothing else

@@ -23,9 +23,10 @@ from starlette.requests import ClientDisconnect
 
 from engine.base import Engine
 from flowstate.errors import SessionNotFound
+from flowstate.config import AgentConfig, LoopConfig
 from flowstate.inspection import session_dump
-from flowstate.loop import LoopConfig
 from flowstate.repository import Repository
+from flowstate.strategies import FLOWSTATE, Strategy
 from flowstate.tools import ToolSet
 from serving.errors import APIError, bad_request
 from serving.graph import render_html
@@ -51,6 +52,8 @@ class ServerConfig:
     keys: Sequence[str] = ()
     tools: ToolSet = field(default_factory=ToolSet)
     loop: LoopConfig = field(default_factory=LoopConfig)
+    strategy: Strategy = FLOWSTATE  # the memory method every session of this server runs
+    policy: str = ""  # the deployment's task policy, before each client's system message
     model_id: str = "flowstate"
     max_concurrency: int = 64  # turns running at once (worker threads); one session's turns are serialized
     max_live_sessions: int = 4096  # idle sessions kept in memory (others reload from the database)
@@ -80,7 +83,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     app = FastAPI(title="FlowState", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.services = Services(
         config=config, keys=Keys(config.keys), sessions=Registry(config.repo, config.max_live_sessions),
-        turns=Turns(config.engine, config.repo, config.tools, config.loop, config.stream_answers),
+        turns=Turns(config.engine, config.repo, AgentConfig(config.engine, strategy=config.strategy, tools=config.tools,
+                                                            policy=config.policy, loop=config.loop),
+                    config.stream_answers),
         metrics=Metrics(config.engine),
         limiter=anyio.CapacityLimiter(config.max_concurrency),
         models={config.model_id, getattr(config.engine, "model_name", config.model_id)},
@@ -297,7 +302,7 @@ async def get_session(session_id: str, request: Request) -> dict[str, Any]:
     live = await anyio.to_thread.run_sync(s.sessions.view, ns + session_id)  # memory, else the database
     waiting = live is not None and live.calls is not None
     dump = await anyio.to_thread.run_sync(_dump, s.config.repo, ns + session_id, session_id, waiting)
-    dump["pending"] = {"tool_call_ids": list(live.calls.client)} if waiting and live and live.calls else None
+    dump["pending"] = {"tool_call_ids": live.calls} if waiting and live and live.calls else None
     return {"id": session_id, "object": "session", **dump}
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowstate.loop import RequestRun
-from flowstate.records import ToolCallRecord, unfinished_message
+from flowstate.records import unfinished_message
 from flowstate.repository import Repository
 from serving.errors import APIError, bad_request, conflict
 
@@ -132,14 +132,6 @@ def _describe(message: dict[str, Any]) -> str:
 
 
 @dataclass
-class PendingCalls:
-    """The tool calls of the step a request waits on: client calls by id, server-run results by position."""
-
-    client: dict[str, int]  # tool_call_id -> position (0-based) in the step's calls
-    done: dict[int, ToolCallRecord]  # server-side and refused calls, already observed
-
-
-@dataclass
 class Live:
     """A session as the server holds it between HTTP calls."""
 
@@ -147,8 +139,6 @@ class Live:
     transcript: list[dict[str, Any]]  # canonical messages of finished requests, then of the pending one
     finished: int  # length of the transcript part that belongs to finished requests
     run: RequestRun | None = None  # the unfinished request, waiting on the client's tool results
-    calls: PendingCalls | None = None
-    client_tools: frozenset[str] = frozenset()  # names the client runs, fixed for the request
     replies: dict[str, int] = field(default_factory=dict)  # Idempotency-Key -> index of its reply in the transcript
     requests: int = 0  # finished requests the transcript holds (another server may have finished more)
     suspended: dict[str, Any] | None = None  # the stored snapshot of the waiting request (flowstate.suspend)
@@ -157,14 +147,19 @@ class Live:
         """Drop the unfinished request (nothing of it was persisted)."""
         del self.transcript[self.finished:]
         self.replies = {k: i for k, i in self.replies.items() if i < self.finished}
-        self.run, self.calls, self.suspended = None, None, None
+        self.run, self.suspended = None, None
+
+    @property
+    def calls(self) -> list[str] | None:
+        """The ids of the client's tool calls the unfinished request waits on; None when none wait."""
+        if self.run is not None:
+            return None if self.run.waiting is None else list(self.run.waiting.client)
+        waiting = None if self.suspended is None else self.suspended["run"].get("waiting")
+        return None if waiting is None else list(waiting["client"])
 
     def waiting(self) -> dict[str, Any]:
         """What the server holds of the waiting request besides the run itself, as JSON."""
-        assert self.calls is not None
-        return {"transcript": self.transcript[self.finished:], "client": self.calls.client,
-                "done": {str(i): r.to_dict() for i, r in self.calls.done.items()},
-                "client_tools": sorted(self.client_tools), "keys": self.request_keys()}
+        return {"transcript": self.transcript[self.finished:], "keys": self.request_keys()}
 
     def request_keys(self) -> dict[str, int]:
         """The idempotency keys of the unfinished request, by offset of their reply within it."""
@@ -191,9 +186,6 @@ def load_live(repo: Repository, name: str) -> Live:
         waiting = suspended["live"]
         live.transcript.extend(waiting["transcript"])
         live.replies.update({k: live.finished + int(i) for k, i in waiting["keys"].items()})
-        live.calls = PendingCalls(dict(waiting["client"]),
-                                  {int(i): ToolCallRecord.from_dict(r) for i, r in waiting["done"].items()})
-        live.client_tools = frozenset(waiting["client_tools"])
         live.suspended = suspended
     return live
 

@@ -7,27 +7,24 @@ while it holds the session's lock.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from engine.base import Engine, OnText, Usage, sampling_fields, streams
 from engine.errors import EngineError
-from flowstate.constrain import GrammarMode, Grammars
+from flowstate.config import AgentConfig
 from flowstate.errors import RequestFailed
-from flowstate.loop import LoopConfig, RequestRun
+from flowstate.loop import RequestRun, Waiting
 from flowstate.nodes import canonical_json, observation_id
 from flowstate.output_stream import AnswerStream, ToolCallStream
-from flowstate.records import StepRecord, ToolCallRecord, unfinished_message
+from flowstate.records import StepRecord, unfinished_message
 from flowstate.request_options import RequestOptions
 from flowstate.repository import Repository
-from flowstate.serializer import system_prompt
-from flowstate.suspend import options_from, restore, snapshot
-from flowstate.tools import ToolSet
+from flowstate.suspend import restore, snapshot
 from grammars.check import GrammarError
 from serving.errors import APIError, bad_request, conflict
-from serving.sessions import Live, PendingCalls
+from serving.sessions import Live
 from serving.wire import loads_or_none
 
 
@@ -49,30 +46,32 @@ class TurnResult:
 
 
 class Turns:
-    """Runs turns for every session of one server: one engine, one repository, the server's tools."""
+    """An adapter from OpenAI messages to the one driver, for every session of one server: one engine, one
+    repository, one agent configuration (strategy, the server's tools, limits, grammar mode)."""
 
-    def __init__(self, engine: Engine, repo: Repository, server_tools: ToolSet, config: LoopConfig,
-                 stream_answers: str = "auto") -> None:
-        self.engine, self.repo, self.server_tools = engine, repo, server_tools
-        self.config = config.for_engine(engine)
-        assert self.config.limits is not None
-        self.limits = self.config.limits
+    def __init__(self, engine: Engine, repo: Repository, agent: AgentConfig, stream_answers: str = "auto") -> None:
+        self.engine, self.repo, self.agent = engine, repo, agent
+        self.limits = agent.limits
         # an answer streamed while decoded is the final one only under a grammar ("always": stream regardless)
-        constrained = engine.supports_grammar and self.config.grammar is not GrammarMode.NONE
-        self.streams_answers = streams(engine) and (stream_answers == "always" or stream_answers == "auto" and constrained)
-        self._grammars: OrderedDict[str, Grammars] = OrderedDict()
+        self.streams_answers = streams(engine) and (
+            stream_answers == "always" or stream_answers == "auto" and agent.constrained)
 
     def check(self, client_tools: Sequence[Mapping[str, Any]], options: RequestOptions = RequestOptions()) -> None:
-        """Client tools may not take a server tool's name, the engine must honour the sampling asked for, and
-        the tools and answer format must compile into a grammar."""
-        clash = {t["name"] for t in client_tools} & set(self.server_tools)
+        """Client tools may not take a server tool's (or the memory method's) name, the engine must honour the
+        sampling asked for, and the tools and answer format must compile into a grammar."""
+        taken = {*self.agent.tools, *(t["name"] for t in self.agent.strategy.tools())}
+        clash = {t["name"] for t in client_tools} & taken
         if clash:
             raise bad_request(f"tools {sorted(clash)} are already server-side tools of this endpoint", "tools")
         refused = options.sampling.given() - sampling_fields(self.engine)
         if refused:
             raise bad_request(f"the {self.engine.name} engine cannot honour {', '.join(sorted(refused))} per request",
                               sorted(refused)[0], "unsupported_parameter")
-        self._grammars_for([*self.server_tools.specs(), *client_tools], options)
+        try:
+            self.agent.grammars(self.agent.specs(client_tools), options, validate=True)
+        except GrammarError as exc:
+            raise bad_request(f"the tools' parameter schemas cannot be decoded under a grammar: {exc}",
+                              "tools", "unsupported_schema") from exc
 
     def start(self, live: Live, users: Sequence[Mapping[str, Any]], policy: str,
               client_tools: Sequence[dict[str, Any]], key: str | None = None,
@@ -81,42 +80,31 @@ class Turns:
         self.check(client_tools, options)
         if not "".join(str(m["content"] or "") for m in users if m["role"] == "user").strip():
             raise bad_request("the user message is empty", "messages")
-        query = query_text(users)
-        specs = [*self.server_tools.specs(), *client_tools]
-        live.run = RequestRun(
-            engine=self.engine, repo=self.repo, session=live.name, query=query,
-            system=system_prompt(specs, _with_format(policy, options), limits=self.limits), tool_specs=specs,
-            config=self.config, grammars=self._grammars_for(specs, options), options=options,
-        )
-        live.client_tools = frozenset(t["name"] for t in client_tools)
+        live.run = RequestRun(engine=self.engine, repo=self.repo, session=live.name, query=query_text(users),
+                              agent=self.agent, options=options, client_tools=client_tools, policy=policy)
         live.transcript.extend(dict(m) for m in users)
         return self._drive(live, key, on_delta)
 
     def resume(self, live: Live, results: Sequence[Mapping[str, Any]], key: str | None = None,
                on_delta: OnDelta | None = None) -> TurnResult:
-        """The client's tool messages answer the pending calls; the request goes on."""
+        """The client's tool messages answer the waiting calls; the request goes on."""
         if live.run is None and live.suspended is not None:  # stored by this server before a restart, or another
-            live.run = self._restore(live.suspended["run"])
-        run, calls = live.run, live.calls
-        assert run is not None and calls is not None
-        answered: dict[int, ToolCallRecord] = dict(calls.done)
+            live.run = restore(live.suspended["run"], engine=self.engine, repo=self.repo, agent=self.agent)
+        run = live.run
+        assert run is not None and run.waiting is not None
+        answered: dict[str, Any] = {}
         for m in results:
-            position = calls.client.get(m["tool_call_id"])
-            if position is None:
-                raise bad_request(
-                    f"tool message {m['tool_call_id']!r} answers no pending call; pending: {', '.join(calls.client)}",
-                    "messages", "unknown_tool_call_id")
-            if position in answered:
+            if m["tool_call_id"] not in run.waiting.client:
+                raise bad_request(f"tool message {m['tool_call_id']!r} answers no pending call; pending: "
+                                  f"{', '.join(run.waiting.client)}", "messages", "unknown_tool_call_id")
+            if m["tool_call_id"] in answered:
                 raise bad_request(f"tool call {m['tool_call_id']!r} is answered twice", "messages")
-            call = run.pending[position]
-            answered[position] = ToolCallRecord(
-                call.name, dict(call.arguments), run.observation_id(position + 1), _observation(m["content"]))
-        missing = [i for i, p in calls.client.items() if p not in answered]
+            answered[m["tool_call_id"]] = _observation(m["content"])
+        missing = [i for i in run.waiting.client if i not in answered]
         if missing:
             raise bad_request(f"no tool message answers pending call(s) {', '.join(missing)}", "messages",
                               "missing_tool_results")
-        run.observe([answered[i] for i in range(len(run.pending))])
-        live.calls = None
+        run.answer(answered)
         live.transcript.extend(dict(m) for m in results)
         return self._drive(live, key, on_delta)
 
@@ -124,53 +112,35 @@ class Turns:
         run = live.run
         assert run is not None
         first = len(run.steps)
+        keys = {**live.request_keys(), **({key: len(live.transcript) - live.finished} if key else {})}
+        on_step = None
+        if on_delta is not None and self.streams_answers:
+            def on_step(step: int) -> OnText:
+                return self._live_output(run, step, on_delta)
         try:
-            while True:
-                keys = {**live.request_keys(), **({key: len(live.transcript) - live.finished} if key else {})}
-                feed = self._live_output(live, run, on_delta) if on_delta is not None and self.streams_answers else None
-                run.step(extra={"transcript": live.transcript[live.finished:], "idempotency": keys}, on_text=feed)
-                if run.record is not None:
-                    response = run.record.response
-                    if response is None:  # the step budget ran out: say so, with what was kept
-                        response = unfinished_message(run.record.unfinished, run.record.persisted_states)
-                    self._remember(live, key)
-                    live.transcript.append({"role": "assistant", "content": response})
-                    live.finished, live.run = len(live.transcript), None
-                    live.requests += 1
-                    self._unsuspend(live)
-                    return self._result(run, first, {"role": "assistant", "content": response}, "stop")
-                if run.pending:
-                    message = self._act(live, run, key)
-                    if message is not None:
-                        return self._result(run, first, message, "tool_calls")
+            waiting = run.advance({"transcript": live.transcript[live.finished:], "idempotency": keys}, on_step)
         except RequestFailed as exc:
             self._unsuspend(live)
             live.abandon()
-            steps = tuple(run.steps[first:])
-            cause = exc.__cause__
-            if isinstance(cause, EngineError) and cause.retryable:  # the engine is down or overloaded, not the model
-                error = APIError(503, f"{exc}; nothing of this request was stored, retry later", type="server_error",
-                                 code="engine_unavailable", headers={"Retry-After": str(RETRY_AFTER_S)})
-            else:
-                faults = "; ".join(f"step {s.index}: {s.protocol_error['block']}: {s.protocol_error['message']}"
-                                   + (" (cut at the token budget)" if s.truncated else "")
-                                   for s in steps if s.protocol_error)
-                error = APIError(502, f"{exc}; nothing of this request was stored, resend its user message to retry"
-                                 + (f". Step errors: {faults}" if faults else ""), type="model_error",
-                                 code="request_failed")
-            error.steps = steps
-            raise error from exc
+            raise _failure(exc, tuple(run.steps[first:])) from exc
         except BaseException:  # a storage fault or a bug: the session must not stay half-advanced
             try:
                 self._unsuspend(live)
             finally:
                 live.abandon()
             raise
-
-    def _restore(self, snap: dict[str, Any]) -> RequestRun:
-        specs, options = snap["tool_specs"], options_from(snap["options"])
-        return restore(snap, engine=self.engine, repo=self.repo, config=self.config,
-                       grammars=self._grammars_for(specs, options))
+        if waiting is not None:
+            return self._result(run, first, self._wait(live, run, waiting, key), "tool_calls")
+        assert run.record is not None
+        response = run.record.response
+        if response is None:  # the step budget ran out: say so, with what was kept
+            response = unfinished_message(run.record.unfinished, run.record.persisted_states)
+        self._remember(live, key)
+        live.transcript.append({"role": "assistant", "content": response})
+        live.finished, live.run = len(live.transcript), None
+        live.requests += 1
+        self._unsuspend(live)
+        return self._result(run, first, {"role": "assistant", "content": response}, "stop")
 
     def _unsuspend(self, live: Live) -> None:
         """The waiting request ended (answered, failed or dropped): its stored snapshot goes."""
@@ -179,14 +149,13 @@ class Turns:
             self.repo.clear_pending(live.name)
 
     @staticmethod
-    def _live_output(live: Live, run: RequestRun, on_delta: OnDelta) -> OnText:
+    def _live_output(run: RequestRun, step: int, on_delta: OnDelta) -> OnText:
         """What the client sees of one step while it decodes: the answer's text, and calls of its own tools
         (ids and arguments as they come; calls of the server's tools never reach it)."""
-        step = len(run.steps) + 1
         client: dict[int, int] = {}  # position in the step's calls -> index among the client's calls
 
         def on_call(position: int, name: str) -> None:
-            if name in live.client_tools:
+            if name in run.client_tools:
                 client[position] = len(client)
                 call_id = f"call_{observation_id(run.index_k, step, position)}"
                 on_delta({"tool_calls": [{"index": client[position], "id": call_id, "type": "function",
@@ -227,28 +196,13 @@ class Turns:
         if key:
             live.replies[key] = len(live.transcript)
 
-    def _act(self, live: Live, run: RequestRun, key: str | None) -> dict[str, Any] | None:
-        """Run server-side calls; return the assistant message for the client's calls, if any."""
-        client: dict[str, int] = {}
-        done: dict[int, ToolCallRecord] = {}
-        for i, call in enumerate(run.pending):
-            if call.name in live.client_tools:
-                client[f"call_{run.observation_id(i + 1)}"] = i
-                continue
-            if call.name in self.server_tools:
-                result, error = self.server_tools.call(call.name, call.arguments)
-            else:
-                known = sorted({*self.server_tools, *live.client_tools})
-                result, error = None, f"unknown tool {call.name!r}; available: {', '.join(known) or 'none'}"
-            done[i] = ToolCallRecord(call.name, dict(call.arguments), run.observation_id(i + 1), result, error)
-        if not client:
-            run.observe([done[i] for i in range(len(run.pending))])
-            return None
-        live.calls = PendingCalls(client, done)
+    def _wait(self, live: Live, run: RequestRun, waiting: Waiting, key: str | None) -> dict[str, Any]:
+        """The assistant message of the client's calls; the waiting request is stored, so that it outlives this
+        process and any server sharing the database can go on with it."""
         tool_calls: list[dict[str, Any]] = [
             {"id": cid, "type": "function",
              "function": {"name": run.pending[i].name, "arguments": canonical_json(dict(run.pending[i].arguments))}}
-            for cid, i in client.items()
+            for cid, i in waiting.client.items()
         ]
         self._remember(live, key)
         live.transcript.append({
@@ -256,7 +210,6 @@ class Turns:
             "tool_calls": [{"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
                            for c in tool_calls],
         })
-        # stored, so that the request outlives this process and any server sharing the database can go on with it
         live.suspended = {"run": snapshot(run), "live": live.waiting()}
         self.repo.save_pending(live.name, run.index_k, live.suspended)
         return {"role": "assistant", "content": None, "tool_calls": tool_calls}
@@ -268,22 +221,21 @@ class Turns:
         unfinished = run.record is not None and run.record.unfinished is not None
         return TurnResult(message, finish, usage, steps, run.index_k, finish == "stop", unfinished)
 
-    def _grammars_for(self, specs: Sequence[Mapping[str, Any]], options: RequestOptions) -> Grammars | None:
-        if not self.engine.supports_grammar or self.config.grammar is GrammarMode.NONE:
-            return None
-        key = canonical_json([list(specs), options.tool_choice, options.parallel_tool_calls, options.answer_schema])
-        grammars = self._grammars.pop(key, None)
-        if grammars is None:
-            grammars = Grammars(specs, self.config.grammar, limits=self.limits, options=options)
-            try:
-                grammars.validate()
-            except GrammarError as exc:
-                raise bad_request(f"the tools' parameter schemas cannot be decoded under a grammar: {exc}",
-                                  "tools", "unsupported_schema") from exc
-        self._grammars[key] = grammars
-        while len(self._grammars) > 16:
-            self._grammars.popitem(last=False)
-        return grammars
+
+def _failure(exc: RequestFailed, steps: tuple[StepRecord, ...]) -> APIError:
+    """A failed request as the endpoint's error: 503 where a retry can help (the engine), else 502 (the model)."""
+    cause = exc.__cause__
+    if isinstance(cause, EngineError) and cause.retryable:  # the engine is down or overloaded, not the model
+        error = APIError(503, f"{exc}; nothing of this request was stored, retry later", type="server_error",
+                         code="engine_unavailable", headers={"Retry-After": str(RETRY_AFTER_S)})
+    else:
+        faults = "; ".join(f"step {s.index}: {s.protocol_error['block']}: {s.protocol_error['message']}"
+                           + (" (cut at the token budget)" if s.truncated else "")
+                           for s in steps if s.protocol_error)
+        error = APIError(502, f"{exc}; nothing of this request was stored, resend its user message to retry"
+                         + (f". Step errors: {faults}" if faults else ""), type="model_error", code="request_failed")
+    error.steps = steps
+    return error
 
 
 def query_text(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -293,15 +245,6 @@ def query_text(messages: Sequence[Mapping[str, Any]]) -> str:
              else f"[an assistant message the client wrote, not one of your replies]: {m['content'] or ''}"
              for m in messages]
     return "\n\n".join(p for p in parts if p.strip())
-
-
-def _with_format(policy: str, options: RequestOptions) -> str:
-    """The task policy, plus the answer format a request asks for (the grammar enforces it)."""
-    if options.answer_schema is None:
-        return policy
-    rule = ("Your final answer's content is a JSON value (not a string holding JSON) matching this JSON Schema: "
-            + canonical_json(options.answer_schema))
-    return f"{policy}\n\n{rule}" if policy.strip() else rule
 
 
 def _observation(content: Any) -> Any:
@@ -320,7 +263,7 @@ def check_pending(live: Live, new: Sequence[Mapping[str, Any]]) -> tuple[str, li
     if live.calls is not None:
         if roles != {"tool"}:
             raise conflict(
-                f"tool calls {', '.join(live.calls.client)} are pending: answer them with tool messages before "
+                f"tool calls {', '.join(live.calls)} are pending: answer them with tool messages before "
                 "a new user message", "tool_calls_pending")
         return "resume", list(new)
     if "tool" in roles:

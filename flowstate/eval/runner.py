@@ -29,7 +29,7 @@ from flowstate.eval.tau3.gold import GoldPolicy
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.task import Score, Task
 from flowstate.limits import STANDARD
-from flowstate.loop import LoopConfig
+from flowstate.config import LoopConfig
 from flowstate.repository import Repository
 from flowstate.strategies import Strategy, get
 

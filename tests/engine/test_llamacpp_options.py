@@ -13,9 +13,9 @@ from engine.llamacpp import LlamaCppEngine
 from flowstate import LoopConfig, Repository
 from flowstate.demo import hotel
 from flowstate.limits import COMPACT
+from flowstate.config import AgentConfig
 from flowstate.loop import RequestRun
 from flowstate.request_options import RequestOptions
-from flowstate.serializer import system_prompt
 
 pytestmark = pytest.mark.slow
 
@@ -39,9 +39,9 @@ def test_a_seed_reproduces_a_sampled_answer(llama: LlamaCppEngine) -> None:
 
 def run(llama: LlamaCppEngine, options: RequestOptions, query: str, steps: int = 3) -> RequestRun:
     repo = Repository.open(":memory:")
-    system = system_prompt(hotel.TOOLS.specs(), hotel.POLICY, limits=COMPACT)
-    r = RequestRun(engine=llama, repo=repo, session="s", query=query, system=system, tool_specs=hotel.TOOLS.specs(),
-                   config=LoopConfig(max_steps=steps, max_tokens=512, max_protocol_errors=steps), options=options)
+    agent = AgentConfig(llama, tools=hotel.TOOLS, policy=hotel.POLICY,
+                        loop=LoopConfig(max_steps=steps, max_tokens=512, max_protocol_errors=steps, limits=COMPACT))
+    r = RequestRun(engine=llama, repo=repo, session="s", query=query, agent=agent, options=options)
     while r.record is None and not r.pending and len(r.steps) < steps:
         r.step()
     return r

@@ -8,7 +8,8 @@ from typing import Any
 
 from engine.scripted import ScriptedEngine
 from flowstate import Repository
-from flowstate.loop import LoopConfig, RequestRun
+from flowstate.config import AgentConfig
+from flowstate.loop import RequestRun
 from flowstate.records import ToolCallRecord
 from flowstate.suspend import restore, snapshot
 from tests.helpers import add, output
@@ -26,8 +27,8 @@ def script() -> list[str]:
 
 def start(repo: Repository, engine: ScriptedEngine) -> RequestRun:
     repo.persist_request("s", 1, "earlier", "ok", [], {})
-    run = RequestRun(engine=engine, repo=repo, session="s", query="What does A cost?", system="sys",
-                     tool_specs=TOOLS, config=LoopConfig())
+    run = RequestRun(engine=engine, repo=repo, session="s", query="What does A cost?", agent=AgentConfig(engine),
+                     client_tools=TOOLS)
     run.step()
     assert [c.name for c in run.pending] == ["get_price"]
     return run
@@ -45,7 +46,7 @@ def test_a_restored_run_goes_on_exactly_as_the_original(tmp_path) -> None:  # ty
         original = start(a, original_engine)
         twin = start(b, other_engine)
         stored = json.loads(json.dumps(snapshot(twin)))  # through JSON, as the database keeps it
-        restored = restore(stored, engine=other_engine, repo=b, config=LoopConfig(), grammars=None)
+        restored = restore(stored, engine=other_engine, repo=b, agent=AgentConfig(other_engine))
         assert restored.index_k == 2 and [s.to_dict() for s in restored.steps] == [s.to_dict() for s in twin.steps]
         assert restored.state == twin.state and restored.pending == twin.pending
         for run in (original, restored):

@@ -4,7 +4,7 @@ calls straight to the engine, counted right."""
 from __future__ import annotations
 
 from engine.scripted import ScriptedEngine
-from flowstate.loop import LoopConfig
+from flowstate.config import LoopConfig
 from serving.bench import bench_serve, render_table
 from tests.helpers import output
 

@@ -11,6 +11,7 @@ from engine.scripted import ScriptedEngine
 from flowstate import LoopConfig, Repository, StorageError
 from flowstate.tools import ToolSet
 from serving.sessions import Live
+from flowstate.config import AgentConfig
 from serving.turns import Turns
 from tests.helpers import output
 
@@ -27,7 +28,8 @@ class FailingOnce(Repository):
 
 def test_a_storage_fault_mid_turn_rolls_the_session_back(tmp_path: Path) -> None:
     repo = FailingOnce.open(tmp_path / "m.db")
-    turns = Turns(ScriptedEngine([output(content="one"), output(content="two")]), repo, ToolSet(), LoopConfig())
+    engine = ScriptedEngine([output(content="one"), output(content="two")])
+    turns = Turns(engine, repo, AgentConfig(engine))
     live = Live("s", [], 0)
     user = {"role": "user", "content": "hello"}
     with pytest.raises(StorageError, match="disk full"):

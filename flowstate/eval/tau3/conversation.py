@@ -17,7 +17,7 @@ from flowstate.errors import RequestFailed
 from flowstate.eval.tau3.evaluate import grade
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import ScriptedUser, SimulatedUser, User, ends
-from flowstate.loop import LoopConfig
+from flowstate.config import LoopConfig
 from flowstate.repository import Repository
 from flowstate.strategies import Strategy
 

@@ -58,7 +58,7 @@ from flowstate.eval.policies import Policy, PolicyEngine  # noqa: E402
 from flowstate.eval.runner import run_task  # noqa: E402
 from flowstate.eval.suites import REALISTIC, options  # noqa: E402
 from flowstate.eval.task import Task  # noqa: E402
-from flowstate.loop import LoopConfig  # noqa: E402
+from flowstate.config import LoopConfig  # noqa: E402
 from flowstate.repository import Repository  # noqa: E402
 from flowstate.strategies import FLOWSTATE, Strategy  # noqa: E402
 

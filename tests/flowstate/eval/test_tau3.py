@@ -275,7 +275,7 @@ def test_a_conversation_through_the_loop_with_a_simulated_user(tmp_path: Path) -
     from flowstate.eval.runner import _subtask_row
     from flowstate.eval.policies import PolicyEngine
     from flowstate.eval.tau3.gold import GoldPolicy
-    from flowstate.loop import LoopConfig
+    from flowstate.config import LoopConfig
     from flowstate.repository import Repository
     from flowstate.strategies import FLOWSTATE
 

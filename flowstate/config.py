@@ -1,0 +1,116 @@
+"""One agent configuration: strategy, tools, the method's own tools, limits, grammar mode and task policy.
+
+Built once (per deployment, per evaluated task), it yields what every request runs under — the system
+prompt, the tool specs and the grammars (cached per request options) — for the Python API, the
+endpoint, the evaluator and the benches alike, so every strategy that can be evaluated can be served.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from engine.base import Engine
+from flowstate.constrain import GrammarMode, Grammars
+from flowstate.limits import Limits, for_engine
+from flowstate.nodes import canonical_json
+from flowstate.request_options import RequestOptions
+from flowstate.strategies import FLOWSTATE, Strategy
+from flowstate.tools import ToolSet
+
+GRAMMAR_CACHE = 16  # grammars kept per configuration (one per distinct client tools + request options)
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """Limits of one request."""
+
+    max_steps: int = 16
+    max_protocol_errors: int = 3  # consecutive unparsable outputs before the request fails
+    max_tokens: int | None = None  # per model call; None leaves it to the engine
+    grammar: GrammarMode = GrammarMode.STEP  # for engines that support grammars
+    limits: Limits | None = None  # protocol limits; None: the profile that fits the engine (compact for tiny models)
+    on_budget: Literal["persist", "fail"] = "persist"  # at the step budget: persist as unfinished, or fail
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1:
+            raise ValueError("max_steps must be at least 1")
+        if self.max_protocol_errors < 1:
+            raise ValueError("max_protocol_errors must be at least 1")
+        if self.on_budget not in ("persist", "fail"):
+            raise ValueError(f"on_budget must be persist or fail, not {self.on_budget!r}")
+
+    def for_engine(self, engine: Engine) -> LoopConfig:
+        """This configuration with its limits resolved for ``engine``."""
+        return self if self.limits is not None else replace(self, limits=for_engine(engine))
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """What one request runs under: its system prompt, every tool spec the model sees, its grammars."""
+
+    system: str
+    specs: tuple[dict[str, Any], ...]
+    grammars: Grammars | None
+
+
+class AgentConfig:
+    """An agent's configuration, resolved for one engine (its limits and whether it decodes under grammars).
+
+    ``tools`` run in the process of the driver (the server's tools, or the evaluated task's); a request may
+    add tools its client runs (``client_tools``) and a policy of its own (an endpoint client's system
+    message) — they follow the configuration's own, so the system prompt's prefix stays the deployment's.
+    """
+
+    def __init__(self, engine: Engine, *, strategy: Strategy = FLOWSTATE, tools: ToolSet | None = None,
+                 policy: str = "", loop: LoopConfig = LoopConfig()) -> None:
+        self.strategy = strategy
+        self.tools = tools if tools is not None else ToolSet()
+        self.policy = policy
+        self.loop = loop.for_engine(engine)
+        assert self.loop.limits is not None
+        self.limits: Limits = self.loop.limits
+        self.constrained = engine.supports_grammar and self.loop.grammar is not GrammarMode.NONE
+        self._grammars: OrderedDict[str, Grammars] = OrderedDict()
+        clash = {t["name"] for t in strategy.tools()} & set(self.tools)
+        if clash:
+            raise ValueError(f"tools {sorted(clash)} are the {strategy.name} memory method's own tools")
+
+    def specs(self, client_tools: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+        """The tools the model sees: the configuration's, the client's, then the memory method's own."""
+        return [*self.tools.specs(), *(dict(t) for t in client_tools), *self.strategy.tools()]
+
+    def system_prompt(self, client_tools: Sequence[Mapping[str, Any]] = (), policy: str = "",
+                      options: RequestOptions = RequestOptions()) -> str:
+        """The system message of a request with these client tools, request policy and options."""
+        text = "\n\n".join(p for p in (self.policy, policy) if p) if policy.strip() else self.policy
+        if options.answer_schema is not None:  # the answer format the request asks for (the grammar enforces it)
+            rule = ("Your final answer's content is a JSON value (not a string holding JSON) matching this JSON "
+                    "Schema: " + canonical_json(options.answer_schema))
+            text = f"{text}\n\n{rule}" if text.strip() else rule
+        return self.strategy.system_prompt(self.specs(client_tools), text, self.limits)
+
+    def grammars(self, specs: Sequence[Mapping[str, Any]], options: RequestOptions = RequestOptions(), *,
+                 validate: bool = False) -> Grammars | None:
+        """The grammars of requests with these tool specs and options (None where the engine decodes freely);
+        ``validate``: compile once to check that client-given schemas can be decoded (``GrammarError``)."""
+        if not self.constrained:
+            return None
+        key = canonical_json([list(specs), options.tool_choice, options.parallel_tool_calls, options.answer_schema])
+        grammars = self._grammars.pop(key, None)
+        if grammars is None:
+            grammars = Grammars(specs, self.loop.grammar, self.strategy.blocks, self.limits, options)
+            if validate:
+                grammars.validate()
+        self._grammars[key] = grammars
+        while len(self._grammars) > GRAMMAR_CACHE:
+            self._grammars.popitem(last=False)
+        return grammars
+
+    def wiring(self, client_tools: Sequence[Mapping[str, Any]] = (), policy: str = "",
+               options: RequestOptions = RequestOptions(), *, validate: bool = False) -> Wiring:
+        specs = self.specs(client_tools)
+        return Wiring(self.system_prompt(client_tools, policy, options), tuple(specs),
+                      self.grammars(specs, options, validate=validate))

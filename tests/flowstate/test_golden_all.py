@@ -1,0 +1,67 @@
+"""Refactoring keeps every prompt byte-identical: every strategy on every suite under the oracle reference policy
+renders the prompts, and scores the numbers, recorded in ``golden/prompts.json`` (sha256 of each call's whole
+prompt, in call order, and each task's success and per-call token counts).
+
+The recording was made on the code before the one-driver redesign; ``FLOWSTATE_REGEN_GOLDEN=1`` rewrites it (only
+for a change that means to change prompts or figures, said so in its commit)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.base import Generation, Message
+from engine.scripted import flatten
+from flowstate.eval import runner
+from flowstate.eval.policies import PolicyEngine
+from flowstate.eval.runner import EvalConfig, run_eval
+
+GOLDEN = Path(__file__).parent / "golden" / "prompts.json"
+SUITES = ("hotel", "bundle", "travel", "chain", "shopping", "planning", "reasoning", "tau3-airline")
+STRATEGIES = ("flowstate", "full-context", "no-psa", "no-isu", "bm25", "mem0-style", "zipact", "mage",
+              "mage-no-compress", "mage-no-maintain", "mage-no-revise")
+
+
+def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    prompts: dict[int, list[str]] = {}
+
+    class Recording(PolicyEngine):
+        def generate(self, messages: Sequence[Message], **kwargs: Any) -> Generation:
+            prompts.setdefault(id(self), []).append(hashlib.sha256(flatten(messages).encode()).hexdigest()[:16])
+            return super().generate(messages, **kwargs)
+
+    engines: list[Recording] = []
+
+    def make(*args: Any, **kwargs: Any) -> Recording:
+        engines.append(Recording(*args, **kwargs))
+        return engines[-1]
+
+    monkeypatch.setattr(runner, "PolicyEngine", make)
+    config = EvalConfig(suites=SUITES, strategies=STRATEGIES, tasks=2, depth=4, out=tmp_path / "ev", policy="oracle")
+    rows = run_eval(config, [])
+    by_task = {f"{r['suite']}/{r['strategy']}/{r['task']}": r for r in rows}
+    assert len(by_task) == len(engines) == len(SUITES) * len(STRATEGIES) * 2  # one policy engine per task
+    out: dict[str, Any] = {}
+    for (key, row), engine in zip(by_task.items(), engines, strict=True):
+        out[key] = {"success": row["success"], "calls": [s["calls"] for s in row["subtasks"]],
+                    "prompts": prompts.get(id(engine), [])}
+    return out
+
+
+def test_every_strategys_prompts_and_oracle_figures_are_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    got = record(tmp_path, monkeypatch)
+    for key in got:  # the timings are not part of the figures
+        got[key]["calls"] = [[c[:3] for c in calls] for calls in got[key]["calls"]]
+    if os.environ.get("FLOWSTATE_REGEN_GOLDEN") == "1":
+        GOLDEN.write_text(json.dumps(got, indent=0, sort_keys=True) + "\n")
+    want = json.loads(GOLDEN.read_text())
+    assert sorted(got) == sorted(want)
+    for key in want:
+        assert got[key]["prompts"] == want[key]["prompts"], f"{key}: a prompt changed"
+        assert got[key] == want[key], f"{key}: the oracle's figures changed"
