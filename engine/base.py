@@ -1,10 +1,12 @@
-"""The engine seam: the one Protocol every model backend implements, and the values it returns."""
+"""The engine seam: the one base every model backend implements, its declared capabilities, and the values
+it returns."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal
 
 Role = Literal["system", "user", "assistant"]
 
@@ -59,29 +61,6 @@ class Generation:
         return self.finish_reason == "length"
 
 
-@runtime_checkable
-class Engine(Protocol):
-    """A model backend: generate under an optional grammar, and count tokens.
-
-    ``grammar`` is a grammar text in llguidance's Lark dialect (see ``grammars/``);
-    backends that cannot constrain decoding say so by raising ``EngineConfigError``
-    when given one they cannot honour, never by ignoring it silently.
-    """
-
-    name: str
-    supports_grammar: bool  # False: the loop never builds grammars for this engine
-
-    def generate(
-        self,
-        messages: Sequence[Message],
-        *,
-        grammar: str | None = None,
-        max_tokens: int | None = None,
-    ) -> Generation: ...
-
-    def count_tokens(self, text: str) -> int: ...
-
-
 @dataclass(frozen=True)
 class Sampling:
     """Sampling of one call, over the engine's own defaults (None keeps the default). Engines name the
@@ -95,16 +74,56 @@ class Sampling:
         return frozenset(k for k in ("temperature", "top_p", "seed") if getattr(self, k) is not None)
 
 
-def sampling_fields(engine: object) -> frozenset[str]:
-    """The ``Sampling`` fields ``engine.generate`` honours per call (none for engines that do not say)."""
-    return frozenset(getattr(engine, "sampling_fields", frozenset()))
-
-
 OnText = Callable[[str], None]
-"""Receives an output's text piece by piece while it is decoded (engines with ``streams = True`` take
-``on_text=`` in ``generate``; the pieces join to the returned text)."""
+"""Receives an output's text piece by piece while it is decoded (engines whose capabilities say ``streams``;
+the pieces join to the returned text)."""
 
 
-def streams(engine: object) -> bool:
-    """Whether ``engine.generate`` takes ``on_text``."""
-    return bool(getattr(engine, "streams", False))
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do besides generating and counting tokens — declared, so that callers read it
+    here and never probe the engine for attributes."""
+
+    grammar: bool = False  # decodes under a grammar (False: the loop never builds grammars for it)
+    streams: bool = False  # hands the output to ``on_text`` while decoding
+    sampling: frozenset[str] = frozenset()  # the ``Sampling`` fields honoured per call; callers refuse the rest
+    routes: bool = False  # several servers: ``affinity`` keeps a session's calls on one
+    embedded: bool = False  # a tiny embedded model: the compact protocol limits fit it
+    prefix_cache_reset: bool = False  # ``reset_prefix_cache`` empties the engine's prefix cache
+    stats: bool = False  # ``server_stats`` reports per-server figures
+
+
+ALL_SAMPLING = frozenset({"temperature", "top_p", "seed"})
+
+
+class Engine(ABC):
+    """A model backend: generate under an optional grammar, and count tokens.
+
+    ``grammar`` is a grammar text in llguidance's Lark dialect (see ``grammars/``); backends that cannot
+    constrain decoding declare so (``capabilities.grammar`` False) and raise ``EngineConfigError`` when
+    given one, never ignoring it silently. ``on_text``, ``sampling`` and ``affinity`` are honoured as the
+    capabilities say and ignored otherwise.
+    """
+
+    name: str = "engine"
+    model_name: str = ""  # the model it serves, as clients may name it ("" when it has no name of its own)
+    capabilities: Capabilities = Capabilities()
+
+    @abstractmethod
+    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
+                 on_text: OnText | None = None, sampling: Sampling | None = None,
+                 affinity: str | None = None) -> Generation: ...
+
+    @abstractmethod
+    def count_tokens(self, text: str) -> int: ...
+
+    def close(self) -> None:
+        """Release the model (memory, servers' connections); the engine is unusable afterwards."""
+
+    def reset_prefix_cache(self) -> None:
+        """Empty the prefix cache (benchmarks measure cold prefills); only where the capabilities say so."""
+        raise NotImplementedError(f"the {self.name} engine declares no prefix-cache reset")
+
+    def server_stats(self) -> dict[str, dict[str, float]]:
+        """Per-server figures (calls, tokens, errors, down); only where the capabilities say so."""
+        return {}

@@ -19,10 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from engine.base import Generation, Message, OnText, Sampling, Usage
+from engine.base import ALL_SAMPLING, Capabilities, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError
-from engine.scripted import common_prefix
+from engine.text import common_prefix
 
 _MATCHERS_CACHE = 32
 _LOADING = threading.Lock()
@@ -116,13 +116,10 @@ class _Logits:
         return np.where(allowed, scores, -np.inf).astype(scores.dtype, copy=False)
 
 
-class LlamaCppEngine:
+class LlamaCppEngine(Engine):
     """Local generation with llama.cpp on CPU (or any llama.cpp build), grammars through llguidance."""
 
     name = "llamacpp"
-    supports_grammar = True
-    streams = True
-    sampling_fields = frozenset({"temperature", "top_p", "seed"})
     options = frozenset({"model", "temperature", "top_p", "max_tokens", "repetition_penalty", "threads",
                          "threads_batch", "batch_size", "context", "seed", "extra_buffers", "chat_template",
                          "chat_template_kwargs"})
@@ -150,7 +147,8 @@ class LlamaCppEngine:
             import llguidance.llamacpp
         except ImportError as exc:
             raise EngineConfigError(f"the llamacpp engine needs llama-cpp-python and llguidance: {exc}") from exc
-        path, self.embedded = resolve_gguf(model)
+        path, embedded = resolve_gguf(model)
+        self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, embedded=embedded)
         self.model_name = Path(path).name
         cores = os.cpu_count() or 1
         try:
@@ -227,15 +225,9 @@ class LlamaCppEngine:
 
     # -- generation -----------------------------------------------------------------------
 
-    def generate(
-        self,
-        messages: Sequence[Message],
-        *,
-        grammar: str | None = None,
-        max_tokens: int | None = None,
-        on_text: OnText | None = None,
-        sampling: Sampling | None = None,
-    ) -> Generation:
+    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
+                 on_text: OnText | None = None, sampling: Sampling | None = None,
+                 affinity: str | None = None) -> Generation:
         prompt = self.tokenize(self.render(messages))
         matcher = self._matcher(grammar) if grammar else None
         with self._lock:

@@ -13,16 +13,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from engine.base import Generation, Message, OnText, Sampling, Usage
+from engine.base import ALL_SAMPLING, Capabilities, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import check_options
 from engine.errors import EngineConfigError, EngineError, EngineUnavailable
 
 
-class OpenAIEngine:
+class OpenAIEngine(Engine):
     name = "openai"
-    supports_grammar = True
-    streams = True
-    sampling_fields = frozenset({"temperature", "top_p", "seed"})
+    capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING)
     options = frozenset({"base_url", "api_key", "model", "temperature", "top_p", "max_tokens", "retries", "backoff_s",
                          "timeout_s", "chat_template_kwargs"})
 
@@ -50,7 +48,7 @@ class OpenAIEngine:
         self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
         self.retries, self.backoff_s = retries, backoff_s
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self.model = model or self._first_model()
+        self.model = self.model_name = model or self._first_model()
 
     @classmethod
     def from_options(cls, **options: Any) -> Any:
@@ -98,15 +96,9 @@ class OpenAIEngine:
             pass
         return max(1, len(text) // 4)
 
-    def generate(
-        self,
-        messages: Sequence[Message],
-        *,
-        grammar: str | None = None,
-        max_tokens: int | None = None,
-        on_text: OnText | None = None,
-        sampling: Sampling | None = None,
-    ) -> Generation:
+    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
+                 on_text: OnText | None = None, sampling: Sampling | None = None,
+                 affinity: str | None = None) -> Generation:
         sampling = sampling or Sampling()
         started = time.perf_counter()
         extra: dict[str, Any] = {}

@@ -15,10 +15,13 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
-from engine.base import Generation, Message, OnText, Sampling
+from engine.base import ALL_SAMPLING, Capabilities, Engine, Generation, Message, OnText, Sampling
 from engine.errors import EngineError, EngineUnavailable
+
+if TYPE_CHECKING:
+    from engine.openai import OpenAIEngine
 
 
 @dataclass
@@ -30,20 +33,17 @@ class ServerStats:
     down_until: float = 0.0
 
 
-class RouterEngine:
+class RouterEngine(Engine):
     """OpenAI-compatible servers as one engine (``--engine openai --base-url URL1,URL2,…``)."""
 
     name = "openai"
-    supports_grammar = True
-    streams = True
-    routes = True  # generate() takes affinity=
-    sampling_fields = frozenset({"temperature", "top_p", "seed"})
+    capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, routes=True, stats=True)
 
-    def __init__(self, servers: Sequence[Any], cooldown_s: float = 30.0) -> None:
+    def __init__(self, servers: Sequence[OpenAIEngine], cooldown_s: float = 30.0) -> None:
         if not servers:
             raise ValueError("a router needs at least one server")
         self.servers = list(servers)
-        self.model_name = getattr(self.servers[0], "model", "openai")
+        self.model_name = self.servers[0].model_name
         self.cooldown_s = cooldown_s
         self.stats = {s.base_url: ServerStats() for s in self.servers}
         self._placed: dict[str, int] = {}  # session -> server index
@@ -67,20 +67,9 @@ class RouterEngine:
             self._placed[affinity] = best
             return best
 
-    def server_for(self, affinity: str) -> str:
-        """The server a session's calls go to now."""
-        return str(self.servers[self._pick(affinity, set())].base_url)
-
-    def generate(
-        self,
-        messages: Sequence[Message],
-        *,
-        grammar: str | None = None,
-        max_tokens: int | None = None,
-        on_text: OnText | None = None,
-        sampling: Sampling | None = None,
-        affinity: str | None = None,
-    ) -> Generation:
+    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
+                 on_text: OnText | None = None, sampling: Sampling | None = None,
+                 affinity: str | None = None) -> Generation:
         key = affinity if affinity is not None else messages[0].content[:200] if messages else ""
         tried: set[int] = set()
         while True:

@@ -12,48 +12,31 @@ cache would serve: the longest common token prefix with the previous call's prom
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.base import Generation, Message, OnText, Sampling, Usage
+from engine.base import ALL_SAMPLING, Capabilities, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import check_options
 from engine.errors import EngineConfigError, EngineError
-
-_TOKEN = re.compile(r"\w+|[^\w\s]|\s+")
-
-
-def tokenize(text: str) -> list[str]:
-    """Split text into word, punctuation and whitespace-run tokens."""
-    return _TOKEN.findall(text)
+from engine.text import common_prefix, flatten, tokenize
 
 
-def flatten(messages: Sequence[Message]) -> str:
-    """The plain-text rendering of a chat prompt used by engines without a chat template."""
-    return "".join(f"<|{m.role}|>\n{m.content}\n" for m in messages) + "<|assistant|>\n"
-
-
-def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
-    """Length of the longest common prefix of two sequences."""
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-class ScriptedEngine:
+class ScriptedEngine(Engine):
     """Replays raw outputs in order; raises once the script is exhausted."""
 
     name = "scripted"
-    supports_grammar = False  # replays recorded text; validation still runs on every step
-    streams = True  # replays each output token by token to on_text
-    sampling_fields = frozenset({"temperature", "top_p", "seed"})  # recorded in ``calls`` (a replay samples nothing)
+    # replays each output token by token to on_text; sampling is recorded in ``calls`` (a replay samples nothing)
+    capabilities = Capabilities(streams=True, sampling=ALL_SAMPLING)
     options = frozenset({"script"})
 
-    def __init__(self, outputs: Iterable[str | tuple[str, str | None] | tuple[str, str | None, str]]) -> None:
+    def __init__(self, outputs: Iterable[str | tuple[str, str | None] | tuple[str, str | None, str]], *,
+                 grammar: bool = False) -> None:
+        """``grammar``: take grammars as an engine that decodes under them would (recorded in ``calls``; the
+        replayed text is not checked against them), so that the loop builds them as for a real model."""
+        if grammar:
+            self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING)
         self._outputs = [(o, None, "stop") if isinstance(o, str) else (*o, "stop")[:3] for o in outputs]
         self._used = [False] * len(self._outputs)
         self._lock = threading.Lock()
@@ -62,7 +45,7 @@ class ScriptedEngine:
         self.calls: list[dict[str, Any]] = []  # per call: the grammar, budget and sampling it was asked for
 
     @classmethod
-    def from_file(cls, path: str | Path) -> ScriptedEngine:
+    def from_file(cls, path: str | Path, *, grammar: bool = False) -> ScriptedEngine:
         """Load a JSON Lines script: one ``{"text": ...}`` object per model call."""
         p = Path(path)
         try:
@@ -88,29 +71,25 @@ class ScriptedEngine:
             outputs.append((obj["text"], when, finish))
         if not outputs:
             raise EngineConfigError(f"script {p} holds no outputs")
-        return cls(outputs)
+        return cls(outputs, grammar=grammar)
 
     @classmethod
-    def from_options(cls, script: str | Path | None = None, **unknown: Any) -> ScriptedEngine:
+    def from_options(cls, script: str | Path | None = None, grammar: bool = False, **unknown: Any) -> ScriptedEngine:
         """Factory used by ``engine.load('scripted', script=...)``."""
         check_options(cls.name, unknown, set())
         if script is None:
             raise EngineConfigError("the scripted engine needs a script (--script FILE, JSON Lines with a \"text\" key)")
-        return cls.from_file(script)
+        return cls.from_file(script, grammar=grammar)
 
     @property
     def remaining(self) -> int:
         return self._used.count(False)
 
-    def generate(
-        self,
-        messages: Sequence[Message],
-        *,
-        grammar: str | None = None,
-        max_tokens: int | None = None,
-        on_text: OnText | None = None,
-        sampling: Sampling | None = None,
-    ) -> Generation:
+    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
+                 on_text: OnText | None = None, sampling: Sampling | None = None,
+                 affinity: str | None = None) -> Generation:
+        if grammar is not None and not self.capabilities.grammar:
+            raise EngineConfigError("this scripted engine takes no grammars (ScriptedEngine(..., grammar=True) does)")
         rendered = flatten(messages)
         with self._lock:
             line = next(

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.base import Generation, Message, OnText, Sampling, Usage
+from engine.base import ALL_SAMPLING, Capabilities, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import apply_template, check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError
 
@@ -78,13 +78,10 @@ class _Timer:
         self.stop = time.perf_counter()
 
 
-class TransformersEngine:
+class TransformersEngine(Engine):
     """Local generation with transformers; grammars through Outlines' CFG type (llguidance)."""
 
     name = "transformers"
-    supports_grammar = True
-    streams = True
-    sampling_fields = frozenset({"temperature", "top_p", "seed"})
     options = frozenset({"model", "dtype", "temperature", "top_p", "max_tokens", "repetition_penalty", "threads",
                          "prefix_cache", "chat_template_kwargs"})
 
@@ -115,7 +112,8 @@ class TransformersEngine:
             torch.set_num_threads(threads)
         folder, gguf = resolve_model(model)
         self.model_name = gguf or Path(folder).name
-        self.embedded = model is None  # the tiny embedded model: the compact protocol profile fits it
+        # the tiny embedded model: the compact protocol profile fits it
+        self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, embedded=model is None)
         self._torch = torch
         transformers.logging.set_verbosity_error()
         transformers.logging.disable_progress_bar()
@@ -204,15 +202,9 @@ class TransformersEngine:
             self._cache.crop(-surplus)
         return self._cache, n
 
-    def generate(
-        self,
-        messages: Sequence[Message],
-        *,
-        grammar: str | None = None,
-        max_tokens: int | None = None,
-        on_text: OnText | None = None,
-        sampling: Sampling | None = None,
-    ) -> Generation:
+    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
+                 on_text: OnText | None = None, sampling: Sampling | None = None,
+                 affinity: str | None = None) -> Generation:
         with self._lock:
             return self._generate(messages, grammar, max_tokens, on_text, sampling or Sampling())
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.base import Generation, Message, OnText, Sampling, Usage
+from engine.base import ALL_SAMPLING, Capabilities, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import apply_template, check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError
 
@@ -44,13 +44,11 @@ def check_engine_args(args: dict[str, Any], dataclass_type: Any) -> dict[str, An
     return dict(args)
 
 
-class VLLMEngine:
+class VLLMEngine(Engine):
     """vLLM in-process: continuous batching across threads, prefix caching, guidance/xgrammar grammars."""
 
     name = "vllm"
-    supports_grammar = True
-    streams = True
-    sampling_fields = frozenset({"temperature", "top_p", "seed"})
+    capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, prefix_cache_reset=True)
     options = frozenset({"model", "dtype", "temperature", "top_p", "max_tokens", "backend", "max_model_len",
                          "gpu_memory_utilization", "kv_cache_bytes", "enforce_eager", "chat_template_kwargs",
                          "engine_args", "tensor_parallel_size"})
@@ -165,15 +163,9 @@ class VLLMEngine:
             max_tokens=budget, structured_outputs=structured,
         )
 
-    def generate(
-        self,
-        messages: Sequence[Message],
-        *,
-        grammar: str | None = None,
-        max_tokens: int | None = None,
-        on_text: OnText | None = None,
-        sampling: Sampling | None = None,
-    ) -> Generation:
+    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
+                 on_text: OnText | None = None, sampling: Sampling | None = None,
+                 affinity: str | None = None) -> Generation:
         prompt = apply_template(self.tokenizer, messages, self.chat_template_kwargs)
         ids: list[int] = self.tokenizer.encode(prompt, add_special_tokens=False)
         params = self.sampling_params(grammar, max_tokens, len(ids), sampling)

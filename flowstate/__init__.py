@@ -4,8 +4,8 @@
 """
 
 from flowstate.agent import Agent
-from flowstate.errors import FlowStateError, ProtocolError, RequestFailed, SessionNotFound, StorageError
 from flowstate.config import LoopConfig
+from flowstate.errors import FlowStateError, ProtocolError, RequestFailed, SessionNotFound, StorageError
 from flowstate.nodes import Node, Ref, Relation, StateType
 from flowstate.protocol import ModelOutput
 from flowstate.records import RunRecord

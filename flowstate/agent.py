@@ -8,9 +8,10 @@ from typing import Any
 from engine.base import Engine
 from flowstate.config import AgentConfig, LoopConfig
 from flowstate.loop import run_request
+from flowstate.memory.base import Strategy
+from flowstate.memory.state import FLOWSTATE
 from flowstate.records import RunRecord
 from flowstate.repository import Repository
-from flowstate.strategies import FLOWSTATE, Strategy
 from flowstate.tools import Tool, ToolSet
 
 

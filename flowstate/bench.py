@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.base import Engine, Generation, Message
-from engine.scripted import ScriptedEngine
 from flowstate.agent import Agent
+from flowstate.config import LoopConfig
 from flowstate.constrain import GrammarMode, Grammars
 from flowstate.errors import ProtocolError
 from flowstate.limits import Limits, for_engine
-from flowstate.config import LoopConfig
 from flowstate.parse import parse_output
 from flowstate.repository import Repository
 from grammars.check import validate
@@ -32,37 +31,20 @@ from grammars.check import validate
 MODES = ("none", "static", "step")
 
 
-class _Recorder:
-    """Replays the hotel script while recording each call's prompt and per-step grammar."""
-
-    name = "recorder"
-    supports_grammar = True
-
-    def __init__(self, inner: ScriptedEngine) -> None:
-        self.inner = inner
-        self.calls: list[tuple[list[Message], str | None]] = []
-
-    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None) -> Generation:
-        self.calls.append((list(messages), grammar))
-        return self.inner.generate(messages)
-
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
-
-
 def hotel_calls(limits: Limits) -> tuple[list[tuple[list[Message], str | None]], str]:
     """The hotel case's prompts with their per-step grammars under ``limits``, and the static grammar."""
+    import engine as engines  # the hotel case's recorded outputs, replayed; each call's grammar is recorded
     from flowstate.demo import hotel
 
-    recorder = _Recorder(ScriptedEngine.from_file(hotel.script_path()))
+    engine: Any = engines.load("scripted", script=hotel.script_path(), grammar=True)  # its prompts and calls
     with Repository.open(":memory:") as repo:
-        agent = Agent(recorder, repository=repo, session="bench", tools=hotel.TOOLS, task_policy=hotel.POLICY,
+        agent = Agent(engine, repository=repo, session="bench", tools=hotel.TOOLS, task_policy=hotel.POLICY,
                       config=LoopConfig(grammar=GrammarMode.STEP, limits=limits))
         for query in hotel.QUERIES:
             agent.run(query)
     static = Grammars(hotel.TOOLS.specs(), GrammarMode.STATIC, limits=limits).static
     assert static is not None
-    return recorder.calls, static
+    return [(prompt, call["grammar"]) for prompt, call in zip(engine.prompts, engine.calls, strict=True)], static
 
 
 @dataclass

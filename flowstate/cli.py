@@ -16,17 +16,16 @@ import click
 import engine as engines
 from engine.errors import EngineError
 from engine.presets import PRESETS
-from flowstate import limits, strategies
+from flowstate import limits, memory
 from flowstate.agent import Agent
+from flowstate.config import LoopConfig
 from flowstate.constrain import GrammarMode
 from flowstate.errors import FlowStateError, RequestFailed
 from flowstate.inspection import render_graph, session_dump
-from flowstate.config import LoopConfig
 from flowstate.loop import require_query
 from flowstate.records import RunRecord, unfinished_message
 from flowstate.repository import Repository
 from flowstate.tools import ToolSet, load_tools
-
 
 
 class _JsonObject(click.ParamType[dict[str, Any], Any]):
@@ -333,7 +332,7 @@ def serve(
 
     with _errors():
         keys = list(api_keys) or [k.strip() for k in os.environ.get("FLOWSTATE_API_KEYS", "").split(",") if k.strip()]
-        strategy = strategies.get(strategy_name)
+        strategy = memory.get(strategy_name)
         tools = load_tools(tools_ref) if tools_ref else ToolSet()
         model = engines.load(**engine_opts)
         repo = Repository.open(db or default_db())
@@ -408,7 +407,7 @@ def evaluate(
     from flowstate.eval.report import write_report
     from flowstate.eval.runner import EvalConfig, run_eval
     from flowstate.eval.suites import ALL
-    from flowstate.strategies import get
+    from flowstate.memory import get
 
     with _errors():
         names = tuple(x.strip() for x in suites.split(",") if x.strip())
@@ -514,7 +513,7 @@ def bench_serve_cmd(
         try:
             rows = bench_serve(model, counts, loop, progress=lambda line: click.echo(line, err=True))
         finally:
-            getattr(model, "close", lambda: None)()
+            model.close()
         click.echo(render_table(rows))
         if out is not None:
             out.write_text(json.dumps({"engine": engine_opts["name"], "rows": rows}, indent=2))

@@ -15,9 +15,9 @@ from typing import Any, Literal
 from engine.base import Engine
 from flowstate.constrain import GrammarMode, Grammars
 from flowstate.limits import Limits, for_engine
+from flowstate.memory.base import Strategy
 from flowstate.nodes import canonical_json
 from flowstate.request_options import RequestOptions
-from flowstate.strategies import FLOWSTATE, Strategy
 from flowstate.tools import ToolSet
 
 GRAMMAR_CACHE = 16  # grammars kept per configuration (one per distinct client tools + request options)
@@ -64,7 +64,7 @@ class AgentConfig:
     message) — they follow the configuration's own, so the system prompt's prefix stays the deployment's.
     """
 
-    def __init__(self, engine: Engine, *, strategy: Strategy = FLOWSTATE, tools: ToolSet | None = None,
+    def __init__(self, engine: Engine, strategy: Strategy, *, tools: ToolSet | None = None,
                  policy: str = "", loop: LoopConfig = LoopConfig()) -> None:
         self.strategy = strategy
         self.tools = tools if tools is not None else ToolSet()
@@ -72,7 +72,7 @@ class AgentConfig:
         self.loop = loop.for_engine(engine)
         assert self.loop.limits is not None
         self.limits: Limits = self.loop.limits
-        self.constrained = engine.supports_grammar and self.loop.grammar is not GrammarMode.NONE
+        self.constrained = engine.capabilities.grammar and self.loop.grammar is not GrammarMode.NONE
         self._grammars: OrderedDict[str, Grammars] = OrderedDict()
         clash = {t["name"] for t in strategy.tools()} & set(self.tools)
         if clash:

@@ -10,7 +10,8 @@ embedded engines pick it automatically.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from engine.base import Engine
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,8 @@ def get(name: str) -> Limits:
         raise ValueError(f"unknown limits profile {name!r}; valid profiles: {', '.join(PROFILES)}, {AUTO}") from None
 
 
-def for_engine(engine: Any, name: str | None = None) -> Limits:
+def for_engine(engine: Engine | None, name: str | None = None) -> Limits:
     """The profile named, or (None / ``auto``) the one that fits the engine: compact for the embedded tiny model."""
     if name is not None and name != AUTO:
         return get(name)
-    return COMPACT if getattr(engine, "embedded", False) else STANDARD
+    return COMPACT if engine is not None and engine.capabilities.embedded else STANDARD

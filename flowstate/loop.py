@@ -16,21 +16,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine.base import Engine, Generation, Message, OnText, sampling_fields, streams
+from engine.base import Engine, Generation, Message, OnText
 from engine.errors import EngineConfigError, EngineError
 from flowstate.access import disclose, validate_access
 from flowstate.active import ActiveState
 from flowstate.config import AgentConfig, LoopConfig, Wiring
 from flowstate.errors import ProtocolError, RequestFailed
 from flowstate.limits import Limits
+from flowstate.memory.base import MemoryContext, Strategy
 from flowstate.nodes import Node, StateType, canonical_json, observation_id
 from flowstate.parse import parse_output
 from flowstate.protocol import ToolCall
 from flowstate.records import RunRecord, StepRecord, ToolCallRecord
-from flowstate.request_options import RequestOptions
 from flowstate.repository import Repository
-from flowstate.strategies import MemoryContext, Strategy
-from flowstate.tools import ToolSet
+from flowstate.request_options import RequestOptions
 from flowstate.update import apply_delta
 
 
@@ -127,7 +126,7 @@ class RequestRun:
         """``policy``: the request's own policy (an endpoint client's system message); ``wiring``: what a
         restored request was started under (else built from ``agent``)."""
         require_query(query)
-        refused = options.sampling.given() - sampling_fields(engine)
+        refused = options.sampling.given() - engine.capabilities.sampling
         if refused:
             raise EngineConfigError(f"the {engine.name} engine cannot honour {', '.join(sorted(refused))} per request")
         self.wiring = wiring if wiring is not None else agent.wiring(client_tools, policy, options)
@@ -257,13 +256,9 @@ class RequestRun:
     def _generate(self, messages: Sequence[Message], grammar: str | None, on_text: OnText | None = None) -> Generation:
         """Every model call of the request, the memory method's included: its sampling, token budget and
         routing key (several servers: this session's calls stay on one)."""
-        per_call: dict[str, Any] = {"on_text": on_text} if on_text is not None and streams(self.engine) else {}
-        if self.options.sampling.given():
-            per_call["sampling"] = self.options.sampling
-        if getattr(self.engine, "routes", False):
-            per_call["affinity"] = self.session
-        return self.engine.generate(messages, grammar=grammar, max_tokens=self.options.max_tokens or
-                                    self.config.max_tokens, **per_call)
+        return self.engine.generate(messages, grammar=grammar, max_tokens=self.options.max_tokens or self.config.max_tokens,
+                                    on_text=on_text, sampling=self.options.sampling if self.options.sampling.given() else None,
+                                    affinity=self.session)
 
     def call_model(self, system: str, user: str, grammar: str) -> Generation:
         """A memory method's own model call, under ``grammar`` where the request decodes under grammars."""

@@ -22,7 +22,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, create_model, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    TypeAdapter,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from flowstate.limits import STANDARD, Limits
 from flowstate.nodes import ID_PATTERN, Ref, StateType

@@ -22,11 +22,12 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from engine.base import Engine
-from flowstate.errors import SessionNotFound
 from flowstate.config import AgentConfig, LoopConfig
+from flowstate.errors import SessionNotFound
 from flowstate.inspection import session_dump
+from flowstate.memory.base import Strategy
+from flowstate.memory.state import FLOWSTATE
 from flowstate.repository import Repository
-from flowstate.strategies import FLOWSTATE, Strategy
 from flowstate.tools import ToolSet
 from serving.errors import APIError, bad_request
 from serving.graph import render_html
@@ -34,7 +35,15 @@ from serving.metrics import Metrics
 from serving.registry import Registry
 from serving.responses import completion, replayed, stream
 from serving.sessions import (
-    SESSION_HEADER, Keys, Live, fingerprint, header_text, match, new_messages, reply_message, session_name,
+    SESSION_HEADER,
+    Keys,
+    Live,
+    fingerprint,
+    header_text,
+    match,
+    new_messages,
+    reply_message,
+    session_name,
 )
 from serving.turns import TurnResult, Turns, check_pending
 from serving.wire import ChatRequest, IngressLimits, canonical_message, check_tools, loads
@@ -88,7 +97,7 @@ def create_app(config: ServerConfig) -> FastAPI:
                     config.stream_answers),
         metrics=Metrics(config.engine),
         limiter=anyio.CapacityLimiter(config.max_concurrency),
-        models={config.model_id, getattr(config.engine, "model_name", config.model_id)},
+        models={config.model_id, config.engine.model_name or config.model_id},
     )
     app.include_router(router)
     app.add_exception_handler(APIError, _api_error)  # type: ignore[arg-type]

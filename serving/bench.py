@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.base import Engine, Generation, Message, OnText, streams
+from engine.base import Engine, Generation, Message, OnText, Sampling
 
 
 @dataclass
@@ -31,20 +31,21 @@ class _Call:
     max_tokens: int | None
 
 
-class Recorder:
+class Recorder(Engine):
     """Passes every call to the engine and keeps it, by session (the session's tag is in its prompt)."""
 
     def __init__(self, inner: Engine) -> None:
         self.inner = inner
-        self.name, self.supports_grammar, self.streams = inner.name, inner.supports_grammar, streams(inner)
+        self.name, self.model_name, self.capabilities = inner.name, inner.model_name, inner.capabilities
         self.calls: list[_Call] = []
         self.completion_tokens = 0
         self._lock = threading.Lock()
 
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
-                 on_text: OnText | None = None) -> Generation:
-        extra = {"on_text": on_text} if on_text is not None else {}
-        gen = self.inner.generate(messages, grammar=grammar, max_tokens=max_tokens, **extra)
+                 on_text: OnText | None = None, sampling: Sampling | None = None,
+                 affinity: str | None = None) -> Generation:
+        gen = self.inner.generate(messages, grammar=grammar, max_tokens=max_tokens, on_text=on_text, sampling=sampling,
+                                  affinity=affinity)
         tag = next((w for w in messages[-1].content.split() if w.startswith("#s")), "")
         with self._lock:
             self.calls.append(_Call(tag, list(messages), grammar, max_tokens))
@@ -124,7 +125,10 @@ def bench_serve(engine: Engine, sessions: Sequence[int], loop: Any,
     """Rows per N: wall time and output tok/s through FlowState and direct, and their ratio (``loop``: the
     server's ``LoopConfig``)."""
     recorder = Recorder(engine)
-    reset = getattr(engine, "reset_prefix_cache", lambda: None)
+    def reset() -> None:
+        if engine.capabilities.prefix_cache_reset:
+            engine.reset_prefix_cache()
+
     rows = []
     for n in sessions:
         reset()

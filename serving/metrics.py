@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from collections.abc import Sequence
-
+from engine.base import Engine
 from flowstate.records import StepRecord
 from serving.turns import TurnResult
 
@@ -19,9 +19,9 @@ LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 class Metrics:
     """One registry per app, so several servers in one process never share counts."""
 
-    def __init__(self, engine: object = None) -> None:
+    def __init__(self, engine: Engine | None = None) -> None:
         self.registry = r = CollectorRegistry()
-        if hasattr(engine, "server_stats"):
+        if engine is not None and engine.capabilities.stats:
             r.register(_ServerCollector(engine))
         self.turns = Counter("flowstate_turns", "Chat completion calls by outcome", ["outcome"], registry=r)
         self.requests = Counter("flowstate_requests_finished", "Agent requests answered and persisted", registry=r)

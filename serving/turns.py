@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.base import Engine, OnText, Usage, sampling_fields, streams
+from engine.base import Engine, OnText, Usage
 from engine.errors import EngineError
 from flowstate.config import AgentConfig
 from flowstate.errors import RequestFailed
@@ -19,14 +19,13 @@ from flowstate.loop import RequestRun, Waiting
 from flowstate.nodes import canonical_json, observation_id
 from flowstate.output_stream import AnswerStream, ToolCallStream
 from flowstate.records import StepRecord, unfinished_message
-from flowstate.request_options import RequestOptions
 from flowstate.repository import Repository
+from flowstate.request_options import RequestOptions
 from flowstate.suspend import restore, snapshot
 from grammars.check import GrammarError
 from serving.errors import APIError, bad_request, conflict
 from serving.sessions import Live
 from serving.wire import loads_or_none
-
 
 RETRY_AFTER_S = 5
 OnDelta = Callable[[dict[str, Any]], None]  # one streamed chunk's delta: {"content": …} or {"tool_calls": […]}
@@ -53,7 +52,7 @@ class Turns:
         self.engine, self.repo, self.agent = engine, repo, agent
         self.limits = agent.limits
         # an answer streamed while decoded is the final one only under a grammar ("always": stream regardless)
-        self.streams_answers = streams(engine) and (
+        self.streams_answers = engine.capabilities.streams and (
             stream_answers == "always" or stream_answers == "auto" and agent.constrained)
 
     def check(self, client_tools: Sequence[Mapping[str, Any]], options: RequestOptions = RequestOptions()) -> None:
@@ -63,7 +62,7 @@ class Turns:
         clash = {t["name"] for t in client_tools} & taken
         if clash:
             raise bad_request(f"tools {sorted(clash)} are already server-side tools of this endpoint", "tools")
-        refused = options.sampling.given() - sampling_fields(self.engine)
+        refused = options.sampling.given() - self.engine.capabilities.sampling
         if refused:
             raise bad_request(f"the {self.engine.name} engine cannot honour {', '.join(sorted(refused))} per request",
                               sorted(refused)[0], "unsupported_parameter")

@@ -37,7 +37,7 @@ def pg_server() -> Iterable[PgServer]:
     """A PostgreSQL server for the tests, or a skip (a failure where CI requires one)."""
     try:
         server = PgServer()
-    except Exception as exc:  # noqa: BLE001 - any reason a server cannot start is reported the same way
+    except Exception as exc:
         if os.environ.get(REQUIRE_ENV):
             pytest.fail(f"no PostgreSQL server: {exc}")
         pytest.skip(f"no PostgreSQL server could be started: {exc}")

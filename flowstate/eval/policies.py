@@ -17,16 +17,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.base import Generation, Message, Usage
-from engine.scripted import common_prefix, flatten, tokenize
+from engine.base import Engine, Generation, Message, OnText, Sampling, Usage
+from engine.text import common_prefix, flatten, tokenize
 from flowstate.eval.task import Answer, Call, Decision, Need, Task
-from flowstate.nodes import OBSERVATION_PREFIX
 from flowstate.limits import STANDARD, Limits
+from flowstate.memory.base import Strategy
+from flowstate.memory.mage import COMPRESS, MAINTAIN
+from flowstate.memory.retrieval import EXTRACT
+from flowstate.memory.tracker import TRACK
+from flowstate.nodes import OBSERVATION_PREFIX
 from flowstate.protocol import ModelOutput, render_output
-from flowstate.retrieval import EXTRACT
-from flowstate.mage import COMPRESS, MAINTAIN
-from flowstate.tracker import TRACK
-from flowstate.strategies import Strategy
 
 _SECTION = re.compile(r"<([a-z_]+)>\n(.*?)</\1>", re.S)
 
@@ -253,11 +253,10 @@ class Policy:
         return out
 
 
-class PolicyEngine:
+class PolicyEngine(Engine):
     """An engine that answers with a policy; usage counted like the scripted engine's."""
 
     name = "policy"
-    supports_grammar = False
 
     def __init__(self, policy: Callable[[Sequence[Message]], str],
                  tokens: Callable[[str], Sequence[Any]] = tokenize) -> None:
@@ -266,8 +265,9 @@ class PolicyEngine:
         self._last: Sequence[Any] = []
         self._lock = threading.Lock()
 
-    def generate(self, messages: Sequence[Message], *, grammar: str | None = None,
-                 max_tokens: int | None = None) -> Generation:
+    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
+                 on_text: OnText | None = None, sampling: Sampling | None = None,
+                 affinity: str | None = None) -> Generation:
         text = self.policy(messages)
         prompt = self.tokens(flatten(messages))
         with self._lock:

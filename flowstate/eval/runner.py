@@ -19,19 +19,20 @@ from pathlib import Path
 from typing import Any
 
 from engine.base import Engine
+from engine.text import tokenize
 from flowstate.agent import Agent
+from flowstate.config import LoopConfig
 from flowstate.errors import RequestFailed
-from engine.scripted import tokenize
 from flowstate.eval.policies import Policy, PolicyEngine
 from flowstate.eval.suites import TAU3, check_options, generate
+from flowstate.eval.task import Score, Task
 from flowstate.eval.tau3.conversation import run_conversation
 from flowstate.eval.tau3.gold import GoldPolicy
 from flowstate.eval.tau3.tasks import Tau3Task
-from flowstate.eval.task import Score, Task
 from flowstate.limits import STANDARD
-from flowstate.config import LoopConfig
+from flowstate.memory import get
+from flowstate.memory.base import Strategy
 from flowstate.repository import Repository
-from flowstate.strategies import Strategy, get
 
 TASK_POLICY = (
     "Act with the tools; answer briefly. Every name, number and decision must come from tool results, "

@@ -29,7 +29,7 @@ def calls() -> list[tuple[list[Message], str | None]]:
 
 
 def test_outputs_parse_under_the_grammar_and_the_prefix_is_reused(llama: LlamaCppEngine, calls) -> None:
-    assert llama.embedded and llama.context == 8192
+    assert llama.capabilities.embedded and llama.context == 8192
     gens = [llama.generate(messages, grammar=grammar) for messages, grammar in calls[:3]]
     for gen in gens:
         assert not gen.truncated, gen.text

@@ -11,10 +11,11 @@ import pytest
 from engine.base import Message, Sampling
 from engine.llamacpp import LlamaCppEngine
 from flowstate import LoopConfig, Repository
+from flowstate.config import AgentConfig
 from flowstate.demo import hotel
 from flowstate.limits import COMPACT
-from flowstate.config import AgentConfig
 from flowstate.loop import RequestRun
+from flowstate.memory.state import FLOWSTATE
 from flowstate.request_options import RequestOptions
 
 pytestmark = pytest.mark.slow
@@ -39,7 +40,7 @@ def test_a_seed_reproduces_a_sampled_answer(llama: LlamaCppEngine) -> None:
 
 def run(llama: LlamaCppEngine, options: RequestOptions, query: str, steps: int = 3) -> RequestRun:
     repo = Repository.open(":memory:")
-    agent = AgentConfig(llama, tools=hotel.TOOLS, policy=hotel.POLICY,
+    agent = AgentConfig(llama, FLOWSTATE, tools=hotel.TOOLS, policy=hotel.POLICY,
                         loop=LoopConfig(max_steps=steps, max_tokens=512, max_protocol_errors=steps, limits=COMPACT))
     r = RequestRun(engine=llama, repo=repo, session="s", query=query, agent=agent, options=options)
     while r.record is None and not r.pending and len(r.steps) < steps:

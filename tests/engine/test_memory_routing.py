@@ -15,8 +15,9 @@ import pytest
 
 import engine as engines
 from flowstate import Agent, Repository
-from flowstate.mage import COMPRESS, MAGE, MAINTAIN
+from flowstate.memory.mage import COMPRESS, MAGE, MAINTAIN
 from flowstate.protocol import ModelOutput, render_output
+from tests.engine.openai_stub import send_completion
 
 Calls = list[tuple[str, str]]  # (kind of call, session)
 
@@ -45,17 +46,7 @@ def fake_server() -> tuple[ThreadingHTTPServer, Calls]:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             kind, session, text = answer(body["messages"][0]["content"], body["messages"][-1]["content"])
             seen.append((kind, session))
-            chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
-            events = [{**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": text},
-                                             "finish_reason": "stop"}]},
-                      {**chunk, "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
-                                                         "prompt_tokens_details": {"cached_tokens": 5}}}]
-            data = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_completion(self, text, 10, 5)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()

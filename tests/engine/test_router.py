@@ -19,6 +19,7 @@ import pytest
 import engine as engines
 from engine.router import RouterEngine
 from flowstate import Agent, Repository
+from tests.engine.openai_stub import send, send_completion
 from tests.helpers import add, output
 
 
@@ -31,7 +32,7 @@ def fake_server(name: str, cached: int) -> tuple[ThreadingHTTPServer, list[str]]
             pass
 
         def do_GET(self) -> None:
-            self._send(json.dumps({"object": "list", "data": [{"id": "m", "object": "model", "created": 0,
+            send(self, json.dumps({"object": "list", "data": [{"id": "m", "object": "model", "created": 0,
                                                                 "owned_by": "x"}]}).encode(), "application/json")
 
         def do_POST(self) -> None:
@@ -42,20 +43,7 @@ def fake_server(name: str, cached: int) -> tuple[ThreadingHTTPServer, list[str]]
             active = user.split("<active_state>")[1].split("</active_state>")[0]
             note = "note_" + hashlib.sha256(query.encode()).hexdigest()[:8]
             text = output(content=f"{query} answered by {name}") if note in active else output(delta=[add(note)])
-            chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
-            events = [{**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": text},
-                                             "finish_reason": "stop"}]},
-                      {**chunk, "choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110,
-                                                         "prompt_tokens_details": {"cached_tokens": cached}}}]
-            self._send(b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n",
-                       "text/event-stream")
-
-        def _send(self, data: bytes, kind: str) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_completion(self, text, 100, cached)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()

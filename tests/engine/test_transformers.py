@@ -4,10 +4,11 @@ parse, the model alone does not produce the format, and the id-aware grammar con
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
-from engine.base import Generation, Message
+from engine.base import Capabilities, Engine, Generation, Message
 from engine.errors import EngineConfigError
 from engine.transformers import TransformersEngine
 from flowstate import Agent, LoopConfig, Repository, RequestFailed
@@ -19,18 +20,17 @@ from flowstate.parse import parse_output
 pytestmark = pytest.mark.slow
 
 
-class Recording:
+class Recording(Engine):
     """Passes calls through to the real engine and keeps every prompt, grammar and output."""
 
     name = "recording"
-    supports_grammar = True
+    capabilities = Capabilities(grammar=True, embedded=True)
 
     def __init__(self, inner: TransformersEngine) -> None:
         self.inner = inner
-        self.embedded = inner.embedded  # the protocol profile follows the wrapped model (compact)
         self.calls: list[tuple[list[Message], str | None, Generation]] = []
 
-    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None) -> Generation:
+    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None, **_: Any) -> Generation:
         gen = self.inner.generate(messages, grammar=grammar, max_tokens=max_tokens)
         self.calls.append((list(messages), grammar, gen))
         return gen
@@ -107,4 +107,4 @@ def test_template_kwargs_reach_the_template_and_a_cut_output_is_truncation(smol:
         smol.tokenizer.chat_template, smol.chat_template_kwargs = saved
     cut = smol.generate(MESSAGES, max_tokens=3)
     assert cut.truncated and cut.usage.completion_tokens == 3
-    assert smol.embedded  # the embedded model: the compact protocol profile is picked for it
+    assert smol.capabilities.embedded  # the embedded model: the compact protocol profile is picked for it

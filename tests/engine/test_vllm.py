@@ -11,8 +11,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -21,9 +21,9 @@ from engine.base import Message
 from engine.errors import EngineConfigError
 from flowstate.active import ActiveState
 from flowstate.constrain import GrammarMode, Grammars
-from flowstate.limits import COMPACT
 from flowstate.demo import hotel
 from flowstate.history import HistoricalIndex
+from flowstate.limits import COMPACT
 from flowstate.parse import parse_output
 from flowstate.serializer import serialize, system_prompt
 from grammars.check import accepts

@@ -4,25 +4,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
-from engine.base import Generation, Message, Usage
+from engine.base import Capabilities, Engine, Generation, Message, Usage
 from flowstate.bench import bench_decode, hotel_calls, render_table
 from flowstate.demo import hotel
 from grammars.check import accepts
 
 
-class Replay:
+class Replay(Engine):
     """Answers each prompt with the hotel script's output for it (and a broken one without a grammar)."""
 
     name = "replay"
-    supports_grammar = True
 
     def __init__(self, embedded: bool = False, cut: bool = False) -> None:
-        self.embedded, self.cut = embedded, cut
+        self.cut = cut
+        self.capabilities = Capabilities(grammar=True, embedded=embedded)
         self.outputs = [json.loads(line)["text"] for line in hotel.script_path().read_text().splitlines()]
         self.seen: list[str | None] = []
 
-    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None) -> Generation:
+    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None, **_: Any) -> Generation:
         self.seen.append(grammar)
         text = self.outputs[(len(self.seen) - 1) // 3]
         if grammar is None:

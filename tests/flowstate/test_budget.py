@@ -58,8 +58,8 @@ def test_an_unknown_on_budget_is_refused() -> None:
 def test_full_context_and_no_isu_persist_an_unfinished_request_too(repo: Repository) -> None:
     from engine.scripted import ScriptedEngine
     from flowstate import Agent, LoopConfig
+    from flowstate.memory.state import FULL_CONTEXT, NO_ISU
     from flowstate.protocol import ModelOutput, ToolCall, render_output
-    from flowstate.strategies import FULL_CONTEXT, NO_ISU
 
     for strategy in (FULL_CONTEXT, NO_ISU):
         call = ModelOutput(tool_calls=(ToolCall(name="double", arguments={"x": 2}),))

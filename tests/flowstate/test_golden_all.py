@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from engine.base import Generation, Message
-from engine.scripted import flatten
+from engine.text import flatten
 from flowstate.eval import runner
 from flowstate.eval.policies import PolicyEngine
 from flowstate.eval.runner import EvalConfig, run_eval

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from engine.base import Generation, Message
+from engine.base import Capabilities
 from engine.scripted import ScriptedEngine
 from flowstate import Agent, LoopConfig, Repository
 from flowstate.limits import COMPACT, STANDARD, for_engine, get
@@ -14,39 +14,35 @@ from grammars.check import accepts
 from tests.helpers import add, output
 
 
-class GrammarRecorder:
-    """Replays scripted outputs as an engine that takes grammars, keeping each call's grammar."""
+class Embedded(ScriptedEngine):
+    """The scripted engine as the embedded tiny model declares itself (the compact profile fits it)."""
 
-    name = "recorder"
-    supports_grammar = True
+    capabilities = Capabilities(grammar=True, embedded=True)
 
-    def __init__(self, outputs: Sequence[str], embedded: bool = False) -> None:
-        self.inner = ScriptedEngine(outputs)
-        self.embedded = embedded
-        self.grammars: list[str | None] = []
 
-    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None) -> Generation:
-        self.grammars.append(grammar)
-        return self.inner.generate(messages)
+def recorder(outputs: Sequence[str] = (), embedded: bool = False) -> ScriptedEngine:
+    """Scripted outputs through an engine that takes grammars (each call's grammar in ``calls``)."""
+    return Embedded(outputs) if embedded else ScriptedEngine(outputs, grammar=True)
 
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
+
+def grammars(engine: ScriptedEngine) -> list[str | None]:
+    return [c["grammar"] for c in engine.calls]
 
 
 def test_profiles_and_the_automatic_choice() -> None:
     assert STANDARD.content >= 16_000 and STANDARD.ops >= 16 and STANDARD.tool_calls >= 8
     assert STANDARD.focus >= 8 and STANDARD.refs >= 8 and STANDARD.tool_text is None
-    assert for_engine(GrammarRecorder([], embedded=True)) is COMPACT
-    assert for_engine(GrammarRecorder([])) is STANDARD
-    assert for_engine(GrammarRecorder([], embedded=True), "standard") is STANDARD
+    assert for_engine(recorder(embedded=True)) is COMPACT
+    assert for_engine(recorder()) is STANDARD
+    assert for_engine(recorder(embedded=True), "standard") is STANDARD
     with pytest.raises(ValueError, match="valid profiles: standard, compact, auto"):
         get("huge")
 
 
 def test_the_prompt_states_the_profile_it_runs_under() -> None:
     with Repository.open(":memory:") as repo:
-        standard = Agent(GrammarRecorder([]), repository=repo, session="a").system
-        compact = Agent(GrammarRecorder([], embedded=True), repository=repo, session="b").system
+        standard = Agent(recorder(), repository=repo, session="a").system
+        compact = Agent(recorder(embedded=True), repository=repo, session="b").system
     assert "final answer ≤ 16000 characters" in standard and "at most 16 state operations" in standard
     assert "final answer ≤ 480 characters" in compact and "at most 4 state operations" in compact
 
@@ -61,20 +57,20 @@ def test_a_real_agent_sized_run_passes_under_the_default_profile_and_its_grammar
         output(delta=[add("plan_trip", "artifact", **NESTED), add("pref_budget", "preference", total=1200)]),
         output(delta=[{"operation": "update", "state_id": "plan_trip", "summary": "s" * 300}], content=LONG_ANSWER),
     ]
-    engine = GrammarRecorder(script)
+    engine = recorder(script)
     with Repository.open(":memory:") as repo:
         record = Agent(engine, repository=repo, session="trip").run("Plan the trip")
         assert record.response == LONG_ANSWER and len(LONG_ANSWER) >= 2_990
         assert repo.node("trip", "plan_trip").value == NESTED  # type: ignore[union-attr]
     assert all(s.protocol_error is None and not s.malformed and not s.rejected for s in record.steps)
-    for text, grammar in zip(script, engine.grammars, strict=True):
+    for text, grammar in zip(script, grammars(engine), strict=True):
         assert grammar is not None and accepts(grammar, text)
 
 
 def test_the_compact_profile_refuses_what_the_standard_one_admits() -> None:
-    engine = GrammarRecorder([output(content=LONG_ANSWER), output(delta=[add("plan_trip", **NESTED)]), output(content="short")])
+    engine = recorder([output(content=LONG_ANSWER), output(delta=[add("plan_trip", **NESTED)]), output(content="short")])
     with Repository.open(":memory:") as repo:
         record = Agent(engine, repository=repo, session="c", config=LoopConfig(limits=COMPACT)).run("q")
     assert record.steps[0].protocol_error is not None and "480" in record.steps[0].protocol_error["message"]
     assert "value" in record.steps[1].malformed[0]["reason"]
-    assert not accepts(engine.grammars[0] or "", output(content=LONG_ANSWER))
+    assert not accepts(grammars(engine)[0] or "", output(content=LONG_ANSWER))

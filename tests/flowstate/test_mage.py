@@ -8,7 +8,7 @@ from typing import Any
 
 from engine.scripted import ScriptedEngine
 from flowstate import Agent, Repository
-from flowstate.mage import COMPRESS, MAGE, MAGE_NO_COMPRESS, MAGE_NO_REVISE, MAINTAIN, load_tree
+from flowstate.memory.mage import COMPRESS, MAGE, MAGE_NO_COMPRESS, MAGE_NO_REVISE, MAINTAIN, load_tree
 
 
 def answer(content: str) -> str:

@@ -7,14 +7,15 @@ import json
 
 import pytest
 
-from engine.base import Sampling
+from engine.base import Capabilities, Sampling
 from engine.errors import EngineConfigError
 from engine.scripted import ScriptedEngine
-from flowstate import LoopConfig, Repository
+from flowstate import Repository
+from flowstate.config import AgentConfig
 from flowstate.constrain import GrammarMode, Grammars
 from flowstate.demo import hotel
-from flowstate.config import AgentConfig
 from flowstate.loop import RequestRun
+from flowstate.memory.state import FLOWSTATE
 from flowstate.parse import parse_output
 from flowstate.request_options import RequestOptions
 from grammars.check import accepts
@@ -79,7 +80,7 @@ def test_stop_sampling_and_budget_reach_the_request_and_its_engine() -> None:
     engine = ScriptedEngine([output(content="Hotel A. Then B.")])
     options = RequestOptions(sampling=Sampling(temperature=0.7, top_p=0.9, seed=42), max_tokens=77, stop=(". ",))
     with Repository.open(":memory:") as repo:
-        run = RequestRun(engine=engine, repo=repo, session="s", query="q", agent=AgentConfig(engine), options=options)
+        run = RequestRun(engine=engine, repo=repo, session="s", query="q", agent=AgentConfig(engine, FLOWSTATE), options=options)
         run.step()
         assert run.record is not None and run.record.response == "Hotel A"
         assert repo.requests("s")[0].response == "Hotel A"  # stored as the client received it
@@ -88,9 +89,9 @@ def test_stop_sampling_and_budget_reach_the_request_and_its_engine() -> None:
 
 def test_an_engine_that_cannot_honour_a_sampling_field_is_refused() -> None:
     class Fixed(ScriptedEngine):
-        sampling_fields = frozenset({"temperature"})
+        capabilities = Capabilities(sampling=frozenset({"temperature"}))
 
     with Repository.open(":memory:") as repo, pytest.raises(EngineConfigError, match="cannot honour seed, top_p"):
         fixed = Fixed(["x"])
-        RequestRun(engine=fixed, repo=repo, session="s", query="q", agent=AgentConfig(fixed),
+        RequestRun(engine=fixed, repo=repo, session="s", query="q", agent=AgentConfig(fixed, FLOWSTATE),
                    options=RequestOptions(sampling=Sampling(temperature=0.5, top_p=0.5, seed=1)))

@@ -8,7 +8,7 @@ from pathlib import Path
 from engine.scripted import ScriptedEngine
 from flowstate import Agent, Repository
 from flowstate.eval.runner import EvalConfig, run_eval
-from flowstate.retrieval import BM25, EXTRACT, MEM0_STYLE, TOP_K, rank
+from flowstate.memory.retrieval import BM25, EXTRACT, MEM0_STYLE, TOP_K, rank
 
 
 def output(content: str) -> str:
@@ -68,7 +68,7 @@ def test_memory_calls_count_in_the_evaluation(tmp_path: Path) -> None:
 
 
 def test_zipact_acts_on_a_tracked_state_updated_by_its_own_calls(tmp_path: Path) -> None:
-    from flowstate.tracker import TRACK, ZIPACT
+    from flowstate.memory.tracker import TRACK, ZIPACT
 
     tool = '<tool_calls>\n[{"name": "echo", "arguments": {"x": 7}}]\n</tool_calls>\n<assistant_message>\n{"content": null}\n</assistant_message>'
     engine = ScriptedEngine([

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from engine.scripted import ScriptedEngine
-from flowstate import Agent, LoopConfig, RequestFailed, Repository
+from flowstate import Agent, LoopConfig, Repository, RequestFailed
 from flowstate.parse import parse_output
 from flowstate.protocol import AddOp, UpdateOp
 from tests.helpers import output

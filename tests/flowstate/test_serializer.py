@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from engine.scripted import ScriptedEngine, common_prefix, flatten
+from engine.scripted import ScriptedEngine
+from engine.text import common_prefix, flatten
 from flowstate import Agent, Repository
 from flowstate.demo import hotel
 from flowstate.history import session_index

@@ -7,29 +7,32 @@ from typing import Any
 
 import pytest
 
-from engine.base import Generation, Message
-from flowstate import Agent, LoopConfig, Repository
+from engine.base import Capabilities, Engine, Generation, Message
+from flowstate import Agent, Repository
 from flowstate.errors import ProtocolError
 from flowstate.eval.policies import Policy, PolicyEngine
 from flowstate.eval.suites import generate
 from flowstate.eval.task import Task
+from flowstate.memory import METHODS as STRATEGIES
+from flowstate.memory import get
+from flowstate.memory.base import Strategy
+from flowstate.memory.state import FLOWSTATE, FULL_CONTEXT, NO_ISU, NO_PSA
 from flowstate.parse import parse_output
-from flowstate.strategies import FLOWSTATE, FULL_CONTEXT, NO_ISU, NO_PSA, STRATEGIES, Strategy, get
 from grammars.check import accepts
 from tests.helpers import output
 
 
-class Recording:
+class Recording(Engine):
     """The oracle as an engine that takes grammars, recording every (prompt, grammar, output)."""
 
     name = "recording"
-    supports_grammar = True
+    capabilities = Capabilities(grammar=True)
 
     def __init__(self, task: Task, strategy: Strategy) -> None:
         self.inner = PolicyEngine(Policy(task, strategy, memory=True))
         self.calls: list[tuple[list[Message], str | None, Generation]] = []
 
-    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None) -> Generation:
+    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None, **_: Any) -> Generation:
         gen = self.inner.generate(messages)
         self.calls.append((list(messages), grammar, gen))
         return gen

@@ -10,6 +10,7 @@ from engine.scripted import ScriptedEngine
 from flowstate import Repository
 from flowstate.config import AgentConfig
 from flowstate.loop import RequestRun
+from flowstate.memory.state import FLOWSTATE
 from flowstate.records import ToolCallRecord
 from flowstate.suspend import restore, snapshot
 from tests.helpers import add, output
@@ -27,7 +28,7 @@ def script() -> list[str]:
 
 def start(repo: Repository, engine: ScriptedEngine) -> RequestRun:
     repo.persist_request("s", 1, "earlier", "ok", [], {})
-    run = RequestRun(engine=engine, repo=repo, session="s", query="What does A cost?", agent=AgentConfig(engine),
+    run = RequestRun(engine=engine, repo=repo, session="s", query="What does A cost?", agent=AgentConfig(engine, FLOWSTATE),
                      client_tools=TOOLS)
     run.step()
     assert [c.name for c in run.pending] == ["get_price"]
@@ -46,7 +47,7 @@ def test_a_restored_run_goes_on_exactly_as_the_original(tmp_path) -> None:  # ty
         original = start(a, original_engine)
         twin = start(b, other_engine)
         stored = json.loads(json.dumps(snapshot(twin)))  # through JSON, as the database keeps it
-        restored = restore(stored, engine=other_engine, repo=b, agent=AgentConfig(other_engine))
+        restored = restore(stored, engine=other_engine, repo=b, agent=AgentConfig(other_engine, FLOWSTATE))
         assert restored.index_k == 2 and [s.to_dict() for s in restored.steps] == [s.to_dict() for s in twin.steps]
         assert restored.state == twin.state and restored.pending == twin.pending
         for run in (original, restored):

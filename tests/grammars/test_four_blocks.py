@@ -9,16 +9,16 @@ import pytest
 from flowstate.active import ActiveState
 from flowstate.constrain import step_ids
 from flowstate.demo import hotel
+from flowstate.limits import COMPACT
 from flowstate.nodes import Node, Ref, Relation, StateType
 from flowstate.parse import parse_output
 from flowstate.protocol import block_schemas
 from grammars.check import GrammarError, accepts, validate
-from flowstate.limits import COMPACT
 from grammars.four_blocks import StepIds, ToolBounds, protocol_grammar
 from tests.helpers import add, output
 
 
-def raw(focus: list = [], delta: list = [], tools: list = [], content: object = None) -> str:  # noqa: B006
+def raw(focus: list = [], delta: list = [], tools: list = [], content: object = None) -> str:
     """Four blocks rendered like ``render_output`` but without validating them first."""
     items = [{"target_id": f, "reason": "test"} if isinstance(f, str) else f for f in focus]
     blocks = {"state_focus": items, "state_delta": delta, "tool_calls": tools, "assistant_message": {"content": content}}

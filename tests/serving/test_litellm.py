@@ -8,11 +8,10 @@ from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network at import
 
-import litellm  # noqa: E402
+import litellm
 
 from tests.serving.conftest import Server
 from tests.serving.test_chat import PRICE_TOOL, round_trip_script
-
 
 
 def test_litellm_tool_loop(server: Server) -> None:

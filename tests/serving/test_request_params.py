@@ -11,6 +11,7 @@ import openai
 import pytest
 from fastapi.testclient import TestClient
 
+from engine.base import Capabilities
 from engine.scripted import ScriptedEngine
 from flowstate import LoopConfig, Repository
 from serving.app import ServerConfig, create_app
@@ -57,7 +58,7 @@ def test_what_cannot_be_asked_is_a_400(served: Any, params: dict[str, Any], frag
 
 def test_an_engine_that_cannot_honour_a_parameter_says_so() -> None:
     class NoSampling(ScriptedEngine):
-        sampling_fields = frozenset()
+        capabilities = Capabilities()
 
     with Repository.open(":memory:") as repo:
         app = create_app(ServerConfig(engine=NoSampling([output(content="x")]), repo=repo))

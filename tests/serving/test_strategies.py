@@ -9,9 +9,9 @@ from typing import Any
 import openai
 import pytest
 
-from flowstate.mage import COMPRESS, MAINTAIN
+from flowstate.memory import get
+from flowstate.memory.mage import COMPRESS, MAINTAIN
 from flowstate.protocol import ModelOutput, render_output
-from flowstate.strategies import get
 from tests.helpers import add
 from tests.serving.conftest import Server
 from tests.serving.test_chat import PRICE_TOOL, client

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from engine.scripted import ScriptedEngine
-from flowstate import LoopConfig, Repository, StorageError
-from flowstate.tools import ToolSet
-from serving.sessions import Live
+from flowstate import Repository, StorageError
 from flowstate.config import AgentConfig
+from flowstate.memory.state import FLOWSTATE
+from serving.sessions import Live
 from serving.turns import Turns
 from tests.helpers import output
 
@@ -29,7 +29,7 @@ class FailingOnce(Repository):
 def test_a_storage_fault_mid_turn_rolls_the_session_back(tmp_path: Path) -> None:
     repo = FailingOnce.open(tmp_path / "m.db")
     engine = ScriptedEngine([output(content="one"), output(content="two")])
-    turns = Turns(engine, repo, AgentConfig(engine))
+    turns = Turns(engine, repo, AgentConfig(engine, FLOWSTATE))
     live = Live("s", [], 0)
     user = {"role": "user", "content": "hello"}
     with pytest.raises(StorageError, match="disk full"):

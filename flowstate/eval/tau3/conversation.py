@@ -13,13 +13,13 @@ from typing import Any
 
 from engine.base import Engine
 from flowstate.agent import Agent
+from flowstate.config import LoopConfig
 from flowstate.errors import RequestFailed
 from flowstate.eval.tau3.evaluate import grade
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import ScriptedUser, SimulatedUser, User, ends
-from flowstate.config import LoopConfig
+from flowstate.memory.base import Strategy
 from flowstate.repository import Repository
-from flowstate.strategies import Strategy
 
 MAX_TURNS = 30
 

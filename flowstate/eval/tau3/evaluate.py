@@ -19,8 +19,8 @@ from typing import Any
 
 from engine.base import Engine, Message
 from flowstate.eval.tau3.domain import db_hash
-from flowstate.memory_calls import json_object
 from flowstate.eval.tau3.tasks import Tau3Task
+from flowstate.memory.calls import json_object
 
 
 @dataclass

@@ -27,10 +27,10 @@ from flowstate.eval.policies import Policy, memory_text, read_interaction, secti
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import CONFIRM_QUESTION
 from flowstate.limits import STANDARD, Limits
+from flowstate.memory.base import Strategy
+from flowstate.memory.retrieval import EXTRACT
 from flowstate.nodes import OBSERVATION_PREFIX
 from flowstate.protocol import ModelOutput, bounded, render_output
-from flowstate.retrieval import EXTRACT
-from flowstate.strategies import Strategy
 
 
 def leaves(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
+from engine.base import Capabilities, Engine
 from flowstate.eval.policies import Policy, PolicyEngine
 from flowstate.eval.report import write_report
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.eval.suites import generate
-from flowstate.strategies import get
+from flowstate.memory import get
 
 ARGS = ["--policy", "oracle", "--suite", "hotel,bundle,travel,chain", "--strategy", "flowstate,full-context,no-psa,no-isu",
         "--tasks", "12", "--depth", "6"]
@@ -75,17 +76,17 @@ def test_a_rerun_with_another_configuration_is_refused(tmp_path: Path) -> None:
         run_eval(EvalConfig(suites=("chain",), strategies=("flowstate",), tasks=2, depth=4, out=tmp_path, policy="oracle"), [])
 
 
-class Router:
+class Router(Engine):
     """One engine shared by many tasks (as a model server is): the oracle of whichever task asks."""
 
     name = "router"
-    supports_grammar = False
+    capabilities = Capabilities()
 
     def __init__(self, tasks: list[Any], strategy: Any) -> None:
         self.engines = {t.queries[0]: (t.id, PolicyEngine(Policy(t, strategy, memory=True))) for t in tasks}
         self.served: set[str] = set()
 
-    def generate(self, messages: Any, *, grammar: str | None = None, max_tokens: int | None = None) -> Any:
+    def generate(self, messages: Any, *, grammar: str | None = None, max_tokens: int | None = None, **_: Any) -> Any:
         # a bundle task's first query names its own camera, and every later prompt lists it in the index
         task, engine = next(v for q, v in self.engines.items() if q in messages[-1].content)
         self.served.add(task)

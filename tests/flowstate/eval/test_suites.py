@@ -9,7 +9,8 @@ import pytest
 
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.eval.suites import SUITES, generate
-from flowstate.strategies import STRATEGIES
+from flowstate.memory import METHODS as STRATEGIES
+from flowstate.memory import get
 
 
 @pytest.mark.parametrize("suite", sorted(SUITES))
@@ -54,13 +55,14 @@ def test_a_later_subtask_cannot_refetch_what_an_earlier_one_was_told() -> None:
 from typing import Any  # noqa: E402
 
 from engine.base import Generation, Message  # noqa: E402
+from flowstate.config import LoopConfig  # noqa: E402
 from flowstate.eval.policies import Policy, PolicyEngine  # noqa: E402
 from flowstate.eval.runner import run_task  # noqa: E402
 from flowstate.eval.suites import REALISTIC, options  # noqa: E402
 from flowstate.eval.task import Task  # noqa: E402
-from flowstate.config import LoopConfig  # noqa: E402
+from flowstate.memory.base import Strategy  # noqa: E402
+from flowstate.memory.state import FLOWSTATE  # noqa: E402
 from flowstate.repository import Repository  # noqa: E402
-from flowstate.strategies import FLOWSTATE, Strategy  # noqa: E402
 
 
 class Recording(PolicyEngine):
@@ -83,7 +85,7 @@ def _run(task: Task, strategy: Strategy, policy_type: type[Policy] = Policy) -> 
 
 @pytest.mark.parametrize("suite", sorted(SUITES))
 def test_every_reference_step_is_needed(suite: str) -> None:
-    for strategy in STRATEGIES.values():
+    for strategy in map(get, STRATEGIES):
         for task in generate(suite, 3, 6, 1):
             policy, _, row = _run(task, strategy)
             assert row["success"], (suite, strategy.name)

@@ -271,13 +271,13 @@ def test_users_scripted_and_simulated() -> None:
 
 def test_a_conversation_through_the_loop_with_a_simulated_user(tmp_path: Path) -> None:
     # the harness end to end on the fixture: the scripted agent engine plays the gold policy's outputs
-    from flowstate.eval.tau3.conversation import run_conversation
-    from flowstate.eval.runner import _subtask_row
-    from flowstate.eval.policies import PolicyEngine
-    from flowstate.eval.tau3.gold import GoldPolicy
     from flowstate.config import LoopConfig
+    from flowstate.eval.policies import PolicyEngine
+    from flowstate.eval.runner import _subtask_row
+    from flowstate.eval.tau3.conversation import run_conversation
+    from flowstate.eval.tau3.gold import GoldPolicy
+    from flowstate.memory.state import FLOWSTATE
     from flowstate.repository import Repository
-    from flowstate.strategies import FLOWSTATE
 
     task = fixture_task([{"action_id": "r", "name": "get_reservation_details", "arguments": {"reservation_id": "R1"}},
                          *WRITES], communicate=["cancelled"])

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.base import Message
-from flowstate import memory_calls
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
+from flowstate.memory import calls as memory_calls
+from flowstate.memory.base import MemoryContext, Observed, Start, Strategy
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.repository import Repository
 from flowstate.serializer import layout, render_observation, system_prompt
-from flowstate.strategies import MemoryContext, Observed, Start, Strategy
 
 TRACK = "<track_state>"  # marks the tracker call's system message (reference policies read it)
 EMPTY: dict[str, Any] = {"goal": "", "world": {}, "constraints": []}

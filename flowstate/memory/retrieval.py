@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.base import Message
-from flowstate import memory_calls
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
+from flowstate.memory import calls as memory_calls
+from flowstate.memory.base import Finish, MemoryContext, Start, Strategy, interaction, transcript
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.repository import Repository
 from flowstate.serializer import layout, render_observation, system_prompt
-from flowstate.strategies import Finish, MemoryContext, Start, Strategy, transcript
 
 TOP_K = 5  # as MemoryArena's baselines (and MAGE's comparison) fix it
 TWO_BLOCKS = ("tool_calls", "assistant_message")
@@ -107,13 +107,6 @@ class BM25Memory(Strategy):
         return list(state.observations)
 
 
-def _interaction(ctx: MemoryContext) -> str:
-    lines: list[dict[str, Any]] = [{"user_query": ctx.query}]
-    lines += [{"observation_id": o.id, **o.value} for o in ctx.state.observations]
-    lines.append({"response": ctx.response})
-    return "".join(canonical_json(line) + "\n" for line in lines)
-
-
 @dataclass(frozen=True)
 class ExtractedMemory(Strategy):
     name: str = "mem0-style"
@@ -143,7 +136,8 @@ class ExtractedMemory(Strategy):
 
     def finish(self, ctx: MemoryContext) -> Finish:
         """One model call extracts the request's facts; each becomes a node ``mem_r{k}_{i}``."""
-        generation = ctx.call_model(EXTRACT_PROMPT, f"<interaction>\n{_interaction(ctx)}</interaction>", FACTS_GRAMMAR)
+        done = interaction(ctx.query, ctx.state.observations, ctx.response)
+        generation = ctx.call_model(EXTRACT_PROMPT, f"<interaction>\n{done}</interaction>", FACTS_GRAMMAR)
         facts, error = _facts(generation.text, ctx.limits)
         nodes = tuple(Node(id=f"mem_r{ctx.k}_{i}", type=StateType.KNOWLEDGE, request=ctx.k,
                            summary=fact[: ctx.limits.text], value={"fact": fact}) for i, fact in enumerate(facts, 1))

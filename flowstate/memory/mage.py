@@ -24,15 +24,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.base import Message
-from flowstate import memory_calls
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
+from flowstate.memory import calls as memory_calls
+from flowstate.memory.base import Finish, MemoryContext, Start, Strategy, ToolOutcome, interaction
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.records import StepRecord
 from flowstate.repository import Repository
-from flowstate.serializer import layout, render_observation, system_prompt
-from flowstate.strategies import Finish, MemoryContext, Start, Strategy, ToolOutcome
+from flowstate.serializer import layout, system_prompt
 
 COMPRESS = "<compress_segment>"  # marks the Compress call's system message
 MAINTAIN = "<maintain_summary>"  # marks the Maintain call's system message
@@ -164,9 +164,7 @@ class Mage(Strategy):
             return Finish(tuple(nodes), ())
         tree = load_tree(ctx.session.nodes())
         parent = revised if revised != "unset" else tree.pointer
-        segment = "".join(canonical_json(line) + "\n" for line in (
-            [{"user_query": ctx.query}, *({"observation_id": o.id, **o.value} for o in ctx.state.observations),
-             {"response": ctx.response}]))
+        segment = interaction(ctx.query, ctx.state.observations, ctx.response)
         out = ctx.call_model(COMPRESS_PROMPT, f"<segment>\n{segment}</segment>", SUMMARY_GRAMMAR)
         summary = (memory_calls.json_object(out.text) or {}).get("summary")
         calls.append(memory_calls.record(out, "summary", None if isinstance(summary, str) else "no summary"))

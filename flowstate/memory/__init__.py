@@ -1,0 +1,42 @@
+"""The memory methods, chosen by name: the registry names each method's module and imports it only when asked.
+
+Families, one module each: ``state`` (flowstate, full-context, no-psa, no-isu), ``retrieval`` (bm25,
+mem0-style), ``tracker`` (zipact), ``mage`` (mage and its ablations); the seam they implement is ``base``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from flowstate.memory.base import Strategy
+
+# name -> "module:attribute"
+METHODS: dict[str, str] = {
+    "flowstate": "flowstate.memory.state:FLOWSTATE",
+    "full-context": "flowstate.memory.state:FULL_CONTEXT",
+    "no-psa": "flowstate.memory.state:NO_PSA",
+    "no-isu": "flowstate.memory.state:NO_ISU",
+    "bm25": "flowstate.memory.retrieval:BM25",
+    "mem0-style": "flowstate.memory.retrieval:MEM0_STYLE",
+    "zipact": "flowstate.memory.tracker:ZIPACT",
+    "mage": "flowstate.memory.mage:MAGE",
+    "mage-no-compress": "flowstate.memory.mage:MAGE_NO_COMPRESS",
+    "mage-no-maintain": "flowstate.memory.mage:MAGE_NO_MAINTAIN",
+    "mage-no-revise": "flowstate.memory.mage:MAGE_NO_REVISE",
+}
+DEFAULT = "flowstate"
+
+
+def get(name: str) -> Strategy:
+    """The memory method called ``name`` (unknown names list the valid ones)."""
+    target = METHODS.get(name)
+    if target is None:
+        raise ValueError(f"unknown strategy {name!r}; valid strategies: {', '.join(METHODS)}")
+    module, _, attr = target.partition(":")
+    method: Strategy = getattr(importlib.import_module(module), attr)
+    return method
+
+
+__all__ = ["DEFAULT", "METHODS", "get"]

@@ -1,0 +1,157 @@
+"""The seam every memory method plugs into: ``Strategy`` and the typed values its hooks take and return.
+
+The driver (``flowstate.loop.RequestRun``) drives a method through this seam only: the protocol blocks the
+model writes, the context of each call, what a request leaves in the repository, tools of its own, and its
+own model calls after a tool result (``observed``) and at the request's end (``finish``). A hook gets a
+narrow ``MemoryContext`` — never the driver — and returns what changes.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.base import Generation, Message
+from flowstate.active import ActiveState
+from flowstate.history import HistoricalIndex
+from flowstate.limits import STANDARD, Limits
+from flowstate.nodes import Node, canonical_json
+from flowstate.records import StepRecord
+from flowstate.repository import Repository, RequestRow, SessionView
+
+
+@dataclass(frozen=True)
+class Start:
+    """What a request starts from: its index k, G_k, S_k,1, and the memory block of its prompt."""
+
+    k: int
+    index: HistoricalIndex
+    state: ActiveState
+    memory: tuple[str, str] | None
+    documents: tuple[str, ...] = ()  # what a retrieval method chooses from at each step
+
+
+ModelCall = Callable[[str, str, str], Generation]
+"""(system, user, grammar) -> the output of one model call of a memory method, made on the request's engine
+path: its routing key, sampling and token budget; the grammar applies where the request decodes under one."""
+
+
+@dataclass(frozen=True)
+class MemoryContext:
+    """What a memory method's hooks see of a request: read-only values, its own scratch, and ``call_model``.
+
+    Never the driver itself: a hook returns what changes (``Observed``, ``ToolOutcome``, ``Finish``)."""
+
+    session: SessionView  # the session's M as it was when the request started
+    query: str
+    k: int
+    state: ActiveState  # S_k,t (with the latest observations, once they are in)
+    observation: tuple[Node, ...]  # O_k,t
+    limits: Limits
+    call_model: ModelCall
+    scratch: Mapping[str, Any] = field(default_factory=dict)  # the method's own data of this request (JSON)
+    response: str | None = None  # at ``finish``: the final response (None: unfinished)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What a method makes of new tool results: a new Active State (None keeps it), and its model calls."""
+
+    state: ActiveState | None = None
+    calls: tuple[StepRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """The result of one of a method's own tools, and its scratch afterwards (None keeps it)."""
+
+    result: Any
+    error: str | None = None
+    scratch: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Finish:
+    """What a memory method adds when a request ends: nodes to persist with it, and the model calls it made
+    to build them (their tokens count for the method)."""
+
+    nodes: tuple[Node, ...] = ()
+    calls: tuple[StepRecord, ...] = ()
+
+
+class Strategy(ABC):
+    """The seam every memory method plugs into; ``RequestRun`` is the one driver of a request.
+
+    A method says which protocol blocks the model writes (and so which grammar it decodes under), builds the
+    context of each call (``system_prompt``, ``start``, ``prompt``), chooses what the request leaves in the
+    repository (``persisted``) and may make model calls of its own when the request ends (``finish``).
+    """
+
+    name: str
+    blocks: tuple[str, ...]
+
+    @abstractmethod
+    def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
+        ...
+
+    @abstractmethod
+    def start(self, repo: Repository, session: str) -> Start:
+        ...
+
+    @abstractmethod
+    def prompt(
+        self, system: str, query: str, start: Start, state: ActiveState,
+        feedback: Sequence[dict[str, Any]], observation: Sequence[Node],
+    ) -> list[Message]:
+        ...
+
+    @abstractmethod
+    def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
+        ...
+
+    def tools(self) -> list[dict[str, Any]]:
+        """Tools the method itself gives the agent (their specs), run by ``call_tool``; none by default."""
+        return []
+
+    def call_tool(self, ctx: MemoryContext, name: str, arguments: dict[str, Any]) -> ToolOutcome | None:
+        """Run one of the method's own tools, or None when ``name`` is not one of them."""
+        return None
+
+    def observed(self, ctx: MemoryContext) -> Observed:
+        """Once the latest tool results are in (``ctx.observation``): e.g. a state tracker's update."""
+        return Observed()
+
+    def finish(self, ctx: MemoryContext) -> Finish:
+        """As the request ends, before it is persisted; nothing by default."""
+        return Finish()
+
+
+def interaction(query: str, observations: Sequence[Node], response: str | None) -> str:
+    """One request as the memory methods read it when it ends: the query, each tool result, the response (one
+    JSON line each)."""
+    lines: list[dict[str, Any]] = [{"user_query": query}]
+    lines += [{"observation_id": o.id, **o.value} for o in observations]
+    lines.append({"response": response})
+    return "".join(canonical_json(line) + "\n" for line in lines)
+
+
+def transcript(requests: Sequence[RequestRow], nodes: Sequence[Node]) -> str:
+    """full-context's history: per earlier request its query, every tool call and result, its response.
+
+    One JSON line per item, so the rendering only ever grows at its end.
+    """
+    observations: dict[int, list[Node]] = {}
+    for n in nodes:
+        if n.is_observation:
+            observations.setdefault(n.request, []).append(n)
+    lines = []
+    for r in requests:
+        lines.append({"query_id": r.index, "user_query": r.query})
+        lines += [{"observation_id": o.id, **o.value} for o in observations.get(r.index, ())]
+        end: dict[str, Any] = {"query_id": r.index, "response": r.response}
+        if r.unfinished is not None:
+            end["unfinished"] = r.unfinished
+        lines.append(end)
+    return "".join(canonical_json(line) + "\n" for line in lines)

@@ -1,0 +1,97 @@
+"""The state methods: FlowState and its ablations, and full context (paper §3.1, B.5).
+
+- ``flowstate``: ISU + PSA — the model keeps typed states; earlier requests are reached through
+  the Historical State Index and disclosed on demand.
+- ``full-context``: no state — the whole interaction history of earlier requests (queries, every
+  tool call and result, responses) in the prompt; a two-block protocol (tool calls, message).
+- ``no-psa``: ISU, but every historical state's full content inline from the start; no index,
+  no access (three blocks: no state_focus).
+- ``no-isu``: PSA over states built by fixed rules when a request ends (one node holding the
+  final response, linked to that request's raw tool results); the model makes no states
+  (three blocks: no state_delta) and sees all of this request's tool results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from engine.base import Message
+from flowstate.access import disclose
+from flowstate.active import ActiveState
+from flowstate.history import HistoricalIndex, build_index
+from flowstate.limits import COMPACT, STANDARD, Limits
+from flowstate.memory.base import Start, Strategy, transcript
+from flowstate.nodes import Node, Ref, Relation, StateType
+from flowstate.protocol import BLOCKS
+from flowstate.repository import Repository
+from flowstate.serializer import layout, memory_rules, system_prompt
+
+
+@dataclass(frozen=True)
+class StateStrategy(Strategy):
+    """FlowState and its ablations, and full context: typed states, the index, the transcript."""
+
+    name: str
+    blocks: tuple[str, ...]
+    history: Literal["index", "inline", "transcript"]
+    trajectory: bool = False  # all of this request's tool results stay in view
+    rule_states: bool = False  # Persist builds one state per request by fixed rules
+
+    def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
+        memory = memory_rules(self.blocks, transcript=self.history == "transcript", trajectory=self.trajectory)
+        return system_prompt(tools, policy, self.blocks, memory, limits)
+
+    def start(self, repo: Repository, session: str) -> Start:
+        requests = repo.requests(session)
+        history = repo.nodes(session)
+        k = len(requests) + 1
+        index = build_index(requests, history) if self.history == "index" else HistoricalIndex()
+        state = ActiveState(request=k, history_ids=frozenset(n.id for n in history), index_ids=index.ids())
+        memory: tuple[str, str] | None = None
+        if self.history == "index":
+            memory = ("historical_state_index", index.render())
+        elif self.history == "transcript":
+            memory = ("interaction_history", transcript(requests, history))
+        else:  # inline: every historical state disclosed before the first step
+            state = disclose(repo.view(session), state, tuple(n.id for n in history if not n.is_observation))
+        return Start(k, index, state, memory)
+
+    def prompt(
+        self, system: str, query: str, start: Start, state: ActiveState,
+        feedback: Sequence[dict[str, Any]], observation: Sequence[Node],
+    ) -> list[Message]:
+        trajectory = state.observations[: len(state.observations) - len(observation)] if self.trajectory else None
+        shown = None if self.history == "transcript" else state
+        user = layout(query, memory=start.memory, state=shown, trajectory=trajectory, feedback=feedback,
+                      observation=observation)
+        return [Message("system", system), Message("user", user)]
+
+    def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
+        """Persist's selection of nodes for M_{k+1} (``response`` None: the request ended unfinished)."""
+        if self.rule_states:
+            return [*state.observations, response_node(state, response)]
+        if self.history == "transcript":
+            return list(state.observations)
+        referenced = {ref.state_id for n in state.current for ref in n.refs}
+        return [*(o for o in state.observations if o.id in referenced), *state.current]
+
+
+def response_node(state: ActiveState, response: str | None) -> Node:
+    """no-isu's rule-built state: the final response, deriving from every tool result of the request."""
+    summary = f"final response: {response}" if response is not None else "unfinished: no final response"
+    short = COMPACT.text  # an index line stays short whatever the profile
+    return Node(
+        id=f"response_r{state.request}", type=StateType.ARTIFACT,
+        summary=summary if len(summary) <= short else summary[: short - 1] + "…",
+        value={"response": response}, request=state.request,
+        refs=tuple(Ref(rel=Relation.DERIVES, state_id=o.id) for o in state.observations),
+    )
+
+
+FLOWSTATE = StateStrategy("flowstate", BLOCKS, "index")
+FULL_CONTEXT = StateStrategy("full-context", ("tool_calls", "assistant_message"), "transcript", trajectory=True)
+NO_PSA = StateStrategy("no-psa", ("state_delta", "tool_calls", "assistant_message"), "inline")
+NO_ISU = StateStrategy("no-isu", ("state_focus", "tool_calls", "assistant_message"), "index", trajectory=True,
+                       rule_states=True)

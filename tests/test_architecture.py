@@ -1,0 +1,143 @@
+"""The house as DESIGN.md draws it, checked over the import graph of the source (every import, at module level or
+inside a function, except under ``TYPE_CHECKING``): no cycles, arrows only down the layers, no production import
+of the scripted test engine, no memory-method hook handed the driver, no engine capability found by ``getattr``.
+
+Layers, bottom up: ``engine`` (0), ``grammars`` (1), the method core and storage — every ``flowstate`` module not
+named below, the memory seam ``flowstate.memory.base`` included (2), the memory methods ``flowstate.memory.*`` (3),
+the adapters over the one driver — the Python API, the evaluator, the benches, ``serving`` (4), the command line
+(5). A module may import its own layer and those below it.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("engine", "grammars", "flowstate", "serving")
+ADAPTERS = ("flowstate.agent", "flowstate.eval", "flowstate.bench", "flowstate.repo_bench", "flowstate.demo", "serving")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer(module: str) -> int:
+    if module.startswith("engine"):
+        return 0
+    if module.startswith("grammars"):
+        return 1
+    if module == "flowstate.cli" or module.startswith("flowstate.cli."):
+        return 5
+    if any(module == a or module.startswith(a + ".") for a in ADAPTERS):
+        return 4
+    if module.startswith("flowstate.memory") and module != "flowstate.memory.base":
+        return 3
+    return 2
+
+
+def _type_checking(node: ast.If) -> bool:
+    return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+
+
+def imports(path: Path, modules: set[str]) -> set[str]:
+    """The project modules ``path`` imports (``from a.b import c`` counts a.b.c where that is a module)."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _type_checking(child):
+                continue
+            if isinstance(child, ast.Import):
+                found.update(a.name for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                found.add(child.module)
+                found.update(f"{child.module}.{a.name}" for a in child.names)
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return {m for m in found if m in modules}
+
+
+def graph() -> dict[str, set[str]]:
+    paths = {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    return {m: imports(p, set(paths)) - {m} for m, p in paths.items()}
+
+
+GRAPH = graph()
+
+
+def test_the_graph_is_the_whole_source() -> None:
+    assert {"engine.base", "flowstate.loop", "flowstate.config", "flowstate.memory.base", "flowstate.memory.mage",
+            "serving.turns", "flowstate.cli"} <= set(GRAPH)
+    assert "flowstate.memory.base" in GRAPH["flowstate.loop"]  # the driver knows the seam, and only the seam
+
+
+def test_no_import_cycles() -> None:
+    # a package's __init__ importing its own members is no cycle of the house (``engine`` names its backends)
+    edges = {m: {d for d in deps if not d.startswith(m + ".")} for m, deps in GRAPH.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def walk(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(edges[m]):
+            if state.get(d) == 1:
+                cycle = stack[stack.index(d):] + [d]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if d not in state:
+                walk(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            walk(m)
+
+
+def test_arrows_point_down_only() -> None:
+    upward = sorted(f"{m} (layer {layer(m)}) imports {d} (layer {layer(d)})"
+                    for m, deps in GRAPH.items() for d in deps if layer(d) > layer(m)
+                    and not (m == "flowstate" and d == "flowstate.agent"))  # the package re-exports the API
+    assert upward == []
+
+
+def test_engine_and_grammars_know_nothing_above() -> None:
+    for m, deps in GRAPH.items():
+        if layer(m) <= 1:
+            assert not [d for d in deps if d.startswith(("flowstate", "serving"))], m
+
+
+def test_production_code_never_imports_the_scripted_engine() -> None:
+    users = sorted(m for m, deps in GRAPH.items() if "engine.scripted" in deps and m != "engine")
+    assert users == []
+
+
+def test_memory_hooks_get_a_narrow_context_never_the_run() -> None:
+    from flowstate.memory import METHODS, get
+    from flowstate.memory.base import MemoryContext, Strategy
+
+    hooks = ("call_tool", "observed", "finish")
+    for name in METHODS:
+        for hook in hooks:
+            fn = getattr(type(get(name)), hook)
+            params = list(inspect.signature(fn).parameters.values())[1:]
+            hints = fn.__annotations__
+            assert params[0].name == "ctx" and hints["ctx"] in ("MemoryContext", MemoryContext), (name, hook)
+            assert all(hints.get(p.name) not in ("Any", "RequestRun") for p in params), (name, hook)
+    assert issubclass(type(get("mage")), Strategy)
+
+
+PROBE = re.compile(r"\b(getattr|hasattr)\((self\.)?(engine|model|inner|router|config\.engine|servers\[0\]), *[\"']")
+
+
+def test_no_engine_capability_is_found_by_getattr() -> None:
+    found = [f"{p.relative_to(ROOT)}:{i}" for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if PROBE.search(line)]
+    assert found == []
