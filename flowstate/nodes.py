@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from enum import Enum
 from typing import Any
 
@@ -15,7 +14,6 @@ ID_PATTERN = r"^[a-z][a-z0-9_]{0,47}$"
 OBSERVATION_PREFIX = "obs_"
 """Ids with this prefix are reserved for raw tool observations, named by the runtime."""
 
-_ID_RE = re.compile(ID_PATTERN)
 
 
 class StateType(str, Enum):
@@ -65,10 +63,6 @@ class Node(BaseModel):
     @property
     def is_observation(self) -> bool:
         return self.kind == "observation"
-
-
-def is_valid_id(node_id: str) -> bool:
-    return bool(_ID_RE.match(node_id))
 
 
 def observation_id(request: int, step: int, call: int) -> str:

@@ -14,9 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from engine.base import Message
 from flowstate.active import ActiveState, Disclosed
-from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
 from flowstate.nodes import Node, canonical_json
 from flowstate.protocol import BLOCKS
@@ -181,31 +179,3 @@ def layout(
         parts.append("<feedback>\n" + "".join(canonical_json(f) + "\n" for f in feedback) + "</feedback>\n")
     parts.append(f"<latest_observation>\n{render_observation(observation) or 'none' + chr(10)}</latest_observation>")
     return "".join(parts)
-
-
-def user_prompt(
-    index: HistoricalIndex,
-    query: str,
-    state: ActiveState,
-    feedback: Sequence[dict[str, Any]] = (),
-    observation: Sequence[Node] = (),
-) -> str:
-    """FlowState's user message: G_k, q_k, S_k,t, feedback, O_k,t."""
-    return layout(query, memory=("historical_state_index", index.render()), state=state, feedback=feedback,
-                  observation=observation)
-
-
-def serialize(
-    system: str,
-    index: HistoricalIndex,
-    query: str,
-    state: ActiveState,
-    feedback: Sequence[dict[str, Any]] = (),
-    observation: Sequence[Node] = (),
-) -> list[Message]:
-    """The chat prompt C_k,t for one model call."""
-    return [
-        Message("system", system),
-        Message("user", user_prompt(index, query, state, feedback, observation)),
-    ]
-

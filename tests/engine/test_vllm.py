@@ -25,7 +25,7 @@ from flowstate.demo import hotel
 from flowstate.history import HistoricalIndex
 from flowstate.limits import COMPACT
 from flowstate.parse import parse_output
-from flowstate.serializer import serialize, system_prompt
+from flowstate.serializer import layout, system_prompt
 from grammars.check import accepts
 
 pytestmark = pytest.mark.slow
@@ -36,8 +36,10 @@ def prompts() -> tuple[list[Message], list[Message], str]:
     """Two prompts sharing the system part and the query (well over one 128-token KV block)."""
     system = system_prompt(hotel.TOOLS.specs(), hotel.POLICY)
     state = ActiveState(request=1)
-    first = serialize(system, HistoricalIndex(), hotel.QUERIES[0], state)
-    second = serialize(system, HistoricalIndex(), hotel.QUERIES[0], state, feedback=[{"kind": "note", "step": 1}])
+    memory = ("historical_state_index", HistoricalIndex().render())
+    first = [Message("system", system), Message("user", layout(hotel.QUERIES[0], memory=memory, state=state))]
+    second = [Message("system", system), Message("user", layout(hotel.QUERIES[0], memory=memory, state=state,
+                                                               feedback=[{"kind": "note", "step": 1}]))]
     # the compact profile: what the embedded 135M model runs under (its outputs end inside the budget)
     return first, second, Grammars(hotel.TOOLS.specs(), GrammarMode.STEP, limits=COMPACT).for_step(state) or ""
 

@@ -242,11 +242,6 @@ class PlanningTask(Task):
         return bool(scores) and all(s.correct for s in scores)
 
 
-def _time(rng: random.Random, lo: int, hi: int) -> str:
-    m = rng.randrange(lo, hi, 5)
-    return f"{m // 60:02d}:{m % 60:02d}"
-
-
 def _flights(rng: random.Random, city: str, origin: str, k: int, n: int) -> list[dict[str, Any]]:
     rows = []
     for number in rng.sample(range(1000, 9999), n):
