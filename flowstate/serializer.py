@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from flowstate import tags
 from flowstate.active import ActiveState, Disclosed
 from flowstate.limits import STANDARD, Limits
 from flowstate.nodes import Node, canonical_json
@@ -169,13 +170,13 @@ def layout(
 
     Blocks that a strategy does not use (``None``) are left out; the order never changes.
     """
-    parts = [f"<{memory[0]}>\n{memory[1]}</{memory[0]}>\n"] if memory is not None else []
-    parts.append(f"<user_query>\n{query}\n</user_query>\n")
+    parts = [tags.block(*memory)] if memory is not None else []
+    parts.append(tags.block(tags.USER_QUERY, query + "\n"))
     if state is not None:
-        parts.append(f"<active_state>\n{render_active(state)}</active_state>\n")
+        parts.append(tags.block(tags.ACTIVE_STATE, render_active(state)))
     if trajectory is not None:
-        parts.append(f"<trajectory>\n{render_observation(trajectory) or 'none' + chr(10)}</trajectory>\n")
+        parts.append(tags.block(tags.TRAJECTORY, render_observation(trajectory) or "none\n"))
     if feedback:
-        parts.append("<feedback>\n" + "".join(canonical_json(f) + "\n" for f in feedback) + "</feedback>\n")
-    parts.append(f"<latest_observation>\n{render_observation(observation) or 'none' + chr(10)}</latest_observation>")
+        parts.append(tags.block(tags.FEEDBACK, "".join(canonical_json(f) + "\n" for f in feedback)))
+    parts.append(tags.block(tags.LATEST_OBSERVATION, render_observation(observation) or "none\n")[:-1])
     return "".join(parts)

@@ -19,12 +19,10 @@ from typing import Any
 
 from engine.base import Engine, Generation, Message, OnText, Sampling, Usage
 from engine.text import common_prefix, flatten, tokenize
+from flowstate import tags
 from flowstate.eval.task import Answer, Call, Decision, Need, Task
 from flowstate.limits import STANDARD, Limits
 from flowstate.memory.base import Strategy
-from flowstate.memory.mage import COMPRESS, MAINTAIN
-from flowstate.memory.retrieval import EXTRACT
-from flowstate.memory.tracker import TRACK
 from flowstate.nodes import OBSERVATION_PREFIX
 from flowstate.protocol import ModelOutput, render_output
 
@@ -105,19 +103,19 @@ class Policy:
     def facts(self, parts: dict[str, list[dict[str, Any]]], k: int = 0) -> tuple[dict[str, Any], set[str]]:
         """Every fact in view, and the keys of those that arrived at this step."""
         sources: list[dict[str, Any]] = []
-        for tracked in parts.get("tracked_state", []):  # a state tracker's world, by request
+        for tracked in parts.get(tags.TRACKED_STATE, []):  # a state tracker's world, by request
             world = tracked.get("world") or {}
             sources += [{"value": facts} for key, facts in world.items()
                         if isinstance(facts, dict) and (self.memory or key == f"request_{k}")]
         if self.memory:  # earlier requests: full context's transcript, BM25's retrieved requests, extracted memories,
             # MAGE's summaries on the active path (or, without Compress, its raw steps)
-            sources += [i for i in parts.get("interaction_history", []) + parts.get("retrieved_memory", [])
-                        + parts.get("execution_state", []) if "observation_id" in i]
-            sources += [_remembered(i) for i in parts.get("memories", [])]
-            sources += [_remembered({"fact": i["summary"]}) for i in parts.get("execution_state", [])
+            sources += [i for i in parts.get(tags.INTERACTION_HISTORY, []) + parts.get(tags.RETRIEVED_MEMORY, [])
+                        + parts.get(tags.EXECUTION_STATE, []) if "observation_id" in i]
+            sources += [_remembered(i) for i in parts.get(tags.MEMORIES, [])]
+            sources += [_remembered({"fact": i["summary"]}) for i in parts.get(tags.EXECUTION_STATE, [])
                         if "summary" in i and "hint" not in i]
-        sources += [e for e in parts.get("active_state", []) if self.memory or "source_query" not in e]
-        sources += parts.get("trajectory", [])
+        sources += [e for e in parts.get(tags.ACTIVE_STATE, []) if self.memory or "source_query" not in e]
+        sources += parts.get(tags.TRAJECTORY, [])
         facts: dict[str, Any] = {}
         new: set[str] = set()
         for item in sources:
@@ -125,7 +123,7 @@ class Policy:
             facts.update(found)
             if "source_query" in item and item.get("state_id") not in self._seen:  # disclosed at this step
                 new.update(found)
-        for item in parts.get("latest_observation", []):
+        for item in parts.get(tags.LATEST_OBSERVATION, []):
             found = self._facts_of(item)
             facts.update(found)
             new.update(found)
@@ -149,9 +147,9 @@ class Policy:
     @staticmethod
     def visible(parts: dict[str, list[dict[str, Any]]]) -> tuple[list[dict[str, Any]], set[str], list[str]]:
         """The index's states, the ids in the Active State, and the obs ids its entries reference."""
-        listed = [s for entry in parts.get("historical_state_index", []) for s in entry.get("states", [])]
-        shown = {str(e.get("state_id")) for e in parts.get("active_state", [])}
-        related = [r["state_id"] for e in parts.get("active_state", []) for r in e.get("related_states", [])
+        listed = [s for entry in parts.get(tags.HISTORICAL_INDEX, []) for s in entry.get("states", [])]
+        shown = {str(e.get("state_id")) for e in parts.get(tags.ACTIVE_STATE, [])}
+        related = [r["state_id"] for e in parts.get(tags.ACTIVE_STATE, []) for r in e.get("related_states", [])
                    if r["state_id"].startswith(OBSERVATION_PREFIX) and r["state_id"] not in shown]
         return listed, shown, related
 
@@ -177,35 +175,32 @@ class Policy:
     def track(self, user: str) -> str:
         """A state tracker's update: the durable facts of the newest tool results join the world, by request."""
         parts = sections(user)
-        before = (parts.get("tracked_state") or [{}])[0]
-        query = re.search(r"<user_query>\n(.*?)\n</user_query>", user, re.S)
-        k = self.task.subtask(query.group(1) if query else "")
+        before = (parts.get(tags.TRACKED_STATE) or [{}])[0]
+        query = tags.read(user, tags.USER_QUERY)
+        k = self.task.subtask(query or "")
         world = dict(before.get("world") or {})
-        new = {key: v for item in parts.get("new_observation", [])
+        new = {key: v for item in parts.get(tags.NEW_OBSERVATION, [])
                for key, v in self._facts_of(item).items() if self.task.durable(key)}
         world[f"request_{k}"] = {**(world.get(f"request_{k}") or {}), **new}
-        return json.dumps({"goal": query.group(1) if query else "", "world": world, "constraints": []})
+        return json.dumps({"goal": query or "", "world": world, "constraints": []})
 
     def __call__(self, messages: Sequence[Message]) -> str:
-        if messages[0].content.startswith(EXTRACT):
-            found = re.search(r"<interaction>\n(.*?)</interaction>", messages[-1].content, re.S)
-            return self.extract(found.group(1) if found else "")
-        if messages[0].content.startswith(TRACK):
+        if messages[0].content.startswith(tags.EXTRACT):
+            return self.extract(tags.read(messages[-1].content, tags.INTERACTION) or "")
+        if messages[0].content.startswith(tags.TRACK):
             return self.track(messages[-1].content)
-        if messages[0].content.startswith(COMPRESS):  # MAGE's Compress: the segment's facts, as a summary
-            found = re.search(r"<segment>\n(.*?)</segment>", messages[-1].content, re.S)
-            facts = json.loads(self.extract(found.group(1) if found else ""))["facts"]
+        if messages[0].content.startswith(tags.COMPRESS):  # MAGE's Compress: the segment's facts, as a summary
+            facts = json.loads(self.extract(tags.read(messages[-1].content, tags.SEGMENT) or ""))["facts"]
             return json.dumps({"summary": facts[0] if facts else "nothing to keep"})
-        if messages[0].content.startswith(MAINTAIN):  # MAGE's Maintain: the oracle's summaries hold
+        if messages[0].content.startswith(tags.MAINTAIN):  # MAGE's Maintain: the oracle's summaries hold
             return json.dumps({"valid": True, "note": ""})
         parts = sections(messages[-1].content)
-        query = re.search(r"<user_query>\n(.*?)\n</user_query>", messages[-1].content, re.S)
-        k = self.task.subtask(query.group(1) if query else "")
+        k = self.task.subtask(tags.read(messages[-1].content, tags.USER_QUERY) or "")
         t = 1 if not self.trace or self.trace[-1].k != k else self.trace[-1].t + 1
         if t == 1:
             self._seen = set()
         facts, new = self.facts(parts, k)
-        delta = self.record(parts.get("latest_observation", [])) if "state_delta" in self.strategy.blocks else []
+        delta = self.record(parts.get(tags.LATEST_OBSERVATION, [])) if "state_delta" in self.strategy.blocks else []
         decision = self.task.solve(k, facts)
         focus: list[str] = []
         if self.memory and "state_focus" in self.strategy.blocks:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.base import Message
+from flowstate import tags
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
@@ -33,9 +34,8 @@ from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.records import StepRecord
 from flowstate.repository import Repository
 from flowstate.serializer import layout, system_prompt
+from flowstate.tags import COMPRESS, MAINTAIN
 
-COMPRESS = "<compress_segment>"  # marks the Compress call's system message
-MAINTAIN = "<maintain_summary>"  # marks the Maintain call's system message
 REVISE = "revise_memory"
 
 RULES = """\
@@ -127,7 +127,7 @@ class Mage(Strategy):
                       for s, v in tree.summaries.items() if not v["trusted"]]
         else:  # no Compress: the bottom layer stays in view, every earlier raw step
             lines += [{"observation_id": n.id, **n.value} for n in nodes if n.is_observation]
-        memory = ("execution_state", "".join(canonical_json(line) + "\n" for line in lines) or "none\n")
+        memory = (tags.EXECUTION_STATE, "".join(canonical_json(line) + "\n" for line in lines) or "none\n")
         return Start(k, HistoricalIndex(), ActiveState(request=k), memory)
 
     def prompt(
@@ -165,15 +165,15 @@ class Mage(Strategy):
         tree = load_tree(ctx.session.nodes())
         parent = revised if revised != "unset" else tree.pointer
         segment = interaction(ctx.query, ctx.state.observations, ctx.response)
-        out = ctx.call_model(COMPRESS_PROMPT, f"<segment>\n{segment}</segment>", SUMMARY_GRAMMAR)
+        out = ctx.call_model(COMPRESS_PROMPT, tags.block(tags.SEGMENT, segment)[:-1], SUMMARY_GRAMMAR)
         summary = (memory_calls.json_object(out.text) or {}).get("summary")
         calls.append(memory_calls.record(out, "summary", None if isinstance(summary, str) else "no summary"))
         if not isinstance(summary, str):
             return Finish(tuple(nodes), tuple(calls))
         trusted, note = True, ""
         if self.maintain:
-            check = ctx.call_model(MAINTAIN_PROMPT, f"<segment>\n{segment}</segment>\n<summary>\n{summary}\n</summary>",
-                                   CHECK_GRAMMAR)
+            check = ctx.call_model(MAINTAIN_PROMPT, tags.block(tags.SEGMENT, segment)
+                                   + tags.block(tags.SUMMARY, summary + "\n")[:-1], CHECK_GRAMMAR)
             verdict = memory_calls.json_object(check.text)
             calls.append(memory_calls.record(check, "check"))
             if verdict is not None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.base import Message
+from flowstate import tags
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
@@ -26,10 +27,10 @@ from flowstate.memory.base import Finish, MemoryContext, Start, Strategy, intera
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.repository import Repository
 from flowstate.serializer import layout, render_observation, system_prompt
+from flowstate.tags import EXTRACT
 
 TOP_K = 5  # as MemoryArena's baselines (and MAGE's comparison) fix it
 TWO_BLOCKS = ("tool_calls", "assistant_message")
-EXTRACT = "<extract_memories>"  # marks the extraction call's system message (reference policies read it)
 
 BM25_RULES = f"""\
 ## memory
@@ -99,7 +100,7 @@ class BM25Memory(Strategy):
         trajectory = state.observations[: len(state.observations) - len(observation)]
         probe = query + "\n" + render_observation(state.observations)  # the current request's trace so far
         chosen = "".join(start.documents[i] for i in rank(start.documents, probe))
-        user = layout(query, memory=("retrieved_memory", chosen), state=None, trajectory=trajectory,
+        user = layout(query, memory=(tags.RETRIEVED_MEMORY, chosen), state=None, trajectory=trajectory,
                       feedback=feedback, observation=observation)
         return [Message("system", system), Message("user", user)]
 
@@ -127,7 +128,7 @@ class ExtractedMemory(Strategy):
     ) -> list[Message]:
         trajectory = state.observations[: len(state.observations) - len(observation)]
         chosen = "".join(start.documents[i] for i in rank(start.documents, query))  # per request, as Mem0's search
-        user = layout(query, memory=("memories", chosen or "none\n"), state=None, trajectory=trajectory,
+        user = layout(query, memory=(tags.MEMORIES, chosen or "none\n"), state=None, trajectory=trajectory,
                       feedback=feedback, observation=observation)
         return [Message("system", system), Message("user", user)]
 
@@ -137,7 +138,7 @@ class ExtractedMemory(Strategy):
     def finish(self, ctx: MemoryContext) -> Finish:
         """One model call extracts the request's facts; each becomes a node ``mem_r{k}_{i}``."""
         done = interaction(ctx.query, ctx.state.observations, ctx.response)
-        generation = ctx.call_model(EXTRACT_PROMPT, f"<interaction>\n{done}</interaction>", FACTS_GRAMMAR)
+        generation = ctx.call_model(EXTRACT_PROMPT, tags.block(tags.INTERACTION, done)[:-1], FACTS_GRAMMAR)
         facts, error = _facts(generation.text, ctx.limits)
         nodes = tuple(Node(id=f"mem_r{ctx.k}_{i}", type=StateType.KNOWLEDGE, request=ctx.k,
                            summary=fact[: ctx.limits.text], value={"fact": fact}) for i, fact in enumerate(facts, 1))

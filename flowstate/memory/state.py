@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from engine.base import Message
+from flowstate import tags
 from flowstate.access import disclose
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex, build_index
@@ -51,9 +52,9 @@ class StateStrategy(Strategy):
         state = ActiveState(request=k, history_ids=frozenset(n.id for n in history), index_ids=index.ids())
         memory: tuple[str, str] | None = None
         if self.history == "index":
-            memory = ("historical_state_index", index.render())
+            memory = (tags.HISTORICAL_INDEX, index.render())
         elif self.history == "transcript":
-            memory = ("interaction_history", transcript(requests, history))
+            memory = (tags.INTERACTION_HISTORY, transcript(requests, history))
         else:  # inline: every historical state disclosed before the first step
             state = disclose(repo.view(session), state, tuple(n.id for n in history if not n.is_observation))
         return Start(k, index, state, memory)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.base import Message
+from flowstate import tags
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
@@ -22,8 +23,8 @@ from flowstate.memory.base import MemoryContext, Observed, Start, Strategy
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.repository import Repository
 from flowstate.serializer import layout, render_observation, system_prompt
+from flowstate.tags import TRACK
 
-TRACK = "<track_state>"  # marks the tracker call's system message (reference policies read it)
 EMPTY: dict[str, Any] = {"goal": "", "world": {}, "constraints": []}
 
 RULES = """\
@@ -76,15 +77,15 @@ class StateTracker(Strategy):
         self, system: str, query: str, start: Start, state: ActiveState,
         feedback: Sequence[dict[str, Any]], observation: Sequence[Node],
     ) -> list[Message]:
-        user = layout(query, memory=("tracked_state", canonical_json(tracked(state)) + "\n"), state=None,
+        user = layout(query, memory=(tags.TRACKED_STATE, canonical_json(tracked(state)) + "\n"), state=None,
                       feedback=feedback, observation=observation)
         return [Message("system", system), Message("user", user)]
 
     def observed(self, ctx: MemoryContext) -> Observed:
         """The tracker's call: the state so far, the request and the newest tool results give the new state."""
         before = tracked(ctx.state)
-        user = (f"<tracked_state>\n{canonical_json(before)}\n</tracked_state>\n<user_query>\n{ctx.query}\n</user_query>\n"
-                f"<new_observation>\n{render_observation(ctx.observation)}</new_observation>")
+        user = (tags.block(tags.TRACKED_STATE, canonical_json(before) + "\n") + tags.block(tags.USER_QUERY, ctx.query + "\n")
+                + tags.block(tags.NEW_OBSERVATION, render_observation(ctx.observation))[:-1])
         generation = ctx.call_model(TRACK_PROMPT, user, STATE_GRAMMAR)
         after, error = _state(generation.text)
         state = _with(ctx.state, after if after is not None else before)  # a failed update keeps the old state

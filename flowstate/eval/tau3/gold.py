@@ -16,19 +16,18 @@ bound a model following each protocol can reach on real τ³ observations.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
 from engine.base import Message
+from flowstate import tags
 from flowstate.eval.policies import Policy, memory_text, read_interaction, sections
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import CONFIRM_QUESTION
 from flowstate.limits import STANDARD, Limits
 from flowstate.memory.base import Strategy
-from flowstate.memory.retrieval import EXTRACT
 from flowstate.nodes import OBSERVATION_PREFIX
 from flowstate.protocol import ModelOutput, bounded, render_output
 
@@ -87,7 +86,7 @@ class GoldPolicy:
         results of visible earlier states that hold no facts of their own (no-isu's rule states)."""
         listed, shown, _ = Policy.visible(parts)
         unseen = [s["state_id"] for s in listed if s["state_id"] not in shown]
-        empty = [r["state_id"] for e in parts.get("active_state", []) if "response" in (e.get("value") or {})
+        empty = [r["state_id"] for e in parts.get(tags.ACTIVE_STATE, []) if "response" in (e.get("value") or {})
                  for r in e.get("related_states", []) if r["state_id"].startswith(OBSERVATION_PREFIX)
                  and r["state_id"] not in shown]
         return list(dict.fromkeys(unseen + empty))[: self.limits.focus]
@@ -107,13 +106,11 @@ class GoldPolicy:
         return json.dumps({"facts": [memory_text(query, facts)] if facts else []})
 
     def __call__(self, messages: Sequence[Message]) -> str:
-        if messages[0].content.startswith(EXTRACT):
-            found = re.search(r"<interaction>\n(.*?)</interaction>", messages[-1].content, re.S)
-            return self.extract(found.group(1) if found else "")
+        if messages[0].content.startswith(tags.EXTRACT):
+            return self.extract(tags.read(messages[-1].content, tags.INTERACTION) or "")
         user = messages[-1].content
         parts = sections(user)
-        found = re.search(r"<user_query>\n(.*?)\n</user_query>", user, re.S)
-        query = found.group(1) if found else ""
+        query = tags.read(user, tags.USER_QUERY) or ""
         first_step = query not in self.queries
         if first_step:
             self.queries.append(query)
@@ -123,7 +120,7 @@ class GoldPolicy:
         output: dict[str, Any] = {"state_focus": [], "state_delta": [], "tool_calls": [],
                                   "assistant_message": {"content": None}}
         if "state_delta" in self.strategy.blocks:
-            output["state_delta"] = self.record(parts.get("latest_observation", []))
+            output["state_delta"] = self.record(parts.get(tags.LATEST_OBSERVATION, []))
             if first_step and turn == 1:
                 output["state_delta"].insert(0, {
                     "operation": "add", "state_set": "preference", "state_id": "user_request",

@@ -1,0 +1,45 @@
+"""The written protocol of prompts: the tags of their sections and the markers of memory calls, shared by the
+serializer and the memory methods that write prompts and the reference policies that read them back."""
+
+from __future__ import annotations
+
+import re
+
+# sections of a step's user message, in the order the serializer lays them out
+USER_QUERY = "user_query"
+ACTIVE_STATE = "active_state"
+TRAJECTORY = "trajectory"
+FEEDBACK = "feedback"
+LATEST_OBSERVATION = "latest_observation"
+# the memory section, one per method
+HISTORICAL_INDEX = "historical_state_index"  # flowstate, no-isu
+INTERACTION_HISTORY = "interaction_history"  # full-context
+RETRIEVED_MEMORY = "retrieved_memory"  # bm25
+MEMORIES = "memories"  # mem0-style
+TRACKED_STATE = "tracked_state"  # zipact
+EXECUTION_STATE = "execution_state"  # mage
+# sections of memory calls' user messages
+INTERACTION = "interaction"  # a finished request (mem0-style extraction)
+SEGMENT = "segment"  # a finished segment (MAGE's Compress and Maintain)
+SUMMARY = "summary"  # the summary Maintain checks
+NEW_OBSERVATION = "new_observation"  # the newest tool results (the ZipAct tracker)
+
+# a memory call's system message starts with its marker
+EXTRACT = "<extract_memories>"
+TRACK = "<track_state>"
+COMPRESS = "<compress_segment>"
+MAINTAIN = "<maintain_summary>"
+
+
+def block(tag: str, body: str) -> str:
+    """A section: ``body`` (ending in a newline) between the tag's lines."""
+    return f"<{tag}>\n{body}</{tag}>\n"
+
+
+def read(text: str, tag: str) -> str | None:
+    """The body of the first ``tag`` section of ``text`` without its final newline, or None."""
+    found = re.search(rf"<{tag}>\n(.*?)</{tag}>", text, re.S)
+    if found is None:
+        return None
+    body = found.group(1)
+    return body[:-1] if body.endswith("\n") else body
