@@ -44,6 +44,19 @@ def check_engine_args(args: dict[str, Any], dataclass_type: Any) -> dict[str, An
     return dict(args)
 
 
+def _check(model: str | None, backend: str) -> str:
+    """The model folder, once it and the grammar backend are known to be usable."""
+    if model is None:
+        raise EngineConfigError(
+            "the vllm engine needs --model: a transformers folder (flowstate model export DIR writes the embedded model)"
+        )
+    if not (Path(model).is_dir() and (Path(model) / "config.json").is_file()):
+        raise EngineConfigError(f"model {model!r} is not a transformers folder with config.json")
+    if backend not in ("guidance", "xgrammar"):
+        raise EngineConfigError(f"grammar backend must be guidance or xgrammar (vLLM's outlines backend has no CFG), not {backend!r}")
+    return model
+
+
 class VLLMEngine(Engine):
     """vLLM in-process: continuous batching across threads, prefix caching, guidance/xgrammar grammars."""
 
@@ -73,14 +86,7 @@ class VLLMEngine(Engine):
         """``engine_args`` are any of vLLM's own engine arguments (``AsyncEngineArgs`` fields, e.g.
         ``tensor_parallel_size``, ``quantization``, ``kv_cache_dtype``, ``max_num_seqs``); they win over the
         options above and are checked against vLLM's dataclass before anything loads."""
-        if model is None:
-            raise EngineConfigError(
-                "the vllm engine needs --model: a transformers folder (flowstate model export DIR writes the embedded model)"
-            )
-        if not (Path(model).is_dir() and (Path(model) / "config.json").is_file()):
-            raise EngineConfigError(f"model {model!r} is not a transformers folder with config.json")
-        if backend not in ("guidance", "xgrammar"):
-            raise EngineConfigError(f"grammar backend must be guidance or xgrammar (vLLM's outlines backend has no CFG), not {backend!r}")
+        model = _check(model, backend)
         # vLLM logs to stdout by default, which would mix with `flowstate run --json`
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
         try:
@@ -104,18 +110,7 @@ class VLLMEngine(Engine):
             kwargs["tensor_parallel_size"] = tensor_parallel_size
         kwargs.update(check_engine_args(engine_args or {}, AsyncEngineArgs))
         max_model_len = int(kwargs["max_model_len"])
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-async", daemon=True)
-        self._thread.start()
-
-        async def start() -> Any:
-            return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
-
-        try:
-            self.llm = asyncio.run_coroutine_threadsafe(start(), self._loop).result()
-        except Exception as exc:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            raise EngineConfigError(f"vLLM could not start with model {model}: {type(exc).__name__}: {exc}") from exc
+        self.llm = self._start(AsyncLLM, AsyncEngineArgs(**kwargs), model)
         self.tokenizer = self.llm.get_tokenizer()
         self.model_name = model
         self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
@@ -124,6 +119,21 @@ class VLLMEngine(Engine):
         self._lock = threading.Lock()
         self.in_flight = 0  # requests inside vLLM now
         self.max_in_flight = 0  # the most at once (observability: continuous batching at work)
+
+    def _start(self, async_llm: Any, args: Any, model: str) -> Any:
+        """vLLM's async engine, on an event loop of its own in a daemon thread."""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-async", daemon=True)
+        self._thread.start()
+
+        async def start() -> Any:
+            return async_llm.from_engine_args(args)
+
+        try:
+            return asyncio.run_coroutine_threadsafe(start(), self._loop).result()
+        except Exception as exc:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            raise EngineConfigError(f"vLLM could not start with model {model}: {type(exc).__name__}: {exc}") from exc
 
     @classmethod
     def from_options(cls, **options: Any) -> VLLMEngine:

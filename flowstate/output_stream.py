@@ -119,79 +119,89 @@ class ToolCallStream:
 
     def _step(self) -> bool:
         """Advance as far as the text allows; True if the state changed (call again)."""
-        buf = self._buf
-        if self._state == "seek":
-            at = buf.find(TOOLS_MARK)
-            if at < 0:
-                return False
-            self._state, self._pos = "between", at + len(TOOLS_MARK)
-            return True
-        if self._state == "between":  # before '[' / ',' / the next '{' / ']'
-            while self._pos < len(buf) and buf[self._pos] in " \n\t\r[,":
-                self._pos += 1
-            if self._pos >= len(buf):
-                return False
-            if buf[self._pos] == "{":
-                self._state = "head"
-                return True
-            self._state = "done"  # ']' or anything unexpected
+        handler = {"seek": self._seek, "between": self._between, "head": self._head, "args": self._args,
+                   "close": self._close}.get(self._state)
+        return handler() if handler is not None else False
+
+    def _seek(self) -> bool:
+        at = self._buf.find(TOOLS_MARK)
+        if at < 0:
             return False
-        if self._state == "head":
-            head = _NAME.match(buf, self._pos)
-            if head is None:
-                at = buf.find('"arguments"', self._pos)
-                rest = buf[at + len('"arguments"'):].lstrip(" \n\t\r:") if at >= 0 else ""
-                if rest or len(buf) - self._pos > 400:
-                    self._state = "done"  # not the grammar's shape: leave it to the end of the step
-                return False
-            self._position += 1
-            self.on_call(self._position, head.group(1))
-            self._pos = head.end()
-            self._state, self._depth, self._in_string, self._escaped = "args", 0, False, False
-            return True
-        if self._state == "args":
-            start = self._pos
-            i = start
-            end = None
-            while i < len(buf):
-                c = buf[i]
-                i += 1
-                if self._in_string:
-                    if self._escaped:
-                        self._escaped = False
-                    elif c == "\\":
-                        self._escaped = True
-                    elif c == '"':
-                        self._in_string = False
-                elif c == '"':
-                    self._in_string = True
-                elif c in "{[":
-                    self._depth += 1
-                elif c in "}]":
-                    self._depth -= 1
-                    if self._depth == 0:
-                        end = i
-                        break
-            stop = end if end is not None else i
-            if stop > start:
-                self.on_arguments(self._position, buf[start:stop])
-            self._pos = stop
-            if end is None:
-                return False
-            while self._pos < len(buf) and buf[self._pos] in " \n\t\r":
-                self._pos += 1
-            if self._pos >= len(buf):
-                self._state = "close"
-                return False
-            self._pos += 1  # the call object's closing brace
-            self._state = "between"
-            return True
-        if self._state == "close":
-            while self._pos < len(buf) and buf[self._pos] in " \n\t\r":
-                self._pos += 1
-            if self._pos >= len(buf):
-                return False
+        self._state, self._pos = "between", at + len(TOOLS_MARK)
+        return True
+
+    def _skip(self, chars: str) -> bool:
+        """Move past ``chars``; True if text remains after them."""
+        while self._pos < len(self._buf) and self._buf[self._pos] in chars:
             self._pos += 1
-            self._state = "between"
+        return self._pos < len(self._buf)
+
+    def _between(self) -> bool:  # before '[' / ',' / the next '{' / ']'
+        if not self._skip(" \n\t\r[,"):
+            return False
+        if self._buf[self._pos] == "{":
+            self._state = "head"
             return True
+        self._state = "done"  # ']' or anything unexpected
         return False
+
+    def _head(self) -> bool:
+        buf = self._buf
+        head = _NAME.match(buf, self._pos)
+        if head is None:
+            at = buf.find('"arguments"', self._pos)
+            rest = buf[at + len('"arguments"'):].lstrip(" \n\t\r:") if at >= 0 else ""
+            if rest or len(buf) - self._pos > 400:
+                self._state = "done"  # not the grammar's shape: leave it to the end of the step
+            return False
+        self._position += 1
+        self.on_call(self._position, head.group(1))
+        self._pos = head.end()
+        self._state, self._depth, self._in_string, self._escaped = "args", 0, False, False
+        return True
+
+    def _args(self) -> bool:
+        buf, start = self._buf, self._pos
+        end = self._scan(start)
+        stop = end if end is not None else len(buf)
+        if stop > start:
+            self.on_arguments(self._position, buf[start:stop])
+        self._pos = stop
+        if end is None:
+            return False
+        if not self._skip(" \n\t\r"):
+            self._state = "close"
+            return False
+        self._pos += 1  # the call object's closing brace
+        self._state = "between"
+        return True
+
+    def _scan(self, i: int) -> int | None:
+        """Where the arguments object that continues at ``i`` ends (past its closing brace), or None."""
+        buf = self._buf
+        while i < len(buf):
+            c = buf[i]
+            i += 1
+            if self._in_string:
+                if self._escaped:
+                    self._escaped = False
+                elif c == "\\":
+                    self._escaped = True
+                elif c == '"':
+                    self._in_string = False
+            elif c == '"':
+                self._in_string = True
+            elif c in "{[":
+                self._depth += 1
+            elif c in "}]":
+                self._depth -= 1
+                if self._depth == 0:
+                    return i
+        return None
+
+    def _close(self) -> bool:
+        if not self._skip(" \n\t\r"):
+            return False
+        self._pos += 1
+        self._state = "between"
+        return True

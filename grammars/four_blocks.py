@@ -174,6 +174,48 @@ def _json_rule(name: str, schema: dict[str, Any]) -> str:
 ALL_BLOCKS = ("state_focus", "state_delta", "tool_calls", "assistant_message")
 
 
+# Every literal is a whole tag, shared by all alternatives; what differs between them lives in
+# the JSON nonterminals. (Overlapping literals would make the lexer commit to one too early.)
+_STRUCTURE = {
+    "focus": "FOCUS focus_json END_FOCUS",
+    "focus_some": "FOCUS focus_some_json END_FOCUS",
+    "focus_none": "FOCUS empty_json END_FOCUS",
+    "delta": "DELTA delta_json END_DELTA",
+    "delta_some": "DELTA delta_some_json END_DELTA",
+    "act": "TOOLS calls_json END_TOOLS MESSAGE null_json END_MESSAGE",
+    "answer": "TOOLS empty_json END_TOOLS MESSAGE answer_json END_MESSAGE",
+    "wait": "TOOLS empty_json END_TOOLS MESSAGE null_json END_MESSAGE",
+}
+_TAGS = {
+    "FOCUS": r'"<state_focus>\n"', "END_FOCUS": r'"\n</state_focus>\n"',
+    "DELTA": r'"<state_delta>\n"', "END_DELTA": r'"\n</state_delta>\n"',
+    "TOOLS": r'"<tool_calls>\n"', "END_TOOLS": r'"\n</tool_calls>\n"',
+    "MESSAGE": r'"<assistant_message>\n"', "END_MESSAGE": r'"\n</assistant_message>"',
+}
+
+
+def _alternatives(b: Mapping[str, dict[str, Any]], rules: dict[str, dict[str, Any]], blocks: Sequence[str],
+                  require_tools: bool) -> list[list[str]]:
+    """The outputs a step may take (act, answer, wait on focus or delta), each a list of parts; adds the JSON
+    rules of non-empty blocks to ``rules``."""
+    has_focus, has_delta = "state_focus" in blocks, "state_delta" in blocks
+    focus_some, delta_some, calls_some = (_nonempty(b[k]) for k in ("state_focus", "state_delta", "tool_calls"))
+    alternatives = [] if require_tools else [["focus", "delta", "answer"]]
+    if calls_some is not None:
+        rules["calls_json"] = calls_some
+        alternatives.insert(0, ["focus", "delta", "act"])
+    if focus_some is not None and has_focus:
+        rules["focus_some_json"] = focus_some
+        alternatives.append(["focus_some", "delta", "wait"])
+    if delta_some is not None and has_delta:
+        rules["delta_some_json"] = delta_some
+        alternatives.append(["focus_none", "delta_some", "wait"])
+    absent = ({"focus", "focus_some", "focus_none"} if not has_focus else set()) | (
+        {"delta", "delta_some"} if not has_delta else set())
+    alternatives = [[part for part in alt if part not in absent] for alt in alternatives]
+    return alternatives
+
+
 def protocol_grammar(
     schemas: Mapping[str, dict[str, Any]], tools: Sequence[Mapping[str, Any]], ids: StepIds | None = None,
     blocks: Sequence[str] = ALL_BLOCKS, bounds: ToolBounds = ToolBounds(), *, require_tools: bool = False,
@@ -203,45 +245,12 @@ def protocol_grammar(
                       "additionalProperties": False},
         "empty_json": {"type": "array", "maxItems": 0},
     }
-    has_focus, has_delta = "state_focus" in blocks, "state_delta" in blocks
-    focus_some, delta_some, calls_some = (_nonempty(b[k]) for k in ("state_focus", "state_delta", "tool_calls"))
-    alternatives = [] if require_tools else [["focus", "delta", "answer"]]
-    if calls_some is not None:
-        rules["calls_json"] = calls_some
-        alternatives.insert(0, ["focus", "delta", "act"])
-    if focus_some is not None and has_focus:
-        rules["focus_some_json"] = focus_some
-        alternatives.append(["focus_some", "delta", "wait"])
-    if delta_some is not None and has_delta:
-        rules["delta_some_json"] = delta_some
-        alternatives.append(["focus_none", "delta_some", "wait"])
-    absent = ({"focus", "focus_some", "focus_none"} if not has_focus else set()) | (
-        {"delta", "delta_some"} if not has_delta else set())
-    alternatives = [[part for part in alt if part not in absent] for alt in alternatives]
+    alternatives = _alternatives(b, rules, blocks, require_tools)
     used = {name for alt in alternatives for name in alt}
-    # Every literal is a whole tag, shared by all alternatives; what differs between them lives in
-    # the JSON nonterminals. (Overlapping literals would make the lexer commit to one too early.)
-    structure = {
-        "focus": "FOCUS focus_json END_FOCUS",
-        "focus_some": "FOCUS focus_some_json END_FOCUS",
-        "focus_none": "FOCUS empty_json END_FOCUS",
-        "delta": "DELTA delta_json END_DELTA",
-        "delta_some": "DELTA delta_some_json END_DELTA",
-        "act": "TOOLS calls_json END_TOOLS MESSAGE null_json END_MESSAGE",
-        "answer": "TOOLS empty_json END_TOOLS MESSAGE answer_json END_MESSAGE",
-        "wait": "TOOLS empty_json END_TOOLS MESSAGE null_json END_MESSAGE",
-    }
-    tags = {
-        "FOCUS": r'"<state_focus>\n"', "END_FOCUS": r'"\n</state_focus>\n"',
-        "DELTA": r'"<state_delta>\n"', "END_DELTA": r'"\n</state_delta>\n"',
-        "TOOLS": r'"<tool_calls>\n"', "END_TOOLS": r'"\n</tool_calls>\n"',
-        "MESSAGE": r'"<assistant_message>\n"', "END_MESSAGE": r'"\n</assistant_message>"',
-    }
-    needed = {part for name in used for part in structure[name].split()}
-    tags = {name: literal for name, literal in tags.items() if name in needed}
+    needed = {part for name in used for part in _STRUCTURE[name].split()}
     lines = ["start: " + " | ".join(" ".join(alt) for alt in alternatives)]
-    lines += [f"{name}: {body}" for name, body in structure.items() if name in used]
-    lines += [f"{name}: {literal}" for name, literal in tags.items()]
+    lines += [f"{name}: {body}" for name, body in _STRUCTURE.items() if name in used]
+    lines += [f"{name}: {literal}" for name, literal in _TAGS.items() if name in needed]
     lines += [_json_rule(name, schema) for name, schema in rules.items() if name in needed]
     return "\n".join(lines) + "\n"
 

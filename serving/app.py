@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-import uuid
-from collections.abc import Callable, Sequence
+import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,27 +28,16 @@ from flowstate.memory.base import Strategy
 from flowstate.memory.state import FLOWSTATE
 from flowstate.repository import Repository
 from flowstate.tools import ToolSet
+from serving.chat import IDEMPOTENCY_HEADER, complete
 from serving.errors import APIError, bad_request
 from serving.graph import render_html
 from serving.metrics import Metrics
 from serving.registry import Registry
-from serving.responses import completion, replayed, stream
-from serving.sessions import (
-    SESSION_HEADER,
-    Keys,
-    Live,
-    fingerprint,
-    header_text,
-    match,
-    new_messages,
-    reply_message,
-    session_name,
-)
-from serving.turns import TurnResult, Turns, check_pending
-from serving.wire import ChatRequest, IngressLimits, canonical_message, check_tools, loads
+from serving.sessions import SESSION_HEADER, Keys, SessionKey
+from serving.turns import TurnResult, Turns
+from serving.wire import ChatRequest, IngressLimits, loads
 
 log = logging.getLogger("flowstate.serving")
-IDEMPOTENCY_HEADER = "idempotency-key"
 
 
 @dataclass
@@ -167,132 +155,7 @@ async def chat(request: Request) -> JSONResponse | StreamingResponse:
     s = _services(request)
     ns = s.namespace(request)
     body = _parse(await _read(request, s.config.ingress))
-    if body.model not in s.models:
-        raise APIError(404, f"model {body.model!r} does not exist; this server serves {s.config.model_id!r}",
-                       type="not_found_error", param="model", code="model_not_found")
-    if body.n not in (None, 1):
-        raise bad_request("n > 1 is not supported: each session has one line of memory", "n")
-    if len(body.messages) > s.config.ingress.max_messages:
-        raise bad_request(f"at most {s.config.ingress.max_messages} messages per request", "messages")
-    check_tools(body.tools or [], s.config.ingress)
-    policy = "\n\n".join(m.text(f"messages[{i}]") for i, m in enumerate(body.messages)
-                         if m.role in ("system", "developer"))
-    conversation = [canonical_message(m, f"messages[{i}]") for i, m in enumerate(body.messages)
-                    if m.role not in ("system", "developer")]
-    client_tools = [t.spec() for t in body.tools or ()]
-    options = body.options({t["name"] for t in client_tools} | set(s.config.tools))
-    s.turns.check(client_tools, options)  # before a stream starts: a refusal is a 4xx, not an error event
-    named = session_name(header_text(request.headers.get(SESSION_HEADER), SESSION_HEADER), body.user)
-    key = header_text(request.headers.get(IDEMPOTENCY_HEADER), IDEMPOTENCY_HEADER)
-    if named is not None:
-        name = named
-        await s.sessions.enter(ns + name)
-    else:
-        name = await _unnamed(s, ns, fingerprint(policy, conversation), conversation, key)  # entered
-    full = ns + name
-    try:
-        live = s.sessions.live(full)
-        earlier = _earlier_reply(live, key, conversation, resent_history=len(conversation) > 1)
-        if earlier is None:
-            found = new_messages(conversation, live.transcript)
-            kind, new = check_pending(live, found.new)
-    except BaseException:
-        s.sessions.leave(full)
-        raise
-    extension = {"session": name, "namespace_keyed": bool(ns)}
-    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-    if earlier is not None:  # an exact resend of an answered turn: the same answer, nothing run again
-        s.sessions.leave(full)
-        message, finish = earlier
-        return replayed(completion_id, body.model, message, finish, extension, bool(body.stream))
-
-    deltas: asyncio.Queue[dict[str, Any]] | None = asyncio.Queue() if body.stream else None
-    on_delta: Callable[[dict[str, Any]], None] | None = None
-    if deltas is not None:
-        loop, queue = asyncio.get_running_loop(), deltas
-
-        def on_delta(delta: dict[str, Any]) -> None:  # called from the turn's worker thread
-            loop.call_soon_threadsafe(queue.put_nowait, delta)
-
-    async def turn() -> TurnResult:
-        started = time.perf_counter()
-        try:
-            if kind == "start":
-                fn = lambda: s.turns.start(live, new, policy, client_tools, key, on_delta, options)  # noqa: E731
-            else:
-                fn = lambda: s.turns.resume(live, new, key, on_delta)  # noqa: E731
-            result = await anyio.to_thread.run_sync(fn, limiter=s.limiter)
-        except APIError as exc:
-            s.metrics.failed(exc.code or "error", exc.steps)
-            raise
-        finally:
-            s.sessions.leave(full)
-        s.metrics.observe(result, time.perf_counter() - started)
-        return result
-
-    task = asyncio.create_task(turn())  # runs to the end even if the client goes away
-    s.running.add(task)
-    task.add_done_callback(s.running.discard)
-    if not body.stream:
-        result = await asyncio.shield(task)
-        return JSONResponse(completion(completion_id, body.model, result, extension))
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return StreamingResponse(stream(completion_id, body.model, task, extension, include_usage, deltas),
-                             media_type="text/event-stream")
-
-
-async def _unnamed(s: Services, ns: str, base: str, conversation: list[dict[str, Any]], key: str | None) -> str:
-    """The session of a conversation that names none — the one whose history it continues, or whose
-    answered turn it resends (with a reply already given, or under the same Idempotency-Key) — else a new
-    one: conversations that merely open alike never share a session. Returns with the session entered."""
-    guard = ns + base + "#resolve"
-    await s.sessions.enter(guard)
-    try:
-        stored = await anyio.to_thread.run_sync(s.config.repo.sessions, ns + base)
-        candidates = [n for n in sorted({*stored, *s.sessions.names(ns + base)})
-                      if n == ns + base or n.startswith(ns + base + ".")]
-        best, best_rank = None, (-1, -1)
-        first_user = next((i for i, m in enumerate(conversation) if m["role"] == "user"), len(conversation))
-        # an assistant message after the first user message: the history of one answered conversation
-        resent = any(m["role"] == "assistant" for m in conversation[first_user:])
-        for full in candidates:
-            live = s.sessions.view(full)
-            kind = match(conversation, live.transcript).kind
-            if (key is not None and key in live.replies) or kind == "continues" and (resent or not live.transcript) \
-                    or kind == "replay" and resent:
-                if key is not None and key in live.replies:
-                    best = full
-                    break
-                rank = (kind == "continues", len(live.transcript))  # a conversation in progress before a replay
-                if rank > best_rank:
-                    best, best_rank = full, rank
-        if best is None:
-            used = set(candidates)
-            best = ns + base if ns + base not in used else next(
-                f"{ns}{base}.{i}" for i in range(1, len(used) + 2) if f"{ns}{base}.{i}" not in used)
-        await s.sessions.enter(best)
-        try:
-            s.sessions.live(best)  # in memory from now on, so a concurrent new conversation picks another name
-        except BaseException:
-            s.sessions.leave(best)
-            raise
-        return best[len(ns):]
-    finally:
-        s.sessions.leave(guard)
-
-
-def _earlier_reply(
-    live: Live, key: str | None, conversation: list[dict[str, Any]], resent_history: bool,
-) -> tuple[dict[str, Any], str] | None:
-    """The reply already given to this exact request: by its Idempotency-Key, or (for a client that resends
-    its history) because the conversation ends where an answered turn of the transcript ends."""
-    if key is not None and key in live.replies and live.replies[key] < len(live.transcript):
-        return reply_message(live.transcript[live.replies[key]])
-    if resent_history:
-        found = match(conversation, live.transcript)
-        if found.kind == "replay":
-            return reply_message(live.transcript[found.at])
-    return None
+    return await complete(s, ns, body, request.headers.get(SESSION_HEADER), request.headers.get(IDEMPOTENCY_HEADER))
 
 
 @router.get("/v1/sessions")
@@ -304,42 +167,43 @@ async def list_sessions(request: Request) -> dict[str, Any]:
     return {"object": "list", "data": data}
 
 
+def _session(request: Request, session_id: str) -> tuple[Services, SessionKey]:
+    """The services and the caller's session named in the path (NFC, as names in headers and bodies are)."""
+    s = _services(request)
+    return s, SessionKey(s.namespace(request), unicodedata.normalize("NFC", session_id))
+
+
 @router.get("/v1/sessions/{session_id}")
 async def get_session(session_id: str, request: Request) -> dict[str, Any]:
-    s = _services(request)
-    ns = s.namespace(request)
-    live = await anyio.to_thread.run_sync(s.sessions.view, ns + session_id)  # memory, else the database
+    s, key = _session(request, session_id)
+    live = await anyio.to_thread.run_sync(s.sessions.view, key.full)  # memory, else the database
     waiting = live is not None and live.calls is not None
-    dump = await anyio.to_thread.run_sync(_dump, s.config.repo, ns + session_id, session_id, waiting)
+    dump = await anyio.to_thread.run_sync(_dump, s.config.repo, key, waiting)
     dump["pending"] = {"tool_call_ids": live.calls} if waiting and live and live.calls else None
-    return {"id": session_id, "object": "session", **dump}
+    return {"id": key.name, "object": "session", **dump}
 
 
 @router.get("/v1/sessions/{session_id}/graph", response_class=HTMLResponse)
 async def graph(session_id: str, request: Request) -> HTMLResponse:
-    s = _services(request)
-    ns = s.namespace(request)
-    live = s.sessions.peek(ns + session_id)
-    dump = await anyio.to_thread.run_sync(_dump, s.config.repo, ns + session_id, session_id,
-                                          live is not None and live.run is not None)
-    return HTMLResponse(render_html(dump, session_id))
+    s, key = _session(request, session_id)
+    live = s.sessions.peek(key.full)
+    dump = await anyio.to_thread.run_sync(_dump, s.config.repo, key, live is not None and live.run is not None)
+    return HTMLResponse(render_html(dump, key.name))
 
 
 @router.delete("/v1/sessions/{session_id}")
 async def delete_session(session_id: str, request: Request) -> dict[str, Any]:
-    s = _services(request)
-    ns = s.namespace(request)
-    full = ns + session_id
-    await s.sessions.enter(full)
+    s, key = _session(request, session_id)
+    await s.sessions.enter(key.full)
     try:
-        live = s.sessions.peek(full)
-        deleted = await anyio.to_thread.run_sync(s.config.repo.delete_session, full)
-        s.sessions.forget(full)
+        live = s.sessions.peek(key.full)
+        deleted = await anyio.to_thread.run_sync(s.config.repo.delete_session, key.full)
+        s.sessions.forget(key.full)
     finally:
-        s.sessions.leave(full)
+        s.sessions.leave(key.full)
     if not deleted and (live is None or live.run is None):
-        raise _unknown(session_id)
-    return {"id": session_id, "object": "session.deleted", "deleted": True}
+        raise _unknown(key.name)
+    return {"id": key.name, "object": "session.deleted", "deleted": True}
 
 
 async def _read(request: Request, limits: IngressLimits) -> bytes:
@@ -386,13 +250,13 @@ def _unknown(session_id: str) -> APIError:
                     code="session_not_found")
 
 
-def _dump(repo: Repository, name: str, shown: str, live: bool) -> dict[str, Any]:
+def _dump(repo: Repository, key: SessionKey, live: bool) -> dict[str, Any]:
     """The session's stored memory; a session whose first request is still running shows as empty."""
     try:
-        dump = session_dump(repo, name)
+        dump = session_dump(repo, key.full)
     except SessionNotFound as exc:
         if not live:
-            raise _unknown(shown) from exc
+            raise _unknown(key.name) from exc
         dump = {"requests": [], "index": [], "nodes": []}
-    dump["session"] = shown
+    dump["session"] = key.name
     return dump

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from engine.base import Usage
 from serving.errors import APIError
+from serving.messages import AssistantMessage, Delta
 from serving.turns import TurnResult
 
 log = logging.getLogger("flowstate.serving")
@@ -40,7 +41,7 @@ class UsageOut(BaseModel):
 
 class Choice(BaseModel):
     index: int = 0
-    message: dict[str, Any]
+    message: AssistantMessage
     finish_reason: str
     logprobs: None = None
 
@@ -57,7 +58,7 @@ class Completion(BaseModel):
 
 class ChunkChoice(BaseModel):
     index: int = 0
-    delta: dict[str, Any]
+    delta: Delta
     finish_reason: str | None = None
     logprobs: None = None
 
@@ -103,19 +104,21 @@ def completion(completion_id: str, model: str, result: TurnResult, base: dict[st
 
 
 def replayed(
-    completion_id: str, model: str, message: dict[str, Any], finish: str, base: dict[str, Any], streamed: bool,
+    completion_id: str, model: str, message: AssistantMessage, base: dict[str, Any], streamed: bool,
 ) -> JSONResponse | StreamingResponse:
     """The answer an earlier identical request already got (nothing was run again; usage is zero)."""
     ext = {**base, "replayed": True}
     if not streamed:
         body = Completion(id=completion_id, created=int(time.time()), model=model,
-                          choices=[Choice(message=message, finish_reason=finish)], usage=UsageOut.of(Usage()),
+                          choices=[Choice(message=message, finish_reason=message.finish_reason)],
+                          usage=UsageOut.of(Usage()),
                           flowstate=ext)
         return JSONResponse(body.model_dump(mode="json"))
 
     async def chunks() -> AsyncIterator[str]:
         created = int(time.time())
-        for delta, end in (({"role": "assistant", "content": ""}, None), (_delta(message), None), ({}, finish)):
+        for delta, end in ((Delta(role="assistant", content=""), None), (message.delta(), None),
+                           (Delta(), message.finish_reason)):
             yield Chunk(id=completion_id, created=created, model=model,
                         choices=[ChunkChoice(delta=delta, finish_reason=end)],
                         flowstate=ext if end else None).sse()
@@ -124,15 +127,9 @@ def replayed(
     return StreamingResponse(chunks(), media_type="text/event-stream")
 
 
-def _delta(message: dict[str, Any]) -> dict[str, Any]:
-    if message.get("tool_calls"):
-        return {"tool_calls": [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]}
-    return {"content": message.get("content") or ""}
-
-
 async def stream(
     completion_id: str, model: str, task: asyncio.Task[TurnResult], base: dict[str, Any], include_usage: bool,
-    deltas: asyncio.Queue[dict[str, Any]] | None = None,
+    deltas: asyncio.Queue[Delta] | None = None,
 ) -> AsyncIterator[str]:
     """The turn as SSE: the role, the answer's text and the client's tool calls as they are decoded
     (``deltas``), then what the turn ends with."""
@@ -140,11 +137,11 @@ async def stream(
     sent: list[str] = []
     tools_streamed = False
 
-    def chunk(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> str:
+    def chunk(delta: Delta | None, finish: str | None = None, **extra: Any) -> str:
         choices = [] if delta is None else [ChunkChoice(delta=delta, finish_reason=finish)]
         return Chunk(id=completion_id, created=created, model=model, choices=choices, **extra).sse()
 
-    yield chunk({"role": "assistant", "content": ""})
+    yield chunk(Delta(role="assistant", content=""))
     while not task.done():
         waiting: set[asyncio.Future[Any]] = {task}
         getter = asyncio.ensure_future(deltas.get()) if deltas is not None else None
@@ -153,8 +150,8 @@ async def stream(
         done, _ = await asyncio.wait(waiting, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED)
         if getter is not None and getter in done:
             delta = getter.result()
-            sent.append(delta.get("content", ""))
-            tools_streamed = tools_streamed or "tool_calls" in delta
+            sent.append(delta.content or "")
+            tools_streamed = tools_streamed or delta.tool_calls is not None
             yield chunk(delta)
             continue
         if getter is not None:
@@ -163,8 +160,8 @@ async def stream(
             yield ": keep-alive\n\n"
     while deltas is not None and not deltas.empty():
         delta = deltas.get_nowait()
-        sent.append(delta.get("content", ""))
-        tools_streamed = tools_streamed or "tool_calls" in delta
+        sent.append(delta.content or "")
+        tools_streamed = tools_streamed or delta.tool_calls is not None
         yield chunk(delta)
     try:
         result = task.result()
@@ -175,15 +172,15 @@ async def stream(
         log.exception("internal error in a streamed turn")
         yield f"data: {json.dumps(APIError(500, f'internal error: {type(exc).__name__}', type='server_error').body())}\n\n"
         return
-    content, streamed = result.message.get("content") or "", "".join(sent)
-    if result.message.get("tool_calls"):
+    content, streamed = result.message.content or "", "".join(sent)
+    if result.message.tool_calls:
         if not tools_streamed:
-            yield chunk(_delta(result.message))
+            yield chunk(result.message.delta())
     elif content.startswith(streamed) and len(content) > len(streamed):
-        yield chunk({"content": content[len(streamed):]})  # what was not streamed (all of it, for most engines)
+        yield chunk(Delta(content=content[len(streamed):]))  # what was not streamed (all of it, for most engines)
     elif not content.startswith(streamed):
         log.warning("a streamed answer differs from the final one (%d vs %d characters)", len(streamed), len(content))
-    yield chunk({}, result.finish_reason, flowstate=extension(result, base))
+    yield chunk(Delta(), result.finish_reason, flowstate=extension(result, base))
     if include_usage:
         yield chunk(None, usage=UsageOut.of(result.usage))
     yield "data: [DONE]\n\n"

@@ -19,10 +19,24 @@ from flowstate.loop import RequestRun
 from flowstate.records import unfinished_message
 from flowstate.repository import Repository
 from serving.errors import APIError, bad_request, conflict
+from serving.messages import AssistantMessage, FunctionCallOut, ToolCallOut
 
 SESSION_HEADER = "x-flowstate-session"
 MAX_NAME = 200
 _NAME_PUNCT = frozenset("._-:@+=~")
+
+
+@dataclass(frozen=True)
+class SessionKey:
+    """A session as the server names it: the caller's key namespace and the session's name within it."""
+
+    namespace: str  # "" without API keys
+    name: str
+
+    @property
+    def full(self) -> str:
+        """The name in the repository and the registry."""
+        return self.namespace + self.name
 
 
 class Keys:
@@ -190,10 +204,10 @@ def load_live(repo: Repository, name: str) -> Live:
     return live
 
 
-def reply_message(message: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """A transcript's assistant message as OpenAI's reply message, with its finish reason."""
+def reply_message(message: dict[str, Any]) -> AssistantMessage:
+    """A transcript's assistant message as OpenAI's reply message."""
     if message.get("tool_calls"):
-        calls = [{"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-                 for c in message["tool_calls"]]
-        return {"role": "assistant", "content": None, "tool_calls": calls}, "tool_calls"
-    return {"role": "assistant", "content": message.get("content")}, "stop"
+        return AssistantMessage(tool_calls=[
+            ToolCallOut(id=c["id"], function=FunctionCallOut(name=c["name"], arguments=c["arguments"]))
+            for c in message["tool_calls"]])
+    return AssistantMessage(content=message.get("content"))

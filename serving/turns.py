@@ -24,24 +24,28 @@ from flowstate.request_options import RequestOptions
 from flowstate.suspend import restore, snapshot
 from grammars.check import GrammarError
 from serving.errors import APIError, bad_request, conflict
+from serving.messages import AssistantMessage, Delta, FunctionCallOut, FunctionDelta, ToolCallDelta, ToolCallOut
 from serving.sessions import Live
 from serving.wire import loads_or_none
 
 RETRY_AFTER_S = 5
-OnDelta = Callable[[dict[str, Any]], None]  # one streamed chunk's delta: {"content": …} or {"tool_calls": […]}
+OnDelta = Callable[[Delta], None]  # one streamed chunk's delta: the answer's text, or the client's tool calls
 
 
 @dataclass(frozen=True)
 class TurnResult:
     """What one HTTP call answers: an assistant message (tool calls or the final answer) and its cost."""
 
-    message: dict[str, Any]  # OpenAI's assistant message
-    finish_reason: str  # "tool_calls" or "stop"
+    message: AssistantMessage
     usage: Usage  # summed over the model calls of this turn
     steps: tuple[StepRecord, ...]  # the model calls of this turn
     request: int
     finished: bool  # the request ended and was persisted
     unfinished: bool = False  # it ended at the step budget (the message says so)
+
+    @property
+    def finish_reason(self) -> str:
+        return self.message.finish_reason
 
 
 class Turns:
@@ -129,7 +133,7 @@ class Turns:
                 live.abandon()
             raise
         if waiting is not None:
-            return self._result(run, first, self._wait(live, run, waiting, key), "tool_calls")
+            return self._result(run, first, self._wait(live, run, waiting, key))
         assert run.record is not None
         response = run.record.response
         if response is None:  # the step budget ran out: say so, with what was kept
@@ -139,7 +143,7 @@ class Turns:
         live.finished, live.run = len(live.transcript), None
         live.requests += 1
         self._unsuspend(live)
-        return self._result(run, first, {"role": "assistant", "content": response}, "stop")
+        return self._result(run, first, AssistantMessage(content=response))
 
     def _unsuspend(self, live: Live) -> None:
         """The waiting request ended (answered, failed or dropped): its stored snapshot goes."""
@@ -157,12 +161,13 @@ class Turns:
             if name in run.client_tools:
                 client[position] = len(client)
                 call_id = f"call_{observation_id(run.index_k, step, position)}"
-                on_delta({"tool_calls": [{"index": client[position], "id": call_id, "type": "function",
-                                          "function": {"name": name, "arguments": ""}}]})
+                on_delta(Delta(tool_calls=[ToolCallDelta(index=client[position], id=call_id, type="function",
+                                                         function=FunctionDelta(name=name, arguments=""))]))
 
         def on_arguments(position: int, text: str) -> None:
             if position in client:
-                on_delta({"tool_calls": [{"index": client[position], "function": {"arguments": text}}]})
+                on_delta(Delta(tool_calls=[ToolCallDelta(index=client[position],
+                                                         function=FunctionDelta(arguments=text))]))
 
         hold = max((len(x) - 1 for x in run.options.stop if x), default=0)  # a stop sequence may span pieces
         held, stopped = "", False
@@ -178,7 +183,7 @@ class Turns:
             else:
                 ready, held = held[: len(held) - hold], held[len(held) - hold:]
             if ready:
-                on_delta({"content": ready})
+                on_delta(Delta(content=ready))
 
         answer = AnswerStream(on_text)
         calls = ToolCallStream(on_call, on_arguments)
@@ -195,30 +200,27 @@ class Turns:
         if key:
             live.replies[key] = len(live.transcript)
 
-    def _wait(self, live: Live, run: RequestRun, waiting: Waiting, key: str | None) -> dict[str, Any]:
+    def _wait(self, live: Live, run: RequestRun, waiting: Waiting, key: str | None) -> AssistantMessage:
         """The assistant message of the client's calls; the waiting request is stored, so that it outlives this
         process and any server sharing the database can go on with it."""
-        tool_calls: list[dict[str, Any]] = [
-            {"id": cid, "type": "function",
-             "function": {"name": run.pending[i].name, "arguments": canonical_json(dict(run.pending[i].arguments))}}
-            for cid, i in waiting.client.items()
-        ]
+        calls = [ToolCallOut(id=cid, function=FunctionCallOut(name=run.pending[i].name,
+                                                              arguments=canonical_json(dict(run.pending[i].arguments))))
+                 for cid, i in waiting.client.items()]
         self._remember(live, key)
         live.transcript.append({
             "role": "assistant", "content": None,
-            "tool_calls": [{"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
-                           for c in tool_calls],
+            "tool_calls": [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments} for c in calls],
         })
         live.suspended = {"run": snapshot(run), "live": live.waiting()}
         self.repo.save_pending(live.name, run.index_k, live.suspended)
-        return {"role": "assistant", "content": None, "tool_calls": tool_calls}
+        return AssistantMessage(tool_calls=calls)
 
     @staticmethod
-    def _result(run: RequestRun, first: int, message: dict[str, Any], finish: str) -> TurnResult:
+    def _result(run: RequestRun, first: int, message: AssistantMessage) -> TurnResult:
         steps = tuple(run.steps[first:])
         usage = sum((s.usage for s in steps), Usage())
         unfinished = run.record is not None and run.record.unfinished is not None
-        return TurnResult(message, finish, usage, steps, run.index_k, finish == "stop", unfinished)
+        return TurnResult(message, usage, steps, run.index_k, not message.tool_calls, unfinished)
 
 
 def _failure(exc: RequestFailed, steps: tuple[StepRecord, ...]) -> APIError:

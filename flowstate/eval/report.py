@@ -68,70 +68,75 @@ def markdown(summary: dict[str, Any]) -> str:
     if {"flowstate", "mage"} <= set(c["strategies"]):
         out += ["", "## FlowState and MAGE head to head", "", *_head_to_head(summary)]
     for suite in c["suites"]:
-        pairs = [p for p in summary["pairs"] if p["suite"] == suite]
-        base = next((p for p in pairs if p["strategy"] == BASELINE), None)
-        soft = any("sPS" in p["quality"] for p in pairs)
-        header = ["strategy", "SR", "PS", *(["sPS"] if soft else []), "tokens/task", "nAUC", "DR", "steps/subtask",
-                  "cached", "parse failures", "truncated", "rejected ops", "failed requests"]
-        rows = []
-        for p in pairs:
-            q, k = p["quality"], p["cost"]
-            bq = base["quality"] if base and p is not base else None
-            bk = base["cost"] if base and p is not base else None
-            rows.append([
-                p["strategy"],
-                _f(q["SR"]) + _delta_points(q["SR"], bq and bq["SR"]),
-                _f(q["PS"]) + _delta_points(q["PS"], bq and bq["PS"]),
-                *([_f(q.get("sPS")) + _delta_points(q.get("sPS"), bq and bq.get("sPS"))] if soft else []),
-                f"{k['tokens_per_task']:.0f}" + (_delta_pct(k["tokens_per_task"], bk["tokens_per_task"]) if bk else ""),
-                _f(q["nAUC"]), _f(q["DR"]), f"{k['steps_per_subtask']:.2f}", f"{100 * k['cached_share']:.0f}%",
-                str(k["parse_failures"]), str(k["truncations"]), str(k["rejected_operations"]), str(k["failed_requests"]),
-            ])
-        depth = max((len(p["quality"]["Acc_k"]) for p in pairs), default=0)
-        acc_rows = [[p["strategy"], *(_f(a) for a in p["quality"]["Acc_k"])] for p in pairs]
-        speed_rows = []
-        for p in pairs:
-            s = p["speed"]
-            speed_rows.append([
-                p["strategy"], f"{s['tasks_per_min']:.2f}", f"{s['requests_per_s']:.2f}", f"{s['output_tok_per_s']:.1f}",
-                f"{s['total_tok_per_s']:.1f}",
-                " / ".join(f"{s['ttft_s'][m]:.2f}" for m in ("mean", "p50", "p90", "p99")),
-                " / ".join(f"{1000 * s['tpot_s'][m]:.1f}" for m in ("mean", "p50", "p90", "p99")),
-                " / ".join(f"{s['e2el_s'][m]:.2f}" for m in ("mean", "p50", "p90", "p99")),
-            ])
-        paid_rows = []
-        for p in pairs:
-            k, bk = p["cost"], base["cost"] if base else None
-
-            def ratio(key: str) -> str:
-                return f"{k[key] / bk[key]:.3f}" if bk and bk[key] else "–"
-
-            paid_rows.append([
-                p["strategy"], f"{k['prompt_tokens_per_task']:.0f}", f"{k['cached_prompt_tokens_per_task']:.0f}",
-                f"{k['uncached_prompt_tokens_per_task']:.0f}", f"{k['completion_tokens_per_task']:.0f}",
-                f"{k['steps_per_subtask']:.2f}", ratio("tokens_per_task"), ratio("uncached_prompt_tokens_per_task"),
-            ])
-        depth_rows = [[p["strategy"], *(f"{d['tokens']:.0f} / {d['calls']:.1f}" for d in p["by_depth"])] for p in pairs]
-        out += ["", f"## {suite}", ""]
-        if suite in TAU3:
-            out += _tau3_section(pairs, base)
-        out += [
-            "Quality in % (Δ against full-context in points), tokens = prompt + completion per task "
-            "(Δ in %), nAUC and DR over R_k = 100·Acc_k/Acc_1.", "",
-            _table(header, rows), "",
-            "What a GPU pays, per task: prompt tokens split into those a prefix cache holds (cached) and those it "
-            "must compute (uncached); ratios against full-context:", "",
-            _table(["strategy", "prompt", "cached", "uncached", "completion", "calls/subtask", "tokens ×FC",
-                    "uncached ×FC"], paid_rows), "",
-            "Tokens / model calls of the k-th subtask (mean over tasks):", "",
-            _table(["strategy", *(f"k={k}" for k in range(1, depth + 1))], depth_rows), "",
-            "Accuracy by subtask depth, Acc_k in %:", "",
-            _table(["strategy", *(f"k={k}" for k in range(1, depth + 1))], acc_rows), "",
-            "Speed (one model call = one request; TTFT and E2EL in s, TPOT in ms; mean / p50 / p90 / p99):", "",
-            _table(["strategy", "tasks/min", "req/s", "output tok/s", "total tok/s", "TTFT", "TPOT", "E2EL"], speed_rows),
-        ]
+        out += ["", f"## {suite}", "", *_suite_section(suite, [p for p in summary["pairs"] if p["suite"] == suite])]
     out += ["", "Figures: `accuracy_by_depth.png`, `tokens_vs_success.png`, `tokens_by_depth.png`.", ""]
     return "\n".join(out)
+
+
+def _suite_section(suite: str, pairs: list[dict[str, Any]]) -> list[str]:
+    """One suite's tables: quality, what a GPU pays, tokens and accuracy by depth, speed."""
+    base = next((p for p in pairs if p["strategy"] == BASELINE), None)
+    soft = any("sPS" in p["quality"] for p in pairs)
+    header = ["strategy", "SR", "PS", *(["sPS"] if soft else []), "tokens/task", "nAUC", "DR", "steps/subtask",
+              "cached", "parse failures", "truncated", "rejected ops", "failed requests"]
+    rows = []
+    for p in pairs:
+        q, k = p["quality"], p["cost"]
+        bq = base["quality"] if base and p is not base else None
+        bk = base["cost"] if base and p is not base else None
+        rows.append([
+            p["strategy"],
+            _f(q["SR"]) + _delta_points(q["SR"], bq and bq["SR"]),
+            _f(q["PS"]) + _delta_points(q["PS"], bq and bq["PS"]),
+            *([_f(q.get("sPS")) + _delta_points(q.get("sPS"), bq and bq.get("sPS"))] if soft else []),
+            f"{k['tokens_per_task']:.0f}" + (_delta_pct(k["tokens_per_task"], bk["tokens_per_task"]) if bk else ""),
+            _f(q["nAUC"]), _f(q["DR"]), f"{k['steps_per_subtask']:.2f}", f"{100 * k['cached_share']:.0f}%",
+            str(k["parse_failures"]), str(k["truncations"]), str(k["rejected_operations"]), str(k["failed_requests"]),
+        ])
+    depth = max((len(p["quality"]["Acc_k"]) for p in pairs), default=0)
+    acc_rows = [[p["strategy"], *(_f(a) for a in p["quality"]["Acc_k"])] for p in pairs]
+    speed_rows = [_speed_row(p) for p in pairs]
+    paid_rows = []
+    for p in pairs:
+        k, bk = p["cost"], base["cost"] if base else None
+
+        def ratio(key: str) -> str:
+            return f"{k[key] / bk[key]:.3f}" if bk and bk[key] else "–"
+
+        paid_rows.append([
+            p["strategy"], f"{k['prompt_tokens_per_task']:.0f}", f"{k['cached_prompt_tokens_per_task']:.0f}",
+            f"{k['uncached_prompt_tokens_per_task']:.0f}", f"{k['completion_tokens_per_task']:.0f}",
+            f"{k['steps_per_subtask']:.2f}", ratio("tokens_per_task"), ratio("uncached_prompt_tokens_per_task"),
+        ])
+    depth_rows = [[p["strategy"], *(f"{d['tokens']:.0f} / {d['calls']:.1f}" for d in p["by_depth"])] for p in pairs]
+    out = _tau3_section(pairs, base) if suite in TAU3 else []
+    out += [
+        "Quality in % (Δ against full-context in points), tokens = prompt + completion per task "
+        "(Δ in %), nAUC and DR over R_k = 100·Acc_k/Acc_1.", "",
+        _table(header, rows), "",
+        "What a GPU pays, per task: prompt tokens split into those a prefix cache holds (cached) and those it "
+        "must compute (uncached); ratios against full-context:", "",
+        _table(["strategy", "prompt", "cached", "uncached", "completion", "calls/subtask", "tokens ×FC",
+                "uncached ×FC"], paid_rows), "",
+        "Tokens / model calls of the k-th subtask (mean over tasks):", "",
+        _table(["strategy", *(f"k={k}" for k in range(1, depth + 1))], depth_rows), "",
+        "Accuracy by subtask depth, Acc_k in %:", "",
+        _table(["strategy", *(f"k={k}" for k in range(1, depth + 1))], acc_rows), "",
+        "Speed (one model call = one request; TTFT and E2EL in s, TPOT in ms; mean / p50 / p90 / p99):", "",
+        _table(["strategy", "tasks/min", "req/s", "output tok/s", "total tok/s", "TTFT", "TPOT", "E2EL"], speed_rows),
+    ]
+    return out
+
+
+def _speed_row(p: dict[str, Any]) -> list[str]:
+    s = p["speed"]
+    return [
+        p["strategy"], f"{s['tasks_per_min']:.2f}", f"{s['requests_per_s']:.2f}", f"{s['output_tok_per_s']:.1f}",
+        f"{s['total_tok_per_s']:.1f}",
+        " / ".join(f"{s['ttft_s'][m]:.2f}" for m in ("mean", "p50", "p90", "p99")),
+        " / ".join(f"{1000 * s['tpot_s'][m]:.1f}" for m in ("mean", "p50", "p90", "p99")),
+        " / ".join(f"{s['e2el_s'][m]:.2f}" for m in ("mean", "p50", "p90", "p99")),
+    ]
 
 
 def _overview(summary: dict[str, Any]) -> list[str]:

@@ -1,0 +1,190 @@
+"""The chat service under ``POST /v1/chat/completions``: check the request, find its session, run its turn
+on the one driver (``serving.turns``), and answer — whole, streamed, or replayed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from flowstate.request_options import RequestOptions
+from serving.errors import APIError, bad_request
+from serving.messages import AssistantMessage, Delta
+from serving.responses import completion, replayed, stream
+from serving.sessions import (
+    SESSION_HEADER,
+    Live,
+    SessionKey,
+    fingerprint,
+    header_text,
+    match,
+    new_messages,
+    reply_message,
+    session_name,
+)
+from serving.turns import TurnResult, check_pending
+from serving.wire import ChatRequest, canonical_message, check_tools
+
+if TYPE_CHECKING:
+    from serving.app import Services
+
+IDEMPOTENCY_HEADER = "idempotency-key"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a checked request asks: the client's policy, its conversation, its tools and options."""
+
+    body: ChatRequest
+    policy: str
+    conversation: list[dict[str, Any]]
+    client_tools: list[dict[str, Any]]
+    options: RequestOptions
+
+
+def prepare(s: Services, body: ChatRequest) -> Prepared:
+    """Every check a request can fail before a session is touched or a stream starts (4xx, never an error
+    event)."""
+    if body.model not in s.models:
+        raise APIError(404, f"model {body.model!r} does not exist; this server serves {s.config.model_id!r}",
+                       type="not_found_error", param="model", code="model_not_found")
+    if body.n not in (None, 1):
+        raise bad_request("n > 1 is not supported: each session has one line of memory", "n")
+    if len(body.messages) > s.config.ingress.max_messages:
+        raise bad_request(f"at most {s.config.ingress.max_messages} messages per request", "messages")
+    check_tools(body.tools or [], s.config.ingress)
+    policy = "\n\n".join(m.text(f"messages[{i}]") for i, m in enumerate(body.messages)
+                         if m.role in ("system", "developer"))
+    conversation = [canonical_message(m, f"messages[{i}]") for i, m in enumerate(body.messages)
+                    if m.role not in ("system", "developer")]
+    client_tools = [t.spec() for t in body.tools or ()]
+    options = body.options({t["name"] for t in client_tools} | set(s.config.tools))
+    s.turns.check(client_tools, options)
+    return Prepared(body, policy, conversation, client_tools, options)
+
+
+async def complete(s: Services, ns: str, body: ChatRequest, session_header: str | None,
+                   idempotency_header: str | None) -> JSONResponse | StreamingResponse:
+    """One chat completion call: the session's next turn, or the reply an identical earlier call got."""
+    p = prepare(s, body)
+    named = session_name(header_text(session_header, SESSION_HEADER), body.user)
+    idem = header_text(idempotency_header, IDEMPOTENCY_HEADER)
+    if named is not None:
+        session = SessionKey(ns, named)
+        await s.sessions.enter(session.full)
+    else:  # returns with the session entered
+        session = await _unnamed(s, ns, fingerprint(p.policy, p.conversation), p.conversation, idem)
+    try:
+        live = s.sessions.live(session.full)
+        earlier = _earlier_reply(live, idem, p.conversation, resent_history=len(p.conversation) > 1)
+        if earlier is None:
+            kind, new = check_pending(live, new_messages(p.conversation, live.transcript).new)
+    except BaseException:
+        s.sessions.leave(session.full)
+        raise
+    extension = {"session": session.name, "namespace_keyed": bool(ns)}
+    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+    if earlier is not None:  # an exact resend of an answered turn: the same answer, nothing run again
+        s.sessions.leave(session.full)
+        return replayed(completion_id, body.model, earlier, extension, bool(body.stream))
+    deltas: asyncio.Queue[Delta] | None = asyncio.Queue() if body.stream else None
+    task = asyncio.create_task(_turn(s, session, live, p, kind, new, idem, _feed(deltas)))
+    s.running.add(task)  # runs to the end even if the client goes away
+    task.add_done_callback(s.running.discard)
+    if not body.stream:
+        result = await asyncio.shield(task)
+        return JSONResponse(completion(completion_id, body.model, result, extension))
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    return StreamingResponse(stream(completion_id, body.model, task, extension, include_usage, deltas),
+                             media_type="text/event-stream")
+
+
+def _feed(deltas: asyncio.Queue[Delta] | None) -> Callable[[Delta], None] | None:
+    """Who hands the turn's worker thread's deltas to the stream, on this event loop."""
+    if deltas is None:
+        return None
+    loop = asyncio.get_running_loop()
+
+    def on_delta(delta: Delta) -> None:
+        loop.call_soon_threadsafe(deltas.put_nowait, delta)
+
+    return on_delta
+
+
+async def _turn(s: Services, session: SessionKey, live: Live, p: Prepared, kind: str, new: list[Any],
+                idem: str | None, on_delta: Callable[[Delta], None] | None) -> TurnResult:
+    """The turn in a worker thread while the session is held; counted in the metrics."""
+    started = time.perf_counter()
+    try:
+        if kind == "start":
+            fn = lambda: s.turns.start(live, new, p.policy, p.client_tools, idem, on_delta, p.options)  # noqa: E731
+        else:
+            fn = lambda: s.turns.resume(live, new, idem, on_delta)  # noqa: E731
+        result = await anyio.to_thread.run_sync(fn, limiter=s.limiter)
+    except APIError as exc:
+        s.metrics.failed(exc.code or "error", exc.steps)
+        raise
+    finally:
+        s.sessions.leave(session.full)
+    s.metrics.observe(result, time.perf_counter() - started)
+    return result
+
+
+async def _unnamed(s: Services, ns: str, base: str, conversation: list[dict[str, Any]], key: str | None) -> SessionKey:
+    """The session of a conversation that names none — the one whose history it continues, or whose
+    answered turn it resends (with a reply already given, or under the same Idempotency-Key) — else a new
+    one: conversations that merely open alike never share a session. Returns with the session entered."""
+    guard = ns + base + "#resolve"
+    await s.sessions.enter(guard)
+    try:
+        stored = await anyio.to_thread.run_sync(s.config.repo.sessions, ns + base)
+        candidates = [n for n in sorted({*stored, *s.sessions.names(ns + base)})
+                      if n == ns + base or n.startswith(ns + base + ".")]
+        best, best_rank = None, (-1, -1)
+        first_user = next((i for i, m in enumerate(conversation) if m["role"] == "user"), len(conversation))
+        # an assistant message after the first user message: the history of one answered conversation
+        resent = any(m["role"] == "assistant" for m in conversation[first_user:])
+        for full in candidates:
+            live = s.sessions.view(full)
+            kind = match(conversation, live.transcript).kind
+            if (key is not None and key in live.replies) or kind == "continues" and (resent or not live.transcript) \
+                    or kind == "replay" and resent:
+                if key is not None and key in live.replies:
+                    best = full
+                    break
+                rank = (kind == "continues", len(live.transcript))  # a conversation in progress before a replay
+                if rank > best_rank:
+                    best, best_rank = full, rank
+        if best is None:
+            used = set(candidates)
+            best = ns + base if ns + base not in used else next(
+                f"{ns}{base}.{i}" for i in range(1, len(used) + 2) if f"{ns}{base}.{i}" not in used)
+        await s.sessions.enter(best)
+        try:
+            s.sessions.live(best)  # in memory from now on, so a concurrent new conversation picks another name
+        except BaseException:
+            s.sessions.leave(best)
+            raise
+        return SessionKey(ns, best[len(ns):])
+    finally:
+        s.sessions.leave(guard)
+
+
+def _earlier_reply(
+    live: Live, key: str | None, conversation: list[dict[str, Any]], resent_history: bool,
+) -> AssistantMessage | None:
+    """The reply already given to this exact request: by its Idempotency-Key, or (for a client that resends
+    its history) because the conversation ends where an answered turn of the transcript ends."""
+    if key is not None and key in live.replies and live.replies[key] < len(live.transcript):
+        return reply_message(live.transcript[live.replies[key]])
+    if resent_history:
+        found = match(conversation, live.transcript)
+        if found.kind == "replay":
+            return reply_message(live.transcript[found.at])
+    return None
