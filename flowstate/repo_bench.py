@@ -18,9 +18,13 @@ from __future__ import annotations
 import random
 import statistics
 import time
+import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
+from flowstate.backends import redact
+from flowstate.errors import StorageError
 from flowstate.history import session_index
 from flowstate.nodes import Node, Ref, Relation, StateType
 from flowstate.repository import Repository
@@ -103,3 +107,47 @@ def render_table(rows: Sequence[dict[str, Any]]) -> str:
         lines.append(f"| {r['nodes']:,} | {r['backend']} | {r['persist_nodes_per_s']:,.0f} | {r['disclose_p50_ms']:.3f} | "
                      f"{r['disclose_p99_ms']:.3f} | {r['index_build_s']:.2f} | {ratio} |")
     return "\n".join(lines)
+
+
+class Databases:
+    """Fresh, empty databases for the benchmark, one per size and backend: SQLite files in ``folder``, and
+    databases created on the PostgreSQL server of ``pg_url`` (a database whose user may create databases) —
+    dropped again by ``close``."""
+
+    def __init__(self, folder: str | Path, pg_url: str | None = None) -> None:
+        self.folder, self.pg_url = Path(folder), pg_url
+        self.made: list[str] = []
+        if pg_url:
+            self.postgres()  # the server is checked (with a database of its own) before anything is measured
+
+    def targets(self) -> dict[str, Callable[[], str]]:
+        return {"sqlite": self.sqlite, **({"postgres": self.postgres} if self.pg_url else {})}
+
+    def sqlite(self) -> str:
+        self.made.append(str(self.folder / f"bench-{len(self.made)}.db"))
+        return self.made[-1]
+
+    def postgres(self) -> str:
+        import psycopg
+
+        assert self.pg_url is not None
+        name = f"flowstate_bench_{uuid.uuid4().hex[:10]}"
+        try:
+            with psycopg.connect(self.pg_url, autocommit=True) as conn:
+                conn.execute(f"CREATE DATABASE {name}")
+        except psycopg.Error as exc:
+            reason = " ".join(str(exc).split())
+            raise StorageError(f"cannot create a benchmark database on {redact(self.pg_url)}: {reason}") from exc
+        self.made.append(f"{self.pg_url.rpartition('/')[0]}/{name}")
+        return self.made[-1]
+
+    def close(self) -> None:
+        """Drop the PostgreSQL databases made (the SQLite files go with their folder)."""
+        made = [url for url in self.made if url.startswith("postgres")]
+        if self.pg_url and made:
+            import psycopg
+
+            with psycopg.connect(self.pg_url, autocommit=True) as conn:
+                for url in made:
+                    conn.execute(f"DROP DATABASE IF EXISTS {url.rpartition('/')[2]} WITH (FORCE)")
+

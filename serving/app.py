@@ -40,6 +40,9 @@ from serving.wire import ChatRequest, IngressLimits, loads
 log = logging.getLogger("flowstate.serving")
 
 
+STREAM_ANSWERS = ("auto", "always", "never")
+
+
 @dataclass
 class ServerConfig:
     """Everything one server needs; the CLI builds it from ``flowstate serve`` options."""
@@ -54,7 +57,7 @@ class ServerConfig:
     model_id: str = "flowstate"
     max_concurrency: int = 64  # turns running at once (worker threads); one session's turns are serialized
     max_live_sessions: int = 4096  # idle sessions kept in memory (others reload from the database)
-    stream_answers: str = "auto"  # token streaming of answers: auto (under a grammar), always, never
+    stream_answers: str = "auto"  # token streaming of answers (STREAM_ANSWERS): auto (under a grammar), always, never
     ingress: IngressLimits = field(default_factory=IngressLimits)
 
 

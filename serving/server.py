@@ -10,6 +10,8 @@ import uvicorn
 
 from serving.app import ServerConfig, create_app
 
+HEADER_TIMEOUT_S = 10.0  # a client must send a request's headers within this
+
 
 def is_loopback(host: str) -> bool:
     if host == "localhost":
@@ -59,7 +61,7 @@ def header_timeout_protocol(seconds: float) -> type[asyncio.Protocol]:
 
 
 def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
-          header_timeout_s: float = 10.0) -> None:
+          header_timeout_s: float = HEADER_TIMEOUT_S) -> None:
     """Serve until interrupted."""
     where = f"http://{host}:{port}/v1"
     if config.keys:

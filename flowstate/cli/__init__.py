@@ -1,0 +1,22 @@
+"""The ``flowstate`` command line: one module per command group, on shared option groups (``options``)."""
+
+from __future__ import annotations
+
+import click
+
+from flowstate.cli.evaluate import evaluate
+from flowstate.cli.serve import serve
+from flowstate.cli.session import demo, inspect, run
+from flowstate.cli.tooling import bench, model
+
+
+@click.group()
+@click.version_option(package_name="flowstate")
+def main() -> None:
+    """FlowState: execution state as memory for long-horizon LLM agents."""
+
+
+for command in (run, inspect, demo, serve, evaluate, model, bench):
+    main.add_command(command)
+
+__all__ = ["main", "serve"]

@@ -1,0 +1,5 @@
+"""``python -m flowstate.cli``."""
+
+from flowstate.cli import main
+
+main()

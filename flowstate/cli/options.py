@@ -1,0 +1,142 @@
+"""The option groups every command shares — which engine, what a request's loop may do, where the memory
+lives — and the objects they build; each default stated once, in the object that owns it."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+import engine as engines
+from engine.errors import EngineError
+from engine.presets import PRESETS
+from flowstate import limits
+from flowstate.config import LoopConfig
+from flowstate.constrain import GrammarMode
+from flowstate.errors import FlowStateError
+
+
+class _JsonObject(click.ParamType[dict[str, Any], Any]):
+    name = "JSON"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> dict[str, Any]:
+        if isinstance(value, dict):
+            return value
+        try:
+            obj = json.loads(value)
+        except json.JSONDecodeError as exc:
+            self.fail(f"not JSON: {exc.msg}", param, ctx)
+        if not isinstance(obj, dict):
+            self.fail("must be a JSON object", param, ctx)
+        return obj
+
+
+JSON_OBJECT = _JsonObject()
+
+
+def _engine_args(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Any] | None:
+    """``--vllm-arg KEY=VALUE`` pairs as a dict (None when none were given, so other engines never see it)."""
+    out: dict[str, Any] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", ctx, param)
+        try:
+            out[key.strip().replace("-", "_")] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key.strip().replace("-", "_")] = raw
+    return out or None
+
+
+def default_db() -> str | Path:
+    """``$FLOWSTATE_DB`` (a path or a ``postgresql://`` URL), else ``$XDG_DATA_HOME/flowstate/flowstate.db``
+    (``~/.local/share`` by default)."""
+    if os.environ.get("FLOWSTATE_DB"):
+        return os.environ["FLOWSTATE_DB"]
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "flowstate" / "flowstate.db"
+
+
+@contextmanager
+def errors() -> Iterator[None]:
+    """Turn FlowState and engine errors into one line on stderr and exit status 1."""
+    try:
+        yield
+    except (FlowStateError, EngineError, ValueError) as exc:  # RequestFailed is a FlowStateError
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+
+
+def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The options that choose and configure a model backend (defaults live in each backend)."""
+    options = [
+        click.option("--engine", "name", default=engines.DEFAULT, show_default=True,
+                     help=f"Model backend: {', '.join(sorted(engines.BACKENDS))}."),
+        click.option("--model", default=None, help="llamacpp: a .gguf file; transformers: local HF folder or .gguf [both default to the embedded "
+                          "SmolLM2-135M-Instruct]; vllm: folder; openai: served model name."),
+        click.option("--script", type=click.Path(dir_okay=False), default=None, help="scripted: outputs to replay (JSON Lines, key \"text\")."),
+        click.option("--dtype", default=None, type=click.Choice(["bfloat16", "float32", "float16"]), help="transformers/vllm weights dtype [default: bfloat16]."),
+        click.option("--temperature", default=None, type=float, help="Sampling temperature [default: 0, greedy]."),
+        click.option("--top-p", default=None, type=float, help="Nucleus sampling [default: 1.0]."),
+        click.option("--max-tokens", default=None, type=click.IntRange(min=1), help="Completion tokens per model call [default: 1024]."),
+        click.option("--base-url", default=None, help="openai: server URL, e.g. http://127.0.0.1:8000/v1."),
+        click.option("--engine-api-key", "api_key", default=None, envvar="FLOWSTATE_ENGINE_API_KEY", help="openai: API key [default: $FLOWSTATE_ENGINE_API_KEY or none]."),
+        click.option("--preset", default=None, type=click.Choice(sorted(PRESETS)),
+                     help="Sampling preset; paper: temperature 0.1, top_p 1.0, completion budget up to the context "
+                          "(32768 at most), thinking off. Explicit options win."),
+        click.option("--chat-template-kwargs", default=None, type=JSON_OBJECT,
+                     help='Variables for the model\'s chat template, as a JSON object, e.g. \'{"enable_thinking": false}\'.'),
+        click.option("--tensor-parallel-size", default=None, type=click.IntRange(min=1),
+                     help="vllm: GPUs to shard the model over [default: 1]."),
+        click.option("--max-model-len", default=None, type=click.IntRange(min=16),
+                     help="vllm: context length [default: 8192]."),
+        click.option("--gpu-memory-utilization", default=None, type=click.FloatRange(0.05, 1.0),
+                     help="vllm: share of GPU memory for weights and KV cache [default: vLLM's]."),
+        click.option("--vllm-arg", "engine_args", multiple=True, callback=_engine_args, metavar="KEY=VALUE",
+                     help="vllm: any vLLM engine argument, repeatable, e.g. tensor_parallel_size=8, "
+                          "kv_cache_dtype=fp8, max_num_seqs=256 (VALUE as JSON when it parses, else text)."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def loop_options(max_steps: int = LoopConfig.max_steps) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The options of a request's loop: step budget, protocol errors, protocol limits, what the budget does."""
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        options = [
+            click.option("--max-steps", default=max_steps, show_default=True, type=click.IntRange(min=1),
+                         help="Step budget per request."),
+            click.option("--max-protocol-errors", default=LoopConfig.max_protocol_errors, show_default=True,
+                         type=click.IntRange(min=1), help="Consecutive unparsable outputs before a request fails."),
+            click.option("--limits", "limits_name", default=limits.AUTO, show_default=True,
+                         type=click.Choice([*limits.PROFILES, limits.AUTO]),
+                         help="Protocol limits: standard (real models), compact (tiny models); auto picks compact "
+                              "for the embedded model."),
+            click.option("--grammar", "grammar_mode", default=LoopConfig.grammar.value, show_default=True,
+                         type=click.Choice([m.value for m in GrammarMode]),
+                         help="Constrained decoding: per-step id-aware, static protocol, or none."),
+            click.option("--on-budget", default=LoopConfig.on_budget, show_default=True,
+                         type=click.Choice(["persist", "fail"]),
+                         help="At the step budget: persist the request as unfinished, or fail and persist nothing."),
+        ]
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+    return decorate
+
+
+def loop_config(engine: Any, *, max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str,
+                grammar_mode: str, max_tokens: int | None = None) -> LoopConfig:
+    """The loop configuration the options describe, its limits resolved for ``engine``."""
+    return LoopConfig(
+        max_steps=max_steps, max_protocol_errors=max_protocol_errors, max_tokens=max_tokens,
+        grammar=GrammarMode(grammar_mode), limits=limits.for_engine(engine, limits_name),
+        on_budget="fail" if on_budget == "fail" else "persist",
+    )

@@ -1,0 +1,72 @@
+"""``flowstate serve``: the OpenAI-compatible endpoint."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+import engine as engines
+from flowstate import memory
+from flowstate.cli.options import default_db, engine_options, errors, loop_config, loop_options
+from flowstate.repository import Repository
+from flowstate.tools import ToolSet, load_tools
+from serving.app import STREAM_ANSWERS, ServerConfig
+from serving.server import HEADER_TIMEOUT_S
+from serving.wire import IngressLimits
+
+_SERVER = ServerConfig.__dataclass_fields__  # each default stated once, where the server's objects keep it
+_INGRESS = IngressLimits()
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; without API keys keep it loopback.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--db", default=None, help="The memory: a SQLite file or a postgresql:// URL [default: as for run].")
+@engine_options
+@click.option("--api-key", "api_keys", multiple=True, help="A client key (repeatable) [default: $FLOWSTATE_API_KEYS, comma-separated; none].")
+@click.option("--tools", "tools_ref", default=None, help="Server-side tools as module:attribute, besides each request's client tools.")
+@click.option("--model-id", default=_SERVER["model_id"].default, show_default=True, help="The model name clients send and /v1/models lists.")
+@click.option("--max-live-sessions", default=_SERVER["max_live_sessions"].default, show_default=True, type=click.IntRange(min=1),
+              help="Idle sessions kept in memory; others reload from the database on their next call.")
+@click.option("--max-body-mb", default=_INGRESS.max_body_bytes / (1 << 20), show_default=True, type=click.FloatRange(min=0.001),
+              help="Largest request body accepted (413 beyond).")
+@click.option("--body-timeout", default=_INGRESS.body_timeout_s, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds a client has to send its whole body (408 beyond).")
+@click.option("--header-timeout", default=HEADER_TIMEOUT_S, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds a client has to send a request's headers (the connection is closed with 408 beyond).")
+@click.option("--stream-answers", default=_SERVER["stream_answers"].default, show_default=True,
+              type=click.Choice(STREAM_ANSWERS),
+              help="Stream the answer token by token: auto = when decoding under a grammar (the streamed answer is "
+                   "then the final one); always = also without one.")
+@loop_options()
+@click.option("--strategy", "strategy_name", default="flowstate", show_default=True,
+              help="The memory method every session runs: flowstate, full-context, no-psa, no-isu, bm25, mem0-style, "
+                   "zipact, mage, mage-no-compress, mage-no-maintain, mage-no-revise.")
+@click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+def serve(
+    host: str, port: int, db: str | None, api_keys: tuple[str, ...], tools_ref: str | None, model_id: str,
+    max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, log_level: str, grammar_mode: str,
+    max_live_sessions: int, max_body_mb: float, body_timeout: float, header_timeout: float, stream_answers: str,
+    strategy_name: str, **engine_opts: Any,
+) -> None:
+    """Serve an OpenAI-compatible Chat Completions endpoint whose model remembers (FastAPI on uvicorn)."""
+    from serving.server import serve as run_server
+
+    with errors():
+        keys = list(api_keys) or [k.strip() for k in os.environ.get("FLOWSTATE_API_KEYS", "").split(",") if k.strip()]
+        strategy = memory.get(strategy_name)
+        tools = load_tools(tools_ref) if tools_ref else ToolSet()
+        model = engines.load(**engine_opts)
+        repo = Repository.open(db or default_db())
+        config = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
+                             limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode)
+        ingress = IngressLimits(max_body_bytes=int(max_body_mb * (1 << 20)), body_timeout_s=body_timeout)
+        server = ServerConfig(engine=model, repo=repo, keys=keys, tools=tools, loop=config, strategy=strategy,
+                              model_id=model_id,
+                              max_live_sessions=max_live_sessions, ingress=ingress, stream_answers=stream_answers)
+        try:
+            run_server(server, host=host, port=port, log_level=log_level, header_timeout_s=header_timeout)
+        finally:
+            repo.close()

@@ -1,0 +1,162 @@
+"""Commands on one session: run a request, inspect a session, the hotel demo."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+import engine as engines
+from flowstate.agent import Agent
+from flowstate.cli.options import default_db, engine_options, errors, loop_config, loop_options
+from flowstate.errors import FlowStateError, RequestFailed
+from flowstate.inspection import render_graph, session_dump
+from flowstate.loop import require_query
+from flowstate.records import RunRecord, unfinished_message
+from flowstate.repository import Repository
+from flowstate.tools import ToolSet, load_tools
+
+
+@click.command()
+@click.argument("query")
+@click.option("--session", default="default", show_default=True, help="Session name; the next run in it is the next request.")
+@click.option("--db", default=None, help="The memory: a SQLite file or a postgresql:// URL [default: $FLOWSTATE_DB or "
+                                         "~/.local/share/flowstate/flowstate.db].")
+@engine_options
+@click.option("--tools", "tools_ref", default=None, help="Tool set as module:attribute [default: no tools].")
+@click.option("--policy", default="", help="Task policy placed in the system prompt.")
+@loop_options()
+@click.option("--json", "as_json", is_flag=True, help="Print the full run record as JSON.")
+def run(
+    query: str, session: str, db: str | None, tools_ref: str | None, policy: str, max_steps: int,
+    max_protocol_errors: int, limits_name: str, on_budget: str, as_json: bool, grammar_mode: str, **engine_opts: Any,
+) -> None:
+    """Run one request QUERY in a session and print the final response."""
+    with errors():
+        require_query(query)  # bad input fails before anything touches the database
+        tools = load_tools(tools_ref) if tools_ref else ToolSet()
+        model = engines.load(**engine_opts)
+        repo = Repository.open(db or default_db())
+        try:
+            config = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
+                                 limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode)
+            agent = Agent(model, repository=repo, session=session, tools=tools, task_policy=policy, config=config)
+            record = agent.run(query)
+        finally:
+            repo.close()
+        if as_json:
+            click.echo(json.dumps(record.to_dict(), ensure_ascii=False, indent=2))
+        elif record.response is None:
+            click.echo(unfinished_message(record.unfinished, record.persisted_states))
+        else:
+            click.echo(record.response)
+
+
+@click.command()
+@click.option("--session", required=True, help="Session name.")
+@click.option("--db", default=None, help="The memory: a SQLite file or a postgresql:// URL [default: as for run].")
+@click.option("--json", "as_json", is_flag=True, help="Print requests, index and nodes as JSON.")
+def inspect(session: str, db: str | None, as_json: bool) -> None:
+    """Show a session's requests, Historical State Index and state graph."""
+    with errors():
+        repo = Repository.open(db or default_db(), create=False)
+        try:
+            dump = session_dump(repo, session)
+        finally:
+            repo.close()
+        if as_json:
+            click.echo(json.dumps(dump, ensure_ascii=False, indent=2))
+        else:
+            click.echo(render_graph(dump))
+            click.echo("\nHistorical State Index (what the next request's prompt lists):")
+            for entry in dump["index"]:
+                click.echo(json.dumps(entry, ensure_ascii=False))
+
+
+@click.command()
+@engine_options
+@loop_options(max_steps=4)
+@click.option("--db", default=None, help="Keep the demo's memory in this database, a file or a postgresql:// URL "
+                                         "[default: a temporary one].")
+@click.option("--session", default="hotel-demo", show_default=True, help="Session name in the database.")
+@click.option("--json", "as_json", is_flag=True, help="Print the three run records as JSON.")
+def demo(
+    db: str | None, session: str, as_json: bool, max_steps: int, max_protocol_errors: int, limits_name: str,
+    on_budget: str, grammar_mode: str, **engine_opts: Any,
+) -> None:
+    """The hotel case of the paper's Figure 1: three requests, then the state graph.
+
+    With ``--engine scripted`` the shipped script replays a model that solves it; with a real
+    model, a request that fails is reported and the demo goes on with the next one.
+    """
+    from flowstate.demo import hotel
+
+    with errors():
+        if engine_opts["name"] == "scripted" and engine_opts["script"] is None:
+            engine_opts["script"] = str(hotel.script_path())
+        model = engines.load(**engine_opts)
+        config = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
+                             limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode)
+        with tempfile.TemporaryDirectory() as tmp:
+            repo = Repository.open(db or Path(tmp) / "demo.db")
+            try:
+                if repo.request_count(session):
+                    raise FlowStateError(f"session {session!r} in {repo.path} already has requests; name a new --session")
+                agent = Agent(model, repository=repo, session=session, tools=hotel.TOOLS, task_policy=hotel.POLICY,
+                              config=config)
+                records: list[dict[str, Any]] = []
+                for query in hotel.QUERIES:
+                    if not as_json:
+                        click.echo(f"\n> {query}")
+                    try:
+                        record = agent.run(query)
+                    except RequestFailed as exc:
+                        records.append({"query": query, "error": str(exc), **(exc.record or {})})
+                        if not as_json:
+                            for step in records[-1].get("steps", []):
+                                click.echo(_step_line(step))
+                            click.echo(f"  {exc} (nothing of it was persisted)")
+                        continue
+                    records.append(record.to_dict())
+                    if not as_json:
+                        for step in records[-1]["steps"]:
+                            click.echo(_step_line(step))
+                        response = record.response
+                        if response is None:
+                            response = unfinished_message(record.unfinished, record.persisted_states)
+                        click.echo(f"{response}\n  ({_usage_line(record)})")
+                dump = session_dump(repo, session)
+            finally:
+                repo.close()
+        if as_json:
+            click.echo(json.dumps({"requests": records, "memory": dump}, ensure_ascii=False, indent=2))
+        else:
+            click.echo("\n" + render_graph(dump))
+
+
+def _step_line(step: dict[str, Any]) -> str:
+    parts = []
+    if step["protocol_error"]:
+        parts.append(f"protocol error in {step['protocol_error']['block']}")
+    if step["disclosed"]:
+        parts.append("disclose " + ", ".join(step["disclosed"]))
+    if step["committed"]:
+        parts.append(", ".join(f"{op['operation']} {op['state_id']}" for op in step["committed"]))
+    if step["rejected"] or step["refused"]:
+        parts.append(f"{len(step['rejected']) + len(step['refused'])} rejected")
+    if step["tool_calls"]:
+        parts.append("call " + ", ".join(c["name"] for c in step["tool_calls"]))
+    parts.append({"final": "answer", "defer": "wait", "tools": "act", "invalid": "retry"}[step["decision"]])
+    return f"  step {step['index']}: " + "; ".join(parts)
+
+
+def _usage_line(record: RunRecord) -> str:
+    u = record.usage
+    return (
+        f"request {record.request}: {len(record.steps)} steps, prompt {u.prompt_tokens} tokens "
+        f"({u.cached_tokens} cached), completion {u.completion_tokens} tokens, "
+        f"{u.ttft_s + u.decode_s:.2f} s in the model"
+    )
