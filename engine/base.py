@@ -64,7 +64,7 @@ class Generation:
 @dataclass(frozen=True)
 class Sampling:
     """Sampling of one call, over the engine's own defaults (None keeps the default). Engines name the
-    fields they honour in ``sampling_fields`` and take ``sampling=`` in ``generate``; callers refuse the rest."""
+    fields they honour in ``Capabilities.sampling``; callers refuse the rest."""
 
     temperature: float | None = None
     top_p: float | None = None
@@ -72,6 +72,21 @@ class Sampling:
 
     def given(self) -> frozenset[str]:
         return frozenset(k for k in ("temperature", "top_p", "seed") if getattr(self, k) is not None)
+
+    def over(self, default: Decoding) -> Decoding:
+        """This call's sampling over an engine's own: each field given here wins (the one place they merge)."""
+        return Decoding(default.temperature if self.temperature is None else self.temperature,
+                        default.top_p if self.top_p is None else self.top_p,
+                        default.seed if self.seed is None else self.seed)
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """An engine's own sampling, which a call's ``Sampling`` overrides field by field."""
+
+    temperature: float = 0.0  # greedy
+    top_p: float = 1.0
+    seed: int | None = None
 
 
 OnText = Callable[[str], None]

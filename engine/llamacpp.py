@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from engine.base import ALL_SAMPLING, Capabilities, Engine, Generation, Message, OnText, Sampling, Usage
+from engine.base import ALL_SAMPLING, Capabilities, Decoding, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError
 from engine.text import common_prefix
@@ -177,9 +177,8 @@ class LlamaCppEngine(Engine):
             return self.llm.detokenize([token], special=True).decode("utf-8", errors="replace")
 
         self._formatter = Jinja2ChatFormatter(template, eos_token=piece(self._eos), bos_token=piece(self.llm.token_bos()))
-        self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
+        self.decoding, self.max_tokens = Decoding(temperature, top_p, seed), max_tokens
         self.repetition_penalty = repetition_penalty
-        self.seed = seed
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._lock = threading.Lock()  # one model, one KV cache: calls from many threads take turns
 
@@ -241,9 +240,9 @@ class LlamaCppEngine(Engine):
         import llama_cpp
 
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        temperature = self.temperature if sampling.temperature is None else sampling.temperature
-        top_p = self.top_p if sampling.top_p is None else sampling.top_p
-        self.llm.set_seed(self.seed if sampling.seed is None else sampling.seed)
+        s = sampling.over(self.decoding)
+        temperature, top_p = s.temperature, s.top_p
+        self.llm.set_seed(s.seed if s.seed is not None else 0)
 
         budget = completion_budget(max_tokens or self.max_tokens, len(prompt), self.context)
         cached = min(common_prefix(self.llm.input_ids[: self.llm.n_tokens].tolist(), prompt), len(prompt) - 1)

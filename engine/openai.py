@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from engine.base import ALL_SAMPLING, Capabilities, Engine, Generation, Message, OnText, Sampling, Usage
+from engine.base import ALL_SAMPLING, Capabilities, Decoding, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import check_options
 from engine.errors import EngineConfigError, EngineError, EngineUnavailable
 
@@ -45,7 +45,7 @@ class OpenAIEngine(Engine):
         self._openai = openai
         self.base_url = base_url
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "EMPTY", max_retries=0, timeout=timeout_s)
-        self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
+        self.decoding, self.max_tokens = Decoding(temperature, top_p), max_tokens
         self.retries, self.backoff_s = retries, backoff_s
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.model = self.model_name = model or self._first_model()
@@ -99,7 +99,7 @@ class OpenAIEngine(Engine):
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
                  affinity: str | None = None) -> Generation:
-        sampling = sampling or Sampling()
+        s = (sampling or Sampling()).over(self.decoding)
         started = time.perf_counter()
         extra: dict[str, Any] = {}
         if grammar:  # vLLM would otherwise let JSON whitespace run free inside the grammar's %json blocks
@@ -110,9 +110,7 @@ class OpenAIEngine(Engine):
             self.client.chat.completions.create,
             model=self.model,
             messages=[{"role": m.role, "content": m.content} for m in messages],
-            temperature=self.temperature if sampling.temperature is None else sampling.temperature,
-            top_p=self.top_p if sampling.top_p is None else sampling.top_p,
-            **({"seed": sampling.seed} if sampling.seed is not None else {}),
+            temperature=s.temperature, top_p=s.top_p, **({"seed": s.seed} if s.seed is not None else {}),
             max_tokens=max_tokens or self.max_tokens,
             stream=True,
             stream_options={"include_usage": True},

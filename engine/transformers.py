@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.base import ALL_SAMPLING, Capabilities, Engine, Generation, Message, OnText, Sampling, Usage
+from engine.base import ALL_SAMPLING, Capabilities, Decoding, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import apply_template, check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError
 
@@ -130,7 +130,7 @@ class TransformersEngine(Engine):
         self._outlines_mod = outlines
         self._generators: OrderedDict[str, Any] = OrderedDict()
         self._llg_tokenizer: Any = None
-        self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
+        self.decoding, self.max_tokens = Decoding(temperature, top_p), max_tokens
         self.repetition_penalty = repetition_penalty
         self.prefix_cache = prefix_cache
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
@@ -222,10 +222,10 @@ class TransformersEngine(Engine):
             cache = DynamicCache(config=self.model.config)
         budget = completion_budget(max_tokens or self.max_tokens, len(prompt_ids), self.context)
         timer = _Timer(lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True), on_text)
-        temperature = self.temperature if sampling.temperature is None else sampling.temperature
-        top_p = self.top_p if sampling.top_p is None else sampling.top_p
-        if sampling.seed is not None:
-            self._torch.manual_seed(sampling.seed)
+        s = sampling.over(self.decoding)
+        temperature, top_p = s.temperature, s.top_p
+        if s.seed is not None:
+            self._torch.manual_seed(s.seed)
         decoding: dict[str, Any] = (
             {"do_sample": True, "temperature": temperature, "top_p": top_p}
             if temperature > 0 else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.base import ALL_SAMPLING, Capabilities, Engine, Generation, Message, OnText, Sampling, Usage
+from engine.base import ALL_SAMPLING, Capabilities, Decoding, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import apply_template, check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError
 
@@ -113,7 +113,7 @@ class VLLMEngine(Engine):
         self.llm = self._start(AsyncLLM, AsyncEngineArgs(**kwargs), model)
         self.tokenizer = self.llm.get_tokenizer()
         self.model_name = model
-        self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
+        self.decoding, self.max_tokens = Decoding(temperature, top_p), max_tokens
         self.max_model_len = max_model_len
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._lock = threading.Lock()
@@ -166,10 +166,9 @@ class VLLMEngine(Engine):
 
         structured = StructuredOutputsParams(grammar=grammar, disable_any_whitespace=True) if grammar else None
         budget = completion_budget(max_tokens or self.max_tokens, prompt_tokens, self.max_model_len)
-        sampling = sampling or Sampling()
+        s = (sampling or Sampling()).over(self.decoding)
         return SamplingParams(
-            temperature=self.temperature if sampling.temperature is None else sampling.temperature,
-            top_p=self.top_p if sampling.top_p is None else sampling.top_p, seed=sampling.seed,
+            temperature=s.temperature, top_p=s.top_p, seed=s.seed,
             max_tokens=budget, structured_outputs=structured,
         )
 

@@ -9,7 +9,7 @@ from flowstate.errors import FlowStateError, ProtocolError, RequestFailed, Sessi
 from flowstate.nodes import Node, Ref, Relation, StateType
 from flowstate.protocol import ModelOutput
 from flowstate.records import RunRecord
-from flowstate.repository import Repository
+from flowstate.store.repository import Repository
 from flowstate.tools import Tool, ToolSet, load_tools
 
 __all__ = [

@@ -11,7 +11,7 @@ from flowstate.loop import run_request
 from flowstate.memory.base import Strategy
 from flowstate.memory.state import FLOWSTATE
 from flowstate.records import RunRecord
-from flowstate.repository import Repository
+from flowstate.store.repository import Repository
 from flowstate.tools import Tool, ToolSet
 
 

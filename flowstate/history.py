@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flowstate.nodes import Node, canonical_json
-from flowstate.repository import Repository, RequestRow
+from flowstate.store.repository import Repository, RequestRow
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from flowstate.nodes import Node, StateType, canonical_json, observation_id
 from flowstate.parse import parse_output
 from flowstate.protocol import ToolCall
 from flowstate.records import RunRecord, StepRecord, ToolCallRecord
-from flowstate.repository import Repository
 from flowstate.request_options import RequestOptions
+from flowstate.store.repository import Repository, Transcript
 from flowstate.update import apply_delta
 
 
@@ -182,15 +182,15 @@ class RequestRun:
             f"request {self.index_k} of session {self.session!r} failed: {message}", partial.to_dict()
         )
 
-    def advance(self, extra: Mapping[str, Any] | None = None, on_step: OnStep | None = None) -> Waiting | None:
+    def advance(self, transcript: Transcript | None = None, on_step: OnStep | None = None) -> Waiting | None:
         """Step until the client must run tools (returns what waits) or the request ends (returns None).
 
-        ``extra`` is stored with the final run record (e.g. the server's transcript of the request);
+        ``transcript`` (the endpoint's record of the request) is persisted with it;
         ``on_step`` gives, per step, who receives its output while it decodes (where the engine streams)."""
         if self.waiting is not None:
             raise RuntimeError("advance() while client tool calls wait; answer() them first")
         while not self.done:
-            self.step(extra, on_step(len(self.steps) + 1) if on_step is not None else None)
+            self.step(transcript, on_step(len(self.steps) + 1) if on_step is not None else None)
             if self.pending:
                 waiting = self._dispatch()
                 if waiting is not None:
@@ -265,7 +265,7 @@ class RequestRun:
         return self._generate([Message("system", system), Message("user", user)],
                               grammar if self.wiring.grammars is not None else None)
 
-    def step(self, extra: Mapping[str, Any] | None = None, on_text: OnText | None = None) -> StepRecord | None:
+    def step(self, transcript: Transcript | None = None, on_text: OnText | None = None) -> StepRecord | None:
         """One model call and everything the runtime does with its output (raises ``RequestFailed``).
 
         Past the step budget no call is made: the request is persisted unfinished (``record`` is
@@ -281,7 +281,7 @@ class RequestRun:
             reason = f"no final response within the step budget of {self.config.max_steps} steps"
             if self.config.on_budget == "fail":
                 raise self.failed(reason)
-            self._persist(None, extra or {}, unfinished=reason)
+            self._persist(None, transcript, unfinished=reason)
             return None
         messages = self.strategy.prompt(self.system, self.query, self.start, p.state, p.feedback, p.observation)
         started = time.perf_counter()
@@ -319,7 +319,7 @@ class RequestRun:
         )
         p.steps.append(record)
         if record.final_response is not None:
-            self._persist(record.final_response, extra or {})
+            self._persist(record.final_response, transcript)
         return record
 
     def _unparsed(self, t: int, generation: Generation, grammar_ms: float, exc: ProtocolError) -> StepRecord:
@@ -360,7 +360,7 @@ class RequestRun:
             p.state = observed.state
         p.memory_calls.extend(observed.calls)
 
-    def _persist(self, response: str | None, extra: Mapping[str, Any], unfinished: str | None = None) -> None:
+    def _persist(self, response: str | None, transcript: Transcript | None, unfinished: str | None = None) -> None:
         self.response = response
         finish = self.strategy.finish(self.memory_context())  # the method's own work at the end (may call the model)
         nodes = [*self.strategy.persisted(self.state, response), *finish.nodes]
@@ -371,7 +371,7 @@ class RequestRun:
             unfinished=unfinished, memory_calls=(*self.memory_calls, *finish.calls),
         )
         self.repo.persist_request(
-            self.session, self.index_k, self.query, response, nodes, {**record.to_dict(), **extra}, unfinished
+            self.session, self.index_k, self.query, response, nodes, record.to_dict(), unfinished, transcript
         )
         self.record = record
 

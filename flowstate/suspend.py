@@ -19,8 +19,8 @@ from flowstate.loop import Progress, RequestRun, Waiting
 from flowstate.nodes import Node
 from flowstate.protocol import ToolCall
 from flowstate.records import StepRecord
-from flowstate.repository import Repository
 from flowstate.request_options import RequestOptions
+from flowstate.store.repository import Repository
 
 VERSION = 2  # 2: the waiting client calls and the client's tool names are the run's (1: the server's)
 

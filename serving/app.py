@@ -23,10 +23,10 @@ from starlette.requests import ClientDisconnect
 from engine.base import Engine
 from flowstate.config import AgentConfig, LoopConfig
 from flowstate.errors import SessionNotFound
-from flowstate.inspection import session_dump
 from flowstate.memory.base import Strategy
 from flowstate.memory.state import FLOWSTATE
-from flowstate.repository import Repository
+from flowstate.store.inspection import session_dump
+from flowstate.store.repository import Repository
 from flowstate.tools import ToolSet
 from serving.chat import IDEMPOTENCY_HEADER, complete
 from serving.errors import APIError, bad_request

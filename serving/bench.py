@@ -67,7 +67,7 @@ def _through_flowstate(recorder: Recorder, n: int, loop: Any) -> tuple[float, in
     import openai
     import uvicorn
 
-    from flowstate.repository import Repository
+    from flowstate.store.repository import Repository
     from serving.app import ServerConfig, create_app
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 
-from flowstate.repository import Repository
+from flowstate.store.repository import Repository
 from serving.sessions import Live, load_live
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from flowstate.loop import RequestRun
 from flowstate.records import unfinished_message
-from flowstate.repository import Repository
+from flowstate.store.repository import Repository, Transcript
 from serving.errors import APIError, bad_request, conflict
 from serving.messages import AssistantMessage, FunctionCallOut, ToolCallOut
 
@@ -185,11 +185,17 @@ def load_live(repo: Repository, name: str) -> Live:
     out: list[dict[str, Any]] = []
     replies: dict[str, int] = {}
     requests = repo.requests(name)
+    transcripts = repo.transcripts(name)
     for request in requests:
-        record = repo.request_record(name, request.index) or {}
+        kept = transcripts.get(request.index)
+        # the run record only where the transcript is not beside it, or for what an unfinished request kept
+        record = (repo.request_record(name, request.index) or {}) if kept is None or request.response is None else {}
+        if kept is None:  # persisted before migration 0006, or not through the endpoint
+            kept = Transcript(record.get("transcript") or [{"role": "user", "content": request.query}],
+                              record.get("idempotency") or {})
         start = len(out)
-        out.extend(record.get("transcript") or [{"role": "user", "content": request.query}])
-        replies.update({k: start + int(i) for k, i in (record.get("idempotency") or {}).items()})
+        out.extend(kept.messages)
+        replies.update({k: start + int(i) for k, i in kept.idempotency.items()})
         response = request.response
         if response is None:  # ended at the step budget: the client was told so
             response = unfinished_message(request.unfinished, (record.get("persisted") or {}).get("states", []))

@@ -19,8 +19,8 @@ from flowstate.loop import RequestRun, Waiting
 from flowstate.nodes import canonical_json, observation_id
 from flowstate.output_stream import AnswerStream, ToolCallStream
 from flowstate.records import StepRecord, unfinished_message
-from flowstate.repository import Repository
 from flowstate.request_options import RequestOptions
+from flowstate.store.repository import Repository, Transcript
 from flowstate.suspend import restore, snapshot
 from grammars.check import GrammarError
 from serving.errors import APIError, bad_request, conflict
@@ -121,7 +121,7 @@ class Turns:
             def on_step(step: int) -> OnText:
                 return self._live_output(run, step, on_delta)
         try:
-            waiting = run.advance({"transcript": live.transcript[live.finished:], "idempotency": keys}, on_step)
+            waiting = run.advance(Transcript(live.transcript[live.finished:], keys), on_step)
         except RequestFailed as exc:
             self._unsuspend(live)
             live.abandon()

@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("engine", "grammars", "flowstate", "serving")
-ADAPTERS = ("flowstate.agent", "flowstate.eval", "flowstate.bench", "flowstate.repo_bench", "flowstate.demo", "serving")
+ADAPTERS = ("flowstate.agent", "flowstate.eval", "flowstate.bench", "flowstate.bench.repo", "flowstate.demo", "serving")
 
 
 def module_name(path: Path) -> str:
@@ -141,3 +141,21 @@ def test_no_engine_capability_is_found_by_getattr() -> None:
     found = [f"{p.relative_to(ROOT)}:{i}" for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if PROBE.search(line)]
     assert found == []
+
+
+def test_the_readme_layout_table_matches_the_tree() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    layout = readme[readme.index("## Layout"):readme.index("## Prompt layout")]
+    named = set(re.findall(r"`([a-z_]+(?:/[a-z_0-9]+)*(?:\.py|/))`", layout))
+    folders = [ROOT, *(d for d in ROOT.rglob("*") if d.is_dir() and (d / "__init__.py").exists())]
+    missing = [n for n in named if not any((d / n).exists() for d in folders)]
+    assert missing == []  # every path the table names exists (in full, or within a package its row names)
+    unlisted = []
+    for pkg in PACKAGES:
+        for p in (ROOT / pkg).iterdir():
+            if p.suffix == ".py" and p.stem not in ("__init__", "__main__") and f"{p.name}`" not in layout:
+                unlisted.append(str(p.relative_to(ROOT)))
+            if p.is_dir() and (p / "__init__.py").exists() and f"{p.relative_to(ROOT)}/" not in layout \
+                    and f"{p.name}/`" not in layout:
+                unlisted.append(f"{p.relative_to(ROOT)}/")
+    assert unlisted == []  # every module and sub-package is in the table

@@ -10,7 +10,7 @@ import click
 import engine as engines
 from flowstate import memory
 from flowstate.cli.options import default_db, engine_options, errors, loop_config, loop_options
-from flowstate.repository import Repository
+from flowstate.store.repository import Repository
 from flowstate.tools import ToolSet, load_tools
 from serving.app import STREAM_ANSWERS, ServerConfig
 from serving.server import HEADER_TIMEOUT_S

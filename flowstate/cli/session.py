@@ -13,10 +13,10 @@ import engine as engines
 from flowstate.agent import Agent
 from flowstate.cli.options import default_db, engine_options, errors, loop_config, loop_options
 from flowstate.errors import FlowStateError, RequestFailed
-from flowstate.inspection import render_graph, session_dump
 from flowstate.loop import require_query
 from flowstate.records import RunRecord, unfinished_message
-from flowstate.repository import Repository
+from flowstate.store.inspection import render_graph, session_dump
+from flowstate.store.repository import Repository
 from flowstate.tools import ToolSet, load_tools
 
 

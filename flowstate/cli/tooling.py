@@ -41,7 +41,7 @@ def bench() -> None:
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
 def bench_decode_cmd(calls: int | None, out: Path | None, **engine_opts: Any) -> None:
     """Tokens/s without grammar vs static vs per-step grammar, per engine (--engine a,b: side by side in one run)."""
-    from flowstate.bench import bench_decode, render_table
+    from flowstate.bench.decode import bench_decode, render_table
 
     with errors():
         max_tokens = engine_opts.pop("max_tokens")
@@ -88,7 +88,7 @@ def bench_serve_cmd(
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
 def bench_repo_cmd(sizes: str, pg_url: str | None, samples: int, out: Path | None) -> None:
     """Persist rate, disclose latency (p50/p99) and index build time by size, SQLite and PostgreSQL side by side."""
-    from flowstate.repo_bench import Databases, bench_repo, render_table
+    from flowstate.bench.repo import Databases, bench_repo, render_table
 
     with errors(), tempfile.TemporaryDirectory() as tmp:
         counts = [int(x) for x in sizes.split(",") if x.strip()]

@@ -32,7 +32,7 @@ from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.limits import STANDARD
 from flowstate.memory import get
 from flowstate.memory.base import Strategy
-from flowstate.repository import Repository
+from flowstate.store.repository import Repository
 
 TASK_POLICY = (
     "Act with the tools; answer briefly. Every name, number and decision must come from tool results, "

@@ -19,7 +19,7 @@ from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
 from flowstate.nodes import Node, canonical_json
 from flowstate.records import StepRecord
-from flowstate.repository import Repository, RequestRow, SessionView
+from flowstate.store.repository import Repository, RequestRow, SessionView
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,8 @@ from flowstate.memory import calls as memory_calls
 from flowstate.memory.base import Finish, MemoryContext, Start, Strategy, ToolOutcome, interaction
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.records import StepRecord
-from flowstate.repository import Repository
 from flowstate.serializer import layout, system_prompt
+from flowstate.store.repository import Repository
 from flowstate.tags import COMPRESS, MAINTAIN
 
 REVISE = "revise_memory"

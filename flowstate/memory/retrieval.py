@@ -25,8 +25,8 @@ from flowstate.limits import STANDARD, Limits
 from flowstate.memory import calls as memory_calls
 from flowstate.memory.base import Finish, MemoryContext, Start, Strategy, interaction, transcript
 from flowstate.nodes import Node, StateType, canonical_json
-from flowstate.repository import Repository
 from flowstate.serializer import layout, render_observation, system_prompt
+from flowstate.store.repository import Repository
 from flowstate.tags import EXTRACT
 
 TOP_K = 5  # as MemoryArena's baselines (and MAGE's comparison) fix it

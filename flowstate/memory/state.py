@@ -26,8 +26,8 @@ from flowstate.limits import COMPACT, STANDARD, Limits
 from flowstate.memory.base import Start, Strategy, transcript
 from flowstate.nodes import Node, Ref, Relation, StateType
 from flowstate.protocol import BLOCKS
-from flowstate.repository import Repository
 from flowstate.serializer import layout, memory_rules, system_prompt
+from flowstate.store.repository import Repository
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from flowstate.limits import STANDARD, Limits
 from flowstate.memory import calls as memory_calls
 from flowstate.memory.base import MemoryContext, Observed, Start, Strategy
 from flowstate.nodes import Node, StateType, canonical_json
-from flowstate.repository import Repository
 from flowstate.serializer import layout, render_observation, system_prompt
+from flowstate.store.repository import Repository
 from flowstate.tags import TRACK
 
 EMPTY: dict[str, Any] = {"goal": "", "world": {}, "constraints": []}

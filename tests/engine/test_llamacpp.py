@@ -10,7 +10,7 @@ import pytest
 from engine.base import Message
 from engine.errors import EngineConfigError
 from engine.llamacpp import LlamaCppEngine
-from flowstate.bench import hotel_calls
+from flowstate.bench.decode import hotel_calls
 from flowstate.limits import COMPACT
 from flowstate.parse import parse_output
 from grammars.check import accepts

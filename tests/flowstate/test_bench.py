@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.base import Capabilities, Engine, Generation, Message, Usage
-from flowstate.bench import bench_decode, hotel_calls, render_table
+from flowstate.bench.decode import bench_decode, hotel_calls, render_table
 from flowstate.demo import hotel
 from grammars.check import accepts
 

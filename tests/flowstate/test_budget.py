@@ -7,7 +7,7 @@ import pytest
 
 from flowstate import RequestFailed
 from flowstate.history import session_index
-from flowstate.repository import Repository
+from flowstate.store.repository import Repository
 from tests.helpers import AgentFactory, add, output
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from flowstate import Repository
-from flowstate.backends import is_postgres
+from flowstate.store.backends import is_postgres
 
 CHILD = r'''
 import sys, time

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from flowstate import Repository, SessionNotFound, StorageError
-from flowstate.backends import is_postgres
-from flowstate.migrations import MIGRATIONS, POSTGRES_MIGRATIONS
 from flowstate.nodes import Node, Ref, Relation, StateType
+from flowstate.store.backends import is_postgres
+from flowstate.store.migrations import MIGRATIONS, POSTGRES_MIGRATIONS
+from flowstate.store.repository import Transcript
 
 
 def state(node_id: str, request: int = 1, refs: tuple[Ref, ...] = ()) -> Node:
@@ -110,6 +111,19 @@ def test_delete_session_forgets_exactly_that_session(any_repo: Repository) -> No
     assert repo.delete_session("s") is False
     repo.persist_request("s", 1, "fresh", "r", [state("a")], {})  # the name can start over
     assert [r.query for r in repo.requests("s")] == ["fresh"]
+
+
+def test_the_endpoints_transcript_has_a_table_of_its_own(any_repo: Repository) -> None:
+    repo = any_repo
+    kept = Transcript([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], {"key-1": 1})
+    repo.persist_request("s", 1, "hi", "hello", [state("a")], {"steps": []}, transcript=kept)
+    repo.persist_request("s", 2, "again", "ok", [], {"steps": []})  # a request that did not come through the endpoint
+    assert repo.transcripts("s") == {1: kept}
+    assert "transcript" not in (repo.request_record("s", 1) or {})  # not a ride in the run record
+    with pytest.raises(StorageError):  # written in the request's transaction: a refused request leaves none
+        repo.persist_request("s", 2, "dup", "x", [], {}, transcript=kept)
+    assert repo.transcripts("s") == {1: kept}
+    assert repo.delete_session("s") and repo.transcripts("s") == {}
 
 
 def test_sessions_by_prefix(any_repo: Repository) -> None:
@@ -214,7 +228,7 @@ def test_session_lock_serializes_across_repositories(pg_server: Any) -> None:
 
 
 def test_the_repository_benchmark_measures_both_backends(tmp_path: Path, pg_server: Any) -> None:
-    from flowstate.repo_bench import bench_repo, render_table
+    from flowstate.bench.repo import bench_repo, render_table
 
     made: list[str] = []
 

@@ -138,3 +138,18 @@ def test_refused_names_leave_no_lock_behind(repo: Repository) -> None:
         return sessions.held()
 
     assert asyncio.run(scenario()) == 0
+
+
+def test_a_session_stored_before_the_transcripts_table_loads_as_it_did(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from flowstate import Repository
+    from flowstate.store.repository import Transcript
+    from serving.sessions import load_live
+
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    with Repository.open(tmp_path / "m.db") as repo:
+        # before migration 0006 the endpoint's transcript rode in the run record
+        repo.persist_request("old", 1, "hi", "hello", [], {"transcript": messages[:1], "idempotency": {"k": 1}})
+        repo.persist_request("new", 1, "hi", "hello", [], {}, transcript=Transcript(messages[:1], {"k": 1}))
+        old, new = load_live(repo, "old"), load_live(repo, "new")
+    assert old.transcript == new.transcript == messages
+    assert old.replies == new.replies == {"k": 1}

@@ -19,7 +19,7 @@ from flowstate.eval.tau3.evaluate import grade
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import ScriptedUser, SimulatedUser, User, ends
 from flowstate.memory.base import Strategy
-from flowstate.repository import Repository
+from flowstate.store.repository import Repository
 
 MAX_TURNS = 30
 

@@ -62,7 +62,7 @@ from flowstate.eval.suites import REALISTIC, options  # noqa: E402
 from flowstate.eval.task import Task  # noqa: E402
 from flowstate.memory.base import Strategy  # noqa: E402
 from flowstate.memory.state import FLOWSTATE  # noqa: E402
-from flowstate.repository import Repository  # noqa: E402
+from flowstate.store.repository import Repository  # noqa: E402
 
 
 class Recording(PolicyEngine):

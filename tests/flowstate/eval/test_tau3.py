@@ -277,7 +277,7 @@ def test_a_conversation_through_the_loop_with_a_simulated_user(tmp_path: Path) -
     from flowstate.eval.tau3.conversation import run_conversation
     from flowstate.eval.tau3.gold import GoldPolicy
     from flowstate.memory.state import FLOWSTATE
-    from flowstate.repository import Repository
+    from flowstate.store.repository import Repository
 
     task = fixture_task([{"action_id": "r", "name": "get_reservation_details", "arguments": {"reservation_id": "R1"}},
                          *WRITES], communicate=["cancelled"])

@@ -111,6 +111,22 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0006_transcripts",
+        """
+        -- The endpoint's record of a finished request, beside it rather than inside its run record: the
+        -- request's messages as the server saw and answered them, and its Idempotency-Keys (key -> offset
+        -- of the reply within those messages). Written in the request's transaction, gone with its session.
+        CREATE TABLE transcripts (
+            session_id INTEGER NOT NULL REFERENCES sessions(id),
+            request_idx INTEGER NOT NULL,
+            messages TEXT NOT NULL,
+            idempotency TEXT NOT NULL,
+            PRIMARY KEY (session_id, request_idx),
+            FOREIGN KEY (session_id, request_idx) REFERENCES requests(session_id, idx)
+        );
+        """,
+    ),
 ]
 
 
@@ -225,6 +241,22 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
             name TEXT PRIMARY KEY,
             request INTEGER NOT NULL,
             snapshot TEXT NOT NULL
+        );
+        """,
+    ),
+    (
+        "0006_transcripts",
+        """
+        -- The endpoint's record of a finished request, beside it rather than inside its run record: the
+        -- request's messages as the server saw and answered them, and its Idempotency-Keys (key -> offset
+        -- of the reply within those messages). Written in the request's transaction, gone with its session.
+        CREATE TABLE transcripts (
+            session_id BIGINT NOT NULL REFERENCES sessions(id),
+            request_idx INTEGER NOT NULL,
+            messages TEXT NOT NULL,
+            idempotency TEXT NOT NULL,
+            PRIMARY KEY (session_id, request_idx),
+            FOREIGN KEY (session_id, request_idx) REFERENCES requests(session_id, idx)
         );
         """,
     ),

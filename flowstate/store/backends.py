@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from flowstate import migrations
 from flowstate.errors import StorageError
+from flowstate.store import migrations
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 

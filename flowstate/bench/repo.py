@@ -23,11 +23,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from flowstate.backends import redact
 from flowstate.errors import StorageError
 from flowstate.history import session_index
 from flowstate.nodes import Node, Ref, Relation, StateType
-from flowstate.repository import Repository
+from flowstate.store.backends import redact
+from flowstate.store.repository import Repository
 
 PER_REQUEST = 10
 

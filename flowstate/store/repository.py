@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowstate.backends import Backend, Conn, PostgresBackend, open_backend
 from flowstate.errors import SessionNotFound, StorageError
 from flowstate.nodes import Node, Ref, canonical_json
+from flowstate.store.backends import Backend, Conn, PostgresBackend, open_backend
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,15 @@ class RequestRow:
     query: str
     response: str | None
     unfinished: str | None = None
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """The endpoint's record of one request: its messages as the server saw and answered them, and its
+    Idempotency-Keys (key -> offset of the reply within ``messages``)."""
+
+    messages: list[dict[str, Any]]
+    idempotency: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -114,7 +123,7 @@ class Repository:
             if sid is None:
                 return waiting is not None
             conn.execute("UPDATE sessions SET forgetting = 1 WHERE id = ?", (sid,))
-            for table in ("relations", "nodes", "requests", "sessions"):
+            for table in ("relations", "nodes", "transcripts", "requests", "sessions"):
                 column = "id" if table == "sessions" else "session_id"
                 conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (sid,))
         return True
@@ -164,6 +173,17 @@ class Repository:
                 "SELECT idx, query, response, unfinished FROM requests WHERE session_id = ? ORDER BY idx", (sid,)
             ).fetchall()
         return [RequestRow(int(i), q, r, u) for i, q, r, u in rows]
+
+    def transcripts(self, session: str) -> dict[int, Transcript]:
+        """The endpoint's records of the session's requests, by request index (requests persisted before
+        migration 0006 kept theirs in the run record instead)."""
+        with self._read() as conn:
+            sid = self._session_id(conn, session)
+            rows = conn.execute(
+                "SELECT request_idx, messages, idempotency FROM transcripts WHERE session_id = ? ORDER BY request_idx",
+                (sid,),
+            ).fetchall()
+        return {int(i): Transcript(json.loads(m), json.loads(k)) for i, m, k in rows}
 
     def request_record(self, session: str, index: int) -> dict[str, Any] | None:
         """The run record stored with a finished request."""
@@ -266,10 +286,12 @@ class Repository:
         nodes: Sequence[Node],
         record: dict[str, Any],
         unfinished: str | None = None,
+        transcript: Transcript | None = None,
     ) -> None:
         """Persist: the request, its new nodes (states and referenced observations) and their relations.
 
-        One transaction. ``unfinished`` says why a request that has no response ended (step budget).
+        One transaction. ``unfinished`` says why a request that has no response ended (step budget);
+        ``transcript``: the endpoint's record of the request, kept beside it.
         ``index`` must be the session's next request index; otherwise another
         writer finished a request of this session meanwhile and nothing is written.
         """
@@ -286,6 +308,11 @@ class Repository:
                         f"INSERT INTO nodes (session_id, node_id, kind, type, summary, value, request_idx)"
                         f" VALUES ({sid}, ?, ?, ?, ?, ?, ?)",
                         [(session, n.id, n.kind, n.type.value, n.summary, canonical_json(n.value), index) for n in nodes],
+                    )
+                if transcript is not None:
+                    conn.execute(
+                        f"INSERT INTO transcripts (session_id, request_idx, messages, idempotency) VALUES ({sid}, ?, ?, ?)",
+                        (session, index, canonical_json(transcript.messages), canonical_json(transcript.idempotency)),
                     )
                 relations = [(session, n.id, pos, ref.rel.value, ref.state_id) for n in nodes for pos, ref in enumerate(n.refs)]
                 if relations:

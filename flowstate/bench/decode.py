@@ -25,7 +25,7 @@ from flowstate.constrain import GrammarMode, Grammars
 from flowstate.errors import ProtocolError
 from flowstate.limits import Limits, for_engine
 from flowstate.parse import parse_output
-from flowstate.repository import Repository
+from flowstate.store.repository import Repository
 from grammars.check import validate
 
 MODES = ("none", "static", "step")

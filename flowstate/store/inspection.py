@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from flowstate.history import build_index
-from flowstate.repository import Repository
+from flowstate.store.repository import Repository
 
 _MARK = {"preference": "P", "knowledge": "K", "attribute": "A", "judgement": "J", "artifact": "R"}
 

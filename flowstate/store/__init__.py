@@ -1,0 +1,1 @@
+"""Storage: the Persistent State Repository M on SQLite or PostgreSQL, its named migrations, session dumps."""
