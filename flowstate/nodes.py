@@ -59,6 +59,9 @@ class Node(BaseModel):
     value: Any
     refs: tuple[Ref, ...] = ()
     request: int = Field(ge=1, description="index of the request that created the node")
+    # the declared kind of a memory method's own node (e.g. "mage.summary"), which no model output can write;
+    # None for the model's states and raw observations
+    mark: str | None = None
 
     @property
     def is_observation(self) -> bool:

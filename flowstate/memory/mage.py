@@ -37,6 +37,7 @@ from flowstate.store.repository import Repository
 from flowstate.tags import COMPRESS, MAINTAIN
 
 REVISE = "revise_memory"
+SUMMARY, POINTER = "mage.summary", "mage.pointer"  # the marks of the top layer's nodes
 
 RULES = """\
 ## memory
@@ -92,10 +93,10 @@ def load_tree(nodes: Sequence[Node]) -> Tree:
     summaries: dict[int, dict[str, Any]] = {}
     pointer: int | None = None
     for n in nodes:  # creation order: the last pointer node wins
-        if n.id.startswith("mage_s"):
+        if n.mark == SUMMARY:
             summaries[int(n.value["step"])] = dict(n.value)
             pointer = int(n.value["step"])  # a new summary extends the active path
-        elif n.id.startswith("mage_p"):
+        elif n.mark == POINTER:
             pointer = n.value.get("pointer")
     return Tree(summaries, pointer)
 
@@ -158,7 +159,8 @@ class Mage(Strategy):
         k = ctx.k
         revised = ctx.scratch.get("revised", "unset")
         if revised != "unset":
-            nodes.append(Node(id=f"mage_p{k}", type=StateType.JUDGEMENT, summary="active path revised", request=k,
+            nodes.append(Node(id=f"mage_p{k}", mark=POINTER, type=StateType.JUDGEMENT, summary="active path revised",
+                              request=k,
                               value={"pointer": revised}))
         if not self.compress:
             return Finish(tuple(nodes), ())
@@ -179,7 +181,7 @@ class Mage(Strategy):
             if verdict is not None:
                 trusted, note = bool(verdict.get("valid", True)), str(verdict.get("note", ""))[:400]
         step = max([*tree.summaries, 0]) + 1
-        nodes.append(Node(id=f"mage_s{step}", type=StateType.ARTIFACT, request=k,
+        nodes.append(Node(id=f"mage_s{step}", mark=SUMMARY, type=StateType.ARTIFACT, request=k,
                           summary=summary[: ctx.limits.text],
                           value={"step": step, "summary": summary, "parent": parent, "trusted": trusted, "note": note,
                                  "covers": [o.id for o in ctx.state.observations]}))

@@ -29,6 +29,7 @@ from flowstate.serializer import layout, render_observation, system_prompt
 from flowstate.store.repository import Repository
 from flowstate.tags import EXTRACT
 
+FACT = "mem0.fact"  # the mark of an extracted fact's node
 TOP_K = 5  # as MemoryArena's baselines (and MAGE's comparison) fix it
 TWO_BLOCKS = ("tool_calls", "assistant_message")
 
@@ -118,7 +119,7 @@ class ExtractedMemory(Strategy):
 
     def start(self, repo: Repository, session: str) -> Start:
         k = repo.request_count(session) + 1
-        facts = tuple(n for n in repo.nodes(session) if n.id.startswith("mem_"))
+        facts = tuple(n for n in repo.nodes(session) if n.mark == FACT)
         return Start(k, HistoricalIndex(), ActiveState(request=k), None,
                      tuple(canonical_json({"memory_id": n.id, "fact": n.value.get("fact", "")}) + "\n" for n in facts))
 
@@ -140,7 +141,7 @@ class ExtractedMemory(Strategy):
         done = interaction(ctx.query, ctx.state.observations, ctx.response)
         generation = ctx.call_model(EXTRACT_PROMPT, tags.block(tags.INTERACTION, done)[:-1], FACTS_GRAMMAR)
         facts, error = _facts(generation.text, ctx.limits)
-        nodes = tuple(Node(id=f"mem_r{ctx.k}_{i}", type=StateType.KNOWLEDGE, request=ctx.k,
+        nodes = tuple(Node(id=f"mem_r{ctx.k}_{i}", mark=FACT, type=StateType.KNOWLEDGE, request=ctx.k,
                            summary=fact[: ctx.limits.text], value={"fact": fact}) for i, fact in enumerate(facts, 1))
         return Finish(nodes, (memory_calls.record(generation, "facts", error),))
 

@@ -84,7 +84,7 @@ def response_node(state: ActiveState, response: str | None) -> Node:
     summary = f"final response: {response}" if response is not None else "unfinished: no final response"
     short = COMPACT.text  # an index line stays short whatever the profile
     return Node(
-        id=f"response_r{state.request}", type=StateType.ARTIFACT,
+        id=f"response_r{state.request}", mark="no-isu.response", type=StateType.ARTIFACT,
         summary=summary if len(summary) <= short else summary[: short - 1] + "…",
         value={"response": response}, request=state.request,
         refs=tuple(Ref(rel=Relation.DERIVES, state_id=o.id) for o in state.observations),

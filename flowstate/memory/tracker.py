@@ -26,6 +26,7 @@ from flowstate.store.repository import Repository
 from flowstate.tags import TRACK
 
 EMPTY: dict[str, Any] = {"goal": "", "world": {}, "constraints": []}
+MARK = "zipact.state"  # the mark of the tracked state's node
 
 RULES = """\
 ## memory
@@ -46,12 +47,12 @@ STATE_GRAMMAR = ('start: %json {"type": "object", "properties": {"goal": {"type"
 
 
 def tracked(state: ActiveState) -> dict[str, Any]:
-    node = next((n for n in state.current if n.id.startswith("zipact_r")), None)
+    node = next((n for n in state.current if n.mark == MARK), None)
     return dict(node.value) if node is not None else dict(EMPTY)
 
 
 def _with(state: ActiveState, value: dict[str, Any]) -> ActiveState:
-    node = Node(id=f"zipact_r{state.request}", type=StateType.JUDGEMENT, summary="tracked state",
+    node = Node(id=f"zipact_r{state.request}", mark=MARK, type=StateType.JUDGEMENT, summary="tracked state",
                 value=value, request=state.request)
     kept = tuple(n for n in state.current if n.id != node.id)
     order = state.order if node.id in state.order else (*state.order, node.id)
@@ -69,7 +70,7 @@ class StateTracker(Strategy):
 
     def start(self, repo: Repository, session: str) -> Start:
         k = repo.request_count(session) + 1
-        last = next((n for n in reversed(repo.nodes(session)) if n.id.startswith("zipact_r")), None)
+        last = next((n for n in reversed(repo.nodes(session)) if n.mark == MARK), None)
         state = _with(ActiveState(request=k), dict(last.value) if last is not None else dict(EMPTY))
         return Start(k, HistoricalIndex(), state, None)
 
@@ -92,7 +93,7 @@ class StateTracker(Strategy):
         return Observed(state, (memory_calls.record(generation, "state", error),))
 
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
-        return [n for n in state.current if n.id.startswith("zipact_r")]  # the state carries over; nothing else
+        return [n for n in state.current if n.mark == MARK]  # the state carries over; nothing else
 
 
 def _state(text: str) -> tuple[dict[str, Any] | None, str | None]:

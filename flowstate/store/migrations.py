@@ -127,6 +127,26 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0007_node_marks",
+        """
+        -- A memory method marks the nodes it makes itself (MAGE's summaries and pointers, Mem0-style facts, the
+        -- ZipAct state, no-isu's rule-built response) with a declared kind, which no model output can write,
+        -- instead of an id prefix a model could write too. Nodes stored before are marked once by those
+        -- prefixes (the one time history is rewritten, inside this migration).
+        ALTER TABLE nodes ADD COLUMN mark TEXT;
+        DROP TRIGGER nodes_no_update;
+        UPDATE nodes SET mark = CASE
+            WHEN node_id GLOB 'mage_s[0-9]*' THEN 'mage.summary'
+            WHEN node_id GLOB 'mage_p[0-9]*' THEN 'mage.pointer'
+            WHEN node_id GLOB 'mem_r[0-9]*_[0-9]*' THEN 'mem0.fact'
+            WHEN node_id GLOB 'zipact_r[0-9]*' THEN 'zipact.state'
+            WHEN node_id GLOB 'response_r[0-9]*' THEN 'no-isu.response'
+        END WHERE kind = 'state';
+        CREATE TRIGGER nodes_no_update BEFORE UPDATE ON nodes
+            BEGIN SELECT RAISE(ABORT, 'historical nodes are immutable'); END;
+        """,
+    ),
 ]
 
 
@@ -258,6 +278,26 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
             PRIMARY KEY (session_id, request_idx),
             FOREIGN KEY (session_id, request_idx) REFERENCES requests(session_id, idx)
         );
+        """,
+    ),
+    (
+        "0007_node_marks",
+        """
+        -- A memory method marks the nodes it makes itself (MAGE's summaries and pointers, Mem0-style facts, the
+        -- ZipAct state, no-isu's rule-built response) with a declared kind, which no model output can write,
+        -- instead of an id prefix a model could write too. Nodes stored before are marked once by those
+        -- prefixes (the one time history is rewritten, inside this migration).
+        ALTER TABLE nodes ADD COLUMN mark TEXT;
+        DROP TRIGGER nodes_no_update ON nodes;
+        UPDATE nodes SET mark = CASE
+            WHEN node_id ~ '^mage_s[0-9]+$' THEN 'mage.summary'
+            WHEN node_id ~ '^mage_p[0-9]+$' THEN 'mage.pointer'
+            WHEN node_id ~ '^mem_r[0-9]+_[0-9]+$' THEN 'mem0.fact'
+            WHEN node_id ~ '^zipact_r[0-9]+$' THEN 'zipact.state'
+            WHEN node_id ~ '^response_r[0-9]+$' THEN 'no-isu.response'
+        END WHERE kind = 'state';
+        CREATE TRIGGER nodes_no_update BEFORE UPDATE ON nodes
+            FOR EACH ROW EXECUTE FUNCTION flowstate_immutable('historical nodes are immutable');
         """,
     ),
 ]

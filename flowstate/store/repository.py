@@ -201,7 +201,7 @@ class Repository:
         with self._read() as conn:
             sid = self._session_id(conn, session)
             rows = conn.execute(
-                "SELECT node_id, kind, type, summary, value, request_idx FROM nodes WHERE session_id = ? ORDER BY seq",
+                "SELECT node_id, kind, type, summary, value, request_idx, mark FROM nodes WHERE session_id = ? ORDER BY seq",
                 (sid,),
             ).fetchall()
             refs = self._refs(conn, sid)
@@ -211,7 +211,7 @@ class Repository:
         """One node with its relations: one query (a round trip matters on a server)."""
         with self._read() as conn:
             rows = conn.execute(
-                "SELECT n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, r.rel, r.target_id"
+                "SELECT n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, n.mark, r.rel, r.target_id"
                 " FROM nodes n JOIN sessions s ON s.id = n.session_id"
                 " LEFT JOIN relations r ON r.session_id = n.session_id AND r.source_id = n.node_id"
                 " WHERE s.name = ? AND n.node_id = ? ORDER BY r.position",
@@ -220,7 +220,7 @@ class Repository:
         if not rows:
             return None
         refs = tuple(Ref(rel=rel, state_id=target) for *_, rel, target in rows if rel is not None)
-        return self._node(rows[0][:6], refs)
+        return self._node(rows[0][:7], refs)
 
     def incoming(self, session: str, node_id: str) -> list[tuple[str, str]]:
         """The (source id, relation) pairs of relations that point at ``node_id``."""
@@ -238,23 +238,23 @@ class Repository:
         Disclose reads, in one query."""
         with self._read() as conn:
             rows = conn.execute(
-                "SELECT 0, n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, r.rel, r.target_id,"
+                "SELECT 0, n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, n.mark, r.rel, r.target_id,"
                 " r.position, 0 FROM nodes n JOIN sessions s ON s.id = n.session_id"
                 " LEFT JOIN relations r ON r.session_id = n.session_id AND r.source_id = n.node_id"
                 " WHERE s.name = ? AND n.node_id = ?"
                 " UNION ALL"
-                " SELECT 1, r.source_id, NULL, NULL, NULL, NULL, NULL, r.rel, NULL, n.seq, r.position"
+                " SELECT 1, r.source_id, NULL, NULL, NULL, NULL, NULL, NULL, r.rel, NULL, n.seq, r.position"
                 " FROM relations r JOIN sessions s ON s.id = r.session_id"
                 " JOIN nodes n ON n.session_id = r.session_id AND n.node_id = r.source_id"
                 " WHERE s.name = ? AND r.target_id = ?"
-                " ORDER BY 1, 10, 11",
+                " ORDER BY 1, 11, 12",
                 (session, node_id, session, node_id),
             ).fetchall()
         own = [r for r in rows if r[0] == 0]
         if not own:
             return None, []
-        refs = tuple(Ref(rel=r[7], state_id=r[8]) for r in own if r[7] is not None)
-        return self._node(own[0][1:7], refs), [(r[1], r[7]) for r in rows if r[0] == 1]
+        refs = tuple(Ref(rel=r[8], state_id=r[9]) for r in own if r[8] is not None)
+        return self._node(own[0][1:8], refs), [(r[1], r[8]) for r in rows if r[0] == 1]
 
     @staticmethod
     def _refs(conn: Conn, sid: int | None, source: str | None = None) -> dict[str, tuple[Ref, ...]]:
@@ -270,10 +270,9 @@ class Repository:
 
     @staticmethod
     def _node(row: Sequence[Any], refs: tuple[Ref, ...]) -> Node:
-        node_id, kind, type_, summary, value, request_idx = row
-        return Node(
-            id=node_id, kind=kind, type=type_, summary=summary, value=json.loads(value), refs=refs, request=request_idx
-        )
+        node_id, kind, type_, summary, value, request_idx, mark = row
+        return Node(id=node_id, kind=kind, type=type_, summary=summary, value=json.loads(value), refs=refs,
+                    request=request_idx, mark=mark)
 
     # -- persist ---------------------------------------------------------------------------
 
@@ -305,9 +304,10 @@ class Repository:
                 )
                 if nodes:
                     conn.executemany(
-                        f"INSERT INTO nodes (session_id, node_id, kind, type, summary, value, request_idx)"
-                        f" VALUES ({sid}, ?, ?, ?, ?, ?, ?)",
-                        [(session, n.id, n.kind, n.type.value, n.summary, canonical_json(n.value), index) for n in nodes],
+                        f"INSERT INTO nodes (session_id, node_id, kind, type, summary, value, request_idx, mark)"
+                        f" VALUES ({sid}, ?, ?, ?, ?, ?, ?, ?)",
+                        [(session, n.id, n.kind, n.type.value, n.summary, canonical_json(n.value), index, n.mark)
+                         for n in nodes],
                     )
                 if transcript is not None:
                     conn.execute(

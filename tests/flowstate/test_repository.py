@@ -126,6 +126,31 @@ def test_the_endpoints_transcript_has_a_table_of_its_own(any_repo: Repository) -
     assert repo.delete_session("s") and repo.transcripts("s") == {}
 
 
+def test_nodes_stored_before_marks_are_marked_by_their_prefixes_once(db_target: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from flowstate.store import migrations
+
+    monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:6])
+    monkeypatch.setattr(migrations, "POSTGRES_MIGRATIONS", POSTGRES_MIGRATIONS[:6])
+    Repository.open(db_target).close()  # a database as the release before marks left it
+    raw(db_target, "INSERT INTO sessions (name) VALUES ('old')")
+    sid = raw(db_target, "SELECT id FROM sessions WHERE name = 'old'")[0][0]
+    raw(db_target, f"INSERT INTO requests (session_id, idx, query, record) VALUES ({sid}, 1, 'q', '{{}}')")
+    ids = ["mage_s1", "mage_p1", "mem_r1_2", "zipact_r1", "response_r1", "mage_summary_of_x", "obs_r1_s1_1"]
+    for n in ids:
+        kind = "observation" if n.startswith("obs_") else "state"
+        raw(db_target, f"INSERT INTO nodes (session_id, node_id, kind, type, summary, value, request_idx) "
+                       f"VALUES ({sid}, '{n}', '{kind}', 'knowledge', 's', '{{}}', 1)")
+    monkeypatch.undo()
+    with Repository.open(db_target) as repo:  # migration 0007
+        marks = {n.id: n.mark for n in repo.nodes("old")}
+    assert marks == {"mage_s1": "mage.summary", "mage_p1": "mage.pointer", "mem_r1_2": "mem0.fact",
+                     "zipact_r1": "zipact.state", "response_r1": "no-isu.response", "mage_summary_of_x": None,
+                     "obs_r1_s1_1": None}
+    with pytest.raises(Exception, match="immutable"):  # and history is immutable again afterwards
+        raw(db_target, "UPDATE nodes SET mark = 'x'")
+
+
 def test_sessions_by_prefix(any_repo: Repository) -> None:
     repo = any_repo
     for name in ("k1:a", "k2:a", "k1:b", "k1%"):

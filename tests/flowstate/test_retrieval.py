@@ -102,3 +102,19 @@ def test_the_report_sets_every_strategy_against_full_context(tmp_path: Path) -> 
     rows = {line.split(" | ")[0].strip("| "): line for line in overview.splitlines() if line.startswith("| ")}
     assert set(rows) >= {"flowstate", "full-context", "bm25", "zipact"}
     assert "(+0.0," in rows["zipact"] and "%)" in rows["zipact"] and rows["full-context"].endswith("| – |")
+
+
+def test_a_methods_nodes_are_known_by_their_mark_not_by_an_id_a_model_could_write(repo: Repository) -> None:
+    from flowstate.memory.mage import load_tree
+    from flowstate.memory.retrieval import MEM0_STYLE
+    from flowstate.memory.tracker import ZIPACT, tracked
+    from flowstate.nodes import Node, StateType
+
+    # states a model made under another strategy, with the ids the methods give their own nodes
+    lookalikes = [Node(id=i, type=StateType.KNOWLEDGE, summary="a model's state", value={"fact": "x", "step": 1,
+                                                                                         "goal": "fake", "world": {}},
+                       request=1) for i in ("mem_r1_1", "zipact_r1", "mage_s1")]
+    repo.persist_request("s", 1, "q", "r", lookalikes, {})
+    assert MEM0_STYLE.start(repo, "s").documents == ()  # no fact
+    assert tracked(ZIPACT.start(repo, "s").state)["goal"] == ""  # no tracked state
+    assert load_tree(repo.nodes("s")).summaries == {}  # no summary
