@@ -63,7 +63,16 @@ class FocusItem(_Strict):
     reason: str = ""
 
 
-class AddOp(_Strict):
+class _StateOp(_Strict):
+    """An operation that names a state type (its aliases normalized)."""
+
+    @field_validator("state_set", mode="before", check_fields=False)
+    @classmethod
+    def normalize_state_set(cls, value: Any) -> Any:
+        return _state_type(value)
+
+
+class AddOp(_StateOp):
     operation: Literal["add"]
     state_set: StateType
     state_id: StateId
@@ -71,13 +80,8 @@ class AddOp(_Strict):
     value: StateValue = Field(default_factory=dict)
     refs: tuple[Ref, ...] = ()
 
-    @field_validator("state_set", mode="before")
-    @classmethod
-    def normalize_state_set(cls, value: Any) -> Any:
-        return _state_type(value)
 
-
-class UpdateOp(_Strict):
+class UpdateOp(_StateOp):
     """Revise a state of the current request; fields left out (or null) keep their value."""
 
     operation: Literal["update"]
@@ -86,11 +90,6 @@ class UpdateOp(_Strict):
     summary: str | None = None
     value: StateValue | None = None
     refs: tuple[Ref, ...] | None = None
-
-    @field_validator("state_set", mode="before")
-    @classmethod
-    def normalize_state_set(cls, value: Any) -> Any:
-        return _state_type(value)
 
 
 class RemoveOp(_Strict):

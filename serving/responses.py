@@ -46,11 +46,15 @@ class Choice(BaseModel):
     logprobs: None = None
 
 
-class Completion(BaseModel):
+class _Envelope(BaseModel):
     id: str
-    object: str = "chat.completion"
+    object: str
     created: int
     model: str
+
+
+class Completion(_Envelope):
+    object: str = "chat.completion"
     choices: list[Choice]
     usage: UsageOut
     flowstate: dict[str, Any]
@@ -63,11 +67,8 @@ class ChunkChoice(BaseModel):
     logprobs: None = None
 
 
-class Chunk(BaseModel):
-    id: str
+class Chunk(_Envelope):
     object: str = "chat.completion.chunk"
-    created: int
-    model: str
     choices: list[ChunkChoice]
     usage: UsageOut | None = None
     flowstate: dict[str, Any] | None = None

@@ -9,6 +9,31 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+# Migrations whose text is the same in both dialects but for these words
+_PENDING = """
+        -- A request waiting on its client's tool results, by session name: what it built so far (a JSON
+        -- snapshot), so that any server, or this one after a restart, can go on with it. The one row that
+        -- changes: written while a request waits, removed when it ends.
+        CREATE TABLE pending_requests (
+            name TEXT PRIMARY KEY,
+            request INTEGER NOT NULL,
+            snapshot TEXT NOT NULL
+        );
+        """
+_TRANSCRIPTS = """
+        -- The endpoint's record of a finished request, beside it rather than inside its run record: the
+        -- request's messages as the server saw and answered them, and its Idempotency-Keys (key -> offset
+        -- of the reply within those messages). Written in the request's transaction, gone with its session.
+        CREATE TABLE transcripts (
+            session_id {id_type} NOT NULL REFERENCES sessions(id),
+            request_idx INTEGER NOT NULL,
+            messages TEXT NOT NULL,
+            idempotency TEXT NOT NULL,
+            PRIMARY KEY (session_id, request_idx),
+            FOREIGN KEY (session_id, request_idx) REFERENCES requests(session_id, idx)
+        );
+        """
+
 MIGRATIONS: list[tuple[str, str]] = [
     (
         "0001_initial",
@@ -98,35 +123,9 @@ MIGRATIONS: list[tuple[str, str]] = [
             WHEN NEW.idx != COALESCE((SELECT MAX(idx) FROM requests WHERE session_id = NEW.session_id), 0) + 1
             BEGIN SELECT RAISE(ABORT, 'request index out of order'); END;
         """,
-    ),    (
-        "0005_pending_requests",
-        """
-        -- A request waiting on its client's tool results, by session name: what it built so far (a JSON
-        -- snapshot), so that any server, or this one after a restart, can go on with it. The one row that
-        -- changes: written while a request waits, removed when it ends.
-        CREATE TABLE pending_requests (
-            name TEXT PRIMARY KEY,
-            request INTEGER NOT NULL,
-            snapshot TEXT NOT NULL
-        );
-        """,
     ),
-    (
-        "0006_transcripts",
-        """
-        -- The endpoint's record of a finished request, beside it rather than inside its run record: the
-        -- request's messages as the server saw and answered them, and its Idempotency-Keys (key -> offset
-        -- of the reply within those messages). Written in the request's transaction, gone with its session.
-        CREATE TABLE transcripts (
-            session_id INTEGER NOT NULL REFERENCES sessions(id),
-            request_idx INTEGER NOT NULL,
-            messages TEXT NOT NULL,
-            idempotency TEXT NOT NULL,
-            PRIMARY KEY (session_id, request_idx),
-            FOREIGN KEY (session_id, request_idx) REFERENCES requests(session_id, idx)
-        );
-        """,
-    ),
+    ("0005_pending_requests", _PENDING),
+    ("0006_transcripts", _TRANSCRIPTS.format(id_type="INTEGER")),
     (
         "0007_node_marks",
         """
@@ -251,35 +250,9 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
         CREATE TRIGGER requests_in_order BEFORE INSERT ON requests
             FOR EACH ROW EXECUTE FUNCTION flowstate_requests_in_order();
         """,
-    ),    (
-        "0005_pending_requests",
-        """
-        -- A request waiting on its client's tool results, by session name: what it built so far (a JSON
-        -- snapshot), so that any server, or this one after a restart, can go on with it. The one row that
-        -- changes: written while a request waits, removed when it ends.
-        CREATE TABLE pending_requests (
-            name TEXT PRIMARY KEY,
-            request INTEGER NOT NULL,
-            snapshot TEXT NOT NULL
-        );
-        """,
     ),
-    (
-        "0006_transcripts",
-        """
-        -- The endpoint's record of a finished request, beside it rather than inside its run record: the
-        -- request's messages as the server saw and answered them, and its Idempotency-Keys (key -> offset
-        -- of the reply within those messages). Written in the request's transaction, gone with its session.
-        CREATE TABLE transcripts (
-            session_id BIGINT NOT NULL REFERENCES sessions(id),
-            request_idx INTEGER NOT NULL,
-            messages TEXT NOT NULL,
-            idempotency TEXT NOT NULL,
-            PRIMARY KEY (session_id, request_idx),
-            FOREIGN KEY (session_id, request_idx) REFERENCES requests(session_id, idx)
-        );
-        """,
-    ),
+    ("0005_pending_requests", _PENDING),
+    ("0006_transcripts", _TRANSCRIPTS.format(id_type="BIGINT")),
     (
         "0007_node_marks",
         """

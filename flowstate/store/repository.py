@@ -177,12 +177,10 @@ class Repository:
     def transcripts(self, session: str) -> dict[int, Transcript]:
         """The endpoint's records of the session's requests, by request index (requests persisted before
         migration 0006 kept theirs in the run record instead)."""
-        with self._read() as conn:
-            sid = self._session_id(conn, session)
-            rows = conn.execute(
-                "SELECT request_idx, messages, idempotency FROM transcripts WHERE session_id = ? ORDER BY request_idx",
-                (sid,),
-            ).fetchall()
+        with self._read() as conn:  # one query (a round trip matters on a server)
+            rows = conn.execute("SELECT t.request_idx, t.messages, t.idempotency FROM transcripts t"
+                                " JOIN sessions s ON s.id = t.session_id WHERE s.name = ? ORDER BY t.request_idx",
+                                (session,)).fetchall()
         return {int(i): Transcript(json.loads(m), json.loads(k)) for i, m, k in rows}
 
     def request_record(self, session: str, index: int) -> dict[str, Any] | None:
