@@ -17,6 +17,8 @@ BACKENDS: dict[str, str] = {
     "openai": "engine.openai:OpenAIEngine.from_options",
 }
 DEFAULT = "llamacpp"
+# the install extra that brings each backend's dependencies (the core has the others')
+EXTRAS = {"llamacpp": "embedded", "transformers": "embedded", "vllm": "vllm"}
 
 
 def load(name: str, *, preset: str | None = None, **options: Any) -> Engine:
@@ -31,6 +33,14 @@ def load(name: str, *, preset: str | None = None, **options: Any) -> Engine:
         valid = ", ".join(sorted(BACKENDS))
         raise EngineConfigError(f"unknown engine {name!r}; valid engines: {valid}")
     module_name, _, attr_path = target.partition(":")
+    try:
+        return _build(module_name, attr_path, preset, options)
+    except ModuleNotFoundError as exc:  # a backend's dependency that its install extra brings
+        extra = EXTRAS.get(name, "all")
+        raise EngineConfigError(f"the {name} engine needs {exc.name}: pip install 'flowstate[{extra}]'") from exc
+
+
+def _build(module_name: str, attr_path: str, preset: str | None, options: dict[str, Any]) -> Engine:
     owner: Any = importlib.import_module(module_name)
     *class_path, factory = attr_path.split(".")
     for attr in class_path:

@@ -62,7 +62,8 @@ def vocabulary(model: str | None = None) -> Callable[[str], list[int]]:
     try:
         import llama_cpp
     except ImportError as exc:
-        raise EngineConfigError(f"counting tokens with a GGUF vocabulary needs llama-cpp-python: {exc}") from exc
+        raise EngineConfigError(f"counting tokens with a GGUF vocabulary needs llama-cpp-python ({exc.name}): "
+                                "pip install 'flowstate[embedded]'") from exc
     path, _ = resolve_gguf(model)
     try:
         llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
@@ -146,7 +147,8 @@ class LlamaCppEngine(Engine):
             import llguidance
             import llguidance.llamacpp
         except ImportError as exc:
-            raise EngineConfigError(f"the llamacpp engine needs llama-cpp-python and llguidance: {exc}") from exc
+            raise EngineConfigError(f"the llamacpp engine needs llama-cpp-python ({exc.name} is missing): "
+                                    "pip install 'flowstate[embedded]'") from exc
         path, embedded = resolve_gguf(model)
         self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, embedded=embedded)
         self.model_name = Path(path).name

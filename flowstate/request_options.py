@@ -32,6 +32,15 @@ class RequestOptions:
         return self.tool_choice not in ("auto", "none")
 
     @property
+    def contract(self) -> str | None:
+        """What every reply of the request promises beyond text (a JSON answer, a tool call), or None."""
+        if self.answer_schema is not None:
+            return "response_format json_schema"
+        if self.required:
+            return f"tool_choice {self.tool_choice!r}"
+        return None
+
+    @property
     def only_tool(self) -> str | None:
         return None if self.tool_choice in TOOL_CHOICES else self.tool_choice
 

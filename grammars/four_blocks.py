@@ -195,9 +195,9 @@ _TAGS = {
 
 
 def _alternatives(b: Mapping[str, dict[str, Any]], rules: dict[str, dict[str, Any]], blocks: Sequence[str],
-                  require_tools: bool) -> list[list[str]]:
+                  require_tools: bool, final: bool = False) -> list[list[str]]:
     """The outputs a step may take (act, answer, wait on focus or delta), each a list of parts; adds the JSON
-    rules of non-empty blocks to ``rules``."""
+    rules of non-empty blocks to ``rules``. A ``final`` step decides: it answers, or (tools required) calls."""
     has_focus, has_delta = "state_focus" in blocks, "state_delta" in blocks
     focus_some, delta_some, calls_some = (_nonempty(b[k]) for k in ("state_focus", "state_delta", "tool_calls"))
     alternatives = [] if require_tools else [["focus", "delta", "answer"]]
@@ -212,14 +212,16 @@ def _alternatives(b: Mapping[str, dict[str, Any]], rules: dict[str, dict[str, An
         alternatives.append(["focus_none", "delta_some", "wait"])
     absent = ({"focus", "focus_some", "focus_none"} if not has_focus else set()) | (
         {"delta", "delta_some"} if not has_delta else set())
-    alternatives = [[part for part in alt if part not in absent] for alt in alternatives]
-    return alternatives
+    if final:
+        decided = [alt for alt in alternatives if alt[-1] == ("act" if require_tools else "answer")]
+        alternatives = decided or alternatives
+    return [[part for part in alt if part not in absent] for alt in alternatives]
 
 
 def protocol_grammar(
     schemas: Mapping[str, dict[str, Any]], tools: Sequence[Mapping[str, Any]], ids: StepIds | None = None,
     blocks: Sequence[str] = ALL_BLOCKS, bounds: ToolBounds = ToolBounds(), *, require_tools: bool = False,
-    max_calls: int | None = None, answer_schema: dict[str, Any] | None = None,
+    max_calls: int | None = None, answer_schema: dict[str, Any] | None = None, final: bool = False,
 ) -> str:
     """The Lark grammar (llguidance dialect) of one model output.
 
@@ -228,6 +230,8 @@ def protocol_grammar(
     arrays that a tool's own schema leaves unbounded (tiny models need it to terminate).
     ``require_tools`` drops the final-answer alternative (a step calls tools or only updates/accesses
     state), ``max_calls`` caps tool calls per step, ``answer_schema`` makes the answer's content that JSON.
+    ``final``: the request's last allowed step, which must decide — a final answer, or where tools are
+    required the calls (no step that only updates or accesses state).
     """
     b = block_json_schemas(schemas, tools, ids, bounds)
     if max_calls is not None and b["tool_calls"].get("maxItems", max_calls) >= max_calls:
@@ -245,7 +249,7 @@ def protocol_grammar(
                       "additionalProperties": False},
         "empty_json": {"type": "array", "maxItems": 0},
     }
-    alternatives = _alternatives(b, rules, blocks, require_tools)
+    alternatives = _alternatives(b, rules, blocks, require_tools, final)
     used = {name for alt in alternatives for name in alt}
     needed = {part for name in used for part in _STRUCTURE[name].split()}
     lines = ["start: " + " | ".join(" ".join(alt) for alt in alternatives)]

@@ -44,7 +44,7 @@ class Metrics:
         self.turn_latency.observe(seconds)
         if result.finished:
             self.requests.inc()
-        if result.unfinished:
+        if result.unfinished is not None:
             self.unfinished.inc()
         self._steps(result.steps)
 

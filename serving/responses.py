@@ -83,6 +83,7 @@ def extension(result: TurnResult, base: dict[str, Any]) -> dict[str, Any]:
     """FlowState's detail of the turn, in a field OpenAI clients ignore."""
     return {
         **base, "request": result.request, "request_finished": result.finished, "model_calls": len(result.steps),
+        "unfinished": result.unfinished,
         "steps": [
             {"index": s.index, "decision": s.decision,
              "committed": [f"{op['operation']} {op['state_id']}" for op in s.committed],

@@ -41,11 +41,12 @@ class TurnResult:
     steps: tuple[StepRecord, ...]  # the model calls of this turn
     request: int
     finished: bool  # the request ended and was persisted
-    unfinished: bool = False  # it ended at the step budget (the message says so)
+    unfinished: str | None = None  # why it ended without a final answer (the step budget; the message says so)
 
     @property
     def finish_reason(self) -> str:
-        return self.message.finish_reason
+        """OpenAI's: "tool_calls", "stop", or "length" for a request cut by its step budget."""
+        return "length" if self.unfinished is not None else self.message.finish_reason
 
 
 class Turns:
@@ -219,7 +220,7 @@ class Turns:
     def _result(run: RequestRun, first: int, message: AssistantMessage) -> TurnResult:
         steps = tuple(run.steps[first:])
         usage = sum((s.usage for s in steps), Usage())
-        unfinished = run.record is not None and run.record.unfinished is not None
+        unfinished = run.record.unfinished if run.record is not None else None
         return TurnResult(message, usage, steps, run.index_k, not message.tool_calls, unfinished)
 
 

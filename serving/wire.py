@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -189,16 +190,48 @@ class IngressLimits:
     body_timeout_s: float = 60.0  # a client must send its whole body within this
 
 
-def _check_schema(schema: Any, where: str) -> None:
+def _check_schema(schema: Any, where: str, owner: str = "") -> None:
+    """A valid JSON Schema whose every ``$ref`` resolves within it (``owner`` names what it belongs to)."""
     from jsonschema import SchemaError
     from jsonschema.validators import validator_for
 
     if not isinstance(schema, dict):
-        raise bad_request(f"{where} is not a valid JSON Schema: not an object", where)
+        raise bad_request(f"{owner}{where} is not a valid JSON Schema: not an object", where)
     try:
         validator_for(schema).check_schema(schema)
     except SchemaError as exc:
-        raise bad_request(f"{where} is not a valid JSON Schema: {exc.message}", where) from None
+        raise bad_request(f"{owner}{where} is not a valid JSON Schema: {exc.message}", where) from None
+    for ref in _refs(schema):
+        if _resolve(schema, ref) is None:
+            raise bad_request(f"{owner}{where} has a $ref that resolves to nothing in the schema: {ref!r} (only "
+                              "local references, '#/...', are followed)", where, "unresolved_ref")
+
+
+def _refs(node: Any) -> Iterator[Any]:
+    """Every ``$ref`` value in a schema, at any depth."""
+    if isinstance(node, dict):
+        if "$ref" in node:
+            yield node["$ref"]
+        for value in node.values():
+            yield from _refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _refs(value)
+
+
+def _resolve(schema: dict[str, Any], ref: Any) -> Any:
+    """What a local ``$ref`` ('#', '#/$defs/x', JSON Pointer escapes ~0 ~1) points at in ``schema``, or None."""
+    if not isinstance(ref, str) or not ref.startswith("#"):
+        return None
+    node: Any = schema
+    for part in [p.replace("~1", "/").replace("~0", "~") for p in ref[1:].split("/")[1:]]:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
 
 
 def check_tools(tools: list[ToolSpec], limits: IngressLimits) -> None:
@@ -211,6 +244,6 @@ def check_tools(tools: list[ToolSpec], limits: IngressLimits) -> None:
         raise bad_request(f"tool names must be unique; repeated: {', '.join(dupes)}", "tools")
     for i, tool in enumerate(tools):
         schema = tool.function.parameters
-        _check_schema(schema, f"tools[{i}].function.parameters")
+        _check_schema(schema, f"tools[{i}].function.parameters", f"tool {tool.function.name!r}: ")
         if schema.get("type", "object") != "object":
             raise bad_request(f"tools[{i}].function.parameters must describe an object", f"tools[{i}].function.parameters")

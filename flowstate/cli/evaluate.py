@@ -68,7 +68,7 @@ def evaluate(
     max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str, **engine_opts: Any,
 ) -> None:
     """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed."""
-    from flowstate.eval.report import write_report
+    from flowstate.eval.report import FIGURES, plots_available, write_report
     from flowstate.eval.runner import EvalConfig, run_eval
     from flowstate.eval.suites import ALL
     from flowstate.memory import get
@@ -104,7 +104,10 @@ def evaluate(
             click.echo("", err=True)
         write_report(rows, config)
         click.echo((out / "report.md").read_text())
-        click.echo(f"wrote {out}/summary.json, report.md, accuracy_by_depth.png, tokens_vs_success.png, tokens_by_depth.png", err=True)
+        if plots_available():
+            click.echo(f"wrote {out}/summary.json, report.md, {', '.join(FIGURES)}", err=True)
+        else:
+            click.echo(f"wrote {out}/summary.json, report.md (figures: pip install 'flowstate[plots]')", err=True)
 
 
 def _sizes(given: tuple[str, ...]) -> dict[str, int]:

@@ -79,6 +79,31 @@ def bench_serve_cmd(
             out.write_text(json.dumps({"engine": engine_opts["name"], "rows": rows}, indent=2))
 
 
+@bench.command("contracts")
+@engine_options
+@click.option("--tries", default=10, show_default=True, type=click.IntRange(min=1), help="Requests of each kind.")
+@loop_options(max_steps=3)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
+def bench_contracts_cmd(
+    tries: int, max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, out: Path | None,
+    grammar_mode: str, **engine_opts: Any,
+) -> None:
+    """Whether replies keep what requests promise (JSON answer, named or required tool call) at a tight step budget."""
+    from serving.contracts import bench_contracts, render_table
+
+    with errors():
+        model = engines.load(**engine_opts)
+        loop = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors, limits_name=limits_name,
+                           on_budget=on_budget, grammar_mode=grammar_mode, max_tokens=engine_opts.get("max_tokens"))
+        try:
+            rows = bench_contracts(model, tries, loop, progress=lambda line: click.echo(line, err=True))
+        finally:
+            model.close()
+        click.echo(render_table(rows))
+        if out is not None:
+            out.write_text(json.dumps({"engine": engine_opts["name"], "rows": rows}, indent=2))
+
+
 @bench.command("repo")
 @click.option("--sizes", default="10000,100000,1000000", show_default=True, help="Nodes, comma-separated.")
 @click.option("--postgres", "pg_url", default=None, envvar="FLOWSTATE_BENCH_PG",

