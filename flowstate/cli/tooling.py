@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
 import engine as engines
+from engine.base import Engine
 from flowstate.cli.options import engine_options, errors, loop_config, loop_options
+from flowstate.config import LoopConfig
 
 
 @click.group()
@@ -58,25 +61,12 @@ def bench_decode_cmd(calls: int | None, out: Path | None, **engine_opts: Any) ->
 @click.option("--sessions", default="8,32", show_default=True, help="Concurrent sessions, comma-separated.")
 @loop_options(max_steps=2)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
-def bench_serve_cmd(
-    sessions: str, max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, out: Path | None,
-    grammar_mode: str, **engine_opts: Any,
-) -> None:
+def bench_serve_cmd(sessions: str, out: Path | None, **options: Any) -> None:
     """Output tok/s of N concurrent sessions through flowstate serve vs the same calls sent to the engine directly."""
     from serving.bench import bench_serve, render_table
 
-    with errors():
-        counts = [int(x) for x in sessions.split(",") if x.strip()]
-        model = engines.load(**engine_opts)
-        loop = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors, limits_name=limits_name,
-                           on_budget=on_budget, grammar_mode=grammar_mode)
-        try:
-            rows = bench_serve(model, counts, loop, progress=lambda line: click.echo(line, err=True))
-        finally:
-            model.close()
-        click.echo(render_table(rows))
-        if out is not None:
-            out.write_text(json.dumps({"engine": engine_opts["name"], "rows": rows}, indent=2))
+    counts = [int(x) for x in sessions.split(",") if x.strip()]
+    _on_engine(options, out, render_table, lambda model, loop, progress: bench_serve(model, counts, loop, progress))
 
 
 @bench.command("contracts")
@@ -84,24 +74,32 @@ def bench_serve_cmd(
 @click.option("--tries", default=10, show_default=True, type=click.IntRange(min=1), help="Requests of each kind.")
 @loop_options(max_steps=3)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
-def bench_contracts_cmd(
-    tries: int, max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, out: Path | None,
-    grammar_mode: str, **engine_opts: Any,
-) -> None:
+def bench_contracts_cmd(tries: int, out: Path | None, **options: Any) -> None:
     """Whether replies keep what requests promise (JSON answer, named or required tool call) at a tight step budget."""
     from serving.contracts import bench_contracts, render_table
 
+    _on_engine(options, out, render_table, lambda model, loop, progress: bench_contracts(model, tries, loop, progress),
+               with_max_tokens=True)
+
+
+Rows = list[dict[str, Any]]
+
+
+def _on_engine(options: dict[str, Any], out: Path | None, render: Callable[[Rows], str],
+               measure: Callable[[Engine, LoopConfig, Callable[[str], None]], Rows], with_max_tokens: bool = False) -> None:
+    """A benchmark on one engine under the loop options: load it, measure, close it, print the table (and JSON)."""
+    loop_names = ("max_steps", "max_protocol_errors", "limits_name", "on_budget", "grammar_mode")
+    loop_opts = {k: options.pop(k) for k in loop_names}
     with errors():
-        model = engines.load(**engine_opts)
-        loop = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors, limits_name=limits_name,
-                           on_budget=on_budget, grammar_mode=grammar_mode, max_tokens=engine_opts.get("max_tokens"))
+        model = engines.load(**options)
+        loop = loop_config(model, **loop_opts, max_tokens=options.get("max_tokens") if with_max_tokens else None)
         try:
-            rows = bench_contracts(model, tries, loop, progress=lambda line: click.echo(line, err=True))
+            rows = measure(model, loop, lambda line: click.echo(line, err=True))
         finally:
             model.close()
-        click.echo(render_table(rows))
+        click.echo(render(rows))
         if out is not None:
-            out.write_text(json.dumps({"engine": engine_opts["name"], "rows": rows}, indent=2))
+            out.write_text(json.dumps({"engine": options["name"], "rows": rows}, indent=2))
 
 
 @bench.command("repo")

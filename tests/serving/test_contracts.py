@@ -199,3 +199,18 @@ def test_the_message_cap_is_2048() -> None:
             api.chat.completions.create(model="flowstate", messages=many, user="cap")
         r = api.chat.completions.create(model="flowstate", messages=many[:2048], user="cap")
         assert r.choices[0].message.content == "read them all"
+
+
+def test_the_contracts_bench_counts_kept_and_errors() -> None:
+    from serving.contracts import bench_contracts, render_table
+
+    call = output(tools=[{"name": "get_price", "arguments": {"hotel": "Aurora"}}])
+    kept = ScriptedEngine([answer_json({"hotel": "Aurora", "nights": 3}), call, call])
+    rows = bench_contracts(kept, 1, LoopConfig(max_steps=1))
+    assert [(r["request"], r["kept"], r["error"], r["broken"]) for r in rows] == [
+        ("json_schema", 1, 0, 0), ("tool_choice named", 1, 0, 0), ("tool_choice required", 1, 0, 0)]
+    # no grammar, and a model that answers in prose or notes states: each request is an error, never broken
+    prose = ScriptedEngine([output(content="Aurora, 3 nights"), output(delta=[add("n1")]), output(delta=[add("n2")])])
+    rows = bench_contracts(prose, 1, LoopConfig(max_steps=1))
+    assert [(r["kept"], r["error"], r["broken"]) for r in rows] == [(0, 1, 0)] * 3
+    assert "| json_schema | 1 | 0 | 1 | 0 | – |" in render_table(rows)
