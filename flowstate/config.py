@@ -7,6 +7,7 @@ endpoint, the evaluator and the benches alike, so every strategy that can be eva
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -74,6 +75,8 @@ class AgentConfig:
         self.limits: Limits = self.loop.limits
         self.constrained = engine.capabilities.grammar and self.loop.grammar is not GrammarMode.NONE
         self._grammars: OrderedDict[str, Grammars] = OrderedDict()
+        self._systems: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
         clash = {t["name"] for t in strategy.tools()} & set(self.tools)
         if clash:
             raise ValueError(f"tools {sorted(clash)} are the {strategy.name} memory method's own tools")
@@ -84,7 +87,20 @@ class AgentConfig:
 
     def system_prompt(self, client_tools: Sequence[Mapping[str, Any]] = (), policy: str = "",
                       options: RequestOptions = RequestOptions()) -> str:
-        """The system message of a request with these client tools, request policy and options."""
+        """The system message of a request with these client tools, request policy and options (rendered once
+        per distinct combination: every request of an agent, and most of an endpoint's, share one)."""
+        key = canonical_json([list(client_tools), policy, options.answer_schema])
+        with self._lock:
+            system = self._systems.pop(key, None)
+        if system is None:
+            system = self._render_system(client_tools, policy, options)
+        with self._lock:  # an endpoint's worker threads share the configuration
+            self._systems[key] = system
+            while len(self._systems) > GRAMMAR_CACHE:
+                self._systems.popitem(last=False)
+        return system
+
+    def _render_system(self, client_tools: Sequence[Mapping[str, Any]], policy: str, options: RequestOptions) -> str:
         text = "\n\n".join(p for p in (self.policy, policy) if p) if policy.strip() else self.policy
         if options.answer_schema is not None:  # the answer format the request asks for (the grammar enforces it)
             rule = ("Your final answer's content is a JSON value (not a string holding JSON) matching this JSON "
@@ -99,14 +115,16 @@ class AgentConfig:
         if not self.constrained:
             return None
         key = canonical_json([list(specs), options.tool_choice, options.parallel_tool_calls, options.answer_schema])
-        grammars = self._grammars.pop(key, None)
+        with self._lock:
+            grammars = self._grammars.pop(key, None)
         if grammars is None:
             grammars = Grammars(specs, self.loop.grammar, self.strategy.blocks, self.limits, options)
             if validate:
                 grammars.validate()
-        self._grammars[key] = grammars
-        while len(self._grammars) > GRAMMAR_CACHE:
-            self._grammars.popitem(last=False)
+        with self._lock:
+            self._grammars[key] = grammars
+            while len(self._grammars) > GRAMMAR_CACHE:
+                self._grammars.popitem(last=False)
         return grammars
 
     def wiring(self, client_tools: Sequence[Mapping[str, Any]] = (), policy: str = "",
