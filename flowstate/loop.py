@@ -197,9 +197,10 @@ class RequestRun:
                     return waiting
         return None
 
-    def client_call_id(self, position: int) -> str:
-        """The tool_call_id the client sees for the call at ``position`` (0-based) of the latest step."""
-        return f"call_{self.observation_id(position + 1)}"
+    def client_call_id(self, position: int, step: int | None = None) -> str:
+        """The tool_call_id the client sees for the call at ``position`` (0-based) of ``step`` (default: the latest
+        step; a step still decoding names itself)."""
+        return f"call_{observation_id(self.index_k, step or len(self.steps), position + 1)}"
 
     def _dispatch(self) -> Waiting | None:
         """Run the pending calls of the method's and the configuration's tools; the client's wait."""

@@ -16,7 +16,7 @@ from engine.errors import EngineError
 from flowstate.config import AgentConfig
 from flowstate.errors import RequestFailed
 from flowstate.loop import RequestRun, Waiting
-from flowstate.nodes import canonical_json, observation_id
+from flowstate.nodes import canonical_json
 from flowstate.output_stream import AnswerStream, ToolCallStream
 from flowstate.records import StepRecord, unfinished_message
 from flowstate.request_options import RequestOptions
@@ -161,7 +161,7 @@ class Turns:
         def on_call(position: int, name: str) -> None:
             if name in run.client_tools:
                 client[position] = len(client)
-                call_id = f"call_{observation_id(run.index_k, step, position)}"
+                call_id = run.client_call_id(position - 1, step)  # the stream counts calls from 1
                 on_delta(Delta(tool_calls=[ToolCallDelta(index=client[position], id=call_id, type="function",
                                                          function=FunctionDelta(name=name, arguments=""))]))
 
