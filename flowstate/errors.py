@@ -1,7 +1,9 @@
 """FlowState errors, classified by whose fault they are.
 
 Model faults (``ProtocolError``) are recorded and fed back to the model; the loop goes on.
-``RequestFailed`` ends one request with nothing of it persisted. Storage faults are raised.
+``RequestFailed`` ends one request; what it did is persisted as unfinished (the reason begins with
+``records.FAILED``), except where a promise the request made forbids (a contract at the step budget,
+``on_budget="fail"``). Storage faults are raised.
 Engine faults live in ``engine.errors`` and say whether a retry helps.
 """
 
@@ -29,12 +31,13 @@ class ProtocolError(FlowStateError):
 class RequestFailed(FlowStateError):
     """A request could not finish (step budget, repeated protocol errors, engine fault).
 
-    Nothing of the request is persisted; ``record`` holds the steps taken, for inspection.
+    ``record`` holds the steps taken, for inspection.
     """
 
-    def __init__(self, message: str, record: dict[str, Any] | None = None) -> None:
+    def __init__(self, message: str, record: dict[str, Any] | None = None, persisted: bool = False) -> None:
         super().__init__(message)
         self.record = record
+        self.persisted = persisted  # the request is stored, unfinished (its reason begins with records.FAILED)
 
 
 class StorageError(FlowStateError):

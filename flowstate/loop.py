@@ -5,7 +5,9 @@ it advances until the client must act (calls of the client's tools) or the reque
 memory method's own tools and the configuration's tools itself. Everything of the request stays in
 memory until it ends; Persist then writes it in one transaction. A request that runs out of its step
 budget is persisted as it stands and marked unfinished in the index (``on_budget="fail"`` persists
-nothing instead); a request that fails (repeated protocol errors, engine fault) persists nothing.
+nothing instead); so is a request that fails (repeated protocol errors, an engine fault), its reason
+marked as a failure (``records.FAILED``), before ``RequestFailed`` is raised: Algorithm 1 always ends
+with Persist, and the next request has its own k.
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ from flowstate.active import ActiveState
 from flowstate.config import AgentConfig, LoopConfig, Wiring
 from flowstate.errors import ProtocolError, RequestFailed
 from flowstate.limits import Limits
-from flowstate.memory.base import MemoryContext, Strategy
+from flowstate.memory.base import Finish, MemoryContext, Strategy
 from flowstate.nodes import Node, StateType, canonical_json, observation_id
 from flowstate.parse import parse_output
 from flowstate.protocol import ToolCall
-from flowstate.records import RunRecord, StepRecord, ToolCallRecord
+from flowstate.records import FAILED, RunRecord, StepRecord, ToolCallRecord
 from flowstate.request_options import RequestOptions
 from flowstate.store.repository import Repository, Transcript
 from flowstate.update import apply_delta
@@ -179,7 +181,8 @@ class RequestRun:
     def failed(self, message: str) -> RequestFailed:
         partial = RunRecord(self.session, self.index_k, self.query, None, tuple(self.steps))
         return RequestFailed(
-            f"request {self.index_k} of session {self.session!r} failed: {message}", partial.to_dict()
+            f"request {self.index_k} of session {self.session!r} failed: {message}", partial.to_dict(),
+            persisted=self.record is not None,
         )
 
     def advance(self, transcript: Transcript | None = None, on_step: OnStep | None = None) -> Waiting | None:
@@ -291,7 +294,7 @@ class RequestRun:
         try:
             generation = self._generate(messages, grammar, on_text)
         except EngineError as exc:
-            raise self.failed(f"engine error at step {t}: {exc}") from exc
+            raise self._fail(f"engine error at step {t}: {exc}") from exc
         try:
             output = self.options.enforce(
                 parse_output(generation.text, self.strategy.blocks, self.limits, self.options.answer_schema))
@@ -335,6 +338,16 @@ class RequestRun:
             raise self.failed(reason)
         self._persist(None, transcript, unfinished=reason)
 
+    def _fail(self, message: str) -> RequestFailed:
+        """A failed request: persisted unfinished, its reason marked as a failure; the error to raise.
+
+        A request that failed before any model output (an engine down at its first call) did nothing to keep: it
+        is not persisted, and a retry is the same request. The endpoint's transcript is not kept with a failed
+        one: its client got an error, not a reply to continue from."""
+        if self.steps:
+            self._persist(None, None, unfinished=FAILED + message, failing=True)
+        return self.failed(message)
+
     def _unparsed(self, t: int, generation: Generation, grammar_ms: float, exc: ProtocolError) -> StepRecord:
         """An output that is not the protocol: fed back (a cut one as truncation), or the request fails."""
         p = self.progress
@@ -343,7 +356,7 @@ class RequestRun:
                             truncated=generation.truncated)
         p.steps.append(record)
         if p.errors >= self.config.max_protocol_errors:
-            raise self.failed(f"{p.errors} consecutive outputs broke the protocol; last: {exc}") from exc
+            raise self._fail(f"{p.errors} consecutive outputs broke the protocol; last: {exc}") from exc
         if generation.truncated:
             p.feedback = [{
                 "kind": "truncated", "step": t,
@@ -373,9 +386,15 @@ class RequestRun:
             p.state = observed.state
         p.memory_calls.extend(observed.calls)
 
-    def _persist(self, response: str | None, transcript: Transcript | None, unfinished: str | None = None) -> None:
+    def _persist(self, response: str | None, transcript: Transcript | None, unfinished: str | None = None,
+                 failing: bool = False) -> None:
         self.response = response
-        finish = self.strategy.finish(self.memory_context())  # the method's own work at the end (may call the model)
+        try:
+            finish = self.strategy.finish(self.memory_context())  # the method's own work at the end (may call the model)
+        except EngineError:
+            if not failing:
+                raise
+            finish = Finish()  # the engine that failed the request cannot build the method's nodes either
         nodes = [*self.strategy.persisted(self.state, response), *finish.nodes]
         record = RunRecord(
             self.session, self.index_k, self.query, response, tuple(self.steps),

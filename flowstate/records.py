@@ -122,6 +122,9 @@ class RunRecord:
         }
 
 
+FAILED = "failed: "  # how the reason of a request that failed (not one that ran out of steps) begins
+
+
 def unfinished_message(reason: str | None, kept: Sequence[str]) -> str:
     """What an agent that ran out of steps tells the user: that it did not finish, why, and what it kept."""
     what = (f"What I worked out so far is kept in memory ({', '.join(kept)}); ask me to continue from it."

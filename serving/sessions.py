@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowstate.loop import RequestRun
-from flowstate.records import unfinished_message
+from flowstate.records import FAILED, unfinished_message
 from flowstate.store.repository import Repository, Transcript
 from serving.errors import APIError, bad_request, conflict
 from serving.messages import AssistantMessage, FunctionCallOut, ToolCallOut
@@ -187,6 +187,8 @@ def load_live(repo: Repository, name: str) -> Live:
     requests = repo.requests(name)
     transcripts = repo.transcripts(name)
     for request in requests:
+        if (request.unfinished or "").startswith(FAILED):  # its client got an error, not a reply: not in the chat
+            continue
         kept = transcripts.get(request.index)
         # the run record only where the transcript is not beside it, or for what an unfinished request kept
         record = (repo.request_record(name, request.index) or {}) if kept is None or request.response is None else {}

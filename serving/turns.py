@@ -227,14 +227,16 @@ class Turns:
 def _failure(exc: RequestFailed, steps: tuple[StepRecord, ...]) -> APIError:
     """A failed request as the endpoint's error: 503 where a retry can help (the engine), else 502 (the model)."""
     cause = exc.__cause__
+    stored = ("what it did is kept in the session's memory as an unfinished request" if exc.persisted
+              else "nothing of this request was stored")
     if isinstance(cause, EngineError) and cause.retryable:  # the engine is down or overloaded, not the model
-        error = APIError(503, f"{exc}; nothing of this request was stored, retry later", type="server_error",
+        error = APIError(503, f"{exc}; {stored}, retry later", type="server_error",
                          code="engine_unavailable", headers={"Retry-After": str(RETRY_AFTER_S)})
     else:
         faults = "; ".join(f"step {s.index}: {s.protocol_error['block']}: {s.protocol_error['message']}"
                            + (" (cut at the token budget)" if s.truncated else "")
                            for s in steps if s.protocol_error)
-        error = APIError(502, f"{exc}; nothing of this request was stored, resend its user message to retry"
+        error = APIError(502, f"{exc}; {stored}, resend its user message to retry"
                          + (f". Step errors: {faults}" if faults else ""), type="model_error", code="request_failed")
     error.steps = steps
     return error

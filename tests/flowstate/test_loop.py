@@ -6,6 +6,7 @@ import pytest
 
 from engine.errors import EngineError
 from flowstate import RequestFailed
+from flowstate.records import FAILED
 from tests.helpers import AgentFactory, add, output
 
 
@@ -43,12 +44,25 @@ def test_protocol_error_is_fed_back_and_the_loop_goes_on(make_agent: AgentFactor
     assert [n.id for n in repo.nodes("s1")] == ["k1"]
 
 
-def test_consecutive_protocol_errors_fail_the_request_and_persist_nothing(make_agent: AgentFactory, repo) -> None:
-    agent, _ = make_agent([output(delta=[add("k1")]), "bad", "worse", "worst"], max_protocol_errors=3)
+def test_consecutive_protocol_errors_fail_the_request_and_persist_it_unfinished(make_agent: AgentFactory, repo) -> None:
+    agent, engine = make_agent([
+        output(tools=[{"name": "double", "arguments": {"x": 4}}]),
+        output(delta=[add("k1", refs=[("supports", "obs_r1_s1_1")])]), "bad", "worse", "worst",
+        output(focus=["k1"]), output(content="from k1"),
+    ], tools=[double], max_protocol_errors=3)
     with pytest.raises(RequestFailed, match="3 consecutive outputs broke the protocol") as info:
         agent.run("q")
-    assert info.value.record is not None and len(info.value.record["steps"]) == 4
-    assert repo.request_count("s1") == 0 and repo.nodes("s1") == [] and not repo.has_session("s1")
+    assert info.value.record is not None and len(info.value.record["steps"]) == 5
+    # Algorithm 1 ends with Persist: the states and the tool results they cite are kept, marked unfinished
+    [request] = repo.requests("s1")
+    assert request.response is None and request.unfinished is not None
+    assert request.unfinished.startswith(FAILED) and "3 consecutive outputs" in request.unfinished
+    assert {n.id for n in repo.nodes("s1")} == {"k1", "obs_r1_s1_1"}
+    # the next request has its own k and reaches the failed one's state through the index
+    record = agent.run("what was it?")
+    assert record.request == 2 and record.response == "from k1"
+    index = engine.prompts[5][1].content.split("<historical_state_index>")[1]
+    assert '"query_id":1' in index and "unfinished" in index and '"state_id":"k1"' in index
 
 
 def test_step_budget_with_on_budget_fail_fails_the_request_and_persists_nothing(make_agent: AgentFactory, repo) -> None:
@@ -58,12 +72,14 @@ def test_step_budget_with_on_budget_fail_fails_the_request_and_persists_nothing(
     assert repo.request_count("s1") == 0
 
 
-def test_engine_error_fails_the_request(make_agent: AgentFactory, repo) -> None:
+def test_engine_error_fails_the_request_and_persists_it_unfinished(make_agent: AgentFactory, repo) -> None:
     agent, _ = make_agent([output(delta=[add("k1")])])  # exhausted at step 2
     with pytest.raises(RequestFailed, match="engine error at step 2") as info:
         agent.run("q")
     assert isinstance(info.value.__cause__, EngineError)
-    assert repo.request_count("s1") == 0
+    [request] = repo.requests("s1")
+    assert request.unfinished is not None and request.unfinished.startswith(FAILED + "engine error at step 2")
+    assert [n.id for n in repo.nodes("s1")] == ["k1"]
 
 
 def test_several_tool_calls_per_step_and_a_raising_tool(make_agent: AgentFactory, repo) -> None:

@@ -68,6 +68,10 @@ def test_no_request_gets_a_5xx(server: Server) -> None:
         def probe(body: Any) -> None:
             resp = http.post("/chat/completions", json=body)
             seen[resp.status_code] = seen.get(resp.status_code, 0) + 1
+            if resp.status_code == 502 and isinstance(body, dict) and body.get("tool_choice") not in (None, "auto", "none"):
+                # the script answers text where the request requires calls: the model's fault, said as such
+                assert resp.json()["error"]["code"] == "request_failed", resp.text
+                return
             assert resp.status_code < 500, (body, resp.text)
             if resp.status_code >= 400:
                 assert set(resp.json()["error"]) == {"message", "type", "param", "code"}
