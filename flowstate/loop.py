@@ -25,7 +25,7 @@ from flowstate.active import ActiveState
 from flowstate.config import AgentConfig, LoopConfig, Wiring
 from flowstate.errors import ProtocolError, RequestFailed
 from flowstate.limits import Limits
-from flowstate.memory.base import Finish, MemoryContext, Strategy
+from flowstate.memory.base import Finish, MemoryContext, Observed, Strategy
 from flowstate.nodes import Node, StateType, canonical_json, observation_id
 from flowstate.parse import parse_output
 from flowstate.protocol import ToolCall
@@ -285,7 +285,13 @@ class RequestRun:
         if t > self.config.max_steps:
             self._over_budget(transcript)
             return None
-        messages = self.strategy.prompt(self.system, self.query, self.start, p.state, p.feedback, p.observation)
+        if t == 1:
+            try:
+                self._apply(self.strategy.begin(self.memory_context()))  # e.g. a state tracker reads the new query
+            except EngineError as exc:
+                raise self._fail(f"engine error before step 1: {exc}") from exc
+        messages = self.strategy.prompt(self.system, self.query, self.start, p.state, p.feedback, p.observation,
+                                        p.scratch)
         started = time.perf_counter()
         grammars = self.wiring.grammars
         # the last allowed step decides: a final answer, or the calls a tool choice requires
@@ -381,10 +387,13 @@ class RequestRun:
         p.observation = tuple(_observation_node(c, self.index_k) for c in calls)
         p.state = p.state.with_observations(p.observation)
         p.pending = ()
-        observed = self.strategy.observed(self.memory_context())  # e.g. a state tracker's update
+        self._apply(self.strategy.observed(self.memory_context()))  # e.g. a state tracker's update
+
+    def _apply(self, observed: Observed) -> None:
+        """What a memory method's hook made: a new Active State (or none), and its model calls."""
         if observed.state is not None:
-            p.state = observed.state
-        p.memory_calls.extend(observed.calls)
+            self.progress.state = observed.state
+        self.progress.memory_calls.extend(observed.calls)
 
     def _persist(self, response: str | None, transcript: Transcript | None, unfinished: str | None = None,
                  failing: bool = False) -> None:

@@ -165,12 +165,16 @@ def layout(
     trajectory: Sequence[Node] | None = None,
     feedback: Sequence[dict[str, Any]] = (),
     observation: Sequence[Node] = (),
+    retrieved: tuple[str, str] | None = None,
 ) -> str:
-    """The user message: memory block (tag, text), query, Active State, trajectory, feedback, observation.
+    """The user message: memory block (tag, text), retrieved memory (a method that has both, e.g. a tracked
+    state and retrieved chunks), query, Active State, trajectory, feedback, observation.
 
     Blocks that a strategy does not use (``None``) are left out; the order never changes.
     """
     parts = [tags.block(*memory)] if memory is not None else []
+    if retrieved is not None:
+        parts.append(tags.block(*retrieved))
     parts.append(tags.block(tags.USER_QUERY, query + "\n"))
     if state is not None:
         parts.append(tags.block(tags.ACTIVE_STATE, render_active(state)))

@@ -16,6 +16,7 @@ HISTORICAL_INDEX = "historical_state_index"  # flowstate, no-isu
 INTERACTION_HISTORY = "interaction_history"  # full-context
 RETRIEVED_MEMORY = "retrieved_memory"  # bm25
 MEMORIES = "memories"  # mem0-style
+STRATEGY_MEMORY = "strategy_memory"  # reasoningbank
 TRACKED_STATE = "tracked_state"  # zipact
 EXECUTION_STATE = "execution_state"  # mage
 # sections of memory calls' user messages
@@ -23,12 +24,19 @@ INTERACTION = "interaction"  # a finished request (mem0-style extraction)
 SEGMENT = "segment"  # a finished segment (MAGE's Compress and Maintain)
 SUMMARY = "summary"  # the summary Maintain checks
 NEW_OBSERVATION = "new_observation"  # the newest tool results (the ZipAct tracker)
+RESPONSE = "response"  # the request's final response (the ZipAct tracker at the end)
+NEW_FACTS = "new_facts"  # facts just extracted (mem0-style's update)
+SIMILAR_MEMORIES = "similar_memories"  # the stored memories most similar to them (mem0-style's update)
+TRAJECTORY_TO_JUDGE = "trajectory_to_judge"  # a finished request (reasoningbank's judge and extraction)
 
 # a memory call's system message starts with its marker
 EXTRACT = "<extract_memories>"
 TRACK = "<track_state>"
 COMPRESS = "<compress_segment>"
 MAINTAIN = "<maintain_summary>"
+UPDATE = "<update_memories>"
+JUDGE = "<judge_trajectory>"
+DISTILL = "<distill_strategies>"
 
 
 def block(tag: str, body: str) -> str:

@@ -117,10 +117,13 @@ def cost(rows: Sequence[Row]) -> dict[str, Any]:
 
 
 def pass_hat_k(rows: Sequence[Row]) -> list[float]:
-    """τ³'s pass^k, k = 1..n: per task with n trials and c successes C(c, k) / C(n, k), averaged over tasks (%)."""
+    """τ³'s pass^k, k = 1..n: per task with n trials and c successes C(c, k) / C(n, k), averaged over the scored
+    tasks (%): a task with an unscored trial (a reward-basis check did not run) is left out, never passed."""
     trials: dict[str, list[bool]] = {}
+    unscored = {str(r.get("base_task", r["task"])) for r in rows if (r.get("tau3") or {}).get("reward", 0) is None}
     for r in rows:
-        trials.setdefault(str(r.get("base_task", r["task"])), []).append(bool(r["success"]))
+        if str(r.get("base_task", r["task"])) not in unscored:
+            trials.setdefault(str(r.get("base_task", r["task"])), []).append(bool(r["success"]))
     n = min((len(v) for v in trials.values()), default=0)
     return [100.0 * sum(math.comb(sum(v), k) / math.comb(len(v), k) for v in trials.values()) / len(trials)
             for k in range(1, n + 1)]
@@ -144,9 +147,12 @@ def tau3_quality(rows: Sequence[Row]) -> dict[str, Any]:
         "nl_accuracy": 100.0 * sum(all(g["nl"]) for g in nl) / len(nl) if nl else None,
         "checks_run": sorted({c for g in graded for c in g["checks_run"]}),
         "checks_skipped": sorted({c for g in graded for c in g["checks_skipped"]}),
-        "complete_runs": sum(not g["checks_skipped"] for g in graded),
-        "pass_1_complete": 100.0 * sum(r["success"] for r in rows if not r["tau3"]["checks_skipped"])
-        / max(sum(not g["checks_skipped"] for g in graded), 1),
+        "scored_runs": sum(g["reward"] is not None for g in graded),
+        "unscored_runs": sum(g["reward"] is None for g in graded),
+        # unscored runs' DB check alone, under its own name (not a reward): normal end and the database right
+        "db_only": 100.0 * sum(g["db_match"] and g.get("ended_normally", True) for g in graded
+                               if g["reward"] is None) / max(sum(g["reward"] is None for g in graded), 1)
+        if any(g["reward"] is None for g in graded) else None,
         "gold_errors": sum(len(g["gold_errors"]) for g in graded),
         "ended_by": {e: sum(g["ended_by"] == e for g in graded) for e in sorted({g["ended_by"] for g in graded})},
     }

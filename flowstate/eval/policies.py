@@ -26,6 +26,15 @@ from flowstate.memory.base import Strategy
 from flowstate.nodes import OBSERVATION_PREFIX
 from flowstate.protocol import ModelOutput, render_output
 
+BOUNDED: dict[str, str] = {
+    "bm25": "its reference policy sees only the chunks BM25 retrieves; where the chunk holding a needed fact "
+            "shares too few words with the request, the fact is not in view and the policy guesses",
+    "reasoningbank": "its memory holds distilled strategies, no facts of earlier requests (as ReasoningBank "
+                     "defines it), so no policy can solve a subtask that needs an earlier subtask's facts",
+}
+"""Strategies whose reference policy is not expected to solve every dependent subtask, and why: what their
+memory shows is not always enough, by the method's own design. The report says so beside their figures."""
+
 _SECTION = re.compile(r"<([a-z_]+)>\n(.*?)</\1>", re.S)
 
 
@@ -184,7 +193,31 @@ class Policy:
         world[f"request_{k}"] = {**(world.get(f"request_{k}") or {}), **new}
         return json.dumps({"goal": query or "", "world": world, "constraints": []})
 
+    @staticmethod
+    def update(user: str) -> str:
+        """Mem0's update phase: a fact already remembered word for word is NONE; every other fact is ADDed."""
+        parts = sections(user)
+        known = {str(m.get("fact")) for m in parts.get(tags.SIMILAR_MEMORIES, [])}
+        return json.dumps({"memory": [{"event": "NONE" if str(f.get("fact")) in known else "ADD", "id": "new",
+                                       "text": str(f.get("fact", ""))} for f in parts.get(tags.NEW_FACTS, [])]})
+
+    @staticmethod
+    def distill(user: str) -> str:
+        """ReasoningBank's distillation: the strategy of the request — which tools, in which order — with no
+        facts of it, as its extraction prompt asks (so a later request that needs those facts has none)."""
+        query, lines = read_interaction(tags.read(user, tags.TRAJECTORY_TO_JUDGE) or "")
+        used = list(dict.fromkeys(str(i["tool"]) for i in lines if "observation_id" in i and "tool" in i))
+        steps = ", then ".join(used) if used else "no tool"
+        return json.dumps({"items": [{"title": f"Strategy for: {query[:60]}", "description": "the tools that answered it",
+                                      "content": f"Call {steps}, then answer from the results."}]})
+
     def __call__(self, messages: Sequence[Message]) -> str:
+        if messages[0].content.startswith(tags.UPDATE):
+            return self.update(messages[-1].content)
+        if messages[0].content.startswith(tags.JUDGE):  # ReasoningBank's judge: a request that answered succeeded
+            return json.dumps({"success": '"response":null' not in messages[-1].content, "reason": ""})
+        if messages[0].content.startswith(tags.DISTILL):
+            return self.distill(messages[-1].content)
         if messages[0].content.startswith(tags.EXTRACT):
             return self.extract(tags.read(messages[-1].content, tags.INTERACTION) or "")
         if messages[0].content.startswith(tags.TRACK):

@@ -29,6 +29,7 @@ from flowstate.eval.task import Score, Task
 from flowstate.eval.tau3.conversation import run_conversation
 from flowstate.eval.tau3.gold import GoldPolicy
 from flowstate.eval.tau3.tasks import Tau3Task
+from flowstate.eval.tau3.users import tau2_guidelines
 from flowstate.limits import STANDARD
 from flowstate.memory import get
 from flowstate.memory.base import Strategy
@@ -213,7 +214,7 @@ def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str
         if conversational:
             assert isinstance(task, Tau3Task)
             row = run_conversation(task, strategy, engine, repo, config.loop, run, _subtask_row, user, judge,
-                                   namespace=config.namespace)
+                                   namespace=config.namespace, guidelines=tau2_guidelines(config.tau2_data))
         else:
             row = run_task(task, strategy, engine, repo, config.loop, run, config.namespace)
         results.append(row)

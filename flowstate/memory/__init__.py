@@ -1,7 +1,8 @@
 """The memory methods, chosen by name: the registry names each method's module and imports it only when asked.
 
 Families, one module each: ``state`` (flowstate, full-context, no-psa, no-isu), ``retrieval`` (bm25,
-mem0-style), ``tracker`` (zipact), ``mage`` (mage and its ablations); the seam they implement is ``base``.
+mem0-style), ``tracker`` (zipact, zipact-bm25), ``reasoning`` (reasoningbank), ``mage`` (mage and its
+ablations); the seam they implement is ``base``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ METHODS: dict[str, str] = {
     "bm25": "flowstate.memory.retrieval:BM25",
     "mem0-style": "flowstate.memory.retrieval:MEM0_STYLE",
     "zipact": "flowstate.memory.tracker:ZIPACT",
+    "zipact-bm25": "flowstate.memory.tracker:ZIPACT_BM25",
+    "reasoningbank": "flowstate.memory.reasoning:REASONINGBANK",
     "mage": "flowstate.memory.mage:MAGE",
     "mage-no-compress": "flowstate.memory.mage:MAGE_NO_COMPRESS",
     "mage-no-maintain": "flowstate.memory.mage:MAGE_NO_MAINTAIN",

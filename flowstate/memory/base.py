@@ -2,7 +2,8 @@
 
 The driver (``flowstate.loop.RequestRun``) drives a method through this seam only: the protocol blocks the
 model writes, the context of each call, what a request leaves in the repository, tools of its own, and its
-own model calls after a tool result (``observed``) and at the request's end (``finish``). A hook gets a
+own model calls before the first step (``begin``), after a tool result (``observed``) and at the request's
+end (``finish``). A hook gets a
 narrow ``MemoryContext`` — never the driver — and returns what changes.
 """
 
@@ -31,6 +32,7 @@ class Start:
     state: ActiveState
     memory: tuple[str, str] | None
     documents: tuple[str, ...] = ()  # what a retrieval method chooses from at each step
+    data: Mapping[str, Any] = field(default_factory=dict)  # what else a method keeps of the session for its prompts
 
 
 ModelCall = Callable[[str, str, str], Generation]
@@ -84,6 +86,7 @@ class Finish:
 class Strategy(ABC):
     """The seam every memory method plugs into; ``RequestRun`` is the one driver of a request.
 
+    ``prompt`` gets the method's scratch of the request (what its own tools changed, e.g. MAGE's Revise).
     A method says which protocol blocks the model writes (and so which grammar it decodes under), builds the
     context of each call (``system_prompt``, ``start``, ``prompt``), chooses what the request leaves in the
     repository (``persisted``) and may make model calls of its own when the request ends (``finish``).
@@ -103,7 +106,7 @@ class Strategy(ABC):
     @abstractmethod
     def prompt(
         self, system: str, query: str, start: Start, state: ActiveState,
-        feedback: Sequence[dict[str, Any]], observation: Sequence[Node],
+        feedback: Sequence[dict[str, Any]], observation: Sequence[Node], scratch: Mapping[str, Any] | None = None,
     ) -> list[Message]:
         ...
 
@@ -118,6 +121,10 @@ class Strategy(ABC):
     def call_tool(self, ctx: MemoryContext, name: str, arguments: dict[str, Any]) -> ToolOutcome | None:
         """Run one of the method's own tools, or None when ``name`` is not one of them."""
         return None
+
+    def begin(self, ctx: MemoryContext) -> Observed:
+        """Before the request's first step (``ctx.query`` is the new query): e.g. a state tracker's update."""
+        return Observed()
 
     def observed(self, ctx: MemoryContext) -> Observed:
         """Once the latest tool results are in (``ctx.observation``): e.g. a state tracker's update."""

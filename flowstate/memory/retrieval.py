@@ -1,19 +1,24 @@
 """Retrieval baselines on the strategy seam: BM25 over earlier requests, and Mem0-style extracted memories.
 
-- ``bm25`` (the paper's BM25 baseline, MemoryArena's protocol): every earlier request is one document (its
-  query, tool calls with results, response); before each step the ``TOP_K`` documents most similar to the
-  current request and its tool results so far are shown in ``<retrieved_memory>``. Ranking is BM25 from
-  ``bm25s``. No state, the two-block protocol of full context.
-- ``mem0-style`` (Mem0's extraction memory, reduced to its core): when a request ends, one model call
-  extracts the facts worth remembering (their tokens count for the method); each fact is a node. At the
-  start of a request the ``TOP_K`` facts most similar to its query (BM25 here, where Mem0 embeds) are shown in
-  ``<memories>``. Tool results are not kept; the memories are all that crosses requests.
+- ``bm25`` (the paper's BM25 baseline, after MemoryArena's RAG memory): the interaction history of earlier
+  requests (full context's transcript: queries, tool calls with results, responses) is cut into chunks of
+  at most ``CHUNK_CHARS`` characters at item boundaries (an item longer than that is a chunk of its own);
+  before each step the ``TOP_K`` chunks most similar to the current request and its tool results so far
+  are shown in ``<retrieved_memory>``, in history order. Ranking is BM25 from ``bm25s``. No state, the
+  two-block protocol of full context.
+- ``mem0-style`` (Mem0's two phases, reduced to their core): when a request ends, one model call extracts
+  the facts worth remembering; then the update phase compares them with the ``SIMILAR`` stored memories most
+  similar to each (BM25 here, where Mem0 embeds) in one more call that decides, per fact, ADD / UPDATE /
+  DELETE / NONE (their tokens count for the method; with no stored memory to compare, every fact is added
+  without the call). The store is append-only: an update is a new memory that replaces the old one, a
+  delete a marker node. At the start of a request the ``TOP_K`` live memories most similar to its query are
+  shown in ``<memories>``. Tool results are not kept; the memories are all that crosses requests.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,17 +32,21 @@ from flowstate.memory.base import Finish, MemoryContext, Start, Strategy, intera
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.serializer import layout, render_observation, system_prompt
 from flowstate.store.repository import Repository
-from flowstate.tags import EXTRACT
+from flowstate.tags import EXTRACT, UPDATE
 
 FACT = "mem0.fact"  # the mark of an extracted fact's node
+DELETED = "mem0.deleted"  # the mark of a node that deletes a memory
+SIMILAR = 10  # stored memories compared with each new fact (Mem0's s = 10)
 TOP_K = 5  # as MemoryArena's baselines (and MAGE's comparison) fix it
+CHUNK_CHARS = 1_000  # ≈ 250 tokens; our choice (MemoryArena's released chunker was not at hand), see the README
 TWO_BLOCKS = ("tool_calls", "assistant_message")
 
 BM25_RULES = f"""\
 ## memory
-Earlier requests of this session are not all shown: the {TOP_K} most similar to this request and its tool \
-results so far are in <retrieved_memory>, each with its query, tool calls and results, and response. This \
-request's earlier tool results are in <trajectory>, the newest in <latest_observation>."""
+Earlier requests of this session are not shown whole: their history (queries, tool calls with results, \
+responses) is cut into chunks, and the {TOP_K} chunks most similar to this request and its tool results so \
+far are in <retrieved_memory>. This request's earlier tool results are in <trajectory>, the newest in \
+<latest_observation>."""
 
 MEM0_RULES = f"""\
 ## memory
@@ -54,6 +63,20 @@ FACTS_GRAMMAR = ('start: %json {"type": "object", "properties": {"facts": {"type
                  '"items": {"type": "string", "maxLength": 400}}}, "required": ["facts"], "additionalProperties": false}')
 
 
+UPDATE_PROMPT = f"""{UPDATE}
+You manage an agent's memory. Compare the new facts with the stored memories most similar to them and decide \
+for each new fact: ADD it as a new memory; UPDATE a stored memory whose information it changes or completes \
+(that memory's id, and the merged text); DELETE a stored memory it contradicts (that memory's id); NONE when \
+it is already remembered. Reply with JSON only: {{"memory": [{{"event": "ADD" | "UPDATE" | "DELETE" | \
+"NONE", "id": "<a stored memory's id, or new>", "text": "..."}}]}}."""
+
+UPDATE_GRAMMAR = ('start: %json {"type": "object", "properties": {"memory": {"type": "array", "maxItems": 32, "items": '
+                  '{"type": "object", "properties": {"event": {"enum": ["ADD", "UPDATE", "DELETE", "NONE"]}, "id": '
+                  '{"type": "string", "maxLength": 64}, "text": {"type": "string", "maxLength": 400}}, "required": '
+                  '["event", "id", "text"], "additionalProperties": false}}}, "required": ["memory"], '
+                  '"additionalProperties": false}')
+
+
 def rank(documents: Sequence[str], query: str, k: int = TOP_K) -> list[int]:
     """The indexes of the ``k`` documents most similar to ``query`` by BM25, in document order (all when
     there are no more than ``k``)."""
@@ -68,6 +91,24 @@ def rank(documents: Sequence[str], query: str, k: int = TOP_K) -> list[int]:
         return list(range(len(documents) - k, len(documents)))
     found, _ = retriever.retrieve([known], k=k, show_progress=False)
     return sorted(int(i) for i in found[0])
+
+
+def chunked(history: str, size: int = CHUNK_CHARS) -> tuple[str, ...]:
+    """``history`` (one item per line) cut into chunks of at most ``size`` characters at line boundaries; a line
+    longer than ``size`` is a chunk of its own (a tool result is never cut in the middle)."""
+    out: list[str] = []
+    current = ""
+    for line in history.splitlines(keepends=True):
+        if current and len(current) + len(line) > size:
+            out.append(current)
+            current = ""
+        current += line
+    return (*out, current) if current else tuple(out)
+
+
+def retrieve(chunks: Sequence[str], probe: str, k: int = TOP_K) -> str:
+    """The ``k`` chunks most similar to ``probe`` (a request and its trace so far), in history order."""
+    return "".join(chunks[i] for i in rank(chunks, probe, k))
 
 
 @functools.lru_cache(maxsize=32)
@@ -89,18 +130,16 @@ class BM25Memory(Strategy):
         return system_prompt(tools, policy, self.blocks, BM25_RULES, limits)
 
     def start(self, repo: Repository, session: str) -> Start:
-        requests, nodes = repo.requests(session), repo.nodes(session)
+        requests = repo.requests(session)
         k = len(requests) + 1
-        documents = tuple(transcript([r], [n for n in nodes if n.request == r.index]) for r in requests)
-        return Start(k, HistoricalIndex(), ActiveState(request=k), None, documents)
+        return Start(k, HistoricalIndex(), ActiveState(request=k), None, chunked(transcript(requests, repo.nodes(session))))
 
     def prompt(
         self, system: str, query: str, start: Start, state: ActiveState,
-        feedback: Sequence[dict[str, Any]], observation: Sequence[Node],
+        feedback: Sequence[dict[str, Any]], observation: Sequence[Node], scratch: Mapping[str, Any] | None = None,
     ) -> list[Message]:
         trajectory = state.observations[: len(state.observations) - len(observation)]
-        probe = query + "\n" + render_observation(state.observations)  # the current request's trace so far
-        chosen = "".join(start.documents[i] for i in rank(start.documents, probe))
+        chosen = retrieve(start.documents, query + "\n" + render_observation(state.observations))
         user = layout(query, memory=(tags.RETRIEVED_MEMORY, chosen), state=None, trajectory=trajectory,
                       feedback=feedback, observation=observation)
         return [Message("system", system), Message("user", user)]
@@ -119,13 +158,13 @@ class ExtractedMemory(Strategy):
 
     def start(self, repo: Repository, session: str) -> Start:
         k = repo.request_count(session) + 1
-        facts = tuple(n for n in repo.nodes(session) if n.mark == FACT)
         return Start(k, HistoricalIndex(), ActiveState(request=k), None,
-                     tuple(canonical_json({"memory_id": n.id, "fact": n.value.get("fact", "")}) + "\n" for n in facts))
+                     tuple(canonical_json({"memory_id": n.id, "fact": n.value.get("fact", "")}) + "\n"
+                           for n in live_memories(repo.nodes(session))))
 
     def prompt(
         self, system: str, query: str, start: Start, state: ActiveState,
-        feedback: Sequence[dict[str, Any]], observation: Sequence[Node],
+        feedback: Sequence[dict[str, Any]], observation: Sequence[Node], scratch: Mapping[str, Any] | None = None,
     ) -> list[Message]:
         trajectory = state.observations[: len(state.observations) - len(observation)]
         chosen = "".join(start.documents[i] for i in rank(start.documents, query))  # per request, as Mem0's search
@@ -137,13 +176,58 @@ class ExtractedMemory(Strategy):
         return []  # only the extracted facts cross requests (``finish``)
 
     def finish(self, ctx: MemoryContext) -> Finish:
-        """One model call extracts the request's facts; each becomes a node ``mem_r{k}_{i}``."""
+        """Extraction (one model call: the request's facts), then the update phase against similar memories."""
         done = interaction(ctx.query, ctx.state.observations, ctx.response)
         generation = ctx.call_model(EXTRACT_PROMPT, tags.block(tags.INTERACTION, done)[:-1], FACTS_GRAMMAR)
         facts, error = _facts(generation.text, ctx.limits)
-        nodes = tuple(Node(id=f"mem_r{ctx.k}_{i}", mark=FACT, type=StateType.KNOWLEDGE, request=ctx.k,
-                           summary=fact[: ctx.limits.text], value={"fact": fact}) for i, fact in enumerate(facts, 1))
-        return Finish(nodes, (memory_calls.record(generation, "facts", error),))
+        calls = [memory_calls.record(generation, "facts", error)]
+        stored = {n.id: str(n.value.get("fact", "")) for n in live_memories(ctx.session.nodes())}
+        ids = list(stored)
+        similar = sorted({ids[i] for fact in facts for i in rank(list(stored.values()), fact, SIMILAR)}, key=ids.index)
+        events: list[dict[str, str]] = [{"event": "ADD", "id": "new", "text": f} for f in facts]
+        if facts and similar:
+            user = (tags.block(tags.SIMILAR_MEMORIES, "".join(canonical_json({"memory_id": i, "fact": stored[i]}) + "\n"
+                                                               for i in similar))
+                    + tags.block(tags.NEW_FACTS, "".join(canonical_json({"fact": f}) + "\n" for f in facts)))[:-1]
+            decided = ctx.call_model(UPDATE_PROMPT, user, UPDATE_GRAMMAR)
+            chosen, why = _events(decided.text, set(similar))
+            calls.append(memory_calls.record(decided, "memory", why))
+            if chosen is not None:  # an update reply that is not the JSON asked for adds every fact: nothing is lost
+                events = chosen
+        return Finish(self._nodes(ctx, events), tuple(calls))
+
+    @staticmethod
+    def _nodes(ctx: MemoryContext, events: Sequence[dict[str, str]]) -> tuple[Node, ...]:
+        """The update phase's decisions as append-only nodes: a new memory (ADD, UPDATE: it replaces the old
+        one) or a deletion marker (DELETE)."""
+        out: list[Node] = []
+        for i, e in enumerate(events, 1):
+            text = e["text"].strip()[: ctx.limits.value_text]
+            if e["event"] in ("ADD", "UPDATE") and text:
+                value = {"fact": text, **({"replaces": e["id"]} if e["event"] == "UPDATE" else {})}
+                out.append(Node(id=f"mem_r{ctx.k}_{i}", mark=FACT, type=StateType.KNOWLEDGE, request=ctx.k,
+                                summary=text[: ctx.limits.text], value=value))
+            elif e["event"] == "DELETE":
+                out.append(Node(id=f"mem_r{ctx.k}_{i}", mark=DELETED, type=StateType.JUDGEMENT, request=ctx.k,
+                                summary=f"deleted {e['id']}", value={"deletes": e["id"]}))
+        return tuple(out)
+
+
+def live_memories(nodes: Sequence[Node]) -> list[Node]:
+    """The memories an update or delete has not retired, in the order they were made."""
+    retired = {str(n.value.get("replaces") or n.value.get("deletes")) for n in nodes if n.mark in (FACT, DELETED)}
+    return [n for n in nodes if n.mark == FACT and n.id not in retired]
+
+
+def _events(text: str, known: set[str]) -> tuple[list[dict[str, str]] | None, str | None]:
+    """The update phase's decisions, or None and why; a decision naming a memory that was not shown is dropped."""
+    items = (memory_calls.json_object(text) or {}).get("memory")
+    if not isinstance(items, list):
+        return None, f"not the JSON {{\"memory\": [...]}} asked for: {text[:120]!r}"
+    events = [{"event": str(e.get("event", "")).upper(), "id": str(e.get("id", "")), "text": str(e.get("text", ""))}
+              for e in items if isinstance(e, dict)]
+    kept = [e for e in events if e["event"] in ("ADD", "NONE") or e["event"] in ("UPDATE", "DELETE") and e["id"] in known]
+    return kept, None if len(kept) == len(items) else f"{len(items) - len(kept)} decision(s) dropped: unknown event or id"
 
 
 def _facts(text: str, limits: Limits) -> tuple[list[str], str | None]:

@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -61,7 +61,7 @@ class StateStrategy(Strategy):
 
     def prompt(
         self, system: str, query: str, start: Start, state: ActiveState,
-        feedback: Sequence[dict[str, Any]], observation: Sequence[Node],
+        feedback: Sequence[dict[str, Any]], observation: Sequence[Node], scratch: Mapping[str, Any] | None = None,
     ) -> list[Message]:
         trajectory = state.observations[: len(state.observations) - len(observation)] if self.trajectory else None
         shown = None if self.history == "transcript" else state

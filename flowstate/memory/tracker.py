@@ -1,16 +1,21 @@
-"""A ZipAct-style state tracker on the strategy seam (``zipact``).
+"""A ZipAct-style state tracker on the strategy seam (``zipact``, ``zipact-bm25``).
 
 After ZipAct (Pan et al., 2026): the growing interaction history is compressed into one structured state —
-goal, world, constraints — by a separate model call after every tool result ("state updating decoupled from
-action generation"), and the agent acts on that state and the latest tool result alone, not on the history.
-The state of the last request carries over to the next (one node per request, ``zipact_r{k}``). Reduced to
-its core: one tracker call per observation with a JSON schema for the state, no domain injectables.
+goal, world, constraints — by a separate model call after every new piece of the interaction ("state
+updating decoupled from action generation"): the user's new query (``begin``), every tool result
+(``observed``) and the agent's final response (``finish``). The agent acts on that state and the latest
+tool result alone, not on the history. The state of the last request carries over to the next (one node per
+request, ``zipact_r{k}``). Reduced to its core: one tracker call per update with a JSON schema for the
+state, no domain injectables.
+
+``zipact-bm25`` (the paper's hybrid): the same tracker, plus BM25 retrieval over the interaction history,
+chunked as ``bm25`` chunks it, shown beside the tracked state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.base import Message
@@ -19,7 +24,7 @@ from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
 from flowstate.memory import calls as memory_calls
-from flowstate.memory.base import MemoryContext, Observed, Start, Strategy
+from flowstate.memory.base import Finish, MemoryContext, Observed, Start, Strategy, transcript
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.serializer import layout, render_observation, system_prompt
 from flowstate.store.repository import Repository
@@ -35,8 +40,8 @@ far: goal, world (facts), constraints. It is all you see of earlier steps and re
 results are in <latest_observation>."""
 
 TRACK_PROMPT = f"""{TRACK}
-You track an agent's state. Given the state so far, the current request and the newest tool results, write \
-the new state: goal (what the current request asks), world (every fact later steps or requests may need: \
+You track an agent's state. Given the state so far, the current request and what just happened (a new \
+request, the newest tool results, or the agent's final response), write the new state: goal (what the current request asks), world (every fact later steps or requests may need: \
 identifiers, numbers, results, choices made — keep earlier facts unless they changed), constraints (the \
 user's requirements). Reply with JSON only: {{"goal": "...", "world": {{...}}, "constraints": ["..."]}}."""
 
@@ -76,24 +81,41 @@ class StateTracker(Strategy):
 
     def prompt(
         self, system: str, query: str, start: Start, state: ActiveState,
-        feedback: Sequence[dict[str, Any]], observation: Sequence[Node],
+        feedback: Sequence[dict[str, Any]], observation: Sequence[Node], scratch: Mapping[str, Any] | None = None,
     ) -> list[Message]:
         user = layout(query, memory=(tags.TRACKED_STATE, canonical_json(tracked(state)) + "\n"), state=None,
                       feedback=feedback, observation=observation)
         return [Message("system", system), Message("user", user)]
 
+    def begin(self, ctx: MemoryContext) -> Observed:
+        """The tracker reads the new query (the goal changes with it) before the agent acts."""
+        return self._track(ctx, "")
+
     def observed(self, ctx: MemoryContext) -> Observed:
-        """The tracker's call: the state so far, the request and the newest tool results give the new state."""
+        """The tracker reads the newest tool results."""
+        return self._track(ctx, tags.block(tags.NEW_OBSERVATION, render_observation(ctx.observation)))
+
+    def finish(self, ctx: MemoryContext) -> Finish:
+        """The tracker reads the final response (what the agent told the user is part of the state); the state
+        after it is what carries over."""
+        said = ctx.response if ctx.response is not None else "(none: the request ended unfinished)"
+        observed = self._track(ctx, tags.block(tags.RESPONSE, said + "\n"))
+        state = observed.state if observed.state is not None else ctx.state
+        return Finish(tuple(n for n in state.current if n.mark == MARK), observed.calls)
+
+    @staticmethod
+    def _track(ctx: MemoryContext, new: str) -> Observed:
+        """One tracker call: the state so far, the request and what is new give the new state."""
         before = tracked(ctx.state)
-        user = (tags.block(tags.TRACKED_STATE, canonical_json(before) + "\n") + tags.block(tags.USER_QUERY, ctx.query + "\n")
-                + tags.block(tags.NEW_OBSERVATION, render_observation(ctx.observation))[:-1])
+        user = (tags.block(tags.TRACKED_STATE, canonical_json(before) + "\n")
+                + tags.block(tags.USER_QUERY, ctx.query + "\n") + new)[:-1]
         generation = ctx.call_model(TRACK_PROMPT, user, STATE_GRAMMAR)
         after, error = _state(generation.text)
         state = _with(ctx.state, after if after is not None else before)  # a failed update keeps the old state
         return Observed(state, (memory_calls.record(generation, "state", error),))
 
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
-        return [n for n in state.current if n.mark == MARK]  # the state carries over; nothing else
+        return []  # the tracked state carries over, as ``finish`` leaves it; nothing else
 
 
 def _state(text: str) -> tuple[dict[str, Any] | None, str | None]:
@@ -104,4 +126,40 @@ def _state(text: str) -> tuple[dict[str, Any] | None, str | None]:
             "constraints": [str(c) for c in value.get("constraints", []) if isinstance(c, str)]}, None
 
 
+RETRIEVAL_RULES = RULES + """ Chunks of the earlier requests' history (queries, tool calls with results, \
+responses) most similar to this request and its tool results so far are in <retrieved_memory>."""
+
+
+@dataclass(frozen=True)
+class TrackerWithRetrieval(StateTracker):
+    """``zipact-bm25``: the tracked state, and BM25's chunks of the interaction history beside it."""
+
+    name: str = "zipact-bm25"
+
+    def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
+        return system_prompt(tools, policy, self.blocks, RETRIEVAL_RULES, limits)
+
+    def start(self, repo: Repository, session: str) -> Start:
+        from flowstate.memory.retrieval import chunked
+
+        tracked_start = super().start(repo, session)
+        history = transcript(repo.requests(session), [n for n in repo.nodes(session) if n.is_observation])
+        return replace(tracked_start, documents=chunked(history))
+
+    def prompt(
+        self, system: str, query: str, start: Start, state: ActiveState,
+        feedback: Sequence[dict[str, Any]], observation: Sequence[Node], scratch: Mapping[str, Any] | None = None,
+    ) -> list[Message]:
+        from flowstate.memory.retrieval import retrieve
+
+        chosen = retrieve(start.documents, query + "\n" + render_observation(state.observations))
+        user = layout(query, memory=(tags.TRACKED_STATE, canonical_json(tracked(state)) + "\n"), state=None,
+                      feedback=feedback, observation=observation, retrieved=(tags.RETRIEVED_MEMORY, chosen or "none\n"))
+        return [Message("system", system), Message("user", user)]
+
+    def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
+        return list(state.observations)  # the history BM25 retrieves from; the tracked state comes from ``finish``
+
+
 ZIPACT: Strategy = StateTracker()
+ZIPACT_BM25: Strategy = TrackerWithRetrieval()

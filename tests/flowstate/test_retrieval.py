@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from engine.scripted import ScriptedEngine
 from flowstate import Agent, Repository
 from flowstate.eval.runner import EvalConfig, run_eval
-from flowstate.memory.retrieval import BM25, EXTRACT, MEM0_STYLE, TOP_K, rank
+from flowstate.memory.retrieval import BM25, EXTRACT, MEM0_STYLE, TOP_K, chunked, rank
+from flowstate.memory.state import FULL_CONTEXT
 
 
 def output(content: str) -> str:
@@ -26,17 +28,43 @@ def test_rank_keeps_the_most_similar_documents_in_their_order() -> None:
     assert rank(docs, "zzz qqq", k=3) == [4, 5, 6]  # nothing in common: the most recent
 
 
-def test_bm25_shows_only_the_retrieved_requests(tmp_path: Path) -> None:
-    engine = ScriptedEngine([output(content=f"noted {i}") for i in range(1, 9)])
-    with Repository.open(tmp_path / "m.db") as repo:
-        agent = Agent(engine, repository=repo, session="s", strategy=BM25)
-        for topic in ["apples", "pears", "plums", "figs", "limes", "kiwis", "dates"]:
-            agent.run(f"remember {topic}")
-        agent.run("what about the figs?")
-    prompt = engine.prompts[-1][1].content
-    memory = prompt.split("<retrieved_memory>")[1].split("</retrieved_memory>")[0]
-    assert memory.count('"user_query"') == TOP_K and '"remember figs"' in memory
-    assert "<active_state>" not in prompt and "<state_delta>" not in engine.prompts[-1][0].content
+def test_chunks_hold_whole_lines_up_to_the_size() -> None:
+    lines = ["a" * 300 + "\n", "b" * 300 + "\n", "c" * 500 + "\n", "d" * 1500 + "\n", "e\n"]
+    chunks = chunked("".join(lines), size=1000)
+    assert chunks == (lines[0] + lines[1], lines[2], lines[3], lines[4])  # a long line is a chunk of its own
+    assert "".join(chunks) == "".join(lines) and chunked("") == ()
+
+
+def test_bm25_shows_only_the_retrieved_chunks_fewer_than_full_context(tmp_path: Path) -> None:
+    """At depth 6 (five earlier requests, each with a page-sized tool result) BM25 retrieves TOP_K chunks of the
+    history, not every earlier request, while full context shows them all."""
+    topics = ["apples", "pears", "plums", "figs", "limes"]
+
+    def catalog(fruit: str) -> str:
+        """A page about a fruit."""
+        return f"{fruit} page: " + " ".join(f"{fruit}-item-{i} costs {i}" for i in range(40))
+
+    def script() -> list[str]:
+        out = []
+        for topic in topics:
+            out += [f'<tool_calls>\n[{{"name": "catalog", "arguments": {{"fruit": "{topic}"}}}}]\n</tool_calls>\n'
+                    '<assistant_message>\n{"content": null}\n</assistant_message>', output(content=f"noted {topic}")]
+        return [*out, output(content="the figs")]
+
+    shown = {}
+    for strategy in (BM25, FULL_CONTEXT):
+        engine = ScriptedEngine(script())
+        with Repository.open(tmp_path / f"{strategy.name}.db") as repo:
+            agent = Agent(engine, repository=repo, session="s", strategy=strategy, tools=[catalog])
+            for topic in topics:
+                agent.run(f"remember the {topic}")
+            agent.run("what about the figs?")
+        prompt = engine.prompts[-1][1].content
+        tag = "retrieved_memory" if strategy is BM25 else "interaction_history"
+        memory = prompt.split(f"<{tag}>")[1].split(f"</{tag}>")[0]
+        shown[strategy.name] = {t for t in topics if f"{t} page" in memory}
+    assert shown["full-context"] == set(topics)
+    assert "figs" in shown["bm25"] and len(shown["bm25"]) < len(topics)
 
 
 def test_mem0_style_extracts_with_a_model_call_that_counts_and_keeps_only_its_facts(tmp_path: Path) -> None:
@@ -57,23 +85,56 @@ def test_mem0_style_extracts_with_a_model_call_that_counts_and_keeps_only_its_fa
     assert second.memory_calls[0].protocol_error is not None and second.persisted_states == ()
 
 
+def test_mem0_update_phase_adds_updates_deletes_and_fails_open(tmp_path: Path) -> None:
+    from flowstate.memory.retrieval import UPDATE, live_memories
+
+    def update(*events: tuple[str, str, str]) -> str:
+        return json.dumps({"memory": [{"event": e, "id": i, "text": t} for e, i, t in events]})
+
+    engine = ScriptedEngine([
+        output("ok"), '{"facts": ["Alder costs 120.", "The user likes quiet rooms."]}',
+        output("ok"), '{"facts": ["Alder costs 140 now.", "The user no longer cares about noise."]}',
+        update(("UPDATE", "mem_r1_1", "Alder costs 140."), ("DELETE", "mem_r1_2", ""), ("ADD", "new", "x")),
+        output("ok"), '{"facts": ["Birch costs 90."]}', "no JSON here",
+        output("ok"), '{"facts": []}',
+    ])
+    with Repository.open(tmp_path / "m.db") as repo:
+        agent = Agent(engine, repository=repo, session="s", strategy=MEM0_STYLE)
+        first = agent.run("Book Alder.")
+        second = agent.run("Alder again.")
+        third = agent.run("Birch?")
+        agent.run("What do you remember?")
+        live = {n.value["fact"] for n in live_memories(repo.nodes("s"))}
+    assert len(first.memory_calls) == 1  # nothing stored yet: every fact is added without the update call
+    assert len(second.memory_calls) == 2 and engine.prompts[4][0].content.startswith(UPDATE)
+    assert '"memory_id":"mem_r1_1"' in engine.prompts[4][1].content  # the similar stored memories are compared
+    assert third.memory_calls[1].protocol_error is not None  # an unreadable update adds the facts: nothing is lost
+    assert live == {"Alder costs 140.", "x", "Birch costs 90."}
+    shown = engine.prompts[-2][1].content.split("<memories>")[1]
+    assert "Alder costs 120." not in shown and "quiet rooms" not in shown and "Alder costs 140." in shown
+
+
 def test_memory_calls_count_in_the_evaluation(tmp_path: Path) -> None:
     rows = run_eval(EvalConfig(suites=("chain",), strategies=("mem0-style", "bm25"), tasks=1, depth=3, out=tmp_path,
                                policy="oracle"), [])
     by = {r["strategy"]: r for r in rows}
-    assert all(s["memory_calls"] == 1 for s in by["mem0-style"]["subtasks"])
+    # extraction; then, once memories are stored, the update phase's call too
+    assert [s["memory_calls"] for s in by["mem0-style"]["subtasks"]] == [1, 2, 2]
     assert all(s["memory_calls"] == 0 for s in by["bm25"]["subtasks"])
     mem0 = by["mem0-style"]["subtasks"][0]
     assert len(mem0["calls"]) == mem0["steps"] + 1  # the extraction call is one more call, with its tokens
 
 
-def test_zipact_acts_on_a_tracked_state_updated_by_its_own_calls(tmp_path: Path) -> None:
+def test_zipact_tracks_the_query_every_tool_result_and_the_final_response(tmp_path: Path) -> None:
     from flowstate.memory.tracker import TRACK, ZIPACT
+
+    def state(goal: str, **world: Any) -> str:
+        return json.dumps({"goal": goal, "world": world, "constraints": []})
 
     tool = '<tool_calls>\n[{"name": "echo", "arguments": {"x": 7}}]\n</tool_calls>\n<assistant_message>\n{"content": null}\n</assistant_message>'
     engine = ScriptedEngine([
-        tool, '{"goal": "echo", "world": {"x": 7}, "constraints": []}', output("x is 7"),
-        output("x was 7"),
+        state("echo 7"), tool, state("echo", x=7), output("x is 7"), state("echo", x=7, told="x is 7"),
+        state("recall x", x=7, told="x is 7"), output("x was 7"), state("recall x", x=7, told="x was 7"),
     ])
 
     def echo(x: int) -> int:
@@ -85,11 +146,34 @@ def test_zipact_acts_on_a_tracked_state_updated_by_its_own_calls(tmp_path: Path)
         first = agent.run("Echo 7.")
         agent.run("What was x?")
         nodes = repo.nodes("s")
-    assert engine.prompts[1][0].content.startswith(TRACK) and len(first.memory_calls) == 1
-    assert '"world":{"x":7}' in engine.prompts[2][1].content  # the agent sees the tracked state ...
-    assert "<trajectory>" not in engine.prompts[2][1].content  # ... and not the history
-    assert '"world":{"x":7}' in engine.prompts[3][1].content  # the state carries over to the next request
+    tracker = [i for i, (system, _) in enumerate(engine.prompts) if system.content.startswith(TRACK)]
+    assert tracker == [0, 2, 4, 5, 7] and len(first.memory_calls) == 3  # query, tool result, response
+    assert "<new_observation>" in engine.prompts[2][1].content and "<response>\nx is 7" in engine.prompts[4][1].content
+    assert '"world":{"x":7}' in engine.prompts[3][1].content  # the agent sees the tracked state ...
+    assert "<trajectory>" not in engine.prompts[3][1].content  # ... and not the history
+    assert '"told":"x is 7"' in engine.prompts[5][1].content  # the state after the response carries over
+    assert '"goal":"recall x"' in engine.prompts[6][1].content  # the next query was tracked before acting
     assert [n.id for n in nodes] == ["zipact_r1", "zipact_r2"]  # one state per request, no tool results
+
+
+def test_zipact_bm25_shows_the_tracked_state_and_retrieved_chunks(tmp_path: Path) -> None:
+    from flowstate.memory.tracker import ZIPACT_BM25
+
+    def catalog(fruit: str) -> str:
+        """A page about a fruit."""
+        return f"{fruit} page: the {fruit} cost 3"
+
+    tool = '<tool_calls>\n[{"name": "catalog", "arguments": {"fruit": "figs"}}]\n</tool_calls>\n<assistant_message>\n{"content": null}\n</assistant_message>'
+    tracker = [(json.dumps({"goal": "g", "world": {}, "constraints": []}), "<track_state>")] * 5
+    engine = ScriptedEngine([*tracker, (tool, "remember the figs"), (output("noted"), "figs page"),
+                             (output("3"), "what did")])
+    with Repository.open(tmp_path / "m.db") as repo:
+        agent = Agent(engine, repository=repo, session="s", strategy=ZIPACT_BM25, tools=[catalog])
+        agent.run("remember the figs")
+        agent.run("what did the figs cost?")
+        assert any(n.is_observation for n in repo.nodes("s"))  # the history BM25 retrieves from is kept
+    last = next(u.content for s, u in reversed(engine.prompts) if "<retrieved_memory>" in u.content)
+    assert "<tracked_state>" in last and "figs page: the figs cost 3" in last.split("<retrieved_memory>")[1]
 
 
 def test_the_report_sets_every_strategy_against_full_context(tmp_path: Path) -> None:
@@ -118,3 +202,31 @@ def test_a_methods_nodes_are_known_by_their_mark_not_by_an_id_a_model_could_writ
     assert MEM0_STYLE.start(repo, "s").documents == ()  # no fact
     assert tracked(ZIPACT.start(repo, "s").state)["goal"] == ""  # no tracked state
     assert load_tree(repo.nodes("s")).summaries == {}  # no summary
+
+
+def test_reasoningbank_judges_distils_strategies_and_retrieves_the_closest(tmp_path: Path) -> None:
+    from flowstate.memory.reasoning import DISTILL, JUDGE, REASONINGBANK
+
+    def items(*titles: str) -> str:
+        return json.dumps({"items": [{"title": t, "description": f"{t} described", "content": f"how to {t}"}
+                                     for t in titles]})
+
+    engine = ScriptedEngine([
+        output("Booked."), '{"success": true, "reason": "booked"}', items("book a hotel room", "check the price first"),
+        output("Paid."), "not a verdict", items("pay a restaurant bill"),
+        output("ok"), '{"success": false, "reason": "no"}', items("x"),
+    ])
+    with Repository.open(tmp_path / "m.db") as repo:
+        agent = Agent(engine, repository=repo, session="s", strategy=REASONINGBANK)
+        first = agent.run("Book a hotel room in Lisbon for 120.")
+        second = agent.run("Pay the restaurant bill.")
+        agent.run("Book another hotel room, in Porto.")
+        nodes = repo.nodes("s")
+    assert engine.prompts[1][0].content.startswith(JUDGE) and engine.prompts[2][0].content.startswith(DISTILL)
+    assert "judged a success" in engine.prompts[2][0].content and len(first.memory_calls) == 2
+    # a verdict that does not parse: judged by whether the request answered, and recorded as an error
+    assert second.memory_calls[0].protocol_error is not None and "judged a success" in engine.prompts[5][0].content
+    assert [n.id for n in nodes][:3] == ["rb_r1_1", "rb_r1_2", "rb_r2_1"] and not any(n.is_observation for n in nodes)
+    memory = engine.prompts[6][1].content.split("<strategy_memory>")[1].split("</strategy_memory>")[0]
+    assert memory.count('"item_id"') == 1 and "hotel" in memory  # top-1, the closest to the new query
+    assert "Lisbon" not in memory and "120" not in memory  # strategies, not the earlier request's facts

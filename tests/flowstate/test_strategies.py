@@ -10,7 +10,7 @@ import pytest
 from engine.base import Capabilities, Engine, Generation, Message
 from flowstate import Agent, Repository
 from flowstate.errors import ProtocolError
-from flowstate.eval.policies import Policy, PolicyEngine
+from flowstate.eval.policies import BOUNDED, Policy, PolicyEngine
 from flowstate.eval.suites import generate
 from flowstate.eval.task import Task
 from flowstate.memory import METHODS as STRATEGIES
@@ -51,7 +51,8 @@ def run_oracle(repo: Repository, suite: str, strategy: Strategy, depth: int) -> 
         env["day"] = k
         firsts.append(len(engine.calls))
         agent.run(query)
-        assert task.check(k, agent.repository.requests(agent.session)[-1].response, env).correct
+        solved = task.check(k, agent.repository.requests(agent.session)[-1].response, env).correct
+        assert solved or strategy.name in BOUNDED and k > 1
     return task, engine, firsts
 
 

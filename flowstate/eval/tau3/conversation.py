@@ -2,7 +2,8 @@
 
 Each user message is one request of the task's session, through the same ``Agent`` as every other
 suite; the agent's tools act on the task's own copy of the database. When the user ends the
-conversation (a stop token) or the turn budget runs out, τ³'s evaluation grades it.
+conversation (a stop token) or the turn budget runs out, τ³'s evaluation grades it — a conversation the
+user did not end (the turn cap, a failed request) scores 0, as in tau2.
 """
 
 from __future__ import annotations
@@ -24,21 +25,23 @@ from flowstate.store.repository import Repository
 MAX_TURNS = 30
 
 
-def make_user(task: Tau3Task, engine: Engine | None) -> User:
-    return ScriptedUser(task) if engine is None else SimulatedUser(task, engine)
+def make_user(task: Tau3Task, engine: Engine | None, guidelines: str | None = None) -> User:
+    return ScriptedUser(task) if engine is None else SimulatedUser(task, engine, guidelines=guidelines)
 
 
 def run_conversation(
     task: Tau3Task, strategy: Strategy, engine: Engine, repo: Repository, loop: LoopConfig, run: str,
     subtask_row: Callable[..., dict[str, Any]], user_engine: Engine | None = None, judge: Engine | None = None,
-    max_turns: int = MAX_TURNS, namespace: str = "",
+    max_turns: int = MAX_TURNS, namespace: str = "", guidelines: str | None = None,
 ) -> dict[str, Any]:
     session = f"{namespace}{task.suite}/{strategy.name}/{task.id}"
     repo.delete_session(session)  # what a killed run left of this task
     db = task.new_env()
     agent = Agent(engine, repository=repo, session=session, tools=task.tools(db), task_policy=task.policy,
                   config=loop, strategy=strategy)
-    user = make_user(task, user_engine)
+    user = make_user(task, user_engine, guidelines)
+    user_kind = "scripted" if user_engine is None else \
+        "simulated, tau2's guidelines" if guidelines is not None else "simulated, our paraphrase of tau2's rules"
     started = time.time()
     turns: list[dict[str, Any]] = []
     conversation: list[tuple[str, str]] = []
@@ -61,9 +64,9 @@ def run_conversation(
             break
         conversation.append(("assistant", response))
         message = user.reply(response)
-    graded = grade(task, db, calls, conversation, judge)
+    graded = grade(task, db, calls, conversation, judge, ended_normally=ended_by == "user")
     for row in turns:
         row["correct"] = row["credit"] = graded.reward == 1.0
     return {"suite": task.suite, "strategy": strategy.name, "task": task.id, "base_task": task.base,
             "trial": task.trial, "depth": len(turns), "run": run, "started": started, "ended": time.time(),
-            "success": graded.reward == 1.0, "subtasks": turns, "tau3": {**graded.to_dict(), "ended_by": ended_by}}
+            "success": graded.reward == 1.0, "subtasks": turns, "tau3": {**graded.to_dict(), "ended_by": ended_by, "user": user_kind}}

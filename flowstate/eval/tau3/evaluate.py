@@ -8,7 +8,12 @@
   gold action matches one of the agent's tool calls by name and by ``compare_args`` (all arguments
   when unset).
 - NL_ASSERTION: natural-language assertions about the conversation, checked by a judge model when
-  one is given; without one they are reported as not run and the reward covers the checks that ran.
+  one is given.
+
+As tau2 grades: a conversation that did not end normally (the user's stop token; not the turn cap, not a
+failed request) scores 0 whatever its database; a reward-basis check that could not run (NL assertions
+without a judge) leaves the task *unscored* (reward None) — never passed; its DB check is still reported,
+as the "DB-only" figure.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from flowstate.memory.calls import json_object
 
 @dataclass
 class Grade:
-    reward: float
+    reward: float | None  # None: unscored (a reward-basis check could not run)
     checks_run: list[str]
     checks_skipped: list[str]
     db_match: bool
@@ -34,6 +39,7 @@ class Grade:
     nl: list[bool] | None
     gold_errors: list[str] = field(default_factory=list)
     judge_note: str | None = None
+    ended_normally: bool = True  # False: cut by the turn cap or a failed request, so the reward is 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,9 +96,9 @@ def judge_assertions(judge: Engine, assertions: Sequence[str], conversation: Seq
 
 
 def grade(task: Tau3Task, db: dict[str, Any], calls: Sequence[dict[str, Any]],
-          conversation: Sequence[tuple[str, str]], judge: Engine | None = None) -> Grade:
+          conversation: Sequence[tuple[str, str]], judge: Engine | None = None, ended_normally: bool = True) -> Grade:
     """Grade a finished conversation: ``db`` as the run left it, the agent's executed ``calls``
-    (name, arguments) and the ``conversation`` as (role, text) pairs."""
+    (name, arguments) and the ``conversation`` as (role, text) pairs; ``ended_normally``: the user ended it."""
     criteria = task.spec["evaluation_criteria"]
     basis = list(criteria.get("reward_basis") or ["DB", "COMMUNICATE"])
     gold, errors = replay_gold(task)
@@ -108,5 +114,9 @@ def grade(task: Tau3Task, db: dict[str, Any], calls: Sequence[dict[str, Any]],
     parts = {"DB": [db_match], "COMMUNICATE": communicate, "ACTION": actions, "NL_ASSERTION": nl}
     run = [b for b in basis if parts.get(b) is not None]
     skipped = [b for b in basis if parts.get(b) is None]
-    reward = 1.0 if all(all(parts[b] or ()) for b in run) else 0.0
-    return Grade(reward, run, skipped, db_match, communicate, actions, nl, errors, note)
+    reward: float | None = 1.0 if all(all(parts[b] or ()) for b in run) else 0.0
+    if not ended_normally:
+        reward = 0.0  # tau2 grades only a conversation that ended normally
+    elif skipped:
+        reward = None  # a check of the reward basis did not run: unscored, never passed
+    return Grade(reward, run, skipped, db_match, communicate, actions, nl, errors, note, ended_normally)

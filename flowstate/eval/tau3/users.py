@@ -1,5 +1,7 @@
 """The user side of a τ³ conversation: a scripted user for tests and reference runs, and a user simulator
-on an engine of its own, following τ³'s user-simulator rules.
+on an engine of its own. The simulator's system prompt is tau2's own: its guidelines file
+(``tau2/user_simulator/simulation_guidelines.md`` under ``--tau2-data``) and the task's scenario as tau2
+renders it; without that file, a paraphrase of those rules (``RULES``), and the report says which ran.
 
 Each user message is one FlowState request; the conversation ends when the user says one of τ³'s
 stop tokens (or the turn budget runs out).
@@ -7,7 +9,9 @@ stop tokens (or the turn budget runs out).
 
 from __future__ import annotations
 
-from typing import Protocol
+import textwrap
+from pathlib import Path
+from typing import Any, Protocol
 
 from engine.base import Engine, Message
 from flowstate.eval.tau3.tasks import Tau3Task
@@ -70,14 +74,45 @@ def instructions(task: Tau3Task) -> str:
     return "\n\n".join(f"## {title}\n{text.strip()}" for title, text in parts if text)
 
 
-class SimulatedUser:
-    """A user played by a model: its system prompt is τ³'s rules and the task's user instructions; the agent's
-    messages are its ``user`` turns and its own messages its ``assistant`` turns."""
+GUIDELINES = Path("tau2") / "user_simulator" / "simulation_guidelines.md"
 
-    def __init__(self, task: Tau3Task, engine: Engine, max_tokens: int = 512) -> None:
+
+def tau2_guidelines(data_dir: str | Path | None) -> str | None:
+    """tau2's user-simulator guidelines from a tau2-bench checkout's data folder, or None where it has none."""
+    path = Path(data_dir) / GUIDELINES if data_dir else None
+    return path.read_text(encoding="utf-8") if path is not None and path.is_file() else None
+
+
+def tau2_scenario(spec: dict[str, Any]) -> str:
+    """The task's user scenario as tau2 renders it for its simulator: persona, then the structured instructions
+    (domain, reason for call, known and unknown info, task instructions), each indented by a tab."""
+    scenario = spec["user_scenario"]
+    given = scenario.get("instructions")
+    if isinstance(given, dict):
+        fields = [("Domain", given.get("domain"), False), ("Reason for call", given.get("reason_for_call"), True),
+                  ("Known info", given.get("known_info"), True), ("Unknown info", given.get("unknown_info"), True),
+                  ("Task instructions", given.get("task_instructions"), True)]
+        text = "\n".join(f"{name}:\n{textwrap.indent(str(value), chr(9))}" if block else f"{name}: {value}"
+                         for name, value, block in fields if value is not None)
+    else:
+        text = str(given)
+    persona = scenario.get("persona")
+    head = f"Persona:\n{textwrap.indent(persona, chr(9))}\n" if persona is not None else ""
+    return f"{head}Instructions:\n{textwrap.indent(text, chr(9))}"
+
+
+class SimulatedUser:
+    """A user played by a model: its system prompt is tau2's guidelines and the task's scenario (our paraphrase
+    of the rules where the guidelines file is not given); the agent's messages are its ``user`` turns and its
+    own messages its ``assistant`` turns."""
+
+    def __init__(self, task: Tau3Task, engine: Engine, max_tokens: int = 512, guidelines: str | None = None) -> None:
         self.engine, self.max_tokens = engine, max_tokens
-        self.messages: list[Message] = [Message("system", f"{RULES}\n\n<instructions>\n{instructions(task)}\n"
-                                                          "</instructions>")]
+        if guidelines is not None:
+            system = f"{guidelines.replace('<PERSONA_GUIDELINES>', '')}\n\n<scenario>\n{tau2_scenario(task.spec)}\n</scenario>"
+        else:
+            system = f"{RULES}\n\n<instructions>\n{instructions(task)}\n</instructions>"
+        self.messages: list[Message] = [Message("system", system.strip())]
 
     def _say(self, agent_message: str) -> str:
         self.messages.append(Message("user", agent_message))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from flowstate.eval.policies import BOUNDED
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.eval.suites import SUITES, generate
 from flowstate.memory import METHODS as STRATEGIES
@@ -24,6 +25,9 @@ def test_oracle_solves_and_memoryless_fails_dependent_subtasks(suite: str, tmp_p
         oracle = [r for r in results["oracle"] if r["strategy"] == strategy]
         blind = [r for r in results["memoryless"] if r["strategy"] == strategy]
         assert len(oracle) == len(blind) == 6
+        if strategy in BOUNDED:  # its memory may not show what a subtask needs: the first subtask is still solved
+            assert all(r["subtasks"][0]["correct"] for r in oracle), strategy
+            continue
         assert all(r["success"] for r in oracle), strategy
         assert all(s["correct"] and s["credit"] == 1.0 and s["parse_failures"] == 0 and s["rejected"] == 0
                    for r in oracle for s in r["subtasks"]), strategy
@@ -85,7 +89,7 @@ def _run(task: Task, strategy: Strategy, policy_type: type[Policy] = Policy) -> 
 
 @pytest.mark.parametrize("suite", sorted(SUITES))
 def test_every_reference_step_is_needed(suite: str) -> None:
-    for strategy in map(get, STRATEGIES):
+    for strategy in map(get, sorted(set(STRATEGIES) - set(BOUNDED))):
         for task in generate(suite, 3, 6, 1):
             policy, _, row = _run(task, strategy)
             assert row["success"], (suite, strategy.name)

@@ -243,13 +243,84 @@ def test_nl_assertions_run_with_a_judge_and_are_reported_as_not_run_without_one(
                         basis=["DB", "NL_ASSERTION"])
     db = full_db(task)
     talk = [("user", "cancel"), ("assistant", "Shall I proceed?"), ("user", "yes"), ("assistant", "Done.")]
-    unjudged = grade(task, db, [], talk)
-    assert unjudged.nl is None and unjudged.checks_skipped == ["NL_ASSERTION"] and unjudged.reward == 1.0
+    unjudged = grade(task, db, [], talk)  # a reward-basis check that could not run: unscored, never passed
+    assert unjudged.nl is None and unjudged.checks_skipped == ["NL_ASSERTION"] and unjudged.reward is None
     verdicts = json.dumps({"results": [{"assertion": "a", "met": True}, {"assertion": "b", "met": False}]})
     judged = grade(task, db, [], talk, ScriptedEngine([f"Here you go: {verdicts}"]))
     assert judged.nl == [True, False] and judged.reward == 0.0 and judged.checks_run == ["DB", "NL_ASSERTION"]
     garbled = grade(task, db, [], talk, ScriptedEngine(["I think they are fine."]))
     assert garbled.nl == [False, False] and "not one verdict per assertion" in (garbled.judge_note or "")
+
+
+def test_a_conversation_tau2_would_not_grade_as_ended_scores_0() -> None:
+    task = fixture_task(WRITES)
+    db = full_db(task)  # the database is right ...
+    talk = [("user", "cancel"), ("assistant", "Done.")]
+    assert grade(task, db, [], talk).reward == 1.0
+    cut = grade(task, db, [], talk, ended_normally=False)  # ... but the turn cap or a failed request cut it
+    assert cut.reward == 0.0 and cut.db_match and not cut.ended_normally
+
+
+def test_turn_capped_and_failed_conversations_score_0_through_the_harness(tmp_path: Path) -> None:
+    from flowstate.config import LoopConfig
+    from flowstate.eval.metrics import tau3_quality
+    from flowstate.eval.policies import PolicyEngine
+    from flowstate.eval.runner import _subtask_row
+    from flowstate.eval.tau3.conversation import run_conversation
+    from flowstate.eval.tau3.gold import GoldPolicy
+    from flowstate.memory.state import FULL_CONTEXT
+    from flowstate.store.repository import Repository
+
+    task = fixture_task([{"action_id": "r", "name": "get_reservation_details", "arguments": {"reservation_id": "R1"}},
+                         *WRITES], communicate=["cancelled"])
+    with Repository.open(tmp_path / "m.db") as repo:
+        ok = run_conversation(task, FULL_CONTEXT, PolicyEngine(GoldPolicy(task, FULL_CONTEXT)), repo, LoopConfig(),
+                              "x", _subtask_row, user_engine=ScriptedEngine(["Cancel R1; ana_3.", "Yes.", "###STOP###"]))
+        # the same agent, the same database changes, but the user never stops before the cap of 2 turns
+        capped = run_conversation(task, FULL_CONTEXT, PolicyEngine(GoldPolicy(task, FULL_CONTEXT)), repo, LoopConfig(),
+                                  "x", _subtask_row, user_engine=ScriptedEngine(["Cancel R1; ana_3.", "Yes.", "Thanks!"]),
+                                  max_turns=2)
+        failed = run_conversation(task, FULL_CONTEXT, ScriptedEngine(["garbage"] * 3), repo,
+                                  LoopConfig(max_protocol_errors=3), "x", _subtask_row,
+                                  user_engine=ScriptedEngine(["Cancel R1; ana_3."]))
+    assert ok["success"] and ok["tau3"]["reward"] == 1.0
+    assert capped["tau3"]["ended_by"] == "turns" and capped["tau3"]["db_match"]
+    assert capped["tau3"]["reward"] == 0.0 and not capped["success"]
+    assert failed["tau3"]["ended_by"] == "failed request" and failed["tau3"]["reward"] == 0.0
+    quality = tau3_quality([ok, capped, failed])
+    assert quality["scored_runs"] == 3 and quality["db_only"] is None
+    assert abs(quality["pass_k"][0] - 100 / 3) < 1e-9
+
+
+def test_unscored_tasks_are_left_out_of_pass_k_and_reported_as_db_only() -> None:
+    from flowstate.eval.metrics import tau3_quality
+
+    def row(task: str, reward: float | None, db: bool) -> dict[str, Any]:
+        return {"task": task, "success": reward == 1.0, "tau3": {
+            "reward": reward, "db_match": db, "ended_normally": True, "actions": [], "communicate": [], "nl": None,
+            "checks_run": ["DB"], "checks_skipped": ["NL_ASSERTION"] if reward is None else [], "gold_errors": [],
+            "ended_by": "user"}}
+
+    quality = tau3_quality([row("a", 1.0, True), row("b", None, True), row("c", None, False)])
+    assert quality["pass_k"] == [100.0]  # over the one scored task, not counting the unscored as passed
+    assert quality["scored_runs"] == 1 and quality["unscored_runs"] == 2 and quality["db_only"] == 50.0
+
+
+def test_the_simulator_takes_tau2s_guidelines_when_given(tmp_path: Path) -> None:
+    from flowstate.eval.tau3.users import GUIDELINES, tau2_guidelines
+
+    assert tau2_guidelines(tmp_path) is None and tau2_guidelines(None) is None
+    (tmp_path / GUIDELINES).parent.mkdir(parents=True)
+    (tmp_path / GUIDELINES).write_text("# User Simulation Guidelines\nBe a user.<PERSONA_GUIDELINES>\n")
+    guidelines = tau2_guidelines(tmp_path)
+    assert guidelines is not None
+    engine = ScriptedEngine(["Hi."])
+    SimulatedUser(fixture_task(WRITES), engine, guidelines=guidelines).first()
+    system = engine.prompts[0][0].content
+    assert system.startswith("# User Simulation Guidelines\nBe a user.\n") and "<PERSONA_GUIDELINES>" not in system
+    assert "<scenario>\nInstructions:\n\tReason for call:\n\t\tI want to cancel R1.\n" in system
+    assert "\tKnown info:\n\t\tI am ana_3.\n" in system and system.endswith("</scenario>")
+    assert "Never make up information" not in system  # our paraphrase is not used when tau2's own file is
 
 
 def test_users_scripted_and_simulated() -> None:
