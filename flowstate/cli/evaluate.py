@@ -59,15 +59,20 @@ def _progress(line: str) -> None:
 @click.option("--judge-base-url", default=None, help="τ³ suites: the judge's server (openai backend).")
 @click.option("--judge-api-key", default=None, envvar="FLOWSTATE_JUDGE_API_KEY",
               help="τ³ suites: the judge server's API key [default: $FLOWSTATE_JUDGE_API_KEY].")
+@click.option("--models", "model_specs", multiple=True, metavar="SPEC",
+              help="Several base models in one run (the paper's Table 5), repeatable: engine=NAME,model=M[,base-url=URL,"
+                   "preset=P,temperature=T,…]. Each runs the whole comparison into OUT/<model>/; OUT/models.md sets "
+                   "them side by side. Overrides --engine/--model.")
 @loop_options()
 def evaluate(
     suites: str, suite_options: tuple[str, ...], strategy_names: str, policy: str | None, tasks: int, depth: int, seed: int, concurrency: int, out: Path,
     db: str | None, tau2_data: str | None, count_tokens: str, trials: int, user_engine: str | None, user_model: str | None, user_base_url: str | None,
     user_api_key: str | None, judge_engine: str | None, judge_model: str | None, judge_base_url: str | None,
-    judge_api_key: str | None,
+    judge_api_key: str | None, model_specs: tuple[str, ...],
     max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str, **engine_opts: Any,
 ) -> None:
     """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed."""
+    from flowstate.eval.models import folder, label, parse_spec, write_models
     from flowstate.eval.report import FIGURES, plots_available, write_report
     from flowstate.eval.runner import EvalConfig, run_eval
     from flowstate.eval.suites import ALL
@@ -81,33 +86,56 @@ def evaluate(
         strategy_list = tuple(x.strip() for x in strategy_names.split(",") if x.strip())
         for name in strategy_list or ("",):
             get(name)
-        loaded: list[Any] = []
-        if policy is None:  # several --base-url servers: one routing engine, each task's calls on one server
-            loaded = [engines.load(**engine_opts)]
-        label = f"{engine_opts['name']}:{engine_opts.get('model') or 'default'}"
-        config = EvalConfig(
-            suites=names, strategies=strategy_list, tasks=tasks, depth=depth, out=out, seed=seed, concurrency=concurrency,
-            loop=loop_config(loaded[0] if loaded else None, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
-                             limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode,
-                             max_tokens=engine_opts.get("max_tokens")),
-            engine="" if policy else label, policy=policy, sizes=_sizes(suite_options), tau2_data=tau2_data, db=db,
-            count_tokens=count_tokens,
-            trials=trials, user=f"{user_engine}:{user_model or 'default'}" if user_engine else "",
-            judge=f"{judge_engine}:{judge_model or 'default'}" if judge_engine else "",
-        )
         user = engines.load(user_engine, model=user_model, base_url=user_base_url, api_key=user_api_key) \
             if user_engine else None
         judge = engines.load(judge_engine, model=judge_model, base_url=judge_base_url, api_key=judge_api_key) \
             if judge_engine else None
-        rows = run_eval(config, loaded, _progress, user=user, judge=judge)
-        if sys.stderr.isatty():
-            click.echo("", err=True)
-        write_report(rows, config)
-        click.echo((out / "report.md").read_text())
+        if model_specs and policy is not None:
+            raise ValueError("--models compares models; a reference policy (--policy) runs no model")
+        specs = [{**engine_opts, **parse_spec(m)} for m in model_specs] or [engine_opts]
+        summaries = []
+        for opts in specs:
+            loaded: list[Any] = []
+            if policy is None:  # several --base-url servers: one routing engine, each task's calls on one server
+                loaded = [engines.load(**opts)]
+            name = label(opts)
+            config = EvalConfig(
+                suites=names, strategies=strategy_list, tasks=tasks, depth=depth,
+                out=out / folder(name) if model_specs else out, seed=seed, concurrency=concurrency,
+                loop=loop_config(loaded[0] if loaded else None, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
+                                 limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode,
+                                 max_tokens=opts.get("max_tokens")),
+                engine="" if policy else name, policy=policy, sizes=_sizes(suite_options), tau2_data=tau2_data, db=db,
+                count_tokens=count_tokens, decoding=decoding(opts),
+                trials=trials, user=f"{user_engine}:{user_model or 'default'}" if user_engine else "",
+                judge=f"{judge_engine}:{judge_model or 'default'}" if judge_engine else "",
+            )
+            try:
+                rows = run_eval(config, loaded, _progress, user=user, judge=judge)
+            finally:
+                for e in loaded:
+                    e.close()  # the next model may need the memory this one holds
+            if sys.stderr.isatty():
+                click.echo("", err=True)
+            summaries.append((name, write_report(rows, config)))
+        if model_specs:
+            out.mkdir(parents=True, exist_ok=True)
+            write_models(out, summaries)
+            click.echo((out / "models.md").read_text())
+        else:
+            click.echo((out / "report.md").read_text())
         if plots_available():
             click.echo(f"wrote {out}/summary.json, report.md, {', '.join(FIGURES)}", err=True)
         else:
             click.echo(f"wrote {out}/summary.json, report.md (figures: pip install 'flowstate[plots]')", err=True)
+
+
+DECODING = ("dtype", "temperature", "top_p", "max_tokens", "preset", "chat_template_kwargs", "script")
+
+
+def decoding(engine_opts: dict[str, Any]) -> dict[str, Any]:
+    """The engine settings that change what a model outputs: part of a run's identity and of its report."""
+    return {k: engine_opts[k] for k in DECODING if engine_opts.get(k) is not None}
 
 
 def _sizes(given: tuple[str, ...]) -> dict[str, int]:

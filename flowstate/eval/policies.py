@@ -29,6 +29,9 @@ from flowstate.protocol import ModelOutput, render_output
 BOUNDED: dict[str, str] = {
     "bm25": "its reference policy sees only the chunks BM25 retrieves; where the chunk holding a needed fact "
             "shares too few words with the request, the fact is not in view and the policy guesses",
+    "mem0-style": "a request sees only the 5 live memories most similar to its query; a subtask that needs more "
+                  "earlier facts than that (chain's running total past depth 6) or whose memory shares too few "
+                  "words with the query misses them",
     "reasoningbank": "its memory holds distilled strategies, no facts of earlier requests (as ReasoningBank "
                      "defines it), so no policy can solve a subtask that needs an earlier subtask's facts",
 }

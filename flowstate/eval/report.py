@@ -51,6 +51,16 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def settings(c: dict[str, Any]) -> str:
+    """Every setting that changes a result, in one line: it heads every table, so no table is read without them."""
+    parts = [f"policy={c['policy']}" if c["policy"] else f"engine={c['engine']}",
+             *(f"{k}={v}" for k, v in sorted((c.get("decoding") or {}).items())),
+             *(f"{k}={v}" for k, v in c["loop"].items()), f"depth={c['depth']}", f"seed={c['seed']}",
+             *(f"{k}={v}" for k, v in sorted((c.get("sizes") or {}).items())),
+             *([f"count_tokens={c['count_tokens']}"] if c.get("count_tokens", "words") != "words" else [])]
+    return "Settings: " + ", ".join(parts) + "."
+
+
 def markdown(summary: dict[str, Any]) -> str:
     c = summary["config"]
     out = [
@@ -63,14 +73,30 @@ def markdown(summary: dict[str, Any]) -> str:
         + (f" τ³ suites: one conversation per task ({c.get('trials', 1)} trial(s)), user "
            f"{c.get('user') or 'scripted'}, judge {c.get('judge') or 'none'}." if set(c["suites"]) & set(TAU3) else ""),
     ]
+    out += ["", settings(c), *_bounds(c)]
     if len(c["suites"]) > 1 or len(c["strategies"]) > 2:
-        out += ["", "## Every strategy against full-context", "", *_overview(summary)]
+        out += ["", "## Every strategy against full-context", "", settings(c), "", *_overview(summary)]
     if {"flowstate", "mage"} <= set(c["strategies"]):
         out += ["", "## FlowState and MAGE head to head", "", *_head_to_head(summary)]
     for suite in c["suites"]:
-        out += ["", f"## {suite}", "", *_suite_section(suite, [p for p in summary["pairs"] if p["suite"] == suite])]
+        out += ["", f"## {suite}", "", settings(c), "",
+                *_suite_section(suite, [p for p in summary["pairs"] if p["suite"] == suite])]
     out += ["", "Figures: `accuracy_by_depth.png`, `tokens_vs_success.png`, `tokens_by_depth.png`.", ""]
     return "\n".join(out)
+
+
+def _bounds(c: dict[str, Any]) -> list[str]:
+    """What a reference policy's figures are: a bound, and where a strategy's memory cannot reach 100."""
+    if not c["policy"]:
+        return []
+    from flowstate.eval.policies import BOUNDED
+
+    kind = ("the optimistic bound: it records only what later subtasks need and finds it by exact keys; a model "
+            "can only do worse" if c["policy"] == "oracle" else "the memoryless bound: it never reads memory")
+    out = ["", f"Reference policy {c['policy']}: {kind}."]
+    out += [f"- {name} cannot reach SR 100 here by design: {why}." for name, why in BOUNDED.items()
+            if name in c["strategies"] and c["policy"] == "oracle"]
+    return out
 
 
 def _suite_section(suite: str, pairs: list[dict[str, Any]]) -> list[str]:
@@ -141,31 +167,51 @@ def _speed_row(p: dict[str, Any]) -> list[str]:
 
 def _overview(summary: dict[str, Any]) -> list[str]:
     """The paper's Table 1 shape: per suite each strategy's SR (Δ in points) and tokens per task (Δ in %)
-    against full-context, and the mean of the Δs over the suites."""
+    against full-context, the mean of the Δs over the suites and the Δ of the summed totals."""
     c = summary["config"]
     by = {(p["suite"], p["strategy"]): p for p in summary["pairs"]}
-    rows = []
-    for strategy in c["strategies"]:
-        cells, d_sr, d_tok = [], [], []
-        for suite in c["suites"]:
-            p, b = by.get((suite, strategy)), by.get((suite, BASELINE))
-            if p is None:
-                cells.append("–")
-                continue
-            sr, tok = p["quality"]["SR"], p["cost"]["tokens_per_task"]
-            cell = f"{sr:.1f} / {tok:.0f}"
-            if b is not None and strategy != BASELINE:
-                d_sr.append(sr - b["quality"]["SR"])
-                if b["cost"]["tokens_per_task"]:
-                    d_tok.append(100 * (tok - b["cost"]["tokens_per_task"]) / b["cost"]["tokens_per_task"])
-                cell += f" ({d_sr[-1]:+.1f}, {d_tok[-1]:+.1f}%)" if d_tok else f" ({d_sr[-1]:+.1f})"
-            cells.append(cell)
-        mean = (f"{sum(d_sr) / len(d_sr):+.1f}, {sum(d_tok) / len(d_tok):+.1f}%" if d_sr and d_tok else "–")
-        rows.append([strategy, *cells, mean])
+    rows = [[strategy, *against_baseline(by, c["suites"], strategy, deltas_in_cells=True)] for strategy in c["strategies"]]
     return [
-        "SR % / tokens per task in each suite (Δ against full-context: SR in points, tokens in %), and the mean Δ:",
-        "", _table(["strategy", *c["suites"], "mean Δ (SR, tokens)"], rows), "",
+        "SR % / tokens per task in each suite (Δ against full-context: SR in points, tokens in %); the mean of the "
+        "per-suite Δs, and the Δ of the summed totals over all suites (the paper's comparison: every task's "
+        "successes and tokens added up):",
+        "", _table(["strategy", *c["suites"], "mean Δ (SR, tokens)", "Δ of totals (SR, tokens)"], rows), "",
     ]
+
+
+def against_baseline(by: dict[tuple[str, str], dict[str, Any]], suites: Sequence[str], strategy: str,
+                     deltas_in_cells: bool = False) -> list[str]:
+    """One strategy's cells per suite (SR % / tokens per task, with its Δs where asked), then the mean of the
+    per-suite Δs and the Δ of the summed totals against ``BASELINE`` in the same pairs."""
+    cells, d_sr, d_tok = [], [], []
+    totals = [0.0, 0.0, 0.0, 0.0, 0.0]  # successes, tokens; the baseline's successes, tokens; tasks
+    for suite in suites:
+        p, b = by.get((suite, strategy)), by.get((suite, BASELINE))
+        if p is None:
+            cells.append("–")
+            continue
+        sr, tok = p["quality"]["SR"], p["cost"]["tokens_per_task"]
+        cell = f"{sr:.1f} / {tok:.0f}"
+        if b is not None and strategy != BASELINE:
+            n, base_tok = p["quality"]["tasks"], b["cost"]["tokens_per_task"]
+            d_sr.append(sr - b["quality"]["SR"])
+            if base_tok:
+                d_tok.append(100 * (tok - base_tok) / base_tok)
+            totals = [totals[0] + sr * n / 100, totals[1] + tok * n, totals[2] + b["quality"]["SR"] * n / 100,
+                      totals[3] + base_tok * n, totals[4] + n]
+            if deltas_in_cells:
+                cell += f" ({d_sr[-1]:+.1f}, {d_tok[-1]:+.1f}%)" if base_tok else f" ({d_sr[-1]:+.1f})"
+        cells.append(cell)
+    mean = f"{sum(d_sr) / len(d_sr):+.1f}, {sum(d_tok) / len(d_tok):+.1f}%" if d_sr and d_tok else "–"
+    return [*cells, mean, summed_delta(totals) if strategy != BASELINE else "–"]
+
+
+def summed_delta(totals: Sequence[float]) -> str:
+    """Δ of summed totals: SR over all tasks in points, summed tokens in %, against the baseline's."""
+    wins, tokens, base_wins, base_tokens, n = totals
+    if not n or not base_tokens:
+        return "–"
+    return f"{100 * (wins - base_wins) / n:+.1f}, {100 * (tokens - base_tokens) / base_tokens:+.1f}%"
 
 
 def _head_to_head(summary: dict[str, Any]) -> list[str]:

@@ -61,6 +61,7 @@ class EvalConfig:
     judge: str = ""  # τ³ suites: a label of the judge engine of NL assertions ("" = none)
     db: str | None = None  # the memory: a path or postgresql:// URL shared by several runs (default: out/memory.db)
     count_tokens: str = "words"  # reference policies: tokens counted as words and punctuation, or "embedded" (SmolLM2's)
+    decoding: dict[str, Any] = field(default_factory=dict)  # the engine settings that change outputs (preset, sampling…)
 
     @property
     def namespace(self) -> str:
@@ -68,9 +69,9 @@ class EvalConfig:
         return f"{self.out.name}/" if self.db else ""
 
     def identity(self) -> dict[str, Any]:
-        """What must not change between a run and its resumption."""
+        """What must not change between a run and its resumption: every setting that changes results."""
         return {"depth": self.depth, "seed": self.seed, "engine": self.engine, "policy": self.policy,
-                "max_steps": self.loop.max_steps, "grammar": self.loop.grammar.value,
+                "loop": loop_dict(self.loop), "decoding": {k: v for k, v in sorted(self.decoding.items()) if v is not None},
                 **({"sizes": self.sizes} if self.sizes else {}),
                 **({"count_tokens": self.count_tokens} if self.count_tokens != "words" else {}),
                 **({"trials": self.trials, "user": self.user, "judge": self.judge} if self.trials != 1 or self.user
@@ -264,15 +265,21 @@ def _check_identity(config: EvalConfig) -> None:
         changed = {k: (before.get(k), identity.get(k)) for k in {**before, **identity} if before.get(k) != identity.get(k)}
         if changed:
             what = ", ".join(f"{k} was {a!r}, now {b!r}" for k, (a, b) in changed.items())
-            raise ValueError(f"{config.out} holds a run with another configuration ({what}); use another --out")
+            raise ValueError(f"{config.out} holds a run with other settings ({what}): its results would mix with "
+                             "this run's in one table; use another --out, or the same settings to resume")
     else:
         path.write_text(json.dumps(identity, indent=2) + "\n")
+
+
+def loop_dict(loop: LoopConfig) -> dict[str, Any]:
+    """A request's limits as a run records them."""
+    return {"max_steps": loop.max_steps, "max_protocol_errors": loop.max_protocol_errors, "max_tokens": loop.max_tokens,
+            "grammar": loop.grammar.value, "limits": loop.limits.name if loop.limits else "auto",
+            "on_budget": loop.on_budget}
 
 
 def config_dict(config: EvalConfig) -> dict[str, Any]:
     out = asdict(config)
     out["out"] = str(config.out)
-    out["loop"] = {"max_steps": config.loop.max_steps, "max_protocol_errors": config.loop.max_protocol_errors,
-                   "max_tokens": config.loop.max_tokens, "grammar": config.loop.grammar.value,
-                   "limits": config.loop.limits.name if config.loop.limits else "auto", "on_budget": config.loop.on_budget}
+    out["loop"] = loop_dict(config.loop)
     return out

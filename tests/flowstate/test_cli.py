@@ -159,3 +159,22 @@ def test_an_unknown_preset_or_limits_profile_is_refused(tmp_path: Path) -> None:
         result = flowstate("run", "q", "--db", tmp_path / "m.db", "--engine", "scripted", "--script", "x", *args)
         assert result.returncode == 2 and "Invalid value" in result.stderr, result.stderr
     assert not (tmp_path / "m.db").exists()
+
+
+def test_eval_across_models_writes_the_table_5_shape(tmp_path: Path) -> None:
+    two = '<tool_calls>\n[]\n</tool_calls>\n<assistant_message>\n{"content": "%s"}\n</assistant_message>'
+    first = write_script(tmp_path / "a.jsonl", [two % "no idea"] * 20)
+    second = write_script(tmp_path / "b.jsonl", [two % "still no idea"] * 20)
+    out = tmp_path / "ev"
+    result = flowstate("eval", "--suite", "hotel,chain", "--strategy", "full-context,bm25", "--tasks", "1", "--depth", "1",
+                       "--out", out, "--models", f"engine=scripted,script={first}",
+                       "--models", f"engine=scripted,script={second}")
+    assert result.returncode == 0, result.stderr
+    table = (out / "models.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| scripted:")]
+    assert len(rows) == 4 and {r.split(" | ")[1] for r in rows} == {"full-context", "bm25"}  # model × strategy
+    assert "Δ of totals (SR, tokens)" in table and table.count("- scripted:") == 2 and f"script={second}" in table
+    folders = sorted(p.name for p in out.iterdir() if p.is_dir())
+    assert len(folders) == 2 and all((out / f / "report.md").exists() for f in folders)  # each model's own report
+    bad = flowstate("eval", "--suite", "hotel", "--out", tmp_path / "x", "--models", "engine=scripted,colour=red")
+    assert bad.returncode == 1 and "--models takes KEY=VALUE" in bad.stderr

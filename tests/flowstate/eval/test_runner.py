@@ -8,16 +8,20 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from engine.base import Capabilities, Engine
+from flowstate.config import LoopConfig
+from flowstate.constrain import GrammarMode
 from flowstate.eval.policies import Policy, PolicyEngine
 from flowstate.eval.report import write_report
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.eval.suites import generate
+from flowstate.limits import COMPACT
 from flowstate.memory import get
 
 ARGS = ["--policy", "oracle", "--suite", "hotel,bundle,travel,chain", "--strategy", "flowstate,full-context,no-psa,no-isu",
@@ -72,8 +76,31 @@ def test_a_rerun_with_another_configuration_is_refused(tmp_path: Path) -> None:
     assert summary["pairs"][0]["quality"]["Acc_k"] == [100.0, 100.0, 100.0]
     more = EvalConfig(suites=("chain",), strategies=("flowstate",), tasks=3, depth=3, out=tmp_path, policy="oracle")
     assert len(run_eval(more, [])) == 3  # more tasks of the same configuration: only the new one runs
-    with pytest.raises(ValueError, match="another configuration \\(depth was 3, now 4\\)"):
+    with pytest.raises(ValueError, match="other settings \\(depth was 3, now 4\\)"):
         run_eval(EvalConfig(suites=("chain",), strategies=("flowstate",), tasks=2, depth=4, out=tmp_path, policy="oracle"), [])
+
+
+@pytest.mark.parametrize("change", [
+    {"loop": LoopConfig(max_tokens=256)}, {"loop": LoopConfig(max_protocol_errors=5)},
+    {"loop": LoopConfig(grammar=GrammarMode.NONE)}, {"loop": LoopConfig(limits=COMPACT)},
+    {"loop": LoopConfig(on_budget="fail")}, {"decoding": {"temperature": 0.7}}, {"decoding": {"preset": "qwen3"}},
+])
+def test_resuming_with_other_decoding_settings_is_refused(tmp_path: Path, change: dict[str, Any]) -> None:
+    base = EvalConfig(suites=("chain",), strategies=("flowstate",), tasks=1, depth=2, out=tmp_path, policy="oracle")
+    run_eval(base, [])
+    with pytest.raises(ValueError, match="other settings .*would mix"):
+        run_eval(replace(base, tasks=2, **change), [])
+    assert len(run_eval(replace(base, tasks=2), [])) == 2  # the same settings resume
+
+
+def test_the_report_states_every_setting_at_every_table(tmp_path: Path) -> None:
+    config = EvalConfig(suites=("chain", "hotel"), strategies=("flowstate", "full-context"), tasks=1, depth=2,
+                        out=tmp_path, policy="oracle", decoding={"temperature": 0.0, "preset": "qwen3"})
+    text = write_report(run_eval(config, []), config) and (tmp_path / "report.md").read_text()
+    settings = [line for line in text.splitlines() if line.startswith("Settings: ")]
+    assert len(settings) == 1 + 1 + 2  # the header, the overview, each suite
+    assert all("temperature=0.0" in s and "preset=qwen3" in s and "max_steps=16" in s and "grammar=step" in s
+               and "max_protocol_errors=3" in s and "policy=oracle" in s for s in settings)
 
 
 class Router(Engine):
@@ -105,3 +132,19 @@ def test_tasks_in_flight_are_spread_over_several_engines(tmp_path: Path) -> None
     assert len(rows) == 6 and all(r["success"] for r in rows)
     for i, engine in enumerate(engines):  # task i went to engine i % 2, all of its subtasks
         assert engine.served == {t.id for t in tasks[i::2]}
+
+
+def test_the_delta_of_summed_totals_differs_from_the_mean_of_per_suite_deltas() -> None:
+    from flowstate.eval.report import _overview
+
+    def pair(suite: str, strategy: str, sr: float, tokens: float, tasks: int) -> dict[str, Any]:
+        return {"suite": suite, "strategy": strategy, "quality": {"SR": sr, "tasks": tasks},
+                "cost": {"tokens_per_task": tokens}}
+
+    summary = {"config": {"suites": ["a", "b"], "strategies": ["x", "full-context"]}, "pairs": [
+        pair("a", "x", 100.0, 1_000, 4), pair("a", "full-context", 50.0, 2_000, 4),  # -50% of a small suite
+        pair("b", "x", 0.0, 110_000, 4), pair("b", "full-context", 0.0, 100_000, 4),  # +10% of a big one
+    ]}
+    row = next(line for line in "\n".join(_overview(summary)).splitlines() if line.startswith("| x |"))
+    # mean of per-suite Δs: SR +25.0, tokens (-50 + 10) / 2 = -20%; summed: SR +25.0, (111k - 102k) / 102k = +8.8%
+    assert row.endswith("| +25.0, -20.0% | +25.0, +8.8% |")

@@ -1,0 +1,71 @@
+"""The same comparison across base models (the paper's Table 5 / Fig. 3 shape).
+
+``flowstate eval --models SPEC --models SPEC …`` runs the whole comparison once per model, each into its own
+folder (``OUT/<model>/``, resumable on its own, with its own settings as its identity), then writes
+``OUT/models.md`` and ``OUT/models.json``: SR and tokens per task for every model × strategy in each suite,
+with, per row, the mean of the per-suite Δs against the same model's full context and the Δ of the summed
+totals.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from flowstate.eval.report import _table, against_baseline, settings
+
+KEYS = {"engine": "name", "model": "model", "base-url": "base_url", "preset": "preset", "dtype": "dtype",
+        "temperature": "temperature", "top-p": "top_p", "max-tokens": "max_tokens", "script": "script",
+        "api-key": "api_key", "max-model-len": "max_model_len", "tensor-parallel-size": "tensor_parallel_size"}
+NUMBERS = {"temperature": float, "top_p": float, "max_tokens": int, "max_model_len": int, "tensor_parallel_size": int}
+
+
+def parse_spec(text: str) -> dict[str, Any]:
+    """``engine=openai,model=Qwen/Qwen3.5-27B,base-url=http://…`` as engine options (engine and model required)."""
+    out: dict[str, Any] = {}
+    for item in (i.strip() for i in text.split(",") if i.strip()):
+        key, eq, value = item.partition("=")
+        if not eq or key.strip() not in KEYS:
+            raise ValueError(f"--models takes KEY=VALUE pairs ({', '.join(KEYS)}), not {item!r} in {text!r}")
+        name = KEYS[key.strip()]
+        try:
+            out[name] = NUMBERS[name](value.strip()) if name in NUMBERS else value.strip()
+        except ValueError as exc:
+            raise ValueError(f"--models: {key} takes a number, not {value!r}") from exc
+    if "name" not in out or ("model" not in out and out["name"] not in ("scripted",)):
+        raise ValueError(f"--models needs engine= and model= (got {text!r})")
+    return out
+
+
+def label(spec: dict[str, Any]) -> str:
+    return f"{spec['name']}:{spec.get('model') or spec.get('script') or 'default'}"
+
+
+def folder(name: str) -> str:
+    """A model's folder name under OUT (its label, made safe for a path)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "model"
+
+
+def table5(summaries: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """models.md: per suite SR % / tokens per task for every model × strategy, and the Δs against the same model's
+    full context (mean of per-suite Δs; Δ of summed totals)."""
+    suites = summaries[0][1]["config"]["suites"]
+    rows = []
+    for name, summary in summaries:
+        by = {(p["suite"], p["strategy"]): p for p in summary["pairs"]}
+        rows += [[name, strategy, *against_baseline(by, suites, strategy)] for strategy in summary["config"]["strategies"]]
+    lines = ["# FlowState across base models (Table 5 shape)", "",
+             "SR % / tokens per task per suite; Δ against the same model's full-context: the mean of the per-suite "
+             "Δs, and the Δ of the summed totals (SR in points, tokens in %). Each model's folder holds its full "
+             "report.", ""]
+    lines += [f"- {name}: {settings(summary['config'])}" for name, summary in summaries]
+    lines += ["", _table(["model", "strategy", *suites, "mean Δ (SR, tokens)", "Δ of totals (SR, tokens)"], rows), ""]
+    return "\n".join(lines)
+
+
+def write_models(out: Path, summaries: Sequence[tuple[str, dict[str, Any]]]) -> None:
+    (out / "models.md").write_text(table5(summaries))
+    (out / "models.json").write_text(json.dumps([{"model": n, "summary": s} for n, s in summaries], indent=2) + "\n")
