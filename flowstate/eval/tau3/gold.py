@@ -105,9 +105,25 @@ class GoldPolicy:
                  for p, v in leaves(item.get("result", item.get("error"))) if json.dumps(v) in self.wanted}
         return json.dumps({"facts": [memory_text(query, facts)] if facts else []})
 
+    def memory_call(self, system: str, user: str) -> str | None:
+        """A memory method's own call (not an agent step), answered so that the method keeps working; the gold
+        replay needs none of what it keeps (it acts on the gold arguments). None: an agent step."""
+        if system.startswith(tags.EXTRACT):
+            return self.extract(tags.read(user, tags.INTERACTION) or "")
+        if system.startswith(tags.COMPRESS):
+            facts = json.loads(self.extract(tags.read(user, tags.SEGMENT) or ""))["facts"]
+            return json.dumps({"summary": facts[0] if facts else "nothing to keep"})
+        replies = {tags.TRACK: lambda: json.dumps({"goal": tags.read(user, tags.USER_QUERY) or "", "world": {},
+                                                   "constraints": []}),
+                   tags.MAINTAIN: lambda: json.dumps({"valid": True, "note": ""}),
+                   tags.JUDGE: lambda: json.dumps({"success": True, "reason": ""}),
+                   tags.DISTILL: lambda: Policy.distill(user), tags.UPDATE: lambda: Policy.update(user)}
+        return next((reply() for marker, reply in replies.items() if system.startswith(marker)), None)
+
     def __call__(self, messages: Sequence[Message]) -> str:
-        if messages[0].content.startswith(tags.EXTRACT):
-            return self.extract(tags.read(messages[-1].content, tags.INTERACTION) or "")
+        own = self.memory_call(messages[0].content, messages[-1].content)
+        if own is not None:
+            return own
         user = messages[-1].content
         parts = sections(user)
         query = tags.read(user, tags.USER_QUERY) or ""

