@@ -16,7 +16,7 @@ bound a model following each protocol can reach on real τ³ observations.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -113,7 +113,7 @@ class GoldPolicy:
         if system.startswith(tags.COMPRESS):
             facts = json.loads(self.extract(tags.read(user, tags.SEGMENT) or ""))["facts"]
             return json.dumps({"summary": facts[0] if facts else "nothing to keep"})
-        replies = {tags.TRACK: lambda: json.dumps({"goal": tags.read(user, tags.USER_QUERY) or "", "world": {},
+        replies: dict[str, Callable[[], str]] = {tags.TRACK: lambda: json.dumps({"goal": tags.read(user, tags.USER_QUERY) or "", "world": {},
                                                    "constraints": []}),
                    tags.MAINTAIN: lambda: json.dumps({"valid": True, "note": ""}),
                    tags.JUDGE: lambda: json.dumps({"success": True, "reason": ""}),
