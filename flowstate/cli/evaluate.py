@@ -27,8 +27,8 @@ def _progress(line: str) -> None:
               help="An observation size of the realistic suites (repeatable), e.g. results=20: shopping results, "
                    "bullets, description_words; planning flights, stays, restaurants; reasoning rows.")
 @click.option("--strategy", "strategy_names", default="flowstate,full-context", show_default=True,
-              help="Strategies, comma-separated: flowstate, full-context, no-psa, no-isu, bm25, mem0-style, zipact, mage "
-                   "(and mage-no-compress, mage-no-maintain, mage-no-revise).")
+              help="Strategies, comma-separated: flowstate, full-context, no-psa, no-isu, bm25, mem0-style, zipact, "
+                   "zipact-bm25, reasoningbank, mage (and mage-no-compress, mage-no-maintain, mage-no-revise).")
 @engine_options
 @click.option("--policy", type=click.Choice(["oracle", "memoryless"]), default=None,
               help="Run a scripted reference policy instead of a model (checks the suites and the harness).")
