@@ -58,12 +58,6 @@ is visible."""
 
 FEEDBACK_RULE = "- <feedback> lists what the previous step had rejected or refused, and why."
 
-TRANSCRIPT_RULES = """\
-## memory
-Earlier requests of this session, with every tool call, tool result and response, are in \
-<interaction_history>. This request's earlier tool results are in <trajectory>, the newest in \
-<latest_observation>."""
-
 TRAJECTORY_RULE = "- This request's earlier tool results stay in <trajectory>; the newest are in <latest_observation>."
 
 FLOWSTATE_RULES = f"{MEMORY_INTRO}\n\n{ISU_RULES}\n\n{PSA_RULES}\n{FEEDBACK_RULE}"
@@ -97,10 +91,8 @@ def output_protocol(blocks: Sequence[str] = BLOCKS, limits: Limits = STANDARD) -
 
 
 
-def memory_rules(blocks: Sequence[str] = BLOCKS, *, transcript: bool = False, trajectory: bool = False) -> str:
+def memory_rules(blocks: Sequence[str] = BLOCKS, *, trajectory: bool = False) -> str:
     """The memory part of the instructions for a strategy's protocol."""
-    if transcript:
-        return TRANSCRIPT_RULES
     if set(blocks) >= {"state_focus", "state_delta"} and not trajectory:
         return FLOWSTATE_RULES
     parts = [MEMORY_INTRO]

@@ -13,7 +13,8 @@ FEEDBACK = "feedback"
 LATEST_OBSERVATION = "latest_observation"
 # the memory section, one per method
 HISTORICAL_INDEX = "historical_state_index"  # flowstate, no-isu
-INTERACTION_HISTORY = "interaction_history"  # full-context
+INTERACTION_HISTORY = "interaction_history"  # (the transcript memory calls and bm25's chunks are cut from)
+TOOL_RESULTS = "tool_results"  # full-context: one step's tool results, a user message of the chat
 RETRIEVED_MEMORY = "retrieved_memory"  # bm25
 MEMORIES = "memories"  # mem0-style
 STRATEGY_MEMORY = "strategy_memory"  # reasoningbank

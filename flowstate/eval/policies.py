@@ -42,10 +42,10 @@ _SECTION = re.compile(r"<([a-z_]+)>\n(.*?)</\1>", re.S)
 
 
 def sections(user: str) -> dict[str, list[dict[str, Any]]]:
-    """The user message's blocks as lists of JSON objects (one per line)."""
+    """The user message's blocks as lists of JSON objects (one per line); a tag that repeats adds its items."""
     out: dict[str, list[dict[str, Any]]] = {}
     for name, body in _SECTION.findall(user):
-        items = []
+        items = out.setdefault(name, [])
         for line in body.splitlines():
             try:
                 obj = json.loads(line)
@@ -53,8 +53,25 @@ def sections(user: str) -> dict[str, list[dict[str, Any]]]:
                 continue
             if isinstance(obj, dict):
                 items.append(obj)
-        out[name] = items
     return out
+
+
+def read_prompt(messages: Sequence[Message]) -> tuple[str, dict[str, list[dict[str, Any]]]]:
+    """A step's query and sections, from one user message or from a chat (full context in chat order, where
+    each step's results are a ``<tool_results>`` message: earlier requests' become the history, this request's
+    latest the latest observation and the rest its trajectory, as the one-message layouts name them)."""
+    users = [m.content for m in messages[1:] if m.role == "user"]
+    parts = sections("\n".join(users))
+    queries = re.findall(rf"<{tags.USER_QUERY}>\n(.*?)\n</{tags.USER_QUERY}>", "\n".join(users), re.S)
+    results = parts.pop(tags.TOOL_RESULTS, [])
+    latest = {str(i.get("observation_id")) for i in sections(users[-1] if users else "").get(tags.TOOL_RESULTS, [])}
+    for item in results:
+        oid = str(item.get("observation_id"))
+        request = int(oid.split("_")[1][1:])
+        key = tags.INTERACTION_HISTORY if request < len(queries) else \
+            tags.LATEST_OBSERVATION if oid in latest else tags.TRAJECTORY
+        parts.setdefault(key, []).append(item)
+    return (queries[-1] if queries else ""), parts
 
 
 def read_interaction(text: str) -> tuple[str, list[dict[str, Any]]]:
@@ -230,8 +247,8 @@ class Policy:
             return json.dumps({"summary": facts[0] if facts else "nothing to keep"})
         if messages[0].content.startswith(tags.MAINTAIN):  # MAGE's Maintain: the oracle's summaries hold
             return json.dumps({"valid": True, "note": ""})
-        parts = sections(messages[-1].content)
-        k = self.task.subtask(tags.read(messages[-1].content, tags.USER_QUERY) or "")
+        query, parts = read_prompt(messages)
+        k = self.task.subtask(query)
         t = 1 if not self.trace or self.trace[-1].k != k else self.trace[-1].t + 1
         if t == 1:
             self._seen = set()

@@ -1,6 +1,6 @@
 """The memory methods, chosen by name: the registry names each method's module and imports it only when asked.
 
-Families, one module each: ``state`` (flowstate, full-context, no-psa, no-isu), ``retrieval`` (bm25,
+Families, one module each: ``state`` (flowstate, no-psa, no-isu), ``chat`` (full-context), ``retrieval`` (bm25,
 mem0-style), ``tracker`` (zipact, zipact-bm25), ``reasoning`` (reasoningbank), ``mage`` (mage and its
 ablations); the seam they implement is ``base``.
 """
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 # name -> "module:attribute"
 METHODS: dict[str, str] = {
     "flowstate": "flowstate.memory.state:FLOWSTATE",
-    "full-context": "flowstate.memory.state:FULL_CONTEXT",
+    "full-context": "flowstate.memory.chat:FULL_CONTEXT",
     "no-psa": "flowstate.memory.state:NO_PSA",
     "no-isu": "flowstate.memory.state:NO_ISU",
     "bm25": "flowstate.memory.retrieval:BM25",

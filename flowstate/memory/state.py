@@ -1,9 +1,7 @@
-"""The state methods: FlowState and its ablations, and full context (paper §3.1, B.5).
+"""The state methods: FlowState and its ablations (paper §3.1, B.5); full context is ``chat``.
 
 - ``flowstate``: ISU + PSA — the model keeps typed states; earlier requests are reached through
   the Historical State Index and disclosed on demand.
-- ``full-context``: no state — the whole interaction history of earlier requests (queries, every
-  tool call and result, responses) in the prompt; a two-block protocol (tool calls, message).
 - ``no-psa``: ISU, but every historical state's full content inline from the start; no index,
   no access (three blocks: no state_focus).
 - ``no-isu``: PSA over states built by fixed rules when a request ends (one node holding the
@@ -23,7 +21,7 @@ from flowstate.access import disclose
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex, build_index
 from flowstate.limits import COMPACT, STANDARD, Limits
-from flowstate.memory.base import Start, Strategy, transcript
+from flowstate.memory.base import Start, Strategy
 from flowstate.nodes import Node, Ref, Relation, StateType
 from flowstate.protocol import BLOCKS
 from flowstate.serializer import layout, memory_rules, system_prompt
@@ -32,16 +30,16 @@ from flowstate.store.repository import Repository
 
 @dataclass(frozen=True)
 class StateStrategy(Strategy):
-    """FlowState and its ablations, and full context: typed states, the index, the transcript."""
+    """FlowState and its ablations: typed states, and the index or every state inline."""
 
     name: str
     blocks: tuple[str, ...]
-    history: Literal["index", "inline", "transcript"]
+    history: Literal["index", "inline"]
     trajectory: bool = False  # all of this request's tool results stay in view
     rule_states: bool = False  # Persist builds one state per request by fixed rules
 
     def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
-        memory = memory_rules(self.blocks, transcript=self.history == "transcript", trajectory=self.trajectory)
+        memory = memory_rules(self.blocks, trajectory=self.trajectory)
         return system_prompt(tools, policy, self.blocks, memory, limits)
 
     def start(self, repo: Repository, session: str) -> Start:
@@ -53,8 +51,6 @@ class StateStrategy(Strategy):
         memory: tuple[str, str] | None = None
         if self.history == "index":
             memory = (tags.HISTORICAL_INDEX, index.render())
-        elif self.history == "transcript":
-            memory = (tags.INTERACTION_HISTORY, transcript(requests, history))
         else:  # inline: every historical state disclosed before the first step
             state = disclose(repo.view(session), state, tuple(n.id for n in history if not n.is_observation))
         return Start(k, index, state, memory)
@@ -64,8 +60,7 @@ class StateStrategy(Strategy):
         feedback: Sequence[dict[str, Any]], observation: Sequence[Node], scratch: Mapping[str, Any] | None = None,
     ) -> list[Message]:
         trajectory = state.observations[: len(state.observations) - len(observation)] if self.trajectory else None
-        shown = None if self.history == "transcript" else state
-        user = layout(query, memory=start.memory, state=shown, trajectory=trajectory, feedback=feedback,
+        user = layout(query, memory=start.memory, state=state, trajectory=trajectory, feedback=feedback,
                       observation=observation)
         return [Message("system", system), Message("user", user)]
 
@@ -73,8 +68,6 @@ class StateStrategy(Strategy):
         """Persist's selection of nodes for M_{k+1} (``response`` None: the request ended unfinished)."""
         if self.rule_states:
             return [*state.observations, response_node(state, response)]
-        if self.history == "transcript":
-            return list(state.observations)
         referenced = {ref.state_id for n in state.current for ref in n.refs}
         return [*(o for o in state.observations if o.id in referenced), *state.current]
 
@@ -92,7 +85,6 @@ def response_node(state: ActiveState, response: str | None) -> Node:
 
 
 FLOWSTATE = StateStrategy("flowstate", BLOCKS, "index")
-FULL_CONTEXT = StateStrategy("full-context", ("tool_calls", "assistant_message"), "transcript", trajectory=True)
 NO_PSA = StateStrategy("no-psa", ("state_delta", "tool_calls", "assistant_message"), "inline")
 NO_ISU = StateStrategy("no-isu", ("state_focus", "tool_calls", "assistant_message"), "index", trajectory=True,
                        rule_states=True)

@@ -58,7 +58,8 @@ def test_an_unknown_on_budget_is_refused() -> None:
 def test_full_context_and_no_isu_persist_an_unfinished_request_too(repo: Repository) -> None:
     from engine.scripted import ScriptedEngine
     from flowstate import Agent, LoopConfig
-    from flowstate.memory.state import FULL_CONTEXT, NO_ISU
+    from flowstate.memory.chat import FULL_CONTEXT
+    from flowstate.memory.state import NO_ISU
     from flowstate.protocol import ModelOutput, ToolCall, render_output
 
     for strategy in (FULL_CONTEXT, NO_ISU):

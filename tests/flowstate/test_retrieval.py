@@ -9,8 +9,8 @@ from typing import Any
 from engine.scripted import ScriptedEngine
 from flowstate import Agent, Repository
 from flowstate.eval.runner import EvalConfig, run_eval
+from flowstate.memory.chat import FULL_CONTEXT
 from flowstate.memory.retrieval import BM25, EXTRACT, MEM0_STYLE, TOP_K, chunked, rank
-from flowstate.memory.state import FULL_CONTEXT
 
 
 def output(content: str) -> str:
@@ -59,9 +59,10 @@ def test_bm25_shows_only_the_retrieved_chunks_fewer_than_full_context(tmp_path: 
             for topic in topics:
                 agent.run(f"remember the {topic}")
             agent.run("what about the figs?")
-        prompt = engine.prompts[-1][1].content
-        tag = "retrieved_memory" if strategy is BM25 else "interaction_history"
-        memory = prompt.split(f"<{tag}>")[1].split(f"</{tag}>")[0]
+        if strategy is BM25:
+            memory = engine.prompts[-1][1].content.split("<retrieved_memory>")[1].split("</retrieved_memory>")[0]
+        else:  # full context is the chat itself
+            memory = "".join(m.content for m in engine.prompts[-1][1:])
         shown[strategy.name] = {t for t in topics if f"{t} page" in memory}
     assert shown["full-context"] == set(topics)
     assert "figs" in shown["bm25"] and len(shown["bm25"]) < len(topics)

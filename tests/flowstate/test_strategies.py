@@ -16,7 +16,8 @@ from flowstate.eval.task import Task
 from flowstate.memory import METHODS as STRATEGIES
 from flowstate.memory import get
 from flowstate.memory.base import Strategy
-from flowstate.memory.state import FLOWSTATE, FULL_CONTEXT, NO_ISU, NO_PSA
+from flowstate.memory.chat import FULL_CONTEXT
+from flowstate.memory.state import FLOWSTATE, NO_ISU, NO_PSA
 from flowstate.parse import parse_output
 from grammars.check import accepts
 from tests.helpers import output
@@ -91,7 +92,7 @@ def test_full_context_grows_with_history_and_the_index_stays_compact(repo: Repos
     growth = lambda xs: (xs[-1] - xs[0]) / (len(xs) - 1)  # noqa: E731
     assert growth(full_tokens) > 1.3 * growth(flow_tokens)
 
-    last_full = full.calls[full_firsts[-1]][0][1].content
+    last_full = "".join(m.content for m in full.calls[full_firsts[-1]][0][1:])
     last_flow = flow.calls[flow_firsts[-1]][0][1].content
     for j in range(1, depth):  # every earlier reading is in full-context's prompt, raw
         assert f'"reading_{j}":{task.readings[j - 1]}' in last_full
@@ -100,6 +101,25 @@ def test_full_context_grows_with_history_and_the_index_stays_compact(repo: Repos
     # the index of request k is a byte prefix of request k+1's (prefix caching across requests)
     indexes = [flow.calls[i][0][1].content.split("</historical_state_index>")[0] for i in flow_firsts]
     assert all(b.startswith(a) for a, b in zip(indexes, indexes[1:], strict=False))
+
+
+def test_full_context_is_the_chat_in_order_and_every_prompt_extends_the_last(repo: Repository) -> None:
+    """Chat order, append-only: each call's messages begin with every message of the call before it, across
+    steps and requests, so a prefix cache serves all but what is new (tool results are sent once)."""
+    _, full, _ = run_oracle(repo, "shopping", FULL_CONTEXT, 3)
+    prompts = [messages for messages, _, _ in full.calls]
+    for before, after in zip(prompts, prompts[1:], strict=False):
+        assert after[: len(before)] == before and len(after) > len(before)
+    roles = [m.role for m in prompts[-1]]
+    assert roles[0] == "system" and roles[-1] == "user"
+    assert all(a != b for a, b in zip(roles[1:], roles[2:], strict=False))  # user and assistant alternate
+    results = [m.content for m in prompts[-1] if m.content.startswith("<tool_results>")]
+    ids = [line.split('"observation_id":"')[1].split('"')[0] for r in results for line in r.splitlines()[1:-1]]
+    assert len(ids) == len(set(ids)) > 3  # every tool result once, in the order it came
+    # on a perfect prefix cache each call pays only what is new since the call before (the generation prompt's
+    # few tokens at the end aside)
+    usage = [u.usage for _, _, u in full.calls]
+    assert all(after.cached_tokens >= before.prompt_tokens - 4 for before, after in zip(usage, usage[1:], strict=False))
 
 
 def test_no_psa_inlines_every_historical_state_and_no_isu_builds_rule_states(repo: Repository) -> None:

@@ -29,7 +29,7 @@ def step(strategy: str, delta: list[dict[str, Any]] = (), tools: list[dict[str, 
 # per strategy: what request 1's prompt must show (its memory section), and what request 2's prompt can only
 # hold if the memory kept request 1 (the tool result, the state made from it, the summary of the segment)
 CASES: dict[str, tuple[str, str]] = {
-    "full-context": ("<interaction_history>", '"result":{"price":120}'),
+    "full-context": ("<user_query>", '"result":{"price":120}'),
     "no-psa": ("<active_state>", '"price_a"'),
     "mage": ("<execution_state>", "SUMMARY: A costs 120"),
     "mem0-style": ("<memories>", "FACT: hotel A costs 120"),

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from engine.base import Message
 from flowstate import tags
-from flowstate.eval.policies import Policy, memory_text, read_interaction, sections
+from flowstate.eval.policies import Policy, memory_text, read_interaction, read_prompt
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import CONFIRM_QUESTION
 from flowstate.limits import STANDARD, Limits
@@ -124,9 +124,7 @@ class GoldPolicy:
         own = self.memory_call(messages[0].content, messages[-1].content)
         if own is not None:
             return own
-        user = messages[-1].content
-        parts = sections(user)
-        query = tags.read(user, tags.USER_QUERY) or ""
+        query, parts = read_prompt(messages)
         first_step = query not in self.queries
         if first_step:
             self.queries.append(query)

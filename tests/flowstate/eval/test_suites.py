@@ -169,10 +169,9 @@ def test_flowstate_costs_less_than_full_context_where_observations_are_realistic
         assert all(r["success"] for r in rows if r["suite"] == suite)
         tokens = {s: total(suite, s, "prompt_tokens") + total(suite, s, "completion_tokens")
                   for s in ("flowstate", "full-context")}
-        uncached = {s: total(suite, s, "prompt_tokens") - total(suite, s, "cached_tokens")
-                    for s in ("flowstate", "full-context")}
         assert tokens["flowstate"] <= 0.6 * tokens["full-context"], suite
-        assert uncached["flowstate"] <= 0.5 * uncached["full-context"], suite
+        # uncached prefill is not compared here: full context in chat order pays only what is new at each call
+        # (test_strategies), and its uncached tokens are close to FlowState's (the README gives the figures)
 
 
 def test_tokens_can_be_counted_with_the_embedded_models_vocabulary(tmp_path: Path) -> None:

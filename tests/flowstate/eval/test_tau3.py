@@ -268,7 +268,7 @@ def test_turn_capped_and_failed_conversations_score_0_through_the_harness(tmp_pa
     from flowstate.eval.runner import _subtask_row
     from flowstate.eval.tau3.conversation import run_conversation
     from flowstate.eval.tau3.gold import GoldPolicy
-    from flowstate.memory.state import FULL_CONTEXT
+    from flowstate.memory.chat import FULL_CONTEXT
     from flowstate.store.repository import Repository
 
     task = fixture_task([{"action_id": "r", "name": "get_reservation_details", "arguments": {"reservation_id": "R1"}},
