@@ -63,12 +63,17 @@ def _progress(line: str) -> None:
               help="Several base models in one run (the paper's Table 5), repeatable: engine=NAME,model=M[,base-url=URL,"
                    "preset=P,temperature=T,…]. Each runs the whole comparison into OUT/<model>/; OUT/models.md sets "
                    "them side by side. Overrides --engine/--model.")
+@click.option("--kv-model", default="qwen3.5-9b", show_default=True,
+              help="The report's KV-cache footprint per session: a shipped configuration (qwen3.5-9b, qwen3.5-27b, "
+                   "qwen3.5-397b-a17b, llama-3.1-8b) or a model's config.json.")
+@click.option("--gpu-memory-gib", default=80.0, show_default=True, type=click.FloatRange(min=1),
+              help="GPU memory the sessions share with the weights, for how many sessions fit.")
 @loop_options()
 def evaluate(
     suites: str, suite_options: tuple[str, ...], strategy_names: str, policy: str | None, tasks: int, depth: int, seed: int, concurrency: int, out: Path,
     db: str | None, tau2_data: str | None, count_tokens: str, trials: int, user_engine: str | None, user_model: str | None, user_base_url: str | None,
     user_api_key: str | None, judge_engine: str | None, judge_model: str | None, judge_base_url: str | None,
-    judge_api_key: str | None, model_specs: tuple[str, ...],
+    judge_api_key: str | None, model_specs: tuple[str, ...], kv_model: str, gpu_memory_gib: float,
     max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str, **engine_opts: Any,
 ) -> None:
     """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed."""
@@ -84,6 +89,9 @@ def evaluate(
         if not names or unknown:
             raise ValueError(f"unknown suite(s) {', '.join(unknown) or '(none given)'}; valid suites: {', '.join(ALL)}")
         strategy_list = tuple(x.strip() for x in strategy_names.split(",") if x.strip())
+        from flowstate.eval.kv import load as load_kv_model
+
+        load_kv_model(kv_model)  # a wrong name or path fails before any run
         for name in strategy_list or ("",):
             get(name)
         user = engines.load(user_engine, model=user_model, base_url=user_base_url, api_key=user_api_key) \
@@ -106,7 +114,7 @@ def evaluate(
                                  limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode,
                                  max_tokens=opts.get("max_tokens")),
                 engine="" if policy else name, policy=policy, sizes=_sizes(suite_options), tau2_data=tau2_data, db=db,
-                count_tokens=count_tokens, decoding=decoding(opts),
+                count_tokens=count_tokens, decoding=decoding(opts), kv_model=kv_model, gpu_memory_gib=gpu_memory_gib,
                 trials=trials, user=f"{user_engine}:{user_model or 'default'}" if user_engine else "",
                 judge=f"{judge_engine}:{judge_model or 'default'}" if judge_engine else "",
             )

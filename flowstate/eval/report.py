@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from flowstate.eval import metrics
+from flowstate.eval import kv, metrics
+from flowstate.eval.kv import footprint
 from flowstate.eval.runner import EvalConfig, config_dict
 from flowstate.eval.suites import TAU3, generate
 
@@ -20,6 +21,7 @@ BASELINE = "full-context"
 
 def summarize(rows: Sequence[dict[str, Any]], config: EvalConfig) -> dict[str, Any]:
     pairs = []
+    kv_model = kv.load(config.kv_model)
     for suite in config.suites:
         kind = generate(suite, 1, 1, config.seed, data_dir=config.tau2_data)[0]
         for strategy in config.strategies:
@@ -29,6 +31,7 @@ def summarize(rows: Sequence[dict[str, Any]], config: EvalConfig) -> dict[str, A
                 "quality": metrics.quality(rs, soft=kind.soft, micro=kind.micro_ps),
                 "cost": metrics.cost(rs), "by_depth": metrics.by_depth(rs), "speed": metrics.speed(rs),
                 **({"tau3": metrics.tau3_quality(rs)} if suite in TAU3 and rs else {}),
+                "kv": footprint(rs, kv_model, config.gpu_memory_gib),
             })
     return {"config": config_dict(config), "pairs": pairs}
 
@@ -144,6 +147,7 @@ def _suite_section(suite: str, pairs: list[dict[str, Any]]) -> list[str]:
         "must compute (uncached); ratios against full-context:", "",
         _table(["strategy", "prompt", "cached", "uncached", "completion", "calls/subtask", "tokens ×FC",
                 "uncached ×FC"], paid_rows), "",
+        *_session_section(pairs, base),
         "Tokens / model calls of the k-th subtask (mean over tasks):", "",
         _table(["strategy", *(f"k={k}" for k in range(1, depth + 1))], depth_rows), "",
         "Accuracy by subtask depth, Acc_k in %:", "",
@@ -152,6 +156,28 @@ def _suite_section(suite: str, pairs: list[dict[str, Any]]) -> list[str]:
         _table(["strategy", "tasks/min", "req/s", "output tok/s", "total tok/s", "TTFT", "TPOT", "E2EL"], speed_rows),
     ]
     return out
+
+
+def _session_section(pairs: list[dict[str, Any]], base: dict[str, Any] | None) -> list[str]:
+    """What a session holds on a GPU: context per call, peak context per session, its KV cache, how many fit."""
+    first = next((p["kv"] for p in pairs if p.get("kv")), None)
+    if first is None:
+        return []
+    bk = base.get("kv") if base else None
+    rows = []
+    for p in pairs:
+        k = p.get("kv") or {}
+        if not k:
+            continue
+        ratio = f"{k['peak_context'] / bk['peak_context']:.3f}" if bk else "–"
+        rows.append([p["strategy"], f"{k['context_per_call']:.0f}", f"{k['peak_context']:.0f}", f"{k['max_peak_context']:.0f}",
+                     ratio, f"{k['session_gib']:.3f}", "–" if k["sessions_fit"] is None else str(k["sessions_fit"])])
+    return [f"What a session holds on a GPU, for {first['model']} ({first['bytes_per_token']:,} KV bytes per token of "
+            f"context) on {first['gpu_gib']:g} GiB beside its weights: context per call, peak context per session "
+            "(mean over tasks, and the largest), its ratio to full-context, the KV cache at the mean peak, and how "
+            "many sessions of that peak fit (`--kv-model`, `--gpu-memory-gib`):", "",
+            _table(["strategy", "context/call", "peak context", "largest peak", "peak ×FC", "KV GiB/session",
+                    "sessions that fit"], rows), ""]
 
 
 def _speed_row(p: dict[str, Any]) -> list[str]:

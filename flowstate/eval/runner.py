@@ -62,6 +62,8 @@ class EvalConfig:
     db: str | None = None  # the memory: a path or postgresql:// URL shared by several runs (default: out/memory.db)
     count_tokens: str = "words"  # reference policies: tokens counted as words and punctuation, or "embedded" (SmolLM2's)
     decoding: dict[str, Any] = field(default_factory=dict)  # the engine settings that change outputs (preset, sampling…)
+    kv_model: str = "qwen3.5-9b"  # the report's KV-cache footprint: a shipped configuration or a config.json
+    gpu_memory_gib: float = 80.0  # ... and the GPU memory its sessions share with the weights
 
     @property
     def namespace(self) -> str:

@@ -101,6 +101,11 @@ def test_the_report_states_every_setting_at_every_table(tmp_path: Path) -> None:
     assert len(settings) == 1 + 1 + 2  # the header, the overview, each suite
     assert all("temperature=0.0" in s and "preset=qwen3" in s and "max_steps=16" in s and "grammar=step" in s
                and "max_protocol_errors=3" in s and "policy=oracle" in s for s in settings)
+    # what a session holds on a GPU, per suite: its peak context and how many such sessions fit
+    assert text.count("What a session holds on a GPU, for qwen3.5-9b (32,768 KV bytes per token") == 2
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    kv = next(p["kv"] for p in summary["pairs"] if p["strategy"] == "full-context")
+    assert kv["peak_context"] >= kv["context_per_call"] > 0 and kv["sessions_fit"] > 0
 
 
 class Router(Engine):
