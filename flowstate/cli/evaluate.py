@@ -23,9 +23,10 @@ def _progress(line: str) -> None:
 @click.option("--suite", "suites", default="hotel,chain", show_default=True,
               help="Suites, comma-separated: small (hotel, bundle, travel, chain), realistic (shopping, planning, "
                    "reasoning) or τ³-bench (tau3-airline, tau3-retail).")
-@click.option("--suite-option", "suite_options", multiple=True, metavar="NAME=N",
+@click.option("--suite-option", "suite_options", multiple=True, metavar="NAME=N[,N…]",
               help="An observation size of the realistic suites (repeatable), e.g. results=20: shopping results, "
-                   "bullets, description_words; planning flights, stays, restaurants; reasoning rows.")
+                   "bullets, description_words; planning flights, stays, restaurants; reasoning rows. A list "
+                   "(results=5,10,20) sweeps it: one run per value, and sweep.md.")
 @click.option("--strategy", "strategy_names", default="flowstate,full-context", show_default=True,
               help="Strategies, comma-separated: flowstate, full-context, no-psa, no-isu, bm25, mem0-style, zipact, "
                    "zipact-bm25, reasoningbank, mage (and mage-no-compress, mage-no-maintain, mage-no-revise).")
@@ -33,7 +34,8 @@ def _progress(line: str) -> None:
 @click.option("--policy", type=click.Choice(["oracle", "memoryless"]), default=None,
               help="Run a scripted reference policy instead of a model (checks the suites and the harness).")
 @click.option("--tasks", default=4, show_default=True, type=click.IntRange(min=1), help="Tasks per suite.")
-@click.option("--depth", default=4, show_default=True, type=click.IntRange(min=1), help="Subtasks per task.")
+@click.option("--depth", "depths", default="4", show_default=True,
+              help="Subtasks per task; a comma-separated list (4,8,16) sweeps them: one run per depth, and sweep.md.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the generated tasks.")
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1), help="Tasks in flight.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("flowstate-eval"), show_default=True,
@@ -70,7 +72,7 @@ def _progress(line: str) -> None:
               help="GPU memory the sessions share with the weights, for how many sessions fit.")
 @loop_options()
 def evaluate(
-    suites: str, suite_options: tuple[str, ...], strategy_names: str, policy: str | None, tasks: int, depth: int, seed: int, concurrency: int, out: Path,
+    suites: str, suite_options: tuple[str, ...], strategy_names: str, policy: str | None, tasks: int, depths: str, seed: int, concurrency: int, out: Path,
     db: str | None, tau2_data: str | None, count_tokens: str, trials: int, user_engine: str | None, user_model: str | None, user_base_url: str | None,
     user_api_key: str | None, judge_engine: str | None, judge_model: str | None, judge_base_url: str | None,
     judge_api_key: str | None, model_specs: tuple[str, ...], kv_model: str, gpu_memory_gib: float,
@@ -81,6 +83,7 @@ def evaluate(
     from flowstate.eval.report import FIGURES, plots_available, write_report
     from flowstate.eval.runner import EvalConfig, run_eval
     from flowstate.eval.suites import ALL
+    from flowstate.eval.sweep import Point, numbers, points, write_sweep
     from flowstate.memory import get
 
     with errors():
@@ -94,48 +97,57 @@ def evaluate(
         load_kv_model(kv_model)  # a wrong name or path fails before any run
         for name in strategy_list or ("",):
             get(name)
+        if model_specs and policy is not None:
+            raise ValueError("--models compares models; a reference policy (--policy) runs no model")
+        specs = [{**engine_opts, **parse_spec(m)} for m in model_specs] or [engine_opts]
+        grid = points(numbers(depths, "--depth"), _sizes(suite_options))
         user = engines.load(user_engine, model=user_model, base_url=user_base_url, api_key=user_api_key) \
             if user_engine else None
         judge = engines.load(judge_engine, model=judge_model, base_url=judge_base_url, api_key=judge_api_key) \
             if judge_engine else None
-        if model_specs and policy is not None:
-            raise ValueError("--models compares models; a reference policy (--policy) runs no model")
-        specs = [{**engine_opts, **parse_spec(m)} for m in model_specs] or [engine_opts]
-        summaries = []
-        for opts in specs:
-            loaded: list[Any] = []
-            if policy is None:  # several --base-url servers: one routing engine, each task's calls on one server
-                loaded = [engines.load(**opts)]
-            name = label(opts)
+
+        def run_one(point: Point, where: Path, opts: dict[str, Any], loaded: list[Any], name: str) -> dict[str, Any]:
+            """One comparison (one model, one depth and set of sizes) into its folder; its summary."""
             config = EvalConfig(
-                suites=names, strategies=strategy_list, tasks=tasks, depth=depth,
-                out=out / folder(name) if model_specs else out, seed=seed, concurrency=concurrency,
+                suites=names, strategies=strategy_list, tasks=tasks, depth=point.depth, out=where, seed=seed,
+                concurrency=concurrency,
                 loop=loop_config(loaded[0] if loaded else None, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
                                  limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode,
                                  max_tokens=opts.get("max_tokens")),
-                engine="" if policy else name, policy=policy, sizes=_sizes(suite_options), tau2_data=tau2_data, db=db,
+                engine="" if policy else name, policy=policy, sizes=point.sizes, tau2_data=tau2_data, db=db,
                 count_tokens=count_tokens, decoding=decoding(opts), kv_model=kv_model, gpu_memory_gib=gpu_memory_gib,
                 trials=trials, user=f"{user_engine}:{user_model or 'default'}" if user_engine else "",
                 judge=f"{judge_engine}:{judge_model or 'default'}" if judge_engine else "",
             )
+            rows = run_eval(config, loaded, _progress, user=user, judge=judge)
+            if sys.stderr.isatty():
+                click.echo("", err=True)
+            return write_report(rows, config)
+
+        summaries = []
+        for opts in specs:
+            name = label(opts)
+            # several --base-url servers: one routing engine, each task's calls on one server
+            loaded: list[Any] = [engines.load(**opts)] if policy is None else []
+            model_out = out / folder(name) if model_specs else out
             try:
-                rows = run_eval(config, loaded, _progress, user=user, judge=judge)
+                swept = [(point, run_one(point, model_out / point.label if len(grid) > 1 else model_out, opts, loaded,
+                                         name)) for point in grid]
             finally:
                 for e in loaded:
                     e.close()  # the next model may need the memory this one holds
-            if sys.stderr.isatty():
-                click.echo("", err=True)
-            summaries.append((name, write_report(rows, config)))
+            if len(grid) > 1:
+                write_sweep(model_out, swept)
+                click.echo((model_out / "sweep.md").read_text())
+            summaries.append((name, swept[-1][1]))
         if model_specs:
             out.mkdir(parents=True, exist_ok=True)
             write_models(out, summaries)
             click.echo((out / "models.md").read_text())
-        else:
+        elif len(grid) == 1:
             click.echo((out / "report.md").read_text())
-        if plots_available():
-            click.echo(f"wrote {out}/summary.json, report.md, {', '.join(FIGURES)}", err=True)
-        else:
-            click.echo(f"wrote {out}/summary.json, report.md (figures: pip install 'flowstate[plots]')", err=True)
+        extras = "figures: pip install 'flowstate[plots]'" if not plots_available() else ", ".join(FIGURES)
+        click.echo(f"wrote {out}: summary.json, report.md ({extras})", err=True)
 
 
 DECODING = ("dtype", "temperature", "top_p", "max_tokens", "preset", "chat_template_kwargs", "script")
@@ -146,11 +158,17 @@ def decoding(engine_opts: dict[str, Any]) -> dict[str, Any]:
     return {k: engine_opts[k] for k in DECODING if engine_opts.get(k) is not None}
 
 
-def _sizes(given: tuple[str, ...]) -> dict[str, int]:
+def _sizes(given: tuple[str, ...]) -> dict[str, list[int]]:
+    """--suite-option NAME=N[,N…]: each name's values (several: a sweep)."""
+    from flowstate.eval.sweep import numbers
+
     out = {}
     for item in given:
-        name, _, value = item.partition("=")
-        if not value.strip().isdigit():
+        name, eq, value = item.partition("=")
+        if not eq:
             raise ValueError(f"--suite-option takes NAME=N with a whole number N, not {item!r}")
-        out[name.strip()] = int(value)
+        try:
+            out[name.strip()] = numbers(value, "--suite-option")
+        except ValueError as exc:
+            raise ValueError(f"--suite-option takes NAME=N with a whole number N, not {item!r}") from exc
     return out

@@ -178,3 +178,24 @@ def test_eval_across_models_writes_the_table_5_shape(tmp_path: Path) -> None:
     assert len(folders) == 2 and all((out / f / "report.md").exists() for f in folders)  # each model's own report
     bad = flowstate("eval", "--suite", "hotel", "--out", tmp_path / "x", "--models", "engine=scripted,colour=red")
     assert bad.returncode == 1 and "--models takes KEY=VALUE" in bad.stderr
+
+
+def test_eval_sweeps_depths_and_suite_options(tmp_path: Path) -> None:
+    out = tmp_path / "sw"
+    result = flowstate("eval", "--policy", "oracle", "--suite", "shopping", "--strategy", "flowstate,full-context",
+                       "--tasks", "1", "--depth", "2,4", "--suite-option", "results=5,10", "--out", out)
+    assert result.returncode == 0, result.stderr
+    table = (out / "sweep.md").read_text()
+    header = next(line for line in table.splitlines() if line.startswith("| suite |"))
+    assert header.endswith("| depth-2_results-5 | depth-2_results-10 | depth-4_results-5 | depth-4_results-10 |")
+    row = next(line for line in table.splitlines() if line.startswith("| shopping | flowstate |"))
+    cells = row.strip("| ").split(" | ")[2:]
+    tokens = [float(c.split(" / ")[1].rstrip("×")) for c in cells]
+    assert len(tokens) == 4 and tokens[2] < tokens[0]  # deeper: flowstate's ratio to full context falls
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted(
+        ["depth-2_results-5", "depth-2_results-10", "depth-4_results-5", "depth-4_results-10"])
+    json.loads((out / "depth-4_results-10" / "config.json").read_text())  # each point a run of its own
+    bad = flowstate("eval", "--policy", "oracle", "--depth", "4,x", "--out", tmp_path / "bad")
+    assert bad.returncode == 1 and "--depth takes a whole number or a comma-separated list" in bad.stderr
+    deep = flowstate("eval", "--policy", "oracle", "--suite", "chain", "--depth", "64", "--out", tmp_path / "deep")
+    assert deep.returncode == 1 and "chain tasks have at most 16 subtasks" in deep.stderr  # no silent cap

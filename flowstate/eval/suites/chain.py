@@ -66,9 +66,11 @@ class ChainTask(Task):
 
 
 def generate(tasks: int, depth: int, seed: int) -> list[Task]:
+    if depth > len(SAMPLES):  # never a silent cap: the report would say a depth the tasks do not have
+        raise ValueError(f"chain tasks have at most {len(SAMPLES)} subtasks")
     out: list[Task] = []
     for i in range(tasks):
         rng = random.Random(f"chain:{seed}:{i}")
-        samples = rng.sample(SAMPLES, min(depth, len(SAMPLES)))
+        samples = rng.sample(SAMPLES, depth)
         out.append(ChainTask(f"chain-{seed}-{i}", samples, [rng.randint(11, 97) for _ in samples]))
     return out

@@ -187,3 +187,16 @@ def test_tokens_can_be_counted_with_the_embedded_models_vocabulary(tmp_path: Pat
     with pytest.raises(ValueError, match="unknown token count"):
         run_eval(EvalConfig(suites=("hotel",), strategies=("flowstate",), tasks=1, depth=1, out=tmp_path / "x",
                             policy="oracle", count_tokens="letters"), [])
+
+
+@pytest.mark.parametrize("suite", sorted(SUITES))
+def test_a_suite_gives_the_depth_asked_or_refuses_it(suite: str) -> None:
+    """A depth a suite cannot generate is an error, never a silent cap (the report would say a depth the tasks do
+    not have)."""
+    for depth in (16, 64):
+        try:
+            tasks = generate(suite, 2, depth, 0)
+        except ValueError as exc:
+            assert "at most" in str(exc)
+            continue
+        assert all(t.depth == depth for t in tasks)
