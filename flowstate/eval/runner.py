@@ -24,7 +24,8 @@ from flowstate.agent import Agent
 from flowstate.config import LoopConfig
 from flowstate.errors import RequestFailed
 from flowstate.eval.policies import Policy, PolicyEngine
-from flowstate.eval.suites import TAU3, check_options, generate
+from flowstate.eval.replay import ReplayPolicy, ReplayTask
+from flowstate.eval.suites import REPLAY, TAU3, check_options, generate
 from flowstate.eval.task import Score, Task
 from flowstate.eval.tau3.conversation import run_conversation
 from flowstate.eval.tau3.gold import GoldPolicy
@@ -64,6 +65,7 @@ class EvalConfig:
     decoding: dict[str, Any] = field(default_factory=dict)  # the engine settings that change outputs (preset, sampling…)
     kv_model: str = "qwen3.5-9b"  # the report's KV-cache footprint: a shipped configuration or a config.json
     gpu_memory_gib: float = 80.0  # ... and the GPU memory its sessions share with the weights
+    replay: str | None = None  # tau-replay: recorded τ-bench conversations (historical_trajectories/*.json)
 
     @property
     def namespace(self) -> str:
@@ -75,6 +77,7 @@ class EvalConfig:
         return {"depth": self.depth, "seed": self.seed, "engine": self.engine, "policy": self.policy,
                 "loop": loop_dict(self.loop), "decoding": {k: v for k, v in sorted(self.decoding.items()) if v is not None},
                 **({"sizes": self.sizes} if self.sizes else {}),
+                **({"replay": str(Path(self.replay).resolve())} if self.replay else {}),
                 **({"count_tokens": self.count_tokens} if self.count_tokens != "words" else {}),
                 **({"trials": self.trials, "user": self.user, "judge": self.judge} if self.trials != 1 or self.user
                    or self.judge else {})}
@@ -133,7 +136,8 @@ def run_task(task: Task, strategy: Strategy, engine: Engine, repo: Repository, l
     session = f"{namespace}{task.suite}/{strategy.name}/{task.id}"
     repo.delete_session(session)  # what a killed run left of this task
     env = task.new_env()
-    agent = Agent(engine, repository=repo, session=session, tools=task.tools(env), task_policy=TASK_POLICY,
+    policy = task.policy if isinstance(task, ReplayTask) else TASK_POLICY  # a recording runs under its own policy
+    agent = Agent(engine, repository=repo, session=session, tools=task.tools(env), task_policy=policy,
                   config=loop, strategy=strategy)
     started = time.time()
     subtasks, scores = [], []
@@ -166,8 +170,11 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress =
     check_options(config.suites, config.sizes)
     if config.count_tokens not in COUNTS:
         raise ValueError(f"unknown token count {config.count_tokens!r}; valid: {', '.join(COUNTS)}")
-    if config.policy == "memoryless" and any(s in TAU3 for s in config.suites):
-        raise ValueError("the τ³ suites have a gold reference policy (--policy oracle), not a memoryless one")
+    if config.policy == "memoryless" and any(s in TAU3 or s == REPLAY for s in config.suites):
+        raise ValueError("the τ³ suites have a gold reference policy (--policy oracle) and tau-replay replays its "
+                         "recordings, not a memoryless one")
+    if REPLAY in config.suites and config.policy is None:
+        raise ValueError("tau-replay replays its recordings through each strategy (no model): give --policy oracle")
     suites = {suite: _tasks(config, suite) for suite in config.suites}
     if config.policy is None and not engines:
         raise ValueError("no engine to evaluate")
@@ -208,8 +215,10 @@ def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str
         i, task = item
         limits = config.loop.limits or STANDARD
         conversational = isinstance(task, Tau3Task)
-        if config.policy is not None and isinstance(task, Tau3Task):
-            engine: Engine = PolicyEngine(GoldPolicy(task, strategy, limits), tokens)
+        if isinstance(task, ReplayTask):  # a recording replays itself, in each strategy's protocol
+            engine: Engine = PolicyEngine(ReplayPolicy(task, strategy, limits), tokens)
+        elif config.policy is not None and isinstance(task, Tau3Task):
+            engine = PolicyEngine(GoldPolicy(task, strategy, limits), tokens)
         elif config.policy is not None:
             engine = PolicyEngine(Policy(task, strategy, memory=config.policy == "oracle", limits=limits), tokens)
         else:
@@ -256,7 +265,8 @@ def _token_counter(name: str) -> Callable[[str], Sequence[Any]]:
 
 
 def _tasks(config: EvalConfig, suite: str) -> list[Task]:
-    return generate(suite, config.tasks, config.depth, config.seed, config.sizes, config.tau2_data, config.trials)
+    return generate(suite, config.tasks, config.depth, config.seed, config.sizes, config.tau2_data, config.trials,
+                    config.replay)
 
 
 def _check_identity(config: EvalConfig) -> None:

@@ -21,12 +21,13 @@ SUITES: dict[str, Callable[..., list[Task]]] = {
 SMALL = ("hotel", "bundle", "travel", "chain")
 REALISTIC = ("shopping", "planning", "reasoning")
 TAU3 = ("tau3-airline", "tau3-retail")  # τ³-bench's domains, read from its data (flowstate.eval.tau3)
-ALL = (*SUITES, *TAU3)
+REPLAY = "tau-replay"  # recorded τ-bench conversations replayed (flowstate.eval.replay), from --replay FILE
+ALL = (*SUITES, *TAU3, REPLAY)
 
 
 def options(suite: str) -> dict[str, int]:
     """The size options a suite takes, with their defaults."""
-    if suite in TAU3:
+    if suite in TAU3 or suite == REPLAY:
         return {}
     params = list(inspect.signature(SUITES[suite]).parameters.values())[3:]
     return {p.name: int(p.default) for p in params}
@@ -42,18 +43,23 @@ def check_options(suites: Any, given: Mapping[str, int]) -> None:
 
 
 def generate(suite: str, tasks: int, depth: int, seed: int = 0, sizes: Mapping[str, int] | None = None,
-             data_dir: str | None = None, trials: int = 1) -> list[Task]:
+             data_dir: str | None = None, trials: int = 1, replay: str | None = None) -> list[Task]:
     """``tasks`` task instances of ``depth`` subtasks each; the same arguments give the same tasks.
 
     ``sizes`` sets observation sizes; each suite takes the ones it knows (``options``). The τ³ suites
-    read their data (``data_dir``: a tau2-bench checkout's data folder) and run each task ``trials`` times.
+    read their data (``data_dir``: a tau2-bench checkout's data folder) and run each task ``trials`` times;
+    ``tau-replay`` reads its recorded conversations from ``replay``.
     """
+    if suite == REPLAY:
+        from flowstate.eval.replay import generate as replay_tasks
+
+        return replay_tasks(replay, tasks)
     if suite in TAU3:
         from flowstate.eval.tau3.tasks import generate as tau3_tasks
 
         return tau3_tasks(suite, tasks, data_dir, trials)
     if suite not in SUITES:
-        raise ValueError(f"unknown suite {suite!r}; valid suites: {', '.join([*SUITES, *TAU3])}")
+        raise ValueError(f"unknown suite {suite!r}; valid suites: {', '.join(ALL)}")
     if tasks < 1 or depth < 1:
         raise ValueError("tasks and depth must be at least 1")
     taken = {k: v for k, v in (sizes or {}).items() if k in options(suite)}

@@ -1,0 +1,303 @@
+"""``tau-replay``: recorded τ-bench conversations replayed through every strategy (``--suite tau-replay --replay
+FILE``).
+
+The file is τ-bench's ``historical_trajectories/*.json`` format: a list of ``{task_id, traj: [messages]}`` with
+OpenAI-style messages (system: the policy; user; assistant with ``content`` or ``tool_calls``; tool results).
+A task is one conversation and one session; each user message is one request (a stop token ends the
+conversation). Its tools are the τ³ airline tools' schemas (same names; τ-bench v1's ``think`` gets a
+no-op spec) answering with the recorded results, in the recorded order — no environment is needed.
+
+The replay policy (``ReplayPolicy``) makes the recorded calls step by step and ends each request with the
+recorded answer; what differs between strategies is only the memory work and the tokens. It is the
+*realistic* kind: under a strategy with ISU it records every tool result it used as a state holding the
+result's content (its scalar fields), and from the second request on it looks for earlier states by the
+words of the new query and asks for them in a step of their own before it acts (PSA). A task succeeds when
+every recorded call was reproduced exactly, in order, and every answer is the recorded one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from engine.base import Message
+from flowstate import tags
+from flowstate.eval.policies import Policy, memory_text, read_interaction, read_prompt
+from flowstate.eval.task import Score, Task
+from flowstate.limits import STANDARD, Limits
+from flowstate.memory.base import Strategy
+from flowstate.nodes import OBSERVATION_PREFIX
+from flowstate.protocol import ModelOutput, bounded, render_output
+from flowstate.tools import Tool, ToolSet
+
+STOP_TOKENS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
+THINK = {"name": "think", "description": "Use the tool to think about something. It does not obtain new information "
+         "or change the database; it only records the thought.",
+         "parameters": {"type": "object", "properties": {"thought": {"type": "string", "description": "A thought."}},
+                        "required": ["thought"]}}
+STOPWORDS = frozenset("a an and are as at be but by can do for from have i if in is it me my no not of on or please "
+                      "so that the this to was we what with you your yes ok okay".split())
+
+
+@dataclass(frozen=True)
+class Call:
+    name: str
+    arguments: dict[str, Any]
+    result: Any
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One request of a recorded conversation: the user's message, the agent's steps of calls, its answer."""
+
+    query: str
+    steps: tuple[tuple[Call, ...], ...]
+    answer: str
+
+
+def _result(content: Any) -> Any:
+    try:
+        return json.loads(content) if isinstance(content, str) else content
+    except json.JSONDecodeError:
+        return content
+
+
+def parse(conversation: Sequence[dict[str, Any]]) -> tuple[str, list[Turn]]:
+    """A recorded conversation as (policy, turns)."""
+    policy, turns = "", []
+    query: str | None = None
+    steps: list[tuple[Call, ...]] = []
+    answer: list[str] = []
+    results: dict[str, Any] = {}
+    pending: list[tuple[str, str, dict[str, Any]]] = []
+
+    def close() -> None:
+        if query is not None:
+            turns.append(Turn(query, tuple(steps), "\n".join(answer)))
+
+    def flush() -> None:
+        if pending:
+            steps.append(tuple(Call(n, a, results.get(i)) for i, n, a in pending))
+            pending.clear()
+
+    for m in conversation:
+        role = m.get("role")
+        if role == "system":
+            policy = str(m.get("content") or "")
+        elif role == "user":
+            flush()
+            close()
+            text = str(m.get("content") or "")
+            if any(t in text for t in STOP_TOKENS):
+                return policy, turns
+            query, steps, answer = text, [], []
+        elif role == "assistant":
+            flush()
+            for c in m.get("tool_calls") or []:
+                args = c["function"].get("arguments") or "{}"
+                pending.append((c.get("id", ""), c["function"]["name"], json.loads(args) if isinstance(args, str) else args))
+            if m.get("content") and not m.get("tool_calls"):
+                answer.append(str(m["content"]))
+        elif role == "tool":
+            results[str(m.get("tool_call_id"))] = _result(m.get("content"))
+            if pending and all(i in results for i, _, _ in pending):
+                flush()
+    flush()
+    close()
+    return policy, turns
+
+
+def load(path: str | Path) -> list[dict[str, Any]]:
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"--replay {p}: no such file (τ-bench's historical_trajectories/*.json: see the README)")
+    data = json.loads(p.read_text(encoding="utf-8"))
+    if not isinstance(data, list) or not all(isinstance(e, dict) and isinstance(e.get("traj"), list) for e in data):
+        raise ValueError(f"--replay {p}: expected a list of {{task_id, traj: [messages]}}")
+    return data
+
+
+class Permissive(BaseModel):
+    """A recorded call's arguments, as they were (the schema shown to the model is the τ³ tool's)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+@dataclass(frozen=True)
+class RecordedTool(Tool):
+    schema: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self.schema
+
+
+class ReplayTask(Task):
+    suite = "tau-replay"
+
+    def __init__(self, task_id: str, policy: str, turns: list[Turn]) -> None:
+        super().__init__(task_id, [t.query for t in turns])
+        self.policy_text, self.turns = policy, turns
+        self.expected = [c for t in turns for s in t.steps for c in s]
+
+    @property
+    def policy(self) -> str:
+        return self.policy_text
+
+    def new_env(self) -> dict[str, Any]:
+        return {"cursor": 0, "mismatches": [], "day": 0}
+
+    def tools(self, env: dict[str, Any]) -> ToolSet:
+        specs = [THINK, *_airline_specs()]
+        names = [*(s["name"] for s in specs), *sorted({c.name for c in self.expected} - {s["name"] for s in specs})]
+
+        def handler(name: str) -> Any:
+            def run(args: BaseModel) -> Any:
+                given = args.model_dump()
+                i = env["cursor"]
+                if i < len(self.expected) and (self.expected[i].name, self.expected[i].arguments) == (name, given):
+                    env["cursor"] = i + 1
+                    return self.expected[i].result
+                env["mismatches"].append({"at": i, "call": name, "arguments": given})
+                raise ValueError("not the recorded call at this point of the conversation")
+            return run
+
+        by = {s["name"]: s for s in specs}
+        return ToolSet([RecordedTool(n, str(by.get(n, {}).get("description", "")), Permissive, handler(n), unpack=False,
+                                     schema=by.get(n, {}).get("parameters", {"type": "object"})) for n in names])
+
+    def check(self, k: int, response: str | None, env: Any) -> Score:
+        """Request k reproduced: every recorded call up to its end made, in order, none else; its answer."""
+        upto = sum(len(s) for t in self.turns[:k] for s in t.steps)
+        ok = not env["mismatches"] and env["cursor"] == upto and (response or "") == self.turns[k - 1].answer
+        return Score(ok, float(ok))
+
+    def distill(self, tool: str, result: Any) -> dict[str, Any]:
+        return dict(scalars(result))
+
+    def solve(self, k: int, facts: Any) -> Any:
+        raise TypeError("a replayed conversation is driven by ReplayPolicy")
+
+    def needs(self, k: int) -> tuple[str, ...]:
+        return ()
+
+    def guess(self, k: int, facts: Any) -> Any:
+        raise TypeError("a replayed conversation is driven by ReplayPolicy")
+
+
+def _airline_specs() -> list[dict[str, Any]]:
+    """The τ³ airline tools' specs (names and parameter schemas), from our tools on an empty database."""
+    from flowstate.eval.tau3.airline import AirlineTools
+
+    return AirlineTools({"flights": {}, "users": {}, "reservations": {}}).toolset().specs()
+
+
+def scalars(value: Any, path: str = "") -> list[tuple[str, Any]]:
+    """(path, scalar) for every scalar in a JSON value."""
+    if isinstance(value, dict):
+        return [x for k, v in value.items() for x in scalars(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(value, list):
+        return [x for i, v in enumerate(value) for x in scalars(v, f"{path}[{i}]")]
+    return [(path or "value", value)] if value is not None else []
+
+
+def generate(path: str | Path | None, tasks: int) -> list[Task]:
+    if path is None:
+        raise ValueError("--suite tau-replay needs --replay FILE (τ-bench's historical_trajectories/*.json)")
+    out: list[Task] = []
+    for entry in load(path)[:tasks]:
+        policy, turns = parse(entry["traj"])
+        if turns:
+            out.append(ReplayTask(f"replay-{entry.get('task_id', len(out))}-{len(out)}", policy, turns))
+    return out
+
+
+def words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in STOPWORDS and len(w) > 1}
+
+
+class ReplayPolicy:
+    """Makes a recorded conversation's calls and answers in a strategy's protocol, with realistic memory work."""
+
+    def __init__(self, task: ReplayTask, strategy: Strategy, limits: Limits = STANDARD) -> None:
+        self.task, self.strategy, self.limits = task, strategy, limits
+        self.request = -1  # the request being replayed (0-based)
+        self.left: list[tuple[Call, ...]] = []
+        self.asked = False  # this request's disclosure step is done
+        self.answered = True
+        self._op = bounded(limits).items["state_delta"]
+
+    def record(self, observations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """ISU: every tool result used becomes a knowledge state holding its content (scalar fields)."""
+        ops = []
+        for o in observations:
+            facts = dict(scalars(o.get("result", o.get("error")))[: self.limits.value_items])
+            facts = {k: (v[: self.limits.value_text] if isinstance(v, str) else v) for k, v in facts.items()}
+            args = json.dumps(o.get("arguments", {}), sort_keys=True)
+            summary = f"{o['tool']}({args})"
+            op = {"operation": "add", "state_set": "knowledge",
+                  "state_id": "fact_" + o["observation_id"][len(OBSERVATION_PREFIX):],
+                  "summary": summary[: self.limits.text], "value": facts,
+                  "refs": [{"rel": "supports", "state_id": o["observation_id"]}]}
+            try:
+                self._op.validate_python(op)
+            except Exception:
+                op["value"] = {}
+            ops.append(op)
+        return ops[: self.limits.ops]
+
+    def focus(self, query: str, parts: dict[str, list[dict[str, Any]]]) -> list[str]:
+        """PSA by the words of the new query: the earlier states whose summaries share a word with it."""
+        listed, shown, _ = Policy.visible(parts)
+        wanted = words(query)
+        hits = [s["state_id"] for s in listed if s["state_id"] not in shown and wanted & words(s.get("summary", ""))]
+        return hits[-self.limits.focus:]
+
+    def memory_call(self, system: str, user: str) -> str | None:
+        """A memory method's own call, answered as a model would from the interaction shown."""
+        if system.startswith((tags.EXTRACT, tags.COMPRESS)):
+            query, lines = read_interaction(tags.read(user, tags.INTERACTION) or tags.read(user, tags.SEGMENT) or "")
+            facts = {k: v for i in lines if "observation_id" in i for k, v in scalars(i.get("result"))[:8]}
+            text = memory_text(query, facts)
+            return json.dumps({"facts": [text]} if system.startswith(tags.EXTRACT) else {"summary": text})
+        replies: dict[str, Callable[[], str]] = {tags.TRACK: lambda: json.dumps({"goal": tags.read(user, tags.USER_QUERY) or "", "world": {},
+                                                   "constraints": []}),
+                   tags.MAINTAIN: lambda: json.dumps({"valid": True, "note": ""}),
+                   tags.JUDGE: lambda: json.dumps({"success": True, "reason": ""}),
+                   tags.DISTILL: lambda: Policy.distill(user), tags.UPDATE: lambda: Policy.update(user)}
+        return next((reply() for marker, reply in replies.items() if system.startswith(marker)), None)
+
+    def __call__(self, messages: Sequence[Message]) -> str:
+        own = self.memory_call(messages[0].content, messages[-1].content)
+        if own is not None:
+            return own
+        query, parts = read_prompt(messages)
+        if self.answered:  # the first step of the next request
+            self.request += 1
+            self.left, self.asked, self.answered = list(self.task.turns[self.request].steps), False, False
+        output: dict[str, Any] = {"state_focus": [], "state_delta": [], "tool_calls": [],
+                                  "assistant_message": {"content": None}}
+        if "state_delta" in self.strategy.blocks:
+            output["state_delta"] = self.record(parts.get(tags.LATEST_OBSERVATION, []))
+        if not self.asked and self.request > 0 and "state_focus" in self.strategy.blocks:
+            output["state_focus"] = [{"target_id": t, "reason": "may bear on this request"}
+                                     for t in self.focus(query, parts)]
+        self.asked = True
+        if output["state_focus"]:
+            pass  # a step of its own: what it asks for is in view from the next step
+        elif self.left:
+            calls = self.left.pop(0)
+            if len(calls) > self.limits.tool_calls:  # more than a step may hold: the rest next step
+                self.left.insert(0, calls[self.limits.tool_calls:])
+                calls = calls[: self.limits.tool_calls]
+            output["tool_calls"] = [{"name": c.name, "arguments": c.arguments} for c in calls]
+        else:
+            output["assistant_message"] = {"content": self.task.turns[self.request].answer}
+            self.answered = True
+        return render_output(ModelOutput.model_validate(output), self.strategy.blocks)

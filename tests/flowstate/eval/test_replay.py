@@ -1,0 +1,101 @@
+"""tau-replay: recorded τ-bench conversations (historical_trajectories format) replayed through every strategy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowstate.eval.replay import ReplayTask, parse
+from flowstate.eval.runner import EvalConfig, run_eval
+from flowstate.memory import METHODS
+
+
+def call(i: str, name: str, **arguments: Any) -> dict[str, Any]:
+    return {"id": i, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def conversation(user: str, reservation: str) -> list[dict[str, Any]]:
+    """A small conversation in τ-bench's recorded format: three requests, five calls (one step with two)."""
+    return [
+        {"role": "system", "content": "# Airline Agent Policy\nAct only on the user's confirmed requests."},
+        {"role": "user", "content": f"Hi, I am {user}. What is on my reservation {reservation}?"},
+        {"role": "assistant", "content": None, "tool_calls": [call("c1", "get_user_details", user_id=user)]},
+        {"role": "tool", "tool_call_id": "c1", "name": "get_user_details",
+         "content": json.dumps({"user_id": user, "reservations": [reservation], "membership": "gold"})},
+        {"role": "assistant", "content": None, "tool_calls": [
+            call("c2", "get_reservation_details", reservation_id=reservation),
+            call("c3", "think", thought="check the flights")]},
+        {"role": "tool", "tool_call_id": "c2", "name": "get_reservation_details",
+         "content": json.dumps({"reservation_id": reservation, "flights": [{"flight_number": "HAT001"}],
+                                "cabin": "economy"})},
+        {"role": "tool", "tool_call_id": "c3", "name": "think", "content": ""},
+        {"role": "assistant", "content": f"Reservation {reservation} has flight HAT001 in economy."},
+        {"role": "user", "content": f"Which cabin was reservation {reservation} again?"},
+        {"role": "assistant", "content": "It is economy."},
+        {"role": "user", "content": "Please search direct flights from JFK to SFO on 2024-05-20."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            call("c4", "search_direct_flight", origin="JFK", destination="SFO", date="2024-05-20")]},
+        {"role": "tool", "tool_call_id": "c4", "name": "search_direct_flight", "content": "[]"},
+        {"role": "assistant", "content": None, "tool_calls": [call("c5", "think", thought="none found")]},
+        {"role": "tool", "tool_call_id": "c5", "name": "think", "content": ""},
+        {"role": "assistant", "content": "There are no direct flights that day."},
+        {"role": "user", "content": "Thanks. ###STOP###"},
+    ]
+
+
+@pytest.fixture
+def recording(tmp_path: Path) -> Path:
+    path = tmp_path / "gpt-4o-airline.json"
+    path.write_text(json.dumps([{"task_id": 0, "reward": 1.0, "traj": conversation("mia_li_3668", "ABC123")},
+                                {"task_id": 1, "reward": 0.0, "traj": conversation("ivan_m_1", "XYZ789")}]))
+    return path
+
+
+def test_a_recording_parses_into_requests_steps_and_answers() -> None:
+    policy, turns = parse(conversation("mia_li_3668", "ABC123"))
+    assert policy.startswith("# Airline Agent Policy") and len(turns) == 3  # the stop token ends it
+    assert [len(s) for s in turns[0].steps] == [1, 2] and turns[1].steps == () and len(turns[2].steps) == 2
+    assert turns[0].steps[1][0].result["flights"] == [{"flight_number": "HAT001"}]
+    assert turns[2].answer == "There are no direct flights that day."
+
+
+def test_every_strategy_reproduces_every_recorded_action(recording: Path, tmp_path: Path) -> None:
+    config = EvalConfig(suites=("tau-replay",), strategies=tuple(METHODS), tasks=2, depth=1, out=tmp_path / "ev",
+                        policy="oracle", replay=str(recording))
+    rows = run_eval(config, [])
+    assert len(rows) == 2 * len(METHODS)
+    assert [(r["strategy"], r["task"]) for r in rows if not r["success"]] == []
+    by = {(r["strategy"], r["task"]): r for r in rows}
+    task = rows[0]["task"]
+    # flowstate looks up the earlier states by the words of request 2 ("reservation", its id) in a step of its own
+    assert by[("flowstate", task)]["subtasks"][1]["steps"] == 2
+    assert by[("full-context", task)]["subtasks"][1]["steps"] == 1
+    tokens = {s: sum(x["usage"]["prompt_tokens"] for x in by[(s, task)]["subtasks"]) for s in ("flowstate", "full-context")}
+    assert tokens["flowstate"] != tokens["full-context"]  # the memory work differs; the actions do not
+
+
+def test_a_call_that_is_not_the_recorded_one_fails_the_replay(recording: Path) -> None:
+    from flowstate.eval.replay import generate
+
+    task = generate(recording, 1)[0]
+    assert isinstance(task, ReplayTask)
+    env = task.new_env()
+    tools = task.tools(env)
+    assert "think" in tools and "book_reservation" in tools  # τ³ airline's tools and τ-bench's think
+    result, error = tools.call("get_user_details", {"user_id": "mia_li_3668"})
+    assert error is None and result["membership"] == "gold"
+    _, error = tools.call("get_user_details", {"user_id": "someone_else"})
+    assert error is not None and "not the recorded call" in error
+    assert not task.check(1, task.turns[0].answer, env).correct
+
+
+def test_tau_replay_needs_its_file_and_a_policy(tmp_path: Path, recording: Path) -> None:
+    with pytest.raises(ValueError, match="needs --replay FILE"):
+        run_eval(EvalConfig(suites=("tau-replay",), strategies=("flowstate",), tasks=1, depth=1, out=tmp_path / "a",
+                            policy="oracle"), [])
+    with pytest.raises(ValueError, match="give --policy oracle"):
+        run_eval(EvalConfig(suites=("tau-replay",), strategies=("flowstate",), tasks=1, depth=1, out=tmp_path / "b",
+                            replay=str(recording)), [])
