@@ -88,7 +88,8 @@ def test_default_db_comes_from_the_environment(tmp_path: Path) -> None:
     ("eval: unknown suite", "unknown suite(s) kitchen; valid suites: hotel, bundle, travel, chain, shopping, planning, "
                             "reasoning, tau3-airline, tau3-retail"),
     ("eval: unknown suite option", "unknown suite option(s) rows for suites shopping; valid: bullets, description_words, results"),
-    ("eval: memoryless on τ³", "the τ³ suites have a gold reference policy (--policy oracle), not a memoryless one"),
+    ("eval: memoryless on τ³", "the τ³ suites have a gold reference policy (--policy oracle) and tau-replay replays "
+                               "its recordings, not a memoryless one"),
     ("eval: no τ³ data", "no τ³ retail data under"),
     ("bench repo: no server", "cannot create a benchmark database on postgresql://u:***@127.0.0.1:1/x"),
     ("eval: unknown strategy", "unknown strategy 'magic'; valid strategies:"),
