@@ -95,6 +95,23 @@ def _remembered(item: dict[str, Any]) -> dict[str, Any]:
     return {"value": value} if isinstance(value, dict) else {}
 
 
+def memory_reply(system: str, user: str, remember: Callable[[str], str | None]) -> str | None:
+    """A memory method's own call answered as a model would, for a policy that replays given actions (the τ³
+    gold replay, a recorded conversation); None: the call is an agent step. ``remember`` turns a finished
+    interaction (JSON lines) into the one memory the policy writes of it, or None."""
+    if system.startswith(tags.EXTRACT):
+        text = remember(tags.read(user, tags.INTERACTION) or "")
+        return json.dumps({"facts": [text] if text else []})
+    if system.startswith(tags.COMPRESS):
+        return json.dumps({"summary": remember(tags.read(user, tags.SEGMENT) or "") or "nothing to keep"})
+    replies: dict[str, Callable[[], str]] = {
+        tags.TRACK: lambda: json.dumps({"goal": tags.read(user, tags.USER_QUERY) or "", "world": {}, "constraints": []}),
+        tags.MAINTAIN: lambda: json.dumps({"valid": True, "note": ""}),
+        tags.JUDGE: lambda: json.dumps({"success": True, "reason": ""}),
+        tags.DISTILL: lambda: Policy.distill(user), tags.UPDATE: lambda: Policy.update(user)}
+    return next((reply() for marker, reply in replies.items() if system.startswith(marker)), None)
+
+
 @dataclass(frozen=True)
 class Step:
     """What the policy saw and did at one step, for checking that no step could have been merged."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict
 
 from engine.base import Message
 from flowstate import tags
-from flowstate.eval.policies import Policy, memory_text, read_interaction, read_prompt
+from flowstate.eval.policies import Policy, memory_reply, memory_text, read_interaction, read_prompt
 from flowstate.eval.task import Score, Task
 from flowstate.limits import STANDARD, Limits
 from flowstate.memory.base import Strategy
@@ -259,22 +259,14 @@ class ReplayPolicy:
         hits = [s["state_id"] for s in listed if s["state_id"] not in shown and wanted & words(s.get("summary", ""))]
         return hits[-self.limits.focus:]
 
-    def memory_call(self, system: str, user: str) -> str | None:
-        """A memory method's own call, answered as a model would from the interaction shown."""
-        if system.startswith((tags.EXTRACT, tags.COMPRESS)):
-            query, lines = read_interaction(tags.read(user, tags.INTERACTION) or tags.read(user, tags.SEGMENT) or "")
-            facts = {k: v for i in lines if "observation_id" in i for k, v in scalars(i.get("result"))[:8]}
-            text = memory_text(query, facts)
-            return json.dumps({"facts": [text]} if system.startswith(tags.EXTRACT) else {"summary": text})
-        replies: dict[str, Callable[[], str]] = {tags.TRACK: lambda: json.dumps({"goal": tags.read(user, tags.USER_QUERY) or "", "world": {},
-                                                   "constraints": []}),
-                   tags.MAINTAIN: lambda: json.dumps({"valid": True, "note": ""}),
-                   tags.JUDGE: lambda: json.dumps({"success": True, "reason": ""}),
-                   tags.DISTILL: lambda: Policy.distill(user), tags.UPDATE: lambda: Policy.update(user)}
-        return next((reply() for marker, reply in replies.items() if system.startswith(marker)), None)
+    @staticmethod
+    def remember(interaction: str) -> str:
+        """The memory a model would write of an interaction: its request and the first fields of its results."""
+        query, lines = read_interaction(interaction)
+        return memory_text(query, {k: v for i in lines if "observation_id" in i for k, v in scalars(i.get("result"))[:8]})
 
     def __call__(self, messages: Sequence[Message]) -> str:
-        own = self.memory_call(messages[0].content, messages[-1].content)
+        own = memory_reply(messages[0].content, messages[-1].content, self.remember)
         if own is not None:
             return own
         query, parts = read_prompt(messages)

@@ -16,14 +16,14 @@ bound a model following each protocol can reach on real τ³ observations.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
 from engine.base import Message
 from flowstate import tags
-from flowstate.eval.policies import Policy, memory_text, read_interaction, read_prompt
+from flowstate.eval.policies import Policy, memory_reply, memory_text, read_interaction, read_prompt
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import CONFIRM_QUESTION
 from flowstate.limits import STANDARD, Limits
@@ -105,23 +105,14 @@ class GoldPolicy:
                  for p, v in leaves(item.get("result", item.get("error"))) if json.dumps(v) in self.wanted}
         return json.dumps({"facts": [memory_text(query, facts)] if facts else []})
 
-    def memory_call(self, system: str, user: str) -> str | None:
-        """A memory method's own call (not an agent step), answered so that the method keeps working; the gold
-        replay needs none of what it keeps (it acts on the gold arguments). None: an agent step."""
-        if system.startswith(tags.EXTRACT):
-            return self.extract(tags.read(user, tags.INTERACTION) or "")
-        if system.startswith(tags.COMPRESS):
-            facts = json.loads(self.extract(tags.read(user, tags.SEGMENT) or ""))["facts"]
-            return json.dumps({"summary": facts[0] if facts else "nothing to keep"})
-        replies: dict[str, Callable[[], str]] = {tags.TRACK: lambda: json.dumps({"goal": tags.read(user, tags.USER_QUERY) or "", "world": {},
-                                                   "constraints": []}),
-                   tags.MAINTAIN: lambda: json.dumps({"valid": True, "note": ""}),
-                   tags.JUDGE: lambda: json.dumps({"success": True, "reason": ""}),
-                   tags.DISTILL: lambda: Policy.distill(user), tags.UPDATE: lambda: Policy.update(user)}
-        return next((reply() for marker, reply in replies.items() if system.startswith(marker)), None)
+    def remember(self, interaction: str) -> str | None:
+        """The memory a mem0-style extraction or MAGE's Compress writes of an interaction: the facts later calls
+        use (the gold replay needs none of it: it acts on the gold arguments)."""
+        facts = json.loads(self.extract(interaction))["facts"]
+        return str(facts[0]) if facts else None
 
     def __call__(self, messages: Sequence[Message]) -> str:
-        own = self.memory_call(messages[0].content, messages[-1].content)
+        own = memory_reply(messages[0].content, messages[-1].content, self.remember)
         if own is not None:
             return own
         query, parts = read_prompt(messages)
