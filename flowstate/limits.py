@@ -9,6 +9,7 @@ embedded engines pick it automatically.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.base import Engine
@@ -38,13 +39,17 @@ class Limits:
         if self.value_depth < 0:
             raise ValueError("limit value_depth must be at least 0")
 
-    def describe(self) -> str:
-        """The limits in words, for the output protocol section of the prompt."""
+    def describe(self, blocks: Sequence[str] = ("state_focus", "state_delta", "tool_calls", "assistant_message")) -> str:
+        """The limits of the blocks in ``blocks``, in words, for the output protocol section of the prompt."""
+        per_step = [f"{self.ops} state operations" if "state_delta" in blocks else "",
+                    f"{self.focus} focus items" if "state_focus" in blocks else "", f"{self.tool_calls} tool calls"]
+        texts = [w for b, w in (("state_delta", "summaries"), ("state_focus", "reasons")) if b in blocks]
+        state = (f"values: JSON objects nested ≤ {self.value_depth} levels, ≤ {self.value_items} items each, strings "
+                 f"≤ {self.value_text} characters; ≤ {self.refs} refs per state; ") if "state_delta" in blocks else ""
         return (
-            f"Per step at most {self.ops} state operations, {self.focus} focus items, {self.tool_calls} tool calls; "
-            f"summaries and reasons ≤ {self.text} characters; values: JSON objects nested ≤ {self.value_depth} levels, "
-            f"≤ {self.value_items} items each, strings ≤ {self.value_text} characters; ≤ {self.refs} refs per state; "
-            f"final answer ≤ {self.content} characters. Keep outputs short."
+            f"Per step at most {', '.join(p for p in per_step if p)}; "
+            + (f"{' and '.join(texts)} ≤ {self.text} characters; " if texts else "")
+            + f"{state}final answer ≤ {self.content} characters. Keep outputs short."
         )
 
 

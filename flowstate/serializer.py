@@ -27,34 +27,27 @@ you asked for. Act only on facts you can see; never guess identifiers, prices or
 
 MEMORY_INTRO = """\
 ## flowstate_rules
-<active_state> is your working memory: before each action, check that it holds the facts and ids \
-the action needs."""
+<active_state> is your working memory: check that it holds the facts and ids an action needs."""
 
 ISU_RULES = """\
 ### Incremental State Update (state_delta)
-- Record each task-relevant change when it happens (requirements, facts, plans, decisions, \
-results); send only the changes.
-- state_set: preference (user requirements, constraints), knowledge (tool observations), attribute \
-(entity properties from tool results), judgement (goals, plans, decisions, risks) or artifact \
-(reusable outputs).
-- add: a new state with an unused id (lowercase letters, digits, _); update: revise a state made in \
-this request (omitted fields keep their value); remove: delete a state made in this request.
-- Never update or remove a state of an earlier request (ids in the Historical State Index), even when \
-disclosed: add a new state with a supersedes ref to it.
-- Each state has a short summary, a structured JSON value and refs to the states and tool results \
-(obs_ ids) it rests on. A ref points from the state you write to an existing state_id; rel is \
-supports, derives, follows or supersedes.
+- Record each task-relevant change when it happens; send only changes.
+- state_set: preference (user requirements), knowledge (tool observations), attribute (entity properties), \
+judgement (plans, decisions, risks) or artifact (reusable outputs).
+- add: a new state, unused id (lowercase letters, digits, _). update (omitted fields keep their value) and remove: \
+only states of this request. To revise a state of an earlier request (an index id), even disclosed: add one that \
+supersedes it.
+- A state: a short summary naming the ids it holds, a JSON value, refs to the states and tool results (obs_ ids) it rests on, from it to an \
+existing id; rel: supports, derives, follows or supersedes.
 - Tool results that no state references are forgotten after this request."""
 
 PSA_RULES = """\
 ### Progressive State Access (state_focus)
-- When information is missing, find it through the Historical State Index (earlier queries, state \
-summaries) and the related_states of Active State entries, and request it: target_id, and a reason \
-saying what is missing and what it enables.
-- You may request index ids and the obs_ ids that Active State entries reference. A summary or a \
-related_states entry is not the content: never infer exact facts from it; request the id.
-- Requested content appears at the next step: defer actions that depend on it. Do not request what \
-is visible."""
+- When information is missing, find it by the Historical State Index (earlier queries, state summaries) and the \
+related_states of Active State entries; request its id (an index id, or an obs_ id an Active State entry \
+references) with a reason: what is missing and what it enables.
+- A summary or related_states entry is not the content: never infer exact facts from it.
+- Requested content appears at the next step: defer actions that depend on it. Do not request what is visible."""
 
 FEEDBACK_RULE = "- <feedback> lists what the previous step had rejected or refused, and why."
 
@@ -86,7 +79,7 @@ def output_protocol(blocks: Sequence[str] = BLOCKS, limits: Limits = STANDARD) -
         f"Return exactly these {_COUNT[len(blocks)]} blocks, in order, JSON inside each, nothing outside:\n{examples}\n"
         'Use [] for an unused block and "content": null unless you answer the user; at least one block is '
         f"non-empty. Never tool calls and a final answer in one step. Make {together} together in one step.\n"
-        f"{limits.describe()}"
+        f"{limits.describe(blocks)}"
     )
 
 

@@ -10,8 +10,11 @@ no-op spec) answering with the recorded results, in the recorded order — no en
 The replay policy (``ReplayPolicy``) makes the recorded calls step by step and ends each request with the
 recorded answer; what differs between strategies is only the memory work and the tokens. It is the
 *realistic* kind: under a strategy with ISU it records every tool result it used as a state holding the
-result's content (its scalar fields), and from the second request on it looks for earlier states by the
-words of the new query and asks for them in a step of their own before it acts (PSA). A task succeeds when
+result's content (as far as a value may hold it), summarized by the call and the ids the result holds; when
+its next action uses a value that an earlier request showed and the prompt does not show as content (a call's
+argument, or an earlier result's value the answer repeats), it asks for earlier states in a step of its own
+(PSA): those whose summaries name the value, else those sharing a word with the query, else the latest; at
+most two such steps per request. A task succeeds when
 every recorded call was reproduced exactly, in order, and every answer is the recorded one.
 """
 
@@ -181,6 +184,10 @@ class ReplayTask(Task):
     def distill(self, tool: str, result: Any) -> dict[str, Any]:
         return dict(scalars(result))
 
+    def seen(self, request: int) -> str:
+        """Everything the conversation showed before request ``request`` (0-based): queries and results."""
+        return json.dumps([[t.query, [c.result for s in t.steps for c in s]] for t in self.turns[:request]])
+
     def solve(self, k: int, facts: Any) -> Any:
         raise TypeError("a replayed conversation is driven by ReplayPolicy")
 
@@ -207,6 +214,24 @@ def scalars(value: Any, path: str = "") -> list[tuple[str, Any]]:
     return [(path or "value", value)] if value is not None else []
 
 
+IDENT = re.compile(r"(?=.*\d)[A-Za-z0-9][A-Za-z0-9_-]{3,}")
+"""An identifier in a result: a token with a digit (ids, flight numbers, payment ids), no spaces."""
+
+
+def fit(value: Any, limits: Limits, depth: int = 0) -> Any:
+    """A JSON value cut to what a state's value may hold under ``limits``: containers to ``value_items`` members
+    and ``value_depth`` levels below the top object, strings to ``value_text`` characters."""
+    if isinstance(value, dict):
+        if depth > limits.value_depth:
+            return json.dumps(value)[: limits.value_text]
+        return {str(k): fit(v, limits, depth + 1) for k, v in list(value.items())[: limits.value_items]}
+    if isinstance(value, list):
+        if depth > limits.value_depth:
+            return json.dumps(value)[: limits.value_text]
+        return [fit(v, limits, depth + 1) for v in value[: limits.value_items]]
+    return value[: limits.value_text] if isinstance(value, str) else value
+
+
 def generate(path: str | Path | None, tasks: int) -> list[Task]:
     if path is None:
         raise ValueError("--suite tau-replay needs --replay FILE (τ-bench's historical_trajectories/*.json)")
@@ -229,21 +254,23 @@ class ReplayPolicy:
         self.task, self.strategy, self.limits = task, strategy, limits
         self.request = -1  # the request being replayed (0-based)
         self.left: list[tuple[Call, ...]] = []
-        self.asked = False  # this request's disclosure step is done
+        self.asked = 0  # disclosure steps taken in this request
         self.answered = True
         self._op = bounded(limits).items["state_delta"]
 
     def record(self, observations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """ISU: every tool result used becomes a knowledge state holding its content (scalar fields)."""
+        """ISU: every tool result used becomes a knowledge state holding its content (as far as the limits let a
+        value hold it), summarized by the call and the identifiers the result holds, so the index can find it."""
         ops = []
         for o in observations:
-            facts = dict(scalars(o.get("result", o.get("error")))[: self.limits.value_items])
-            facts = {k: (v[: self.limits.value_text] if isinstance(v, str) else v) for k, v in facts.items()}
-            args = json.dumps(o.get("arguments", {}), sort_keys=True)
-            summary = f"{o['tool']}({args})"
+            result = o.get("result", o.get("error"))
+            value = fit(result if isinstance(result, dict) else {"result": result}, self.limits)
+            args = " ".join(str(v) for _, v in scalars(o.get("arguments", {})))
+            ids = list(dict.fromkeys(str(v) for _, v in scalars(result) if isinstance(v, str) and IDENT.fullmatch(v)))
+            summary = f"{o['tool']} {args}".strip() + (": " + ", ".join(ids) if ids else "")
             op = {"operation": "add", "state_set": "knowledge",
                   "state_id": "fact_" + o["observation_id"][len(OBSERVATION_PREFIX):],
-                  "summary": summary[: self.limits.text], "value": facts,
+                  "summary": summary[: self.limits.text], "value": value,
                   "refs": [{"rel": "supports", "state_id": o["observation_id"]}]}
             try:
                 self._op.validate_python(op)
@@ -252,12 +279,33 @@ class ReplayPolicy:
             ops.append(op)
         return ops[: self.limits.ops]
 
-    def focus(self, query: str, parts: dict[str, list[dict[str, Any]]]) -> list[str]:
-        """PSA by the words of the new query: the earlier states whose summaries share a word with it."""
+    def focus(self, query: str, needs: Sequence[str], parts: dict[str, list[dict[str, Any]]]) -> list[str]:
+        """PSA by the index: the earlier states whose summaries name a value the next action needs; else those
+        that share a word with the query; else the latest earlier states."""
         listed, shown, _ = Policy.visible(parts)
+        unseen = [s for s in listed if s["state_id"] not in shown]
+        named = [s["state_id"] for s in unseen if any(v in str(s.get("summary", "")) for v in needs)]
         wanted = words(query)
-        hits = [s["state_id"] for s in listed if s["state_id"] not in shown and wanted & words(s.get("summary", ""))]
-        return hits[-self.limits.focus:]
+        hits = named or [s["state_id"] for s in unseen if wanted & words(s.get("summary", ""))]
+        return (hits or [s["state_id"] for s in unseen])[-self.limits.focus:]
+
+    def missing(self, user: str) -> list[str]:
+        """What the next action uses from earlier requests but the prompt does not show as content: the string
+        arguments of the next calls, or the earlier results' strings that the answer repeats, which the
+        conversation showed before this request and which are not in the query, the Active State or the results
+        in view. An index summary is not content (B.4): what only a summary shows is missing."""
+        earlier = self.task.seen(self.request)
+        if self.left:
+            used = [str(v) for c in self.left[0] for _, v in scalars(c.arguments) if isinstance(v, str)]
+        else:
+            answer = self.task.turns[self.request].answer
+            used = [v for t in self.task.turns[: self.request] for s in t.steps for c in s
+                    for _, v in scalars(c.result) if isinstance(v, str) and len(v) > 2 and v in answer]
+        index = tags.read(user, tags.HISTORICAL_INDEX)
+        view = user.replace(index, "") if index else user
+        if index:
+            view += "\n".join(str(json.loads(line).get("user_query", "")) for line in index.splitlines() if line)
+        return list(dict.fromkeys(v for v in used if v and v not in view and v in earlier))
 
     @staticmethod
     def remember(interaction: str) -> str:
@@ -272,17 +320,18 @@ class ReplayPolicy:
         query, parts = read_prompt(messages)
         if self.answered:  # the first step of the next request
             self.request += 1
-            self.left, self.asked, self.answered = list(self.task.turns[self.request].steps), False, False
+            self.left, self.asked, self.answered = list(self.task.turns[self.request].steps), 0, False
         output: dict[str, Any] = {"state_focus": [], "state_delta": [], "tool_calls": [],
                                   "assistant_message": {"content": None}}
         if "state_delta" in self.strategy.blocks:
             output["state_delta"] = self.record(parts.get(tags.LATEST_OBSERVATION, []))
-        if not self.asked and self.request > 0 and "state_focus" in self.strategy.blocks:
-            output["state_focus"] = [{"target_id": t, "reason": "may bear on this request"}
-                                     for t in self.focus(query, parts)]
-        self.asked = True
+        needs = self.missing(messages[-1].content) if self.request > 0 else []
+        if needs and self.asked < 2 and "state_focus" in self.strategy.blocks:
+            output["state_focus"] = [{"target_id": t, "reason": f"holds {needs[0]}, needed next"}
+                                     for t in self.focus(query, needs, parts)]
+            self.asked += 1
         if output["state_focus"]:
-            pass  # a step of its own: what it asks for is in view from the next step
+            pass  # a step of its own: the calls need what it asks for, in view from the next step
         elif self.left:
             calls = self.left.pop(0)
             if len(calls) > self.limits.tool_calls:  # more than a step may hold: the rest next step

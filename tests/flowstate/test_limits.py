@@ -74,3 +74,14 @@ def test_the_compact_profile_refuses_what_the_standard_one_admits() -> None:
     assert record.steps[0].protocol_error is not None and "480" in record.steps[0].protocol_error["message"]
     assert "value" in record.steps[1].malformed[0]["reason"]
     assert not accepts(grammars(engine)[0] or "", output(content=LONG_ANSWER))
+
+
+def test_the_prompt_states_only_the_limits_of_the_blocks_in_use() -> None:
+    from flowstate.limits import STANDARD
+
+    full = STANDARD.describe()
+    assert "16 state operations" in full and "8 focus items" in full and "refs per state" in full
+    two = STANDARD.describe(("tool_calls", "assistant_message"))
+    assert two == "Per step at most 8 tool calls; final answer ≤ 16000 characters. Keep outputs short."
+    isu = STANDARD.describe(("state_delta", "tool_calls", "assistant_message"))
+    assert "focus items" not in isu and "reasons" not in isu and "summaries ≤ 400 characters" in isu

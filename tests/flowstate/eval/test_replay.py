@@ -70,9 +70,12 @@ def test_every_strategy_reproduces_every_recorded_action(recording: Path, tmp_pa
     assert [(r["strategy"], r["task"]) for r in rows if not r["success"]] == []
     by = {(r["strategy"], r["task"]): r for r in rows}
     task = rows[0]["task"]
-    # flowstate looks up the earlier states by the words of request 2 ("reservation", its id) in a step of its own
+    # request 2's answer repeats "economy" from request 1's result, which flowstate's prompt shows only as an index
+    # summary: it asks for the state in a step of its own; full context has the result in its chat
     assert by[("flowstate", task)]["subtasks"][1]["steps"] == 2
     assert by[("full-context", task)]["subtasks"][1]["steps"] == 1
+    # request 3 needs nothing from earlier requests (its call's arguments are in its query): no disclosure step
+    assert by[("flowstate", task)]["subtasks"][2]["steps"] == by[("full-context", task)]["subtasks"][2]["steps"] == 3
     tokens = {s: sum(x["usage"]["prompt_tokens"] for x in by[(s, task)]["subtasks"]) for s in ("flowstate", "full-context")}
     assert tokens["flowstate"] != tokens["full-context"]  # the memory work differs; the actions do not
 
@@ -99,3 +102,20 @@ def test_tau_replay_needs_its_file_and_a_policy(tmp_path: Path, recording: Path)
     with pytest.raises(ValueError, match="give --policy oracle"):
         run_eval(EvalConfig(suites=("tau-replay",), strategies=("flowstate",), tasks=1, depth=1, out=tmp_path / "b",
                             replay=str(recording)), [])
+
+
+def test_a_recorded_state_holds_the_result_and_its_summary_names_the_ids() -> None:
+    from flowstate.eval.replay import ReplayPolicy, ReplayTask
+    from flowstate.limits import STANDARD
+    from flowstate.memory import get
+
+    policy, turns = parse(conversation("mia_li_3668", "ABC123"))
+    replayer = ReplayPolicy(ReplayTask("t", policy, turns), get("flowstate"))
+    result = {"user_id": "mia_li_3668", "reservations": ["ABC123", "Z9Y8X7"], "membership": "gold",
+              "notes": ["x" * 5000]}
+    [op] = replayer.record([{"observation_id": "obs_r1_s1_1", "tool": "get_user_details",
+                             "arguments": {"user_id": "mia_li_3668"}, "result": result}])
+    assert op["summary"] == "get_user_details mia_li_3668: mia_li_3668, ABC123, Z9Y8X7"
+    assert op["value"]["reservations"] == ["ABC123", "Z9Y8X7"]  # nested as the result was
+    assert len(op["value"]["notes"][0]) == STANDARD.value_text  # cut to what a value may hold
+    assert op["refs"] == [{"rel": "supports", "state_id": "obs_r1_s1_1"}]
