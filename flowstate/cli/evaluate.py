@@ -31,8 +31,10 @@ def _progress(line: str) -> None:
               help="Strategies, comma-separated: flowstate, full-context, no-psa, no-isu, bm25, mem0-style, zipact, "
                    "zipact-bm25, reasoningbank, mage (and mage-no-compress, mage-no-maintain, mage-no-revise).")
 @engine_options
-@click.option("--policy", type=click.Choice(["oracle", "memoryless"]), default=None,
-              help="Run a scripted reference policy instead of a model (checks the suites and the harness).")
+@click.option("--policy", "policies", default=None, metavar="oracle|realistic|memoryless[,…]",
+              help="Run a scripted reference policy instead of a model: oracle (the optimistic bound), realistic "
+                   "(records every result it used, finds history by the query's words, in steps of their own; "
+                   "tau-replay's kind) or memoryless. A list (oracle,realistic) runs each, and sweep.md side by side.")
 @click.option("--tasks", default=4, show_default=True, type=click.IntRange(min=1), help="Tasks per suite.")
 @click.option("--depth", "depths", default="4", show_default=True,
               help="Subtasks per task; a comma-separated list (4,8,16) sweeps them: one run per depth, and sweep.md.")
@@ -75,7 +77,7 @@ def _progress(line: str) -> None:
               help="GPU memory the sessions share with the weights, for how many sessions fit.")
 @loop_options()
 def evaluate(
-    suites: str, suite_options: tuple[str, ...], strategy_names: str, policy: str | None, tasks: int, depths: str, seed: int, concurrency: int, out: Path,
+    suites: str, suite_options: tuple[str, ...], strategy_names: str, policies: str | None, tasks: int, depths: str, seed: int, concurrency: int, out: Path,
     db: str | None, tau2_data: str | None, replay: str | None, count_tokens: str, trials: int, user_engine: str | None, user_model: str | None, user_base_url: str | None,
     user_api_key: str | None, judge_engine: str | None, judge_model: str | None, judge_base_url: str | None,
     judge_api_key: str | None, model_specs: tuple[str, ...], kv_model: str, gpu_memory_gib: float,
@@ -100,10 +102,16 @@ def evaluate(
         load_kv_model(kv_model)  # a wrong name or path fails before any run
         for name in strategy_list or ("",):
             get(name)
+        from flowstate.eval.runner import POLICIES
+
+        policy_list = [p.strip() for p in policies.split(",") if p.strip()] if policies else []
+        if policies is not None and (not policy_list or any(p not in POLICIES for p in policy_list)):
+            raise ValueError(f"--policy takes {', '.join(POLICIES)} or a comma-separated list of them, not {policies!r}")
+        policy = policy_list[0] if policy_list else None
         if model_specs and policy is not None:
             raise ValueError("--models compares models; a reference policy (--policy) runs no model")
         specs = [{**engine_opts, **parse_spec(m)} for m in model_specs] or [engine_opts]
-        grid = points(numbers(depths, "--depth"), _sizes(suite_options))
+        grid = points(numbers(depths, "--depth"), _sizes(suite_options), list(dict.fromkeys(policy_list)) or [None])
         user = engines.load(user_engine, model=user_model, base_url=user_base_url, api_key=user_api_key) \
             if user_engine else None
         judge = engines.load(judge_engine, model=judge_model, base_url=judge_base_url, api_key=judge_api_key) \
@@ -117,7 +125,7 @@ def evaluate(
                 loop=loop_config(loaded[0] if loaded else None, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
                                  limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode,
                                  max_tokens=opts.get("max_tokens")),
-                engine="" if policy else name, policy=policy, sizes=point.sizes, tau2_data=tau2_data, db=db, replay=replay,
+                engine="" if policy else name, policy=point.policy, sizes=point.sizes, tau2_data=tau2_data, db=db, replay=replay,
                 count_tokens=count_tokens, decoding=decoding(opts), kv_model=kv_model, gpu_memory_gib=gpu_memory_gib,
                 trials=trials, user=f"{user_engine}:{user_model or 'default'}" if user_engine else "",
                 judge=f"{judge_engine}:{judge_model or 'default'}" if judge_engine else "",

@@ -38,6 +38,9 @@ BOUNDED: dict[str, str] = {
 """Strategies whose reference policy is not expected to solve every dependent subtask, and why: what their
 memory shows is not always enough, by the method's own design. The report says so beside their figures."""
 
+LOOKS = 3
+"""The realistic policy's disclosure steps per request at most: then it acts on what it has."""
+
 _SECTION = re.compile(r"<([a-z_]+)>\n(.*?)</\1>", re.S)
 
 
@@ -83,6 +86,50 @@ def read_interaction(text: str) -> tuple[str, list[dict[str, Any]]]:
 def memory_text(query: str, facts: dict[str, Any]) -> str:
     """A memory as the reference policies write it: the request it came from, then its facts as JSON."""
     return f"{query} | {json.dumps(facts)}"
+
+
+STOPWORDS = frozenset("a an and are as at be but by can do for from have i if in is it me my no not of on or please "
+                      "so that the this to was we what with you your yes ok okay".split())
+
+
+def words(text: str) -> set[str]:
+    """The content words of a text (lowercase, no stopwords): what a lookup by words matches on."""
+    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in STOPWORDS and len(w) > 1}
+
+
+def strings(value: Any) -> list[str]:
+    """Every string in a JSON value, in order."""
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in strings(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in strings(v)]
+    return [value] if isinstance(value, str) else []
+
+
+def gist(observation: dict[str, Any], size: int = 160) -> str:
+    """A summary as a model writes one of a tool result: the call, then the result's names — its short strings
+    (ids, titles, names, codes; prose is left out) — in order, up to ``size`` characters."""
+    args = " ".join(strings(observation.get("arguments") or {}))
+    head = f"{observation.get('tool', '')} {args}".strip()
+    names = [" ".join(x.split()) for x in strings(observation.get("result", observation.get("error")))
+             if 0 < len(x.split()) <= NAME_WORDS]
+    return f"{head}: {', '.join(dict.fromkeys(names))}"[:size]
+
+
+NAME_WORDS = 8
+"""A string of at most this many words is a name (a title, an id, a code) rather than prose."""
+
+
+def fit(value: Any, limits: Limits, depth: int = 0) -> Any:
+    """A JSON value cut to what a state's value may hold under ``limits``: containers to ``value_items`` members
+    and ``value_depth`` levels below the top object, strings to ``value_text`` characters."""
+    if isinstance(value, dict | list) and depth > limits.value_depth:
+        return json.dumps(value)[: limits.value_text]
+    if isinstance(value, dict):
+        return {str(k): fit(v, limits, depth + 1) for k, v in list(value.items())[: limits.value_items]}
+    if isinstance(value, list):
+        return [fit(v, limits, depth + 1) for v in value[: limits.value_items]]
+    return value[: limits.value_text] if isinstance(value, str) else value
 
 
 def _remembered(item: dict[str, Any]) -> dict[str, Any]:
@@ -134,10 +181,18 @@ class Policy:
     states. Its token counts are a lower bound a real model can only exceed.
     """
 
-    def __init__(self, task: Task, strategy: Strategy, memory: bool, limits: Limits = STANDARD) -> None:
+    def __init__(self, task: Task, strategy: Strategy, memory: bool, limits: Limits = STANDARD,
+                 realistic: bool = False) -> None:
         self.task, self.strategy, self.memory, self.limits = task, strategy, memory, limits
+        self.realistic = realistic and memory
         self.trace: list[Step] = []
         self._seen: set[str] = set()
+        self._looked = 0  # disclosure steps of its own in this request (realistic)
+
+    def keeps(self, key: str) -> bool:
+        """Whether a fact goes into memory: the oracle keeps what later subtasks need (``Task.durable``), the
+        realistic policy every fact of the results it used."""
+        return self.realistic or self.task.durable(key)
 
     def _facts_of(self, item: dict[str, Any]) -> dict[str, Any]:
         """The facts an item holds: a tool result's distilled facts, or a state's value."""
@@ -160,7 +215,9 @@ class Policy:
             sources += [_remembered(i) for i in parts.get(tags.MEMORIES, [])]
             sources += [_remembered({"fact": i["summary"]}) for i in parts.get(tags.EXECUTION_STATE, [])
                         if "summary" in i and "hint" not in i]
-        sources += [e for e in parts.get(tags.ACTIVE_STATE, []) if self.memory or "source_query" not in e]
+        active = [e for e in parts.get(tags.ACTIVE_STATE, []) if self.memory or "source_query" not in e]
+        # what earlier requests hold first, so that this request's own facts win where keys meet
+        sources += sorted(active, key=lambda e: "source_query" not in e)
         sources += parts.get(tags.TRAJECTORY, [])
         facts: dict[str, Any] = {}
         new: set[str] = set()
@@ -176,13 +233,15 @@ class Policy:
         return facts, new
 
     def record(self, observations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """ISU: the durable facts of each tool result become a knowledge state that cites it."""
+        """ISU: the facts of each tool result it keeps become a knowledge state that cites it; the oracle names
+        the facts in the summary, the realistic policy writes what a model would: the call and the result's words."""
         ops = []
         for o in observations:
-            facts = {key: v for key, v in self._facts_of(o).items() if self.task.durable(key)}
+            facts = {key: v for key, v in self._facts_of(o).items() if self.keeps(key)}
             if not facts:
                 continue
-            summary = f"{o['tool']} result: {', '.join(facts)}"
+            summary = gist(o) if self.realistic else f"{o['tool']} result: {', '.join(facts)}"
+            facts = fit(facts, self.limits)
             ops.append({
                 "operation": "add", "state_set": "knowledge", "state_id": "fact_" + o["observation_id"][len(OBSERVATION_PREFIX):],
                 "summary": summary if len(summary) <= self.limits.text else summary[: self.limits.text - 1] + "…",
@@ -210,12 +269,32 @@ class Policy:
         unseen = [s["state_id"] for s in listed if s["state_id"] not in shown]
         return list(dict.fromkeys(related + unseen))[: self.limits.focus]
 
+    def look(self, query: str, decision: Decision, parts: dict[str, list[dict[str, Any]]], first: bool) -> list[str]:
+        """Realistic PSA, in steps of their own: at a request's first step, the earlier states whose summaries
+        share the most words with the query (those sharing none are left); when a fact is still missing, the
+        latest earlier states not yet seen, then the tool results that states in view reference — at most
+        ``LOOKS`` such steps per request, then it guesses."""
+        if first:
+            self._looked = 0
+        listed, shown, related = self.visible(parts)
+        unseen = [st for st in listed if st["state_id"] not in shown]
+        if first:
+            wanted = words(query)
+            shared = [(len(wanted & words(str(st.get("summary", "")))), i, st["state_id"]) for i, st in enumerate(unseen)]
+            focus = [sid for n, _, sid in sorted(shared, reverse=True) if n][: self.limits.focus]
+        elif isinstance(decision, Need) and self._looked < LOOKS:
+            focus = [*(st["state_id"] for st in unseen[::-1]), *related][: self.limits.focus]
+        else:
+            focus = []
+        self._looked += bool(focus)
+        return focus
+
     def extract(self, interaction: str) -> str:
         """Mem0-style extraction: the request's durable facts as one memory that names the request it came from
         (so that a later request's words find it)."""
         query, lines = read_interaction(interaction)
         durable = {k: v for item in lines if "observation_id" in item
-                   for k, v in self._facts_of(item).items() if self.task.durable(k)}
+                   for k, v in self._facts_of(item).items() if self.keeps(k)}
         return json.dumps({"facts": [memory_text(query, durable)] if durable else []})
 
     def track(self, user: str) -> str:
@@ -226,7 +305,7 @@ class Policy:
         k = self.task.subtask(query or "")
         world = dict(before.get("world") or {})
         new = {key: v for item in parts.get(tags.NEW_OBSERVATION, [])
-               for key, v in self._facts_of(item).items() if self.task.durable(key)}
+               for key, v in self._facts_of(item).items() if self.keeps(key)}
         world[f"request_{k}"] = {**(world.get(f"request_{k}") or {}), **new}
         return json.dumps({"goal": query or "", "world": world, "constraints": []})
 
@@ -273,7 +352,10 @@ class Policy:
         delta = self.record(parts.get(tags.LATEST_OBSERVATION, [])) if "state_delta" in self.strategy.blocks else []
         decision = self.task.solve(k, facts)
         focus: list[str] = []
-        if self.memory and "state_focus" in self.strategy.blocks:
+        if self.realistic and "state_focus" in self.strategy.blocks:
+            focus = self.look(query, decision, parts, first=t == 1 and k > 1)
+            decision = Need(()) if focus else decision  # a step of its own: it acts once what it asked for is in view
+        elif self.memory and "state_focus" in self.strategy.blocks:
             missing = [key for key in self.task.needs(k) if key not in facts]
             if isinstance(decision, Need):
                 missing += [key for key in decision.keys if key not in missing]

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from engine.base import Message
 from flowstate import tags
-from flowstate.eval.policies import Policy, memory_reply, memory_text, read_interaction, read_prompt
+from flowstate.eval.policies import Policy, fit, memory_reply, memory_text, read_interaction, read_prompt, words
 from flowstate.eval.task import Score, Task
 from flowstate.limits import STANDARD, Limits
 from flowstate.memory.base import Strategy
@@ -44,8 +44,6 @@ THINK = {"name": "think", "description": "Use the tool to think about something.
          "or change the database; it only records the thought.",
          "parameters": {"type": "object", "properties": {"thought": {"type": "string", "description": "A thought."}},
                         "required": ["thought"]}}
-STOPWORDS = frozenset("a an and are as at be but by can do for from have i if in is it me my no not of on or please "
-                      "so that the this to was we what with you your yes ok okay".split())
 
 
 @dataclass(frozen=True)
@@ -218,20 +216,6 @@ IDENT = re.compile(r"(?=.*\d)[A-Za-z0-9][A-Za-z0-9_-]{3,}")
 """An identifier in a result: a token with a digit (ids, flight numbers, payment ids), no spaces."""
 
 
-def fit(value: Any, limits: Limits, depth: int = 0) -> Any:
-    """A JSON value cut to what a state's value may hold under ``limits``: containers to ``value_items`` members
-    and ``value_depth`` levels below the top object, strings to ``value_text`` characters."""
-    if isinstance(value, dict):
-        if depth > limits.value_depth:
-            return json.dumps(value)[: limits.value_text]
-        return {str(k): fit(v, limits, depth + 1) for k, v in list(value.items())[: limits.value_items]}
-    if isinstance(value, list):
-        if depth > limits.value_depth:
-            return json.dumps(value)[: limits.value_text]
-        return [fit(v, limits, depth + 1) for v in value[: limits.value_items]]
-    return value[: limits.value_text] if isinstance(value, str) else value
-
-
 def generate(path: str | Path | None, tasks: int) -> list[Task]:
     if path is None:
         raise ValueError("--suite tau-replay needs --replay FILE (τ-bench's historical_trajectories/*.json)")
@@ -241,10 +225,6 @@ def generate(path: str | Path | None, tasks: int) -> list[Task]:
         if turns:
             out.append(ReplayTask(f"replay-{entry.get('task_id', len(out))}-{len(out)}", policy, turns))
     return out
-
-
-def words(text: str) -> set[str]:
-    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in STOPWORDS and len(w) > 1}
 
 
 class ReplayPolicy:

@@ -94,12 +94,22 @@ def _bounds(c: dict[str, Any]) -> list[str]:
         return []
     from flowstate.eval.policies import BOUNDED
 
-    kind = ("the optimistic bound: it records only what later subtasks need and finds it by exact keys; a model "
-            "can only do worse" if c["policy"] == "oracle" else "the memoryless bound: it never reads memory")
-    out = ["", f"Reference policy {c['policy']}: {kind}."]
+    out = ["", f"Reference policy {c['policy']}: {BOUNDS[c['policy']]}."]
     out += [f"- {name} cannot reach SR 100 here by design: {why}." for name, why in BOUNDED.items()
-            if name in c["strategies"] and c["policy"] == "oracle"]
+            if name in c["strategies"] and c["policy"] != "memoryless"]
     return out
+
+
+BOUNDS = {
+    "oracle": "the optimistic bound (best case for memory methods): it records only what later subtasks need, "
+              "finds it by exact keys and asks for it together with actions that do not need it; a model can only "
+              "do worse",
+    "realistic": "a realistic bound: it records every tool result it used with its facts, finds earlier states by "
+                 "the words of the new query and asks for them in a step of its own before it acts (tau-replay: "
+                 "when its next recorded action needs an earlier value not in view); not a best case",
+    "memoryless": "the memoryless bound: it never reads memory",
+}
+"""What each reference policy's figures are, as the reports label them."""
 
 
 def _suite_section(suite: str, pairs: list[dict[str, Any]]) -> list[str]:

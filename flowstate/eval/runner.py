@@ -40,7 +40,8 @@ TASK_POLICY = (
     "Act with the tools; answer briefly. Every name, number and decision must come from tool results, "
     "from your memory of earlier requests, or from the request itself."
 )
-POLICIES = ("oracle", "memoryless")
+POLICIES = ("oracle", "realistic", "memoryless")
+"""The reference policies: the optimistic bound, a realistic one, the memoryless bound (``flowstate.eval.policies``)."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class EvalConfig:
     concurrency: int = 1
     loop: LoopConfig = field(default_factory=LoopConfig)
     engine: str = ""  # a label of the engine (name and model), recorded so a resumed run stays comparable
-    policy: str | None = None  # a reference policy instead of a model: "oracle" or "memoryless"
+    policy: str | None = None  # a reference policy instead of a model: "oracle", "realistic" or "memoryless"
     sizes: dict[str, int] = field(default_factory=dict)  # observation sizes of the realistic suites
     tau2_data: str | None = None  # τ³ suites: a tau2-bench checkout's data folder (else the packaged airline data)
     trials: int = 1  # τ³ suites: runs of each task (pass^k)
@@ -170,11 +171,13 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress =
     check_options(config.suites, config.sizes)
     if config.count_tokens not in COUNTS:
         raise ValueError(f"unknown token count {config.count_tokens!r}; valid: {', '.join(COUNTS)}")
-    if config.policy == "memoryless" and any(s in TAU3 or s == REPLAY for s in config.suites):
-        raise ValueError("the τ³ suites have a gold reference policy (--policy oracle) and tau-replay replays its "
-                         "recordings, not a memoryless one")
-    if REPLAY in config.suites and config.policy is None:
-        raise ValueError("tau-replay replays its recordings through each strategy (no model): give --policy oracle")
+    if config.policy is not None and config.policy not in POLICIES:
+        raise ValueError(f"unknown reference policy {config.policy!r}; valid: {', '.join(POLICIES)}")
+    if config.policy in ("memoryless", "realistic") and any(s in TAU3 for s in config.suites):
+        raise ValueError(f"the τ³ suites replay their gold actions (--policy oracle), not a {config.policy} policy")
+    if REPLAY in config.suites and config.policy != "realistic":
+        raise ValueError("tau-replay replays its recordings through each strategy (no model) with a realistic memory "
+                         "policy: give --policy realistic")
     suites = {suite: _tasks(config, suite) for suite in config.suites}
     if config.policy is None and not engines:
         raise ValueError("no engine to evaluate")
@@ -220,7 +223,8 @@ def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str
         elif config.policy is not None and isinstance(task, Tau3Task):
             engine = PolicyEngine(GoldPolicy(task, strategy, limits), tokens)
         elif config.policy is not None:
-            engine = PolicyEngine(Policy(task, strategy, memory=config.policy == "oracle", limits=limits), tokens)
+            engine = PolicyEngine(Policy(task, strategy, memory=config.policy != "memoryless", limits=limits,
+                                         realistic=config.policy == "realistic"), tokens)
         else:
             engine = engines[i % len(engines)]  # several servers: tasks spread over all of them
         if conversational:

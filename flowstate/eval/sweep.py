@@ -1,6 +1,7 @@
 """Sweeps: the same comparison at several depths or observation sizes, and the ratios as a function of them.
 
-``flowstate eval --depth 4,8,16`` (or ``--suite-option results=5,10,20``) runs one comparison per point, each
+``flowstate eval --depth 4,8,16`` (or ``--suite-option results=5,10,20``, or ``--policy oracle,realistic``: the
+two bounds side by side) runs one comparison per point, each
 into its own folder (``OUT/depth-8/``, ``OUT/depth-8_results-10/``: resumable on its own, its settings its
 identity), then writes ``OUT/sweep.md`` — per suite and strategy, at each point, SR and the ratios to full
 context (tokens, uncached prompt tokens, peak context per session) — and ``OUT/sweep.png``, so a reader sees
@@ -16,17 +17,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowstate.eval.report import BASELINE, _table, plots_available, settings
+from flowstate.eval.report import BASELINE, BOUNDS, _table, plots_available, settings
 
 
 @dataclass(frozen=True)
 class Point:
     depth: int
     sizes: dict[str, int]
+    policy: str | None = None  # the reference policy (None: a model)
+    named: bool = False  # the label names the policy (several policies swept)
 
     @property
     def label(self) -> str:
-        return "_".join([f"depth-{self.depth}", *(f"{k}-{v}" for k, v in sorted(self.sizes.items()))])
+        return "_".join([*([str(self.policy)] if self.named else []), f"depth-{self.depth}",
+                         *(f"{k}-{v}" for k, v in sorted(self.sizes.items()))])
 
 
 def numbers(text: str, what: str) -> list[int]:
@@ -40,11 +44,12 @@ def numbers(text: str, what: str) -> list[int]:
     return values
 
 
-def points(depths: Sequence[int], options: dict[str, list[int]]) -> list[Point]:
-    """Every combination of the depths and the suite options' values, in the order given."""
+def points(depths: Sequence[int], options: dict[str, list[int]],
+           policies: Sequence[str | None] = (None,)) -> list[Point]:
+    """Every combination of the reference policies, the depths and the suite options' values, in the order given."""
     names = sorted(options)
-    return [Point(d, dict(zip(names, values, strict=True)))
-            for d in depths for values in itertools.product(*(options[n] for n in names))]
+    return [Point(d, dict(zip(names, values, strict=True)), policy, len(policies) > 1)
+            for policy in policies for d in depths for values in itertools.product(*(options[n] for n in names))]
 
 
 def ratios(summary: dict[str, Any]) -> dict[tuple[str, str], dict[str, float | None]]:
@@ -85,6 +90,8 @@ def sweep_table(results: Sequence[tuple[Point, dict[str, Any]]]) -> str:
              "Per point: SR % / tokens ×FC / uncached prompt tokens ×FC / peak context per session ×FC (full-context = "
              "1). Each point's folder holds its full report.", ""]
     lines += [f"- {point.label}: {settings(summary['config'])}" for point, summary in results]
+    policies = list(dict.fromkeys(p.policy for p, _ in results if p.policy))
+    lines += ["", *(f"Reference policy {p}: {BOUNDS[p]}." for p in policies)] if policies else []
     lines += ["", _table(["suite", "strategy", *(p.label for p, _ in results)], rows), ""]
     return "\n".join(lines)
 

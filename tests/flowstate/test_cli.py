@@ -88,8 +88,7 @@ def test_default_db_comes_from_the_environment(tmp_path: Path) -> None:
     ("eval: unknown suite", "unknown suite(s) kitchen; valid suites: hotel, bundle, travel, chain, shopping, planning, "
                             "reasoning, tau3-airline, tau3-retail"),
     ("eval: unknown suite option", "unknown suite option(s) rows for suites shopping; valid: bullets, description_words, results"),
-    ("eval: memoryless on τ³", "the τ³ suites have a gold reference policy (--policy oracle) and tau-replay replays "
-                               "its recordings, not a memoryless one"),
+    ("eval: memoryless on τ³", "the τ³ suites replay their gold actions (--policy oracle), not a memoryless policy"),
     ("eval: no τ³ data", "no τ³ retail data under"),
     ("bench repo: no server", "cannot create a benchmark database on postgresql://u:***@127.0.0.1:1/x"),
     ("eval: unknown strategy", "unknown strategy 'magic'; valid strategies:"),
@@ -179,6 +178,23 @@ def test_eval_across_models_writes_the_table_5_shape(tmp_path: Path) -> None:
     assert len(folders) == 2 and all((out / f / "report.md").exists() for f in folders)  # each model's own report
     bad = flowstate("eval", "--suite", "hotel", "--out", tmp_path / "x", "--models", "engine=scripted,colour=red")
     assert bad.returncode == 1 and "--models takes KEY=VALUE" in bad.stderr
+
+
+def test_eval_runs_both_bounds_side_by_side(tmp_path: Path) -> None:
+    out = tmp_path / "bounds"
+    result = flowstate("eval", "--policy", "oracle,realistic", "--suite", "shopping", "--strategy",
+                       "flowstate,full-context", "--tasks", "1", "--depth", "4", "--out", out)
+    assert result.returncode == 0, result.stderr
+    table = (out / "sweep.md").read_text()
+    assert "| oracle_depth-4 | realistic_depth-4 |" in table
+    assert "Reference policy oracle: the optimistic bound" in table and "Reference policy realistic: a realistic bound" in table
+    row = next(line for line in table.splitlines() if line.startswith("| shopping | flowstate |"))
+    oracle, realistic = (float(c.split(" / ")[1].rstrip("×")) for c in row.strip("| ").split(" | ")[2:])
+    assert realistic > oracle  # the realistic policy is not a best case
+    assert json.loads((out / "realistic_depth-4" / "config.json").read_text())["policy"] == "realistic"
+    assert "Reference policy realistic" in (out / "realistic_depth-4" / "report.md").read_text()
+    bad = flowstate("eval", "--policy", "oracle,lucky", "--out", tmp_path / "bad")
+    assert bad.returncode == 1 and "--policy takes oracle, realistic, memoryless" in bad.stderr
 
 
 def test_eval_sweeps_depths_and_suite_options(tmp_path: Path) -> None:

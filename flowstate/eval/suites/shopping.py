@@ -46,8 +46,8 @@ class ShoppingTask(Task):
         first = correct[0]
         queries = [f"Buy the {first.category} with fit code {first.fit}: search, open its product page, buy it there."]
         queries += [
-            f"Buy a {correct[k].category} for the {correct[j].category} I bought earlier: its fit code must be the "
-            f"code the {correct[j].category}'s product page lists under compatible_with. Search, open its product "
+            f"Buy a {correct[k].category} for the {correct[j - 1].category} I bought earlier: its fit code must be "
+            f"the code the {correct[j - 1].category}'s product page lists under compatible_with. Search, open its product "
             "page, buy it there."
             for k, j in enumerate(depends, start=1)
         ]
@@ -110,8 +110,9 @@ class ShoppingTask(Task):
             return Answer(f"Bought {mine}.")
         if mine is not None:
             return Call("buy", {"asin": mine})
-        offers = {key[len("offer_"):]: v for key, v in facts.items() if key.startswith("offer_")}
         shelf = {p.asin for p in self.shelves[k - 1]}
+        # this request's search page (earlier requests' pages, if in view, list other categories)
+        offers = {key[len("offer_"):]: v for key, v in facts.items() if key.startswith("offer_") and v in shelf}
         if not shelf & set(offers.values()):
             return Call("search", {"query": self.correct[k - 1].category})
         if code_ is None:  # no memory of what it must fit: the top result

@@ -64,7 +64,7 @@ def test_a_recording_parses_into_requests_steps_and_answers() -> None:
 
 def test_every_strategy_reproduces_every_recorded_action(recording: Path, tmp_path: Path) -> None:
     config = EvalConfig(suites=("tau-replay",), strategies=tuple(METHODS), tasks=2, depth=1, out=tmp_path / "ev",
-                        policy="oracle", replay=str(recording))
+                        policy="realistic", replay=str(recording))
     rows = run_eval(config, [])
     assert len(rows) == 2 * len(METHODS)
     assert [(r["strategy"], r["task"]) for r in rows if not r["success"]] == []
@@ -98,10 +98,11 @@ def test_a_call_that_is_not_the_recorded_one_fails_the_replay(recording: Path) -
 def test_tau_replay_needs_its_file_and_a_policy(tmp_path: Path, recording: Path) -> None:
     with pytest.raises(ValueError, match="needs --replay FILE"):
         run_eval(EvalConfig(suites=("tau-replay",), strategies=("flowstate",), tasks=1, depth=1, out=tmp_path / "a",
-                            policy="oracle"), [])
-    with pytest.raises(ValueError, match="give --policy oracle"):
-        run_eval(EvalConfig(suites=("tau-replay",), strategies=("flowstate",), tasks=1, depth=1, out=tmp_path / "b",
-                            replay=str(recording)), [])
+                            policy="realistic"), [])
+    for policy in (None, "oracle", "memoryless"):  # its replay policy is the realistic kind, and says so
+        with pytest.raises(ValueError, match="give --policy realistic"):
+            run_eval(EvalConfig(suites=("tau-replay",), strategies=("flowstate",), tasks=1, depth=1,
+                                out=tmp_path / "b", replay=str(recording), policy=policy), [])
 
 
 def test_a_recorded_state_holds_the_result_and_its_summary_names_the_ids() -> None:

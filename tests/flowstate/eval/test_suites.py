@@ -200,3 +200,64 @@ def test_a_suite_gives_the_depth_asked_or_refuses_it(suite: str) -> None:
             assert "at most" in str(exc)
             continue
         assert all(t.depth == depth for t in tasks)
+
+
+@pytest.mark.parametrize("suite", sorted(SUITES))
+def test_the_realistic_policy_is_the_costlier_bound_and_still_solves_every_suite(suite: str, tmp_path: Path) -> None:
+    strategies = ("flowstate", "full-context", "no-psa")
+    rows = {policy: run_eval(EvalConfig(suites=(suite,), strategies=strategies, tasks=3, depth=5, out=tmp_path / policy,
+                                        policy=policy), []) for policy in ("oracle", "realistic")}
+    for strategy in strategies:
+        assert all(r["success"] for r in rows["realistic"] if r["strategy"] == strategy), strategy
+
+    def total(policy: str, key: str) -> int:
+        return sum(int(s["usage"][key]) if key != "steps" else s["steps"] for r in rows[policy]
+                   if r["strategy"] == "flowstate" for s in r["subtasks"])
+
+    # it records every result it used and looks history up by words, in steps of their own: more of both
+    assert total("realistic", "steps") >= total("oracle", "steps")
+    assert total("realistic", "prompt_tokens") > total("oracle", "prompt_tokens")
+
+
+def test_the_realistic_policy_records_every_result_and_asks_for_history_in_a_step_of_its_own(tmp_path: Path) -> None:
+    import json
+    import re
+    from collections.abc import Sequence
+
+    from flowstate.config import LoopConfig
+    from flowstate.eval.policies import Policy, PolicyEngine, sections, words
+    from flowstate.eval.runner import run_task
+    from flowstate.store.repository import Repository
+
+    task = generate("shopping", 1, 4, 0)[0]
+    policy = Policy(task, get("flowstate"), memory=True, realistic=True)
+    steps: list[tuple[str, dict[str, Any]]] = []
+
+    def answer(messages: Sequence[Any]) -> str:
+        text = policy(messages)
+        blocks = {name: json.loads(body) for name, body in re.findall(r"<([a-z_]+)>\n(.*?)\n</\1>", text, re.S)}
+        steps.append((messages[-1].content, blocks))
+        return text
+
+    with Repository.open(tmp_path / "m.db") as repo:
+        row = run_task(task, get("flowstate"), PolicyEngine(answer), repo, LoopConfig(), "r")
+    assert row["success"]
+    looks = [b for _, b in steps if b["state_focus"]]
+    assert looks and all(b["tool_calls"] == [] and b["assistant_message"] == {"content": None} for b in looks)
+    recorded = [op for _, b in steps for op in b["state_delta"]]
+    # every result it used, the search pages' offers too (the oracle keeps only what later subtasks need)
+    assert any(any(key.startswith("offer_") for key in op["value"]) for op in recorded)
+    # request 2's first step asks only for states whose summaries share a word with its query
+    prompt, first = next((p, b) for p, b in steps if task.queries[1] in p)
+    summaries = {st["state_id"]: st["summary"] for e in sections(prompt)["historical_state_index"] for st in e["states"]}
+    asked = [f["target_id"] for f in first["state_focus"]]
+    assert asked and all(words(summaries[a]) & words(task.queries[1]) for a in asked)
+    assert len(asked) < len(summaries) or len(summaries) == 1
+
+
+def test_a_shopping_query_names_the_product_its_fit_depends_on() -> None:
+    for task in generate("shopping", 4, 8, 0):
+        for k in range(2, 9):
+            j = task.depends[k - 2]
+            assert f"for the {task.correct[j - 1].category} I bought earlier" in task.queries[k - 1]
+            assert task.needs(k) == (f"compat{j}",)
