@@ -54,6 +54,8 @@ def validate_access(state: ActiveState, focus: tuple[FocusItem, ...]) -> tuple[t
             refused.append(Refused(target, "already visible in the Active State; do not request it again"))
         elif target in allowed:
             accepted.append(target)
+        elif (page := state.page_listing(target)) is not None:
+            refused.append(Refused(target, f"listed in {page.id} of the index: request {page.id} first"))
         elif target in state.history_ids or state.observation(target) is not None:
             refused.append(
                 Refused(target, "not accessible: neither in the Historical State Index nor referenced by an Active State entry")
@@ -66,7 +68,7 @@ def validate_access(state: ActiveState, focus: tuple[FocusItem, ...]) -> tuple[t
 def disclose(source: HistorySource, state: ActiveState, targets: tuple[str, ...]) -> ActiveState:
     """Add the validated targets' contents and relations to the state."""
     for target in targets:
-        node: Node | None = state.observation(target)
+        node: Node | None = state.observation(target) or state.page(target)
         incoming: list[tuple[str, str]] = []  # nothing stored points at a result of this request yet
         if node is None:
             node, incoming = source.disclosure(target)

@@ -31,6 +31,7 @@ class ActiveState:
     disclosed: tuple[Disclosed, ...] = ()
     observations: tuple[Node, ...] = ()  # raw tool results of this request so far (O_k)
     order: tuple[str, ...] = field(default=())
+    pages: tuple[Node, ...] = ()  # a bounded index's pages (``flowstate.pages``), disclosable like states
 
     # -- lookups ---------------------------------------------------------------------------
 
@@ -39,6 +40,13 @@ class ActiveState:
 
     def observation(self, node_id: str) -> Node | None:
         return next((n for n in self.observations if n.id == node_id), None)
+
+    def page(self, node_id: str) -> Node | None:
+        return next((n for n in self.pages if n.id == node_id), None)
+
+    def page_listing(self, node_id: str) -> Node | None:
+        """The innermost page whose lines list ``node_id``, if a page does."""
+        return next((p for p in reversed(self.pages) if node_id in p.value["listed"]), None)
 
     def visible_ids(self) -> frozenset[str]:
         return frozenset(self.order)
@@ -49,6 +57,7 @@ class ActiveState:
             node_id in self.history_ids
             or self.current_node(node_id) is not None
             or self.observation(node_id) is not None
+            or self.page(node_id) is not None
         )
 
     def tool_refs(self) -> frozenset[str]:
@@ -61,7 +70,8 @@ class ActiveState:
     def ref_targets(self) -> frozenset[str]:
         """What a ref may name (Eq. 5's reach): a visible state, an id of G_k, a tool result that a visible
         state references, or an observation of this request."""
-        return self.visible_ids() | self.index_ids | self.tool_refs() | {o.id for o in self.observations}
+        reach = self.visible_ids() | self.index_ids | self.tool_refs() | {o.id for o in self.observations}
+        return reach - {p.id for p in self.pages}  # a page is a view of the index, not a state
 
     def referrers(self, node_id: str) -> list[str]:
         """Current-request states whose refs point at ``node_id``."""
@@ -89,7 +99,9 @@ class ActiveState:
         )
 
     def with_disclosed(self, item: Disclosed) -> ActiveState:
-        return replace(self, disclosed=(*self.disclosed, item), order=(*self.order, item.node.id))
+        """``item`` in view; a disclosed page adds the ids its lines list to those of the index."""
+        index = self.index_ids | frozenset(item.node.value["listed"]) if self.page(item.node.id) else self.index_ids
+        return replace(self, disclosed=(*self.disclosed, item), order=(*self.order, item.node.id), index_ids=index)
 
     def with_observations(self, nodes: tuple[Node, ...]) -> ActiveState:
         return replace(self, observations=(*self.observations, *nodes))

@@ -11,6 +11,7 @@ Deterministic JSON throughout; no clocks, no random ids.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ from flowstate import tags
 from flowstate.active import ActiveState, Disclosed
 from flowstate.limits import STANDARD, Limits
 from flowstate.nodes import Node, canonical_json
+from flowstate.pages import PAGE_MARK
 from flowstate.protocol import BLOCKS
 
 REACT_RULES = """\
@@ -48,6 +50,9 @@ related_states of Active State entries; request its id (an index id, or an obs_ 
 references) with a reason: what is missing and what it enables.
 - A summary or related_states entry is not the content: never infer exact facts from it.
 - Requested content appears at the next step: defer actions that depend on it. Do not request what is visible."""
+
+PAGES_RULE = ("- Older requests are folded into pages (page_ ids, with the requests they cover and their most used "
+              "words): request a page to see its lines, then the ids they list.")
 
 FEEDBACK_RULE = "- <feedback> lists what the previous step had rejected or refused, and why."
 
@@ -120,6 +125,8 @@ def _relations(refs: Sequence[Any]) -> list[dict[str, str]]:
 def render_entry(entry: Node | Disclosed, request: int) -> dict[str, Any]:
     """One Active State entry: content plus relations as (rel, id) pairs only."""
     node = entry.node if isinstance(entry, Disclosed) else entry
+    if node.mark == PAGE_MARK:  # a page of the index: its lines, as the index shows them
+        return {"page_id": node.id, "index": [json.loads(line) for line in node.value["index"]]}
     out: dict[str, Any] = {
         "state_id": node.id,
         "type": node.type.value,

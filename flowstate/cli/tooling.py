@@ -123,3 +123,27 @@ def bench_repo_cmd(sizes: str, pg_url: str | None, samples: int, out: Path | Non
         click.echo(render_table(rows))
         if out is not None:
             out.write_text(json.dumps({"rows": rows}, indent=2))
+
+
+@bench.command("index")
+@click.option("--requests", default=1000, show_default=True, type=click.IntRange(min=1), help="Requests in the session.")
+@click.option("--index-budget", default=4096, show_default=True, type=click.IntRange(min=1),
+              help="The bounded index's budget (flowstate-paged:N), in estimated tokens.")
+@click.option("--prompt-budget", default=16384, show_default=True, type=click.IntRange(min=1),
+              help="Count the calls whose prompt exceeds this many tokens.")
+@click.option("--suite", default="hotel", show_default=True, type=click.Choice(["hotel", "reasoning"]),
+              help="A suite without a depth cap.")
+@click.option("--policy", default="oracle", show_default=True, type=click.Choice(["oracle", "realistic"]))
+@click.option("--count-tokens", "tokens", default="words", show_default=True, type=click.Choice(["words", "embedded"]),
+              help="Count tokens as words and punctuation, or with the embedded model's vocabulary (SmolLM2's BPE).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
+def bench_index_cmd(requests: int, index_budget: int, prompt_budget: int, suite: str, policy: str, tokens: str,
+                    out: Path | None) -> None:
+    """The per-call prompt against k (up to --requests) with the flat index and the bounded one, side by side."""
+    from flowstate.bench.index import render, run
+
+    with errors():
+        rows = run(requests, index_budget, prompt_budget, suite, policy, tokens)
+        click.echo(render(rows, prompt_budget))
+        if out is not None:
+            out.write_text(json.dumps({"rows": rows}, indent=2))

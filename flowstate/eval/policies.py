@@ -38,6 +38,9 @@ BOUNDED: dict[str, str] = {
 """Strategies whose reference policy is not expected to solve every dependent subtask, and why: what their
 memory shows is not always enough, by the method's own design. The report says so beside their figures."""
 
+PAGES_AT_ONCE = 2
+"""Pages of a bounded index a policy asks for at once when nothing in view names what it misses."""
+
 LOOKS = 3
 """The realistic policy's disclosure steps per request at most: then it acts on what it has."""
 
@@ -251,9 +254,14 @@ class Policy:
 
     @staticmethod
     def visible(parts: dict[str, list[dict[str, Any]]]) -> tuple[list[dict[str, Any]], set[str], list[str]]:
-        """The index's states, the ids in the Active State, and the obs ids its entries reference."""
-        listed = [s for entry in parts.get(tags.HISTORICAL_INDEX, []) for s in entry.get("states", [])]
-        shown = {str(e.get("state_id")) for e in parts.get(tags.ACTIVE_STATE, [])}
+        """The index's states (and pages of a bounded index, and the lines of pages disclosed: a page is listed as
+        an id with its summary), the ids in the Active State, and the obs ids its entries reference."""
+        lines = parts.get(tags.HISTORICAL_INDEX, []) + [line for e in parts.get(tags.ACTIVE_STATE, [])
+                                                        for line in e.get("index", [])]
+        listed = [item for line in lines for item in (
+            [{"state_id": line["page_id"], "summary": line.get("summary", "")}] if "page_id" in line
+            else line.get("states", []))]
+        shown = {str(e.get("state_id", e.get("page_id"))) for e in parts.get(tags.ACTIVE_STATE, [])}
         related = [r["state_id"] for e in parts.get(tags.ACTIVE_STATE, []) for r in e.get("related_states", [])
                    if r["state_id"].startswith(OBSERVATION_PREFIX) and r["state_id"] not in shown]
         return listed, shown, related
@@ -266,8 +274,11 @@ class Policy:
                  and set(keys) & set(re.split(r"[:,\s]+", s.get("summary", "")))]
         if named:
             return named[-self.limits.focus:]
-        unseen = [s["state_id"] for s in listed if s["state_id"] not in shown]
-        return list(dict.fromkeys(related + unseen))[: self.limits.focus]
+        unseen = [s["state_id"] for s in listed if s["state_id"] not in shown and not s["state_id"].startswith("page_")]
+        if related or unseen:
+            return list(dict.fromkeys(related + unseen))[: self.limits.focus]
+        pages = [s["state_id"] for s in listed if s["state_id"] not in shown]  # a bounded index: its pages, newest first
+        return pages[::-1][:PAGES_AT_ONCE]
 
     def look(self, query: str, decision: Decision, parts: dict[str, list[dict[str, Any]]], first: bool) -> list[str]:
         """Realistic PSA, in steps of their own: at a request's first step, the earlier states whose summaries

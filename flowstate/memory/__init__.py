@@ -1,6 +1,6 @@
 """The memory methods, chosen by name: the registry names each method's module and imports it only when asked.
 
-Families, one module each: ``state`` (flowstate, no-psa, no-isu), ``chat`` (full-context), ``retrieval`` (bm25,
+Families, one module each: ``state`` (flowstate, flowstate-paged, no-psa, no-isu), ``chat`` (full-context), ``retrieval`` (bm25,
 mem0-style), ``tracker`` (zipact, zipact-bm25), ``reasoning`` (reasoningbank), ``mage`` (mage and its
 ablations); the seam they implement is ``base``.
 """
@@ -8,6 +8,7 @@ ablations); the seam they implement is ``base``.
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
 # name -> "module:attribute"
 METHODS: dict[str, str] = {
     "flowstate": "flowstate.memory.state:FLOWSTATE",
+    "flowstate-paged": "flowstate.memory.state:FLOWSTATE_PAGED",
     "full-context": "flowstate.memory.chat:FULL_CONTEXT",
     "no-psa": "flowstate.memory.state:NO_PSA",
     "no-isu": "flowstate.memory.state:NO_ISU",
@@ -33,13 +35,16 @@ DEFAULT = "flowstate"
 
 
 def get(name: str) -> Strategy:
-    """The memory method called ``name`` (unknown names list the valid ones)."""
-    target = METHODS.get(name)
-    if target is None:
-        raise ValueError(f"unknown strategy {name!r}; valid strategies: {', '.join(METHODS)}")
+    """The memory method called ``name`` (unknown names list the valid ones); ``flowstate-paged:N`` is
+    flowstate-paged with an index budget of N tokens."""
+    base, colon, budget = name.partition(":")
+    target = METHODS.get(base)
+    if target is None or (colon and (base != "flowstate-paged" or not budget.isdigit() or int(budget) < 1)):
+        raise ValueError(f"unknown strategy {name!r}; valid strategies: {', '.join(METHODS)} "
+                         "(flowstate-paged:N: an index budget of N tokens)")
     module, _, attr = target.partition(":")
     method: Strategy = getattr(importlib.import_module(module), attr)
-    return method
+    return replace(method, name=name, index_budget=int(budget)) if colon else method  # type: ignore[type-var]
 
 
 __all__ = ["DEFAULT", "METHODS", "get"]

@@ -2,6 +2,8 @@
 
 - ``flowstate``: ISU + PSA — the model keeps typed states; earlier requests are reached through
   the Historical State Index and disclosed on demand.
+- ``flowstate-paged``: FlowState with a bounded index (``flowstate.pages``): older requests folded into pages
+  that PSA discloses, so the index stays under a budget however long the session (``flowstate-paged:N``).
 - ``no-psa``: ISU, but every historical state's full content inline from the start; no index,
   no access (three blocks: no state_focus).
 - ``no-isu``: PSA over states built by fixed rules when a request ends (one node holding the
@@ -23,8 +25,9 @@ from flowstate.history import HistoricalIndex, build_index
 from flowstate.limits import COMPACT, STANDARD, Limits
 from flowstate.memory.base import Start, Strategy
 from flowstate.nodes import Node, Ref, Relation, StateType
+from flowstate.pages import BoundedIndex, fold
 from flowstate.protocol import BLOCKS
-from flowstate.serializer import layout, memory_rules, system_prompt
+from flowstate.serializer import PAGES_RULE, layout, memory_rules, system_prompt
 from flowstate.store.repository import Repository
 
 
@@ -37,9 +40,12 @@ class StateStrategy(Strategy):
     history: Literal["index", "inline"]
     trajectory: bool = False  # all of this request's tool results stay in view
     rule_states: bool = False  # Persist builds one state per request by fixed rules
+    index_budget: int | None = None  # a bounded index: older requests folded into pages to stay under it (tokens)
 
     def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
         memory = memory_rules(self.blocks, trajectory=self.trajectory)
+        if self.index_budget is not None:
+            memory += "\n" + PAGES_RULE
         return system_prompt(tools, policy, self.blocks, memory, limits)
 
     def start(self, repo: Repository, session: str) -> Start:
@@ -47,7 +53,10 @@ class StateStrategy(Strategy):
         history = repo.nodes(session)
         k = len(requests) + 1
         index = build_index(requests, history) if self.history == "index" else HistoricalIndex()
-        state = ActiveState(request=k, history_ids=frozenset(n.id for n in history), index_ids=index.ids())
+        if self.index_budget is not None:
+            index = fold(index, self.index_budget)
+        pages = index.pages() if isinstance(index, BoundedIndex) else ()
+        state = ActiveState(request=k, history_ids=frozenset(n.id for n in history), index_ids=index.ids(), pages=pages)
         memory: tuple[str, str] | None = None
         if self.history == "index":
             memory = (tags.HISTORICAL_INDEX, index.render())
@@ -85,6 +94,9 @@ def response_node(state: ActiveState, response: str | None) -> Node:
 
 
 FLOWSTATE = StateStrategy("flowstate", BLOCKS, "index")
+PAGED_BUDGET = 4096
+"""flowstate-paged's index budget (estimated tokens) unless its name gives one (``flowstate-paged:N``)."""
+FLOWSTATE_PAGED = StateStrategy("flowstate-paged", BLOCKS, "index", index_budget=PAGED_BUDGET)
 NO_PSA = StateStrategy("no-psa", ("state_delta", "tool_calls", "assistant_message"), "inline")
 NO_ISU = StateStrategy("no-isu", ("state_focus", "tool_calls", "assistant_message"), "index", trajectory=True,
                        rule_states=True)

@@ -62,7 +62,8 @@ def _with(state: ActiveState, value: dict[str, Any]) -> ActiveState:
     kept = tuple(n for n in state.current if n.id != node.id)
     order = state.order if node.id in state.order else (*state.order, node.id)
     return ActiveState(request=state.request, history_ids=state.history_ids, index_ids=state.index_ids,
-                       current=(*kept, node), disclosed=state.disclosed, observations=state.observations, order=order)
+                       current=(*kept, node), disclosed=state.disclosed, observations=state.observations, order=order,
+                       pages=state.pages)
 
 
 @dataclass(frozen=True)

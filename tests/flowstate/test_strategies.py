@@ -67,7 +67,7 @@ def test_each_strategys_grammar_admits_its_protocol_and_the_oracles_outputs(repo
             assert (f"<{block}>" in gen.text) == (block in strategy.blocks)
             assert (f"<{block}>" in messages[0].content) == (block in strategy.blocks)  # the protocol it is told
     four = output(tools=[{"name": "buy", "arguments": {"item": "x"}}])
-    assert accepts(engine.calls[0][1] or "", four) == (strategy is FLOWSTATE)
+    assert accepts(engine.calls[0][1] or "", four) == (strategy.blocks == FLOWSTATE.blocks)
 
 
 def test_a_strategy_parses_only_its_own_blocks() -> None:
@@ -142,7 +142,12 @@ def test_no_psa_inlines_every_historical_state_and_no_isu_builds_rule_states(rep
 
 
 def test_unknown_strategy_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match="valid strategies: flowstate, full-context, no-psa, no-isu"):
+    with pytest.raises(ValueError, match="valid strategies: flowstate, flowstate-paged, full-context, no-psa, no-isu"):
         get("magic")
+    for bad in ("flowstate-paged:0", "flowstate-paged:x", "flowstate:4096"):  # only flowstate-paged takes a budget
+        with pytest.raises(ValueError, match=r"flowstate-paged:N: an index budget of N tokens"):
+            get(bad)
+    paged = get("flowstate-paged:8192")
+    assert paged.name == "flowstate-paged:8192" and paged.index_budget == 8192  # type: ignore[attr-defined]
 
 
