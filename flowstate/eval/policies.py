@@ -284,7 +284,8 @@ class Policy:
         """Realistic PSA, in steps of their own: at a request's first step, the earlier states whose summaries
         share the most words with the query (those sharing none are left); when a fact is still missing, the
         latest earlier states not yet seen, then the tool results that states in view reference — at most
-        ``LOOKS`` such steps per request, then it guesses."""
+        ``LOOKS`` such steps per request, then it guesses. Of a bounded index's pages it asks for at most
+        ``PAGES_AT_ONCE`` a step, ranked the same way."""
         if first:
             self._looked = 0
         listed, shown, related = self.visible(parts)
@@ -292,11 +293,13 @@ class Policy:
         if first:
             wanted = words(query)
             shared = [(len(wanted & words(str(st.get("summary", "")))), i, st["state_id"]) for i, st in enumerate(unseen)]
-            focus = [sid for n, _, sid in sorted(shared, reverse=True) if n][: self.limits.focus]
+            ranked = [sid for n, _, sid in sorted(shared, reverse=True) if n]
         elif isinstance(decision, Need) and self._looked < LOOKS:
-            focus = [*(st["state_id"] for st in unseen[::-1]), *related][: self.limits.focus]
+            ranked = [*(st["state_id"] for st in unseen[::-1]), *related]
         else:
-            focus = []
+            ranked = []
+        pages = [sid for sid in ranked if sid.startswith("page_")][:PAGES_AT_ONCE]
+        focus = [sid for sid in ranked if not sid.startswith("page_")][: self.limits.focus - len(pages)] + pages
         self._looked += bool(focus)
         return focus
 
