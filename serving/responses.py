@@ -88,7 +88,8 @@ def extension(result: TurnResult, base: dict[str, Any]) -> dict[str, Any]:
             {"index": s.index, "decision": s.decision,
              "committed": [f"{op['operation']} {op['state_id']}" for op in s.committed],
              "disclosed": s.disclosed, "rejected": s.rejected + s.refused + s.malformed,
-             **({"protocol_error": s.protocol_error} if s.protocol_error else {})}
+             **({"protocol_error": s.protocol_error} if s.protocol_error else {}),
+             **({"truncated": True} if s.truncated else {})}  # cut at the completion budget
             for s in result.steps
         ],
         "disclosed": [i for s in result.steps for i in s.disclosed],
