@@ -21,12 +21,15 @@ class IndexEntry:
     states: tuple[tuple[str, str], ...]  # (state_id, summary) in creation order
     unfinished: str | None = None  # why the request ended without a response, if it did
 
-    def render(self) -> str:
+    def as_dict(self) -> dict[str, object]:
         states = [{"state_id": sid, "summary": summary} for sid, summary in self.states]
         entry: dict[str, object] = {"query_id": self.query_id, "states": states, "user_query": self.user_query}
         if self.unfinished is not None:
             entry["unfinished"] = self.unfinished
-        return canonical_json(entry)
+        return entry
+
+    def render(self) -> str:
+        return canonical_json(self.as_dict())
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from flowstate.history import HistoricalIndex, IndexEntry
 from flowstate.nodes import Node, StateType, canonical_json
@@ -63,9 +63,13 @@ class Page:
 
     def listed(self) -> frozenset[str]:
         """The ids its lines show: the states of its requests, or its pages."""
-        return frozenset(i for u in self.units for i in ((u.id,) if isinstance(u, Page) else (s for s, _ in u.states)))
+        return shown(self.units)
 
     def summary(self) -> str:
+        return self._summary
+
+    @cached_property
+    def _summary(self) -> str:
         """What its requests are about, up to ``SUMMARY_CHARS``: the content words their queries and state
         summaries use most, then their distinctive names (words with a digit or an underscore: ids, days, codes)
         in order — what a later request looks for."""
@@ -82,15 +86,18 @@ class Page:
             out = f"{out} {word}" if out else word
         return out
 
+    def as_dict(self) -> dict[str, object]:
+        return {"page_id": self.id, "requests": [self.first, self.last], "summary": self.summary(),
+                "states": sum(len(e.states) for e in self.entries())}
+
     def render(self) -> str:
-        return canonical_json({"page_id": self.id, "requests": [self.first, self.last], "summary": self.summary(),
-                               "states": sum(len(e.states) for e in self.entries())})
+        return canonical_json(self.as_dict())
 
     def node(self) -> Node:
         """What PSA discloses of it: its lines, as the index would show them."""
-        lines = [u.render() for u in self.units]
         return Node(id=self.id, mark=PAGE_MARK, type=StateType.KNOWLEDGE, summary=self.summary(),
-                    value={"index": lines, "listed": sorted(self.listed())}, request=self.last)
+                    value={"index": [u.as_dict() for u in self.units], "listed": sorted(self.listed())},
+                    request=self.last)
 
 
 def _words(text: str) -> list[str]:
@@ -109,7 +116,7 @@ class BoundedIndex(HistoricalIndex):
 
     def ids(self) -> frozenset[str]:
         """What the index shows: the recent requests' states and the pages."""
-        return frozenset(i for u in self.units for i in ((u.id,) if isinstance(u, Page) else (s for s, _ in u.states)))
+        return shown(self.units)
 
     def render(self) -> str:
         return "".join(u.render() + "\n" for u in self.units)
@@ -126,6 +133,11 @@ class BoundedIndex(HistoricalIndex):
 
         walk(self.units)
         return tuple(out)
+
+
+def shown(units: Sequence[IndexEntry | Page]) -> frozenset[str]:
+    """The ids a row of index lines shows: each request's states, and each page's own id."""
+    return frozenset(i for u in units for i in ((u.id,) if isinstance(u, Page) else (s for s, _ in u.states)))
 
 
 def _level(unit: IndexEntry | Page) -> int:

@@ -11,7 +11,6 @@ Deterministic JSON throughout; no clocks, no random ids.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -126,7 +125,7 @@ def render_entry(entry: Node | Disclosed, request: int) -> dict[str, Any]:
     """One Active State entry: content plus relations as (rel, id) pairs only."""
     node = entry.node if isinstance(entry, Disclosed) else entry
     if node.mark == PAGE_MARK:  # a page of the index: its lines, as the index shows them
-        return {"page_id": node.id, "index": [json.loads(line) for line in node.value["index"]]}
+        return {"page_id": node.id, "index": node.value["index"]}
     out: dict[str, Any] = {
         "state_id": node.id,
         "type": node.type.value,

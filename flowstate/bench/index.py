@@ -18,7 +18,7 @@ from typing import Any
 
 from flowstate.config import LoopConfig
 from flowstate.eval.policies import Policy, PolicyEngine
-from flowstate.eval.runner import _token_counter, run_task
+from flowstate.eval.runner import run_task, token_counter
 from flowstate.eval.suites import generate
 from flowstate.memory import get
 from flowstate.store.repository import Repository
@@ -30,7 +30,7 @@ def run(requests: int, budget: int, prompt_budget: int, suite: str = "hotel", po
         tokens: str = "words", seed: int = 0) -> list[dict[str, Any]]:
     """One row per strategy (flat, then bounded) for one session of ``requests`` requests."""
     task = generate(suite, 1, requests, seed)[0]
-    count = _token_counter(tokens)
+    count = token_counter(tokens)
     rows = []
     for name in ("flowstate", f"flowstate-paged:{budget}"):
         strategy = get(name)

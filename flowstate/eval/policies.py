@@ -24,6 +24,7 @@ from flowstate.eval.task import Answer, Call, Decision, Need, Task
 from flowstate.limits import STANDARD, Limits
 from flowstate.memory.base import Strategy
 from flowstate.nodes import OBSERVATION_PREFIX
+from flowstate.pages import PAGE_PREFIX
 from flowstate.protocol import ModelOutput, render_output
 
 BOUNDED: dict[str, str] = {
@@ -274,7 +275,7 @@ class Policy:
                  and set(keys) & set(re.split(r"[:,\s]+", s.get("summary", "")))]
         if named:
             return named[-self.limits.focus:]
-        unseen = [s["state_id"] for s in listed if s["state_id"] not in shown and not s["state_id"].startswith("page_")]
+        unseen = [s["state_id"] for s in listed if s["state_id"] not in shown and not s["state_id"].startswith(PAGE_PREFIX)]
         if related or unseen:
             return list(dict.fromkeys(related + unseen))[: self.limits.focus]
         pages = [s["state_id"] for s in listed if s["state_id"] not in shown]  # a bounded index: its pages, newest first
@@ -298,8 +299,8 @@ class Policy:
             ranked = [*(st["state_id"] for st in unseen[::-1]), *related]
         else:
             ranked = []
-        pages = [sid for sid in ranked if sid.startswith("page_")][:PAGES_AT_ONCE]
-        focus = [sid for sid in ranked if not sid.startswith("page_")][: self.limits.focus - len(pages)] + pages
+        pages = [sid for sid in ranked if sid.startswith(PAGE_PREFIX)][:PAGES_AT_ONCE]
+        focus = [sid for sid in ranked if not sid.startswith(PAGE_PREFIX)][: self.limits.focus - len(pages)] + pages
         self._looked += bool(focus)
         return focus
 

@@ -146,6 +146,7 @@ class ReplayTask(Task):
         super().__init__(task_id, [t.query for t in turns])
         self.policy_text, self.turns = policy, turns
         self.expected = [c for t in turns for s in t.steps for c in s]
+        self._seen: dict[int, str] = {}
 
     @property
     def policy(self) -> str:
@@ -183,8 +184,12 @@ class ReplayTask(Task):
         return dict(scalars(result))
 
     def seen(self, request: int) -> str:
-        """Everything the conversation showed before request ``request`` (0-based): queries and results."""
-        return json.dumps([[t.query, [c.result for s in t.steps for c in s]] for t in self.turns[:request]])
+        """Everything the conversation showed before request ``request`` (0-based): queries and results (made
+        once per request: every step of it asks)."""
+        if request not in self._seen:
+            self._seen[request] = json.dumps([[t.query, [c.result for s in t.steps for c in s]]
+                                              for t in self.turns[:request]])
+        return self._seen[request]
 
     def solve(self, k: int, facts: Any) -> Any:
         raise TypeError("a replayed conversation is driven by ReplayPolicy")

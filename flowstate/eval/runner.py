@@ -187,7 +187,7 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress =
     earlier = results.rows()
     done = {(r["suite"], r["strategy"], r["task"]) for r in earlier}
     run = uuid.uuid4().hex[:12]
-    tokens = _token_counter(config.count_tokens) if config.policy is not None else tokenize
+    tokens = token_counter(config.count_tokens) if config.policy is not None else tokenize
     with Repository.open(config.db or config.out / "memory.db") as repo:
         for suite, tasks in suites.items():
             for strategy in strategies:
@@ -259,7 +259,7 @@ def select(rows: list[dict[str, Any]], config: EvalConfig) -> list[dict[str, Any
 COUNTS = ("words", "embedded")
 
 
-def _token_counter(name: str) -> Callable[[str], Sequence[Any]]:
+def token_counter(name: str) -> Callable[[str], Sequence[Any]]:
     """How the reference policies' tokens are counted: words and punctuation, or the embedded model's BPE."""
     if name == "embedded":
         from engine.llamacpp import vocabulary
