@@ -28,6 +28,8 @@ class Usage:
     completion_tokens: int = 0
     ttft_s: float = 0.0
     decode_s: float = 0.0
+    shared_tokens: int = 0  # the prompt's fixed deployment prefix (its system message), where the engine counts it
+    forced_tokens: int = 0  # completion tokens the grammar forced, appended without a decode step each
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -36,6 +38,8 @@ class Usage:
             completion_tokens=self.completion_tokens + other.completion_tokens,
             ttft_s=self.ttft_s + other.ttft_s,
             decode_s=self.decode_s + other.decode_s,
+            shared_tokens=self.shared_tokens + other.shared_tokens,
+            forced_tokens=self.forced_tokens + other.forced_tokens,
         )
 
     def to_dict(self) -> dict[str, float | int]:
@@ -45,6 +49,8 @@ class Usage:
             "completion_tokens": self.completion_tokens,
             "ttft_s": round(self.ttft_s, 6),
             "decode_s": round(self.decode_s, 6),
+            **({"shared_tokens": self.shared_tokens} if self.shared_tokens else {}),
+            **({"forced_tokens": self.forced_tokens} if self.forced_tokens else {}),
         }
 
 

@@ -75,13 +75,19 @@ def _progress(line: str) -> None:
                    "qwen3.5-397b-a17b, llama-3.1-8b) or a model's config.json.")
 @click.option("--gpu-memory-gib", default=80.0, show_default=True, type=click.FloatRange(min=1),
               help="GPU memory the sessions share with the weights, for how many sessions fit.")
+@click.option("--gpu-cost", default="qwen3.5-27b@h200:32", show_default=True, metavar="MODEL@GPU:BATCH",
+              help="The report's prefill-equivalent tokens (PET): a roofline of a shipped model with compute figures "
+                   "(qwen3.5-9b, qwen3.5-27b, qwen3.5-35b-a3b, qwen3.5-397b-a17b, llama-3.1-8b) on a GPU (h200, h100) "
+                   "at a batch of decoding sessions.")
+@click.option("--decode-weight", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="PET's weight of a decoded token in prefilled tokens, over the roofline's (e.g. 3).")
 @loop_options()
 def evaluate(
     suites: str, suite_options: tuple[str, ...], strategy_names: str, policies: str | None, tasks: int, depths: str, seed: int, concurrency: int, out: Path,
     db: str | None, tau2_data: str | None, replay: str | None, count_tokens: str, trials: int, user_engine: str | None, user_model: str | None, user_base_url: str | None,
     user_api_key: str | None, judge_engine: str | None, judge_model: str | None, judge_base_url: str | None,
     judge_api_key: str | None, model_specs: tuple[str, ...], kv_model: str, gpu_memory_gib: float,
-    max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str, **engine_opts: Any,
+    gpu_cost: str, decode_weight: float | None, max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str, **engine_opts: Any,
 ) -> None:
     """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed."""
     from flowstate.eval.models import folder, label, parse_spec, write_models
@@ -100,6 +106,9 @@ def evaluate(
         from flowstate.eval.kv import load as load_kv_model
 
         load_kv_model(kv_model)  # a wrong name or path fails before any run
+        from flowstate.eval.gpu import load as load_gpu_cost
+
+        load_gpu_cost(gpu_cost, decode_weight)
         for name in strategy_list or ("",):
             get(name)
         from flowstate.eval.runner import POLICIES
@@ -127,6 +136,7 @@ def evaluate(
                                  max_tokens=opts.get("max_tokens")),
                 engine="" if policy else name, policy=point.policy, sizes=point.sizes, tau2_data=tau2_data, db=db, replay=replay,
                 count_tokens=count_tokens, decoding=decoding(opts), kv_model=kv_model, gpu_memory_gib=gpu_memory_gib,
+                gpu_cost=gpu_cost, decode_weight=decode_weight,
                 trials=trials, user=f"{user_engine}:{user_model or 'default'}" if user_engine else "",
                 judge=f"{judge_engine}:{judge_model or 'default'}" if judge_engine else "",
             )

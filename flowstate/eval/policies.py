@@ -425,18 +425,25 @@ class PolicyEngine(Engine):
         """``tokens`` splits text into tokens: words and punctuation by default, or a model's vocabulary."""
         self.policy, self.tokens = policy, tokens
         self._last: Sequence[Any] = []
+        self._systems: dict[str, Sequence[Any]] = {}  # a system message's tokens, counted once
         self._lock = threading.Lock()
 
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
                  affinity: str | None = None) -> Generation:
+        """Usage as a perfect prefix cache would serve it: ``cached`` over this session's previous call alone,
+        ``shared`` the prompt's system message (the deployment's fixed prefix, which every session shares)."""
         text = self.policy(messages)
         prompt = self.tokens(flatten(messages))
         with self._lock:
             cached = common_prefix(prompt, self._last)
             self._last = prompt
+            system = self._systems.get(messages[0].content) if messages else ()
+            if system is None:
+                system = self._systems[messages[0].content] = self.tokens(flatten(messages[:1])[: -len("<|assistant|>\n")])
         return Generation(text, Usage(prompt_tokens=len(prompt), cached_tokens=cached,
-                                      completion_tokens=len(self.tokens(text))))
+                                      completion_tokens=len(self.tokens(text)),
+                                      shared_tokens=common_prefix(prompt, system or ())))
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokens(text))

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from flowstate.eval import kv, metrics
+from flowstate.eval import gpu, kv, metrics
 from flowstate.eval.kv import footprint
 from flowstate.eval.runner import EvalConfig, config_dict
 from flowstate.eval.suites import TAU3, generate
@@ -22,6 +22,7 @@ BASELINE = "full-context"
 def summarize(rows: Sequence[dict[str, Any]], config: EvalConfig) -> dict[str, Any]:
     pairs = []
     kv_model = kv.load(config.kv_model)
+    cost = gpu.load(config.gpu_cost, config.decode_weight)
     for suite in config.suites:
         kind = generate(suite, 1, 1, config.seed, data_dir=config.tau2_data, replay=config.replay)[0]
         for strategy in config.strategies:
@@ -32,8 +33,20 @@ def summarize(rows: Sequence[dict[str, Any]], config: EvalConfig) -> dict[str, A
                 "cost": metrics.cost(rs), "by_depth": metrics.by_depth(rs), "speed": metrics.speed(rs),
                 **({"tau3": metrics.tau3_quality(rs)} if suite in TAU3 and rs else {}),
                 "kv": footprint(rs, kv_model, config.gpu_memory_gib),
+                "gpu": gpu_figures(rs, cost),
             })
     return {"config": config_dict(config), "pairs": pairs}
+
+
+def gpu_figures(rows: Sequence[dict[str, Any]], cost: gpu.GPUCost) -> dict[str, Any]:
+    """Per task: what a GPU pays (``GPUCost.pet``'s parts: uncached prefill with the fixed prefix shared, forced and
+    decoded tokens, PET), and disclosure steps (model calls that only asked for history)."""
+    n = max(len(rows), 1)
+    calls = [c for r in rows for s in r["subtasks"] for c in s["calls"]]
+    figures = cost.pet(calls)
+    return {"cost": {"label": cost.label, "w": cost.w, "kappa": cost.kappa},
+            **{f"{k}_per_task": v / n for k, v in figures.items()},
+            "disclosure_steps_per_task": sum(int(s.get("disclosure_steps", 0)) for r in rows for s in r["subtasks"]) / n}
 
 
 def _f(x: float | None, digits: int = 1) -> str:
@@ -137,15 +150,18 @@ def _suite_section(suite: str, pairs: list[dict[str, Any]]) -> list[str]:
     speed_rows = [_speed_row(p) for p in pairs]
     paid_rows = []
     for p in pairs:
-        k, bk = p["cost"], base["cost"] if base else None
+        k, bk = {**p["cost"], **p["gpu"]}, {**base["cost"], **base["gpu"]} if base else None
 
         def ratio(key: str) -> str:
             return f"{k[key] / bk[key]:.3f}" if bk and bk[key] else "–"
 
         paid_rows.append([
             p["strategy"], f"{k['prompt_tokens_per_task']:.0f}", f"{k['cached_prompt_tokens_per_task']:.0f}",
-            f"{k['uncached_prompt_tokens_per_task']:.0f}", f"{k['completion_tokens_per_task']:.0f}",
-            f"{k['steps_per_subtask']:.2f}", ratio("tokens_per_task"), ratio("uncached_prompt_tokens_per_task"),
+            f"{k['uncached_prompt_tokens_per_task']:.0f}", f"{k['shared_uncached_per_task']:.0f}",
+            f"{k['decoded_per_task']:.0f}", f"{k['forced_per_task']:.0f}", f"{k['pet_per_task']:.0f}",
+            f"{k['steps_per_subtask']:.2f}", f"{k['disclosure_steps_per_task']:.2f}", ratio("tokens_per_task"),
+            ratio("uncached_prompt_tokens_per_task"), ratio("shared_uncached_per_task"), ratio("decoded_per_task"),
+            ratio("pet_per_task"),
         ])
     depth_rows = [[p["strategy"], *(f"{d['tokens']:.0f} / {d['calls']:.1f}" for d in p["by_depth"])] for p in pairs]
     out = _tau3_section(pairs, base) if suite in TAU3 else []
@@ -153,10 +169,14 @@ def _suite_section(suite: str, pairs: list[dict[str, Any]]) -> list[str]:
         "Quality in % (Δ against full-context in points), tokens = prompt + completion per task "
         "(Δ in %), nAUC and DR over R_k = 100·Acc_k/Acc_1.", "",
         _table(header, rows), "",
-        "What a GPU pays, per task: prompt tokens split into those a prefix cache holds (cached) and those it "
-        "must compute (uncached); ratios against full-context:", "",
-        _table(["strategy", "prompt", "cached", "uncached", "completion", "calls/subtask", "tokens ×FC",
-                "uncached ×FC"], paid_rows), "",
+        "What a GPU pays, per task: prompt tokens split into those a prefix cache holds (cached, over the "
+        "session's previous call) and those it must compute (uncached); U′, uncached with the deployment's fixed "
+        "prefix (the system message) shared across sessions; completion tokens decoded one step each and forced by "
+        "the grammar (appended in one pass, where the engine does); PET, prefill-equivalent tokens (U′ + forced + "
+        f"w·decoded + κ·context attended while decoding) for {cost_label(pairs)}; disclosure steps (calls that only "
+        "asked for history) per task; ratios against full-context:", "",
+        _table(["strategy", "prompt", "cached", "uncached", "U′", "decoded", "forced", "PET", "calls/subtask",
+                "disclosure steps", "tokens ×FC", "uncached ×FC", "U′ ×FC", "decoded ×FC", "PET ×FC"], paid_rows), "",
         *_session_section(pairs, base),
         "Tokens / model calls of the k-th subtask (mean over tasks):", "",
         _table(["strategy", *(f"k={k}" for k in range(1, depth + 1))], depth_rows), "",
@@ -166,6 +186,12 @@ def _suite_section(suite: str, pairs: list[dict[str, Any]]) -> list[str]:
         _table(["strategy", "tasks/min", "req/s", "output tok/s", "total tok/s", "TTFT", "TPOT", "E2EL"], speed_rows),
     ]
     return out
+
+
+def cost_label(pairs: Sequence[dict[str, Any]]) -> str:
+    """The GPU cost a table's PET is for (every pair of a summary has the same)."""
+    c = next((p["gpu"].get("cost") for p in pairs if p.get("gpu")), None)
+    return f"{c['label']} (w = {c['w']:.2f}, κ = {c['kappa']:.2e})" if c else "the configured GPU cost"
 
 
 def _session_section(pairs: list[dict[str, Any]], base: dict[str, Any] | None) -> list[str]:

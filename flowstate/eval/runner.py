@@ -66,6 +66,8 @@ class EvalConfig:
     decoding: dict[str, Any] = field(default_factory=dict)  # the engine settings that change outputs (preset, sampling…)
     kv_model: str = "qwen3.5-9b"  # the report's KV-cache footprint: a shipped configuration or a config.json
     gpu_memory_gib: float = 80.0  # ... and the GPU memory its sessions share with the weights
+    gpu_cost: str = "qwen3.5-27b@h200:32"  # the report's prefill-equivalent tokens: MODEL@GPU:BATCH (flowstate.eval.gpu)
+    decode_weight: float | None = None  # ... with this decode weight instead of the roofline's
     replay: str | None = None  # tau-replay: recorded τ-bench conversations (historical_trajectories/*.json)
 
     @property
@@ -114,6 +116,11 @@ class Results:
             os.fsync(f.fileno())
 
 
+CALL_FIELDS = ("prompt_tokens", "cached_tokens", "completion_tokens", "ttft_s", "decode_s", "shared_tokens",
+               "forced_tokens")
+"""A model call's figures in a result row, in this order (rows of older runs hold the first five)."""
+
+
 def _subtask_row(k: int, response: str | None, steps: Sequence[dict[str, Any]], score: Score | None,
                  error: str | None, memory_calls: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """One subtask's row; the memory method's own model calls count in its usage and calls."""
@@ -126,8 +133,8 @@ def _subtask_row(k: int, response: str | None, steps: Sequence[dict[str, Any]], 
         "truncations": sum(bool(s.get("truncated")) for s in steps),
         "rejected": sum(len(s["rejected"]) + len(s["refused"]) + len(s.get("malformed", ())) for s in steps),
         "usage": usage, "memory_calls": len(memory_calls),
-        "calls": [[s["usage"][key] for key in ("prompt_tokens", "cached_tokens", "completion_tokens", "ttft_s", "decode_s")]
-                  for s in calls],
+        "disclosure_steps": sum(s.get("decision") == "defer" for s in steps),  # steps that only waited for history
+        "calls": [[s["usage"].get(key, 0) for key in CALL_FIELDS] for s in calls],
     }
 
 

@@ -68,6 +68,7 @@ def ratios(summary: dict[str, Any]) -> dict[tuple[str, str], dict[str, float | N
             "tokens": ratio(lambda q: q["cost"]["tokens_per_task"]),
             "uncached": ratio(lambda q: q["cost"]["uncached_prompt_tokens_per_task"]),
             "peak": ratio(lambda q: (q.get("kv") or {}).get("peak_context")),
+            "pet": ratio(lambda q: (q.get("gpu") or {}).get("pet_per_task")),
         }
     return out
 
@@ -84,11 +85,14 @@ def sweep_table(results: Sequence[tuple[Point, dict[str, Any]]]) -> str:
             for r in table:
                 v = r.get((suite, strategy))
                 cells.append("–" if v is None else " / ".join(
-                    [f"{v['SR']:.0f}", *("–" if v[k] is None else f"{v[k]:.2f}×" for k in ("tokens", "uncached", "peak"))]))
+                    [f"{v['SR']:.0f}", *("–" if v[k] is None else f"{v[k]:.2f}×" for k in ("tokens", "uncached", "peak", "pet"))]))
             rows.append([suite, strategy, *cells])
     lines = ["# FlowState sweep", "",
-             "Per point: SR % / tokens ×FC / uncached prompt tokens ×FC / peak context per session ×FC (full-context = "
-             "1). Each point's folder holds its full report.", ""]
+             "Per point: SR % / tokens ×FC / uncached prompt tokens ×FC / peak context per session ×FC / PET ×FC "
+             "(prefill-equivalent tokens, what a GPU pays; full-context = 1). Tokens favour a method that sends less; "
+             "PET one that decodes less and recomputes less. Each point's folder holds its full report.", ""]
+    cost = next((p.get("gpu", {}).get("cost") for _, s in results for p in s["pairs"] if p.get("gpu")), None)
+    lines += [f"PET for {cost['label']} (w = {cost['w']:.2f}, κ = {cost['kappa']:.2e}).", ""] if cost else []
     lines += [f"- {point.label}: {settings(summary['config'])}" for point, summary in results]
     policies = list(dict.fromkeys(p.policy for p, _ in results if p.policy))
     lines += ["", *(f"Reference policy {p}: {BOUNDS[p]}." for p in policies)] if policies else []
@@ -105,7 +109,8 @@ def write_sweep(out: Path, results: Sequence[tuple[Point, dict[str, Any]]]) -> N
 
 
 def figure(path: Path, results: Sequence[tuple[Point, dict[str, Any]]]) -> None:
-    """Per suite, tokens ×FC (solid) and uncached ×FC (dashed) per strategy against the sweep's points."""
+    """Per suite, tokens ×FC (solid), uncached ×FC (dashed) and PET ×FC (dotted) per strategy against the sweep's
+    points."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -120,7 +125,7 @@ def figure(path: Path, results: Sequence[tuple[Point, dict[str, Any]]]) -> None:
         for strategy in config["strategies"]:
             if strategy == BASELINE:
                 continue
-            for key, style in (("tokens", "-"), ("uncached", "--")):
+            for key, style in (("tokens", "-"), ("uncached", "--"), ("pet", ":")):
                 ys = [(t.get((suite, strategy)) or {}).get(key) for t in table]
                 ax.plot(xs, [y if y is not None else float("nan") for y in ys], style, marker="o",
                         label=f"{strategy} {key}")

@@ -93,6 +93,7 @@ def test_default_db_comes_from_the_environment(tmp_path: Path) -> None:
     ("bench repo: no server", "cannot create a benchmark database on postgresql://u:***@127.0.0.1:1/x"),
     ("eval: unknown strategy", "unknown strategy 'magic'; valid strategies:"),
     ("eval: too deep", "bundle tasks have at most 16 subtasks"),
+    ("eval: unknown GPU", "--gpu-cost 'qwen3.5-27b@a100:8': expected MODEL@GPU:BATCH"),
 ])
 def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expected: str) -> None:
     db = tmp_path / "m.db"
@@ -127,6 +128,7 @@ def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expect
                                   "postgresql://u:secret@127.0.0.1:1/x?connect_timeout=2"],
         "eval: unknown strategy": ["eval", "--policy", "oracle", "--strategy", "flowstate,magic", "--out", tmp_path / "ev"],
         "eval: too deep": ["eval", "--policy", "oracle", "--suite", "bundle", "--depth", "17", "--out", tmp_path / "ev"],
+        "eval: unknown GPU": ["eval", "--policy", "oracle", "--gpu-cost", "qwen3.5-27b@a100:8", "--out", tmp_path / "ev"],
     }[case]
     if case == "unknown session":
         assert flowstate("run", "q", "--db", tmp_path / "real.db", "--engine", "scripted", "--script", good, "--session", "someone").returncode == 0

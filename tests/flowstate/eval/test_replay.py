@@ -120,3 +120,20 @@ def test_a_recorded_state_holds_the_result_and_its_summary_names_the_ids() -> No
     assert op["value"]["reservations"] == ["ABC123", "Z9Y8X7"]  # nested as the result was
     assert len(op["value"]["notes"][0]) == STANDARD.value_text  # cut to what a value may hold
     assert op["refs"] == [{"rel": "supports", "state_id": "obs_r1_s1_1"}]
+
+
+def test_the_report_gives_what_a_gpu_pays_beside_tokens(recording: Path, tmp_path: Path) -> None:
+    from flowstate.eval.report import write_report
+
+    config = EvalConfig(suites=("tau-replay",), strategies=("flowstate", "full-context"), tasks=2, depth=1,
+                        out=tmp_path / "ev", policy="realistic", replay=str(recording), decode_weight=3)
+    summary = write_report(run_eval(config, []), config)
+    by = {p["strategy"]: p for p in summary["pairs"]}
+    for p in by.values():  # the system message is every session's: a shared prefix cache serves it on first calls
+        assert 0 < p["gpu"]["shared_uncached_per_task"] < p["cost"]["uncached_prompt_tokens_per_task"]
+        assert p["gpu"]["decoded_per_task"] == p["cost"]["completion_tokens_per_task"]  # nothing forced here
+        assert p["gpu"]["pet_per_task"] > p["gpu"]["shared_uncached_per_task"] + 3 * p["gpu"]["decoded_per_task"]
+    assert by["flowstate"]["gpu"]["disclosure_steps_per_task"] == 1 and by["full-context"]["gpu"][
+        "disclosure_steps_per_task"] == 0
+    report = (tmp_path / "ev" / "report.md").read_text()
+    assert "PET ×FC" in report and "w = 3 (given)" in report

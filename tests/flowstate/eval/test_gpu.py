@@ -1,0 +1,58 @@
+"""What a GPU pays: the roofline's decode and attention weights, prefill-equivalent tokens, and the report's columns."""
+
+from __future__ import annotations
+
+import pytest
+
+from flowstate.eval.gpu import GPUS, GPUCost, load, roofline
+from flowstate.eval.kv import load as load_kv
+
+
+def test_a_dense_model_decodes_at_weights_over_batch_against_compute_bound_prefill() -> None:
+    h200 = GPUS["h200"]
+    prefill = 2 * 27e9 / (h200["bf16_tflops"] * 1e12)
+    fixed = load_kv("qwen3.5-27b").fixed_state_bytes
+    decode = (27e9 * 2 / 32 + fixed) / (h200["bandwidth_tb_s"] * 1e12)
+    cost = load("qwen3.5-27b@h200:32")
+    assert cost.w == pytest.approx(decode / prefill)
+    assert cost.kappa == pytest.approx(65_536 / (h200["bandwidth_tb_s"] * 1e12) / prefill)
+    assert load("qwen3.5-27b@h200:8").w > 3.5 * cost.w  # a smaller batch shares each weight read among fewer tokens
+
+
+def test_an_moe_model_reads_the_experts_its_batch_touches() -> None:
+    model = load_kv("qwen3.5-35b-a3b")
+    compute = {"params_billion": 35, "active_billion": 3, "expert_billion": 32.21, "experts": 256, "top_k": 8}
+    w1, _ = roofline(model, compute, "h200", 1)
+    w32, _ = roofline(model, compute, "h200", 32)
+    w_all, _ = roofline(model, {**compute, "top_k": 256}, "h200", 32)  # every expert touched: dense weights
+    # a single token reads its 8 of 256 experts for itself alone; batch 32 shares what it touches (about 64% of the
+    # experts), less than every expert would be
+    assert w32 < w1 and w32 < w_all
+    assert load("qwen3.5-35b-a3b@h200:32").w == pytest.approx(w32)
+
+
+def test_pet_weights_decoded_tokens_shares_the_fixed_prefix_and_prefills_forced_tokens() -> None:
+    cost = GPUCost("toy", w=3.0, kappa=0.001, source="")
+    # [prompt, cached, completion, ttft, decode, shared, forced]
+    first = [1000, 0, 100, 0.0, 0.0, 800, 40]  # a session's first call: its system message is on the server already
+    later = [1500, 1100, 50, 0.0, 0.0, 800, 0]
+    figures = cost.pet([first, later])
+    assert figures["shared_uncached"] == (1000 - 800) + (1500 - 1100)
+    assert figures["forced"] == 40 and figures["decoded"] == 60 + 50
+    attended = 60 * (1000 + 50) + 50 * (1500 + 25)
+    assert figures["pet"] == pytest.approx(600 + 40 + 3 * 110 + 0.001 * attended)
+    assert cost.pet([first[:5]])["shared_uncached"] == 1000  # a row of an older run: nothing shared, nothing forced
+
+
+@pytest.mark.parametrize("spec", ["qwen3.5-27b", "qwen3.5-27b@a100:8", "qwen3.5-27b@h200", "qwen3.5-27b@h200:0",
+                                  "nope@h200:8"])
+def test_a_malformed_gpu_cost_is_one_clear_error(spec: str) -> None:
+    with pytest.raises(ValueError, match="gpu-cost|kv-model"):
+        load(spec)
+
+
+def test_a_given_decode_weight_replaces_the_rooflines() -> None:
+    cost = load("qwen3.5-27b@h200:32", decode_weight=3)
+    assert cost.w == 3 and cost.kappa == load("qwen3.5-27b@h200:32").kappa and "given" in cost.label
+    with pytest.raises(ValueError, match="positive"):
+        load("qwen3.5-27b@h200:32", decode_weight=0)
