@@ -38,8 +38,9 @@ judgement (plans, decisions, risks) or artifact (reusable outputs).
 - add: a new state, unused id (lowercase letters, digits, _). update (omitted fields keep their value) and remove: \
 only states of this request. To revise a state of an earlier request (an index id), even disclosed: add one that \
 supersedes it.
-- A state: a short summary naming the ids it holds, a JSON value, refs to the states and tool results (obs_ ids) it rests on, from it to an \
-existing id; rel: supports, derives, follows or supersedes.
+- A state: a short summary naming the ids it holds, a JSON value of what later steps need (ids, amounts, dates, \
+decisions) not a copy of results, refs to the states and tool results (obs_ ids) it rests on, from it to an existing \
+id; rel: supports, derives, follows or supersedes.
 - Tool results that no state references are forgotten after this request."""
 
 PSA_RULES = """\

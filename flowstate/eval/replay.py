@@ -220,6 +220,40 @@ def scalars(value: Any, path: str = "") -> list[tuple[str, Any]]:
 IDENT = re.compile(r"(?=.*\d)[A-Za-z0-9][A-Za-z0-9_-]{3,}")
 """An identifier in a result: a token with a digit (ids, flight numbers, payment ids), no spaces."""
 
+CODE = re.compile(r"[A-Z][A-Z0-9]{1,5}")
+"""A code in capitals (airports, currencies, fare classes): an identifier without a digit."""
+
+
+def identifier(value: Any) -> bool:
+    return isinstance(value, str) and bool(IDENT.fullmatch(value) or CODE.fullmatch(value))
+
+
+LOOKS = 3
+"""Disclosure steps one action may wait for at most (earlier states, then the raw results they cite): then the
+request ends as a memory miss."""
+
+MISS = "memory miss: cannot see"
+"""How a replayed request that could not bring a needed value into view ends (it fails: not the recorded answer)."""
+
+SALIENT_KEY = re.compile(r"(^|_)(id|number|date|status|amount|price|total|balance|fee|cabin|type|membership)s?$")
+"""A key whose value later work uses: what a state keeps of a result where it can cite the rest."""
+
+
+def salient(value: Any, key: str = "") -> Any:
+    """What a model keeps of a tool result when the state cites the result for the rest: the identifiers (a string
+    with a digit: ids, flight numbers, dates, codes) and the values of keys that name ids, amounts, dates and
+    statuses, nested as they came; names, addresses, prose and the rest stay in the cited result (None: nothing
+    kept). Judged from the result alone, as a model writing the state would: not from what later requests ask."""
+    if isinstance(value, dict):
+        kept = {k: v for k, v in ((str(k), salient(v, str(k))) for k, v in value.items()) if v is not None}
+        return kept or None
+    if isinstance(value, list):
+        items = [v for v in (salient(v, key) for v in value) if v is not None]
+        return items or None
+    if identifier(value):
+        return value
+    return value if SALIENT_KEY.search(key.lower()) and isinstance(value, str | int | float) else None
+
 
 def generate(path: str | Path | None, tasks: int) -> list[Task]:
     if path is None:
@@ -239,17 +273,24 @@ class ReplayPolicy:
         self.task, self.strategy, self.limits = task, strategy, limits
         self.request = -1  # the request being replayed (0-based)
         self.left: list[tuple[Call, ...]] = []
-        self.asked = 0  # disclosure steps taken in this request
+        self.asked = 0  # disclosure steps taken for the next action
         self.answered = True
+        self.made: list[Call] = []  # the calls made so far in this request
+        self.misses = 0  # requests given up: a value the next action needs could not be brought into view
+        self.cites = "state_focus" in strategy.blocks and "state_delta" in strategy.blocks
         self._op = bounded(limits).items["state_delta"]
 
     def record(self, observations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """ISU: every tool result used becomes a knowledge state holding its content (as far as the limits let a
-        value hold it), summarized by the call and the identifiers the result holds, so the index can find it."""
+        """ISU: every tool result used becomes a knowledge state, summarized by the call and the identifiers the
+        result holds, so the index can find it. Where the strategy can disclose raw results (PSA), the state
+        *cites*: its value keeps the result's key values (``salient``: ids, amounts, dates, statuses) and its
+        ``supports`` ref names the result for the rest; without PSA it holds the result's content (as far as the
+        limits let a value hold it)."""
         ops = []
         for o in observations:
             result = o.get("result", o.get("error"))
-            value = fit(result if isinstance(result, dict) else {"result": result}, self.limits)
+            value = salient(result) if self.cites else result
+            value = fit(value if isinstance(value, dict) else {} if value is None else {"result": value}, self.limits)
             args = " ".join(str(v) for _, v in scalars(o.get("arguments", {})))
             ids = list(dict.fromkeys(str(v) for _, v in scalars(result) if isinstance(v, str) and IDENT.fullmatch(v)))
             summary = f"{o['tool']} {args}".strip() + (": " + ", ".join(ids) if ids else "")
@@ -265,27 +306,38 @@ class ReplayPolicy:
         return ops[: self.limits.ops]
 
     def focus(self, query: str, needs: Sequence[str], parts: dict[str, list[dict[str, Any]]]) -> list[str]:
-        """PSA by the index: the earlier states whose summaries name a value the next action needs; else those
-        that share a word with the query; else the latest earlier states."""
+        """PSA: the earlier states whose summaries name a value the next action needs; else the raw results that
+        states in view cite (those whose state's summary names the value first, then the latest) — a state keeps
+        key values, its result the rest; else the earlier states that share a word with the query; else the
+        latest earlier states."""
         listed, shown, _ = Policy.visible(parts)
         unseen = [s for s in listed if s["state_id"] not in shown]
         named = [s["state_id"] for s in unseen if any(v in str(s.get("summary", "")) for v in needs)]
+        if named:
+            return named[-self.limits.focus:]
+        cited = [(any(v in str(e.get("summary", "")) for v in needs), i, r["state_id"])
+                 for i, e in enumerate(parts.get(tags.ACTIVE_STATE, [])) for r in e.get("related_states", [])
+                 if r["state_id"].startswith(OBSERVATION_PREFIX) and r["state_id"] not in shown]
+        if cited:
+            return [oid for _, _, oid in sorted(cited, reverse=True)][: self.limits.focus]
         wanted = words(query)
-        hits = named or [s["state_id"] for s in unseen if wanted & words(s.get("summary", ""))]
+        hits = [s["state_id"] for s in unseen if wanted & words(s.get("summary", ""))]
         return (hits or [s["state_id"] for s in unseen])[-self.limits.focus:]
 
     def missing(self, user: str) -> list[str]:
-        """What the next action uses from earlier requests but the prompt does not show as content: the string
-        arguments of the next calls, or the earlier results' strings that the answer repeats, which the
-        conversation showed before this request and which are not in the query, the Active State or the results
-        in view. An index summary is not content (B.4): what only a summary shows is missing."""
-        earlier = self.task.seen(self.request)
+        """What the next action uses from earlier in the conversation but the prompt does not show as content: the
+        string arguments of the next calls, or the ids and codes of earlier results that the answer repeats word
+        for word, which the conversation showed before this step (earlier requests' queries and results, this
+        request's results) and which are not in the query, the Active State or the results in view. An index
+        summary is not content (B.4): what only a summary shows is missing."""
+        earlier = self.task.seen(self.request) + json.dumps([c.result for c in self.made])
         if self.left:
             used = [str(v) for c in self.left[0] for _, v in scalars(c.arguments) if isinstance(v, str)]
         else:
-            answer = self.task.turns[self.request].answer
-            used = [v for t in self.task.turns[: self.request] for s in t.steps for c in s
-                    for _, v in scalars(c.result) if isinstance(v, str) and len(v) > 2 and v in answer]
+            answer = set(re.findall(r"[\w-]+", self.task.turns[self.request].answer))
+            results = [c.result for t in self.task.turns[: self.request] for s in t.steps for c in s]
+            used = [v for r in [*results, *(c.result for c in self.made)] for _, v in scalars(r)
+                    if identifier(v) and v in answer]  # the ids and codes it repeats, word for word
         index = tags.read(user, tags.HISTORICAL_INDEX)
         view = user.replace(index, "") if index else user
         if index:
@@ -306,22 +358,29 @@ class ReplayPolicy:
         if self.answered:  # the first step of the next request
             self.request += 1
             self.left, self.asked, self.answered = list(self.task.turns[self.request].steps), 0, False
+            self.made = []
         output: dict[str, Any] = {"state_focus": [], "state_delta": [], "tool_calls": [],
                                   "assistant_message": {"content": None}}
         if "state_delta" in self.strategy.blocks:
             output["state_delta"] = self.record(parts.get(tags.LATEST_OBSERVATION, []))
-        needs = self.missing(messages[-1].content) if self.request > 0 else []
-        if needs and self.asked < 2 and "state_focus" in self.strategy.blocks:
+        needs = self.missing(messages[-1].content) if self.request > 0 or self.made else []
+        if needs and self.asked < LOOKS and "state_focus" in self.strategy.blocks:
             output["state_focus"] = [{"target_id": t, "reason": f"holds {needs[0]}, needed next"}
                                      for t in self.focus(query, needs, parts)]
             self.asked += 1
         if output["state_focus"]:
             pass  # a step of its own: the calls need what it asks for, in view from the next step
+        elif needs and self.cites:  # it looked and cannot see what the next action needs: it does not guess
+            self.misses += 1
+            output["assistant_message"] = {"content": f"{MISS} {needs[0]}"}
+            self.answered = True
         elif self.left:
             calls = self.left.pop(0)
             if len(calls) > self.limits.tool_calls:  # more than a step may hold: the rest next step
                 self.left.insert(0, calls[self.limits.tool_calls:])
                 calls = calls[: self.limits.tool_calls]
+            self.made += calls
+            self.asked = 0  # the next action looks afresh
             output["tool_calls"] = [{"name": c.name, "arguments": c.arguments} for c in calls]
         else:
             output["assistant_message"] = {"content": self.task.turns[self.request].answer}

@@ -33,8 +33,8 @@ def conversation(user: str, reservation: str) -> list[dict[str, Any]]:
                                 "cabin": "economy"})},
         {"role": "tool", "tool_call_id": "c3", "name": "think", "content": ""},
         {"role": "assistant", "content": f"Reservation {reservation} has flight HAT001 in economy."},
-        {"role": "user", "content": f"Which cabin was reservation {reservation} again?"},
-        {"role": "assistant", "content": "It is economy."},
+        {"role": "user", "content": f"Which flight was on reservation {reservation} again?"},
+        {"role": "assistant", "content": "It is HAT001."},
         {"role": "user", "content": "Please search direct flights from JFK to SFO on 2024-05-20."},
         {"role": "assistant", "content": None, "tool_calls": [
             call("c4", "search_direct_flight", origin="JFK", destination="SFO", date="2024-05-20")]},
@@ -70,7 +70,7 @@ def test_every_strategy_reproduces_every_recorded_action(recording: Path, tmp_pa
     assert [(r["strategy"], r["task"]) for r in rows if not r["success"]] == []
     by = {(r["strategy"], r["task"]): r for r in rows}
     task = rows[0]["task"]
-    # request 2's answer repeats "economy" from request 1's result, which flowstate's prompt shows only as an index
+    # request 2's answer repeats HAT001 from request 1's result, which flowstate's prompt shows only as an index
     # summary: it asks for the state in a step of its own; full context has the result in its chat
     assert by[("flowstate", task)]["subtasks"][1]["steps"] == 2
     assert by[("full-context", task)]["subtasks"][1]["steps"] == 1
@@ -105,21 +105,72 @@ def test_tau_replay_needs_its_file_and_a_policy(tmp_path: Path, recording: Path)
                                 out=tmp_path / "b", replay=str(recording), policy=policy), [])
 
 
-def test_a_recorded_state_holds_the_result_and_its_summary_names_the_ids() -> None:
+def test_a_recorded_state_cites_its_result_where_psa_can_show_it_and_copies_it_where_not() -> None:
     from flowstate.eval.replay import ReplayPolicy, ReplayTask
     from flowstate.limits import STANDARD
     from flowstate.memory import get
 
     policy, turns = parse(conversation("mia_li_3668", "ABC123"))
-    replayer = ReplayPolicy(ReplayTask("t", policy, turns), get("flowstate"))
-    result = {"user_id": "mia_li_3668", "reservations": ["ABC123", "Z9Y8X7"], "membership": "gold",
-              "notes": ["x" * 5000]}
-    [op] = replayer.record([{"observation_id": "obs_r1_s1_1", "tool": "get_user_details",
-                             "arguments": {"user_id": "mia_li_3668"}, "result": result}])
-    assert op["summary"] == "get_user_details mia_li_3668: mia_li_3668, ABC123, Z9Y8X7"
-    assert op["value"]["reservations"] == ["ABC123", "Z9Y8X7"]  # nested as the result was
-    assert len(op["value"]["notes"][0]) == STANDARD.value_text  # cut to what a value may hold
-    assert op["refs"] == [{"rel": "supports", "state_id": "obs_r1_s1_1"}]
+    result = {"user_id": "mia_li_3668", "name": {"first_name": "Mia", "last_name": "Li"}, "zip": "78750",
+              "reservations": ["ABC123", "Z9Y8X7"], "membership": "gold", "origin": "JFK",
+              "payment": {"amount": 250, "source": "certificate"}, "notes": ["x" * 5000]}
+    observation = {"observation_id": "obs_r1_s1_1", "tool": "get_user_details", "arguments": {"user_id": "mia_li_3668"},
+                   "result": result}
+    [cited] = ReplayPolicy(ReplayTask("t", policy, turns), get("flowstate")).record([observation])
+    assert cited["summary"] == "get_user_details mia_li_3668: mia_li_3668, 78750, ABC123, Z9Y8X7"  # the ids it holds
+    # ids, codes, amounts and statuses, nested as they came; names and prose stay in the result it cites
+    assert cited["value"] == {"user_id": "mia_li_3668", "zip": "78750", "reservations": ["ABC123", "Z9Y8X7"],
+                              "membership": "gold", "origin": "JFK", "payment": {"amount": 250}}
+    assert cited["refs"] == [{"rel": "supports", "state_id": "obs_r1_s1_1"}]
+    [copied] = ReplayPolicy(ReplayTask("t", policy, turns), get("no-psa")).record([observation])  # no PSA: it copies
+    assert copied["value"]["name"] == {"first_name": "Mia", "last_name": "Li"}
+    assert len(copied["value"]["notes"][0]) == STANDARD.value_text  # cut to what a value may hold
+
+
+def name_conversation() -> list[dict[str, Any]]:
+    """Request 2's call needs the passenger's name, which request 1's result held and a citing state leaves out."""
+    return [
+        {"role": "system", "content": "# Airline Agent Policy"},
+        {"role": "user", "content": "Hi, I am mia_li_3668. Who is on reservation ABC123?"},
+        {"role": "assistant", "content": None, "tool_calls": [call("c1", "get_reservation_details",
+                                                                   reservation_id="ABC123")]},
+        {"role": "tool", "tool_call_id": "c1", "name": "get_reservation_details",
+         "content": json.dumps({"reservation_id": "ABC123", "passengers": [{"first_name": "Noah", "last_name": "Park"}]})},
+        {"role": "assistant", "content": "Noah Park is on ABC123."},
+        {"role": "user", "content": "Please add the same passenger to reservation XYZ789."},
+        {"role": "assistant", "content": None, "tool_calls": [call(
+            "c2", "update_reservation_passengers", reservation_id="XYZ789",
+            passengers=[{"first_name": "Noah", "last_name": "Park", "dob": "1990-01-01"}])]},
+        {"role": "tool", "tool_call_id": "c2", "name": "update_reservation_passengers", "content": "{}"},
+        {"role": "assistant", "content": "Done."},
+    ]
+
+
+def test_a_value_the_state_left_out_is_disclosed_from_the_result_it_cites(tmp_path: Path) -> None:
+    path = tmp_path / "names.json"
+    path.write_text(json.dumps([{"task_id": 0, "traj": name_conversation()}]))
+    config = EvalConfig(suites=("tau-replay",), strategies=("flowstate", "full-context"), tasks=1, depth=1,
+                        out=tmp_path / "ev", policy="realistic", replay=str(path))
+    rows = {r["strategy"]: r for r in run_eval(config, [])}
+    assert rows["flowstate"]["success"] and rows["full-context"]["success"]
+    second = rows["flowstate"]["subtasks"][1]
+    # the index names the state, not the name: it asks for the state, then for the result the state cites
+    assert second["disclosure_steps"] == 2 and second["steps"] == 4
+    assert rows["full-context"]["subtasks"][1]["steps"] == 2
+
+
+def test_a_value_it_cannot_bring_into_view_fails_the_request_as_a_memory_miss(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from flowstate.eval import replay
+
+    monkeypatch.setattr(replay, "LOOKS", 1)  # one look: the state, without the name; then it gives up
+    path = tmp_path / "names.json"
+    path.write_text(json.dumps([{"task_id": 0, "traj": name_conversation()}]))
+    config = EvalConfig(suites=("tau-replay",), strategies=("flowstate",), tasks=1, depth=1, out=tmp_path / "ev",
+                        policy="realistic", replay=str(path))
+    [row] = run_eval(config, [])
+    assert not row["success"] and row["subtasks"][0]["correct"]
+    assert row["subtasks"][1]["response"] == f"{replay.MISS} Noah" and not row["subtasks"][1]["correct"]
 
 
 def test_the_report_gives_what_a_gpu_pays_beside_tokens(recording: Path, tmp_path: Path) -> None:
