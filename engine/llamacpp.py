@@ -123,7 +123,7 @@ class LlamaCppEngine(Engine):
     name = "llamacpp"
     options = frozenset({"model", "temperature", "top_p", "max_tokens", "repetition_penalty", "threads",
                          "threads_batch", "batch_size", "context", "seed", "extra_buffers", "chat_template",
-                         "chat_template_kwargs"})
+                         "chat_template_kwargs", "fast_forward"})
 
     def __init__(
         self,
@@ -141,7 +141,9 @@ class LlamaCppEngine(Engine):
         extra_buffers: bool = False,
         chat_template: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        fast_forward: bool = True,
     ) -> None:
+        """``fast_forward``: tokens the grammar forces are appended in one forward pass, not decoded one by one."""
         try:
             import llama_cpp
             import llguidance
@@ -181,6 +183,7 @@ class LlamaCppEngine(Engine):
         self._formatter = Jinja2ChatFormatter(template, eos_token=piece(self._eos), bos_token=piece(self.llm.token_bos()))
         self.decoding, self.max_tokens = Decoding(temperature, top_p, seed), max_tokens
         self.repetition_penalty = repetition_penalty
+        self.fast_forward = fast_forward
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._lock = threading.Lock()  # one model, one KV cache: calls from many threads take turns
 
@@ -254,29 +257,52 @@ class LlamaCppEngine(Engine):
         started = time.perf_counter()
         first: float | None = None
         out: list[int] = []
+        forced = 0
         finish = "length"
+
+        def emit(tokens: list[int]) -> None:
+            out.extend(tokens)
+            if on_text is not None:
+                piece = decoder.decode(self.llm.detokenize(tokens, special=False))
+                if piece:
+                    on_text(piece)
+
+        def fast_forward() -> bool:
+            """Append the tokens the grammar forces now (they are evaluated with the next batch, in one forward
+            pass, instead of one decode step each); whether any were."""
+            nonlocal forced
+            ff = list(matcher.compute_ff_tokens())[: budget - len(out)] if self.fast_forward and matcher else []
+            if not ff:
+                return False
+            if not matcher.consume_tokens(ff):
+                raise EngineError(f"llguidance refused its own forced tokens: {matcher.get_error()}")
+            forced += len(ff)
+            emit(ff)
+            return True
+
         try:
-            for token in self.llm.generate(
-                prompt, temp=temperature, top_p=top_p, top_k=0, min_p=0.0,
-                repeat_penalty=1.0, logits_processor=processors, reset=True,
-            ):
-                first = first or time.perf_counter()
-                if llama_cpp.llama_vocab_is_eog(self._vocab_ptr, token):
-                    finish = "stop"
-                    break
-                out.append(int(token))
-                if on_text is not None:
-                    piece = decoder.decode(self.llm.detokenize([int(token)], special=False))
-                    if piece:
-                        on_text(piece)
-                if matcher is not None:
-                    if not matcher.consume_token(int(token)):
-                        raise EngineError(f"llguidance refused sampled token {token}: {matcher.get_error()}")
-                    if matcher.is_stopped():
+            fast_forward()  # an output's opening is usually forced (a block's tag)
+            while finish == "length" and len(out) < budget and not (matcher is not None and matcher.is_stopped()):
+                # decode until the grammar forces tokens again; then restart on the longer context, whose prefix
+                # is cached (llama-cpp-python's generate reuses it and evaluates the new tokens in one batch)
+                for token in self.llm.generate(
+                    prompt + out, temp=temperature, top_p=top_p, top_k=0, min_p=0.0,
+                    repeat_penalty=1.0, logits_processor=processors, reset=True,
+                ):
+                    first = first or time.perf_counter()
+                    if llama_cpp.llama_vocab_is_eog(self._vocab_ptr, token):
                         finish = "stop"
                         break
-                if len(out) >= budget:
-                    break
+                    if matcher is not None and not matcher.consume_token(int(token)):
+                        raise EngineError(f"llguidance refused sampled token {token}: {matcher.get_error()}")
+                    emit([int(token)])
+                    if matcher is not None and matcher.is_stopped():
+                        finish = "stop"
+                        break
+                    if len(out) >= budget or fast_forward():
+                        break
+            if matcher is not None and matcher.is_stopped():
+                finish = "stop"
         except EngineError:
             self.llm.reset()
             raise
@@ -287,5 +313,5 @@ class LlamaCppEngine(Engine):
         first = first or end
         text = self.llm.detokenize(out, special=False).decode("utf-8", errors="replace")
         usage = Usage(prompt_tokens=len(prompt), cached_tokens=max(cached, 0), completion_tokens=len(out),
-                      ttft_s=first - started, decode_s=end - first)
+                      ttft_s=first - started, decode_s=end - first, forced_tokens=forced)
         return Generation(text=text, usage=usage, finish_reason=finish)

@@ -5,7 +5,9 @@ shipped script, so every Active State is the one the loop builds), under the pro
 engine runs with (compact for the embedded model). Each prompt is decoded three ways — no grammar,
 the static protocol grammar, the per-step id-aware grammar — by every engine in turn, call by call,
 so machine noise falls on all of them alike. The table reports, per engine and mode: decode
-tokens/s (and its ratio to the same engine without a grammar), prefill tokens/s over the prompt
+tokens/s (output tokens over decode time, forced tokens included; and its ratio to the same engine without a
+grammar), the share of output tokens the grammar forced (appended in one pass by engines that fast-forward),
+seconds per call (prefill and decode), prefill tokens/s over the prompt
 tokens that were not cached, the cached share, time to first token, grammar build/compile time,
 the share of outputs that parse, and how many were cut at the token budget.
 """
@@ -56,6 +58,7 @@ class ModeResult:
     parsed: int = 0
     truncated: int = 0
     completion_tokens: int = 0
+    forced_tokens: int = 0  # of them, appended without a decode step (engines that fast-forward)
     decode_s: float = 0.0
     prefilled: int = 0  # prompt tokens not served from the cache
     prompt_tokens: int = 0
@@ -67,6 +70,7 @@ class ModeResult:
         u = gen.usage
         self.calls += 1
         self.completion_tokens += u.completion_tokens
+        self.forced_tokens += u.forced_tokens
         self.decode_s += u.decode_s
         self.prompt_tokens += u.prompt_tokens
         self.cached_tokens += u.cached_tokens
@@ -93,7 +97,9 @@ class ModeResult:
             "parsed_share": round(self.parsed / self.calls, 3) if self.calls else 0.0,
             "truncated": self.truncated,
             "completion_tokens": self.completion_tokens,
+            "forced_share": round(self.forced_tokens / self.completion_tokens, 3) if self.completion_tokens else 0.0,
             "decode_tok_s": round(self.decode_tok_s, 2),
+            "s_per_call": round((ttft + self.decode_s) / self.calls, 2) if self.calls else 0.0,
             "vs_plain": round(self.decode_tok_s / plain.decode_tok_s, 3) if plain and plain.decode_tok_s else None,
             "prefill_tok_s": round(self.prefilled / ttft, 1) if ttft else 0.0,
             "cached_share": round(self.cached_tokens / self.prompt_tokens, 3) if self.prompt_tokens else 0.0,
@@ -134,8 +140,8 @@ def bench_decode(
             for name in engines for m in MODES]
 
 
-HEAD = ["engine", "mode", "limits", "calls", "parsed_share", "truncated", "completion_tokens", "decode_tok_s",
-        "vs_plain", "prefill_tok_s", "cached_share", "ttft_mean_s", "grammar_ms_mean"]
+HEAD = ["engine", "mode", "limits", "calls", "parsed_share", "truncated", "completion_tokens", "forced_share",
+        "decode_tok_s", "vs_plain", "s_per_call", "prefill_tok_s", "cached_share", "ttft_mean_s", "grammar_ms_mean"]
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:

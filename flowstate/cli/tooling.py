@@ -42,14 +42,21 @@ def bench() -> None:
 @engine_options
 @click.option("--calls", default=None, type=click.IntRange(min=1), help="Use only the first N of the 8 hotel-case prompts.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
-def bench_decode_cmd(calls: int | None, out: Path | None, **engine_opts: Any) -> None:
+@click.option("--fast-forward", "fast_forward", default="on", show_default=True, type=click.Choice(["on", "off", "both"]),
+              help="llamacpp: append the tokens a grammar forces in one forward pass (on), decode them one by one "
+                   "(off), or both side by side (both: each engine twice, the second named '… step-by-step').")
+def bench_decode_cmd(calls: int | None, out: Path | None, fast_forward: str, **engine_opts: Any) -> None:
     """Tokens/s without grammar vs static vs per-step grammar, per engine (--engine a,b: side by side in one run)."""
     from flowstate.bench.decode import bench_decode, render_table
 
     with errors():
         max_tokens = engine_opts.pop("max_tokens")
         names = [n.strip() for n in engine_opts.pop("name").split(",") if n.strip()]
-        loaded = {n: engines.load(n, **engine_opts, max_tokens=None) for n in names}
+        step_by_step: dict[str, Any] = {"fast_forward": False}
+        settings: dict[str, list[tuple[str, dict[str, Any]]]] = {
+            "on": [("", {})], "off": [("", step_by_step)], "both": [("", {}), (" step-by-step", step_by_step)]}
+        loaded = {n + suffix: engines.load(n, **engine_opts, **extra, max_tokens=None)
+                  for n in names for suffix, extra in settings[fast_forward]}
         rows = bench_decode(loaded, calls=calls, max_tokens=max_tokens, progress=lambda line: click.echo(line, err=True))
         click.echo(render_table(rows))
         if out is not None:

@@ -38,6 +38,26 @@ def test_outputs_parse_under_the_grammar_and_the_prefix_is_reused(llama: LlamaCp
     # calls 2 and 3 continue the request: their prompts start with the previous call's prompt
     assert gens[1].usage.cached_tokens > 1000 and gens[2].usage.cached_tokens > 1000
     assert gens[1].usage.cached_tokens < gens[1].usage.prompt_tokens
+    # the four blocks' tags, keys and empty blocks are forced: appended in one pass, not decoded one by one
+    assert all(0.2 * g.usage.completion_tokens < g.usage.forced_tokens < g.usage.completion_tokens for g in gens)
+
+
+def test_fast_forward_appends_the_forced_tokens_and_changes_no_token() -> None:
+    """Greedy, batch size 1 (so both ways compute every token in the same batch shape): the same text and token
+    count with forced tokens appended as without; only how many tokens were decoded one step each differs."""
+    from flowstate.constrain import GrammarMode, Grammars
+
+    grammar = Grammars([], GrammarMode.STATIC, limits=COMPACT).static
+    messages = [Message("system", "Answer in the four blocks."), Message("user", "Say hello to Ana.")]
+    engine = LlamaCppEngine(batch_size=1)
+    gens = {}
+    for fast in (False, True):
+        engine.fast_forward = fast
+        engine.llm.reset()
+        gens[fast] = engine.generate(messages, grammar=grammar, max_tokens=120)
+    assert gens[True].text == gens[False].text
+    assert gens[True].usage.completion_tokens == gens[False].usage.completion_tokens
+    assert gens[False].usage.forced_tokens == 0 and gens[True].usage.forced_tokens > 10
 
 
 def test_a_call_cut_at_its_budget_is_truncation(llama: LlamaCppEngine, calls) -> None:
