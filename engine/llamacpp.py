@@ -4,8 +4,10 @@ The default model is the embedded SmolLM2-135M-Instruct GGUF (the same file the 
 engine loads); any ``.gguf`` path can be named. llama.cpp keeps the KV cache of the previous call
 and reuses its longest common token prefix (``cached_tokens``). A grammar is enforced by an
 llguidance matcher that masks the logits before every sampled token, so the output is always in
-the grammar's language. Prompts are rendered with the GGUF's own chat template (template
-variables such as ``enable_thinking`` pass through ``chat_template_kwargs``).
+the grammar's language; the tokens it forces are appended in one forward pass (``fast_forward``). Prompts are
+rendered with the GGUF's own chat template (template variables such as ``enable_thinking`` pass through
+``chat_template_kwargs``). Without ``threads``, each call runs on the cores of this process's affinity that no
+other runnable task holds at that moment (``free_cores``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,27 @@ from engine.text import common_prefix
 
 _MATCHERS_CACHE = 32
 _LOADING = threading.Lock()
+
+
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's, a cgroup's or ``taskset``'s limit), not
+    the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # no affinity call on this platform
+        return os.cpu_count() or 1
+
+
+def free_cores(total: int, loadavg: str = "/proc/loadavg") -> int:
+    """Of ``total`` cores, those no other runnable task holds now (Linux's count of runnable tasks in
+    ``/proc/loadavg``, less the thread asking): llama.cpp's threads wait for each other at every operation, so a
+    thread that shares its core with another process stalls them all."""
+    try:
+        with open(loadavg, encoding="ascii") as f:
+            running = int(f.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return total
+    return max(1, min(total, total - (running - 1)))
 
 
 @contextmanager
@@ -154,12 +177,14 @@ class LlamaCppEngine(Engine):
         path, embedded = resolve_gguf(model)
         self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, embedded=embedded)
         self.model_name = Path(path).name
-        cores = os.cpu_count() or 1
+        self._cores = cores()
+        self._adaptive = threads is None and threads_batch is None  # threads given: kept as given
+        self._threads = threads or self._cores
         try:
             with _model_params(extra_buffers):
                 self.llm = llama_cpp.Llama(
-                    model_path=path, n_ctx=context or 0, n_batch=batch_size, n_threads=threads or cores,
-                    n_threads_batch=threads_batch or threads or cores, seed=seed, verbose=False,
+                    model_path=path, n_ctx=context or 0, n_batch=batch_size, n_threads=self._threads,
+                    n_threads_batch=threads_batch or self._threads, seed=seed, verbose=False,
                 )
         except (ValueError, RuntimeError, OSError) as exc:
             raise EngineConfigError(f"llama.cpp cannot load {path}: {exc}") from exc
@@ -248,6 +273,11 @@ class LlamaCppEngine(Engine):
         s = sampling.over(self.decoding)
         temperature, top_p = s.temperature, s.top_p
         self.llm.set_seed(s.seed if s.seed is not None else 0)
+        if self._adaptive:  # as many threads as cores are free now: none waits on a core another process holds
+            threads = free_cores(self._cores)
+            if threads != self._threads:
+                llama_cpp.llama_set_n_threads(self.llm.ctx, threads, threads)
+                self._threads = threads
 
         budget = completion_budget(max_tokens or self.max_tokens, len(prompt), self.context)
         cached = min(common_prefix(self.llm.input_ids[: self.llm.n_tokens].tolist(), prompt), len(prompt) - 1)
