@@ -255,15 +255,62 @@ def salient(value: Any, key: str = "") -> Any:
     return value if SALIENT_KEY.search(key.lower()) and isinstance(value, str | int | float) else None
 
 
-def generate(path: str | Path | None, tasks: int) -> list[Task]:
+OPTIONS = {"sessions": 1, "results": 1}
+"""tau-replay's suite options: recorded conversations joined into one session, and copies of each listed result
+item (search pages' size)."""
+
+
+def generate(path: str | Path | None, tasks: int, sessions: int = 1, results: int = 1) -> list[Task]:
+    """``tasks`` sessions, each of ``sessions`` recorded conversations one after the other (ordered by task, then
+    trial: a task's trials first, then the next task's; only whole sessions), with every list of objects in a
+    result holding ``results`` copies of each item (the first as recorded, the others with other ids and numbers)."""
     if path is None:
         raise ValueError("--suite tau-replay needs --replay FILE (τ-bench's historical_trajectories/*.json)")
+    recorded = [(e, p) for e, p in ((e, parse(e["traj"])) for e in load(path)) if p[1]]
+    if sessions > 1:  # one conversation a session keeps the file's order
+        recorded.sort(key=lambda x: (str(x[0].get("task_id", "")).zfill(8), int(x[0].get("trial", 0) or 0)))
     out: list[Task] = []
-    for entry in load(path)[:tasks]:
-        policy, turns = parse(entry["traj"])
-        if turns:
-            out.append(ReplayTask(f"replay-{entry.get('task_id', len(out))}-{len(out)}", policy, turns))
+    for start in range(0, len(recorded) - sessions + 1, sessions):
+        joined = recorded[start:start + sessions]
+        turns = [enlarge(t, results) for _, (_, ts) in joined for t in ts]
+        first = joined[0][0].get("task_id", len(out))
+        name = f"replay-{first}-{len(out)}" if sessions == 1 else f"replay-{first}x{sessions}-{len(out)}"
+        out.append(ReplayTask(name, joined[0][1][0], turns))
+        if len(out) == tasks:
+            break
     return out
+
+
+def enlarge(turn: Turn, copies: int) -> Turn:
+    """A turn whose results' lists of objects hold ``copies`` of each item (as a search page with more rows)."""
+    if copies == 1:
+        return turn
+    steps = tuple(tuple(Call(c.name, c.arguments, _copies(c.result, copies)) for c in step) for step in turn.steps)
+    return Turn(turn.query, steps, turn.answer)
+
+
+def _copies(value: Any, copies: int) -> Any:
+    if isinstance(value, dict):
+        return {k: _copies(v, copies) for k, v in value.items()}
+    if isinstance(value, list):
+        items = [_copies(v, copies) for v in value]
+        if not any(isinstance(v, dict) for v in items):
+            return items
+        return [x for v in items for x in [v, *(_perturbed(v, j) for j in range(1, copies))]]
+    return value
+
+
+def _perturbed(value: Any, j: int) -> Any:
+    """Copy ``j`` of an item: its identifiers suffixed, its numbers moved, so no copy repeats the recorded one."""
+    if isinstance(value, dict):
+        return {k: _perturbed(v, j) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_perturbed(v, j) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int | float):
+        return value + j
+    return f"{value}-{j}" if identifier(value) else value
 
 
 class ReplayPolicy:

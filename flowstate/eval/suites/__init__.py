@@ -27,7 +27,11 @@ ALL = (*SUITES, *TAU3, REPLAY)
 
 def options(suite: str) -> dict[str, int]:
     """The size options a suite takes, with their defaults."""
-    if suite in TAU3 or suite == REPLAY:
+    if suite == REPLAY:
+        from flowstate.eval.replay import OPTIONS
+
+        return dict(OPTIONS)
+    if suite in TAU3:
         return {}
     params = list(inspect.signature(SUITES[suite]).parameters.values())[3:]
     return {p.name: int(p.default) for p in params}
@@ -50,19 +54,19 @@ def generate(suite: str, tasks: int, depth: int, seed: int = 0, sizes: Mapping[s
     read their data (``data_dir``: a tau2-bench checkout's data folder) and run each task ``trials`` times;
     ``tau-replay`` reads its recorded conversations from ``replay``.
     """
+    if suite not in ALL:
+        raise ValueError(f"unknown suite {suite!r}; valid suites: {', '.join(ALL)}")
+    taken = {k: v for k, v in (sizes or {}).items() if k in options(suite)}
+    if any(v < 1 for v in taken.values()):
+        raise ValueError("suite options must be at least 1")
     if suite == REPLAY:
         from flowstate.eval.replay import generate as replay_tasks
 
-        return replay_tasks(replay, tasks)
+        return replay_tasks(replay, tasks, **taken)
     if suite in TAU3:
         from flowstate.eval.tau3.tasks import generate as tau3_tasks
 
         return tau3_tasks(suite, tasks, data_dir, trials)
-    if suite not in SUITES:
-        raise ValueError(f"unknown suite {suite!r}; valid suites: {', '.join(ALL)}")
     if tasks < 1 or depth < 1:
         raise ValueError("tasks and depth must be at least 1")
-    taken = {k: v for k, v in (sizes or {}).items() if k in options(suite)}
-    if any(v < 1 for v in taken.values()):
-        raise ValueError("suite options must be at least 1")
     return SUITES[suite](tasks, depth, seed, **taken)

@@ -188,3 +188,29 @@ def test_the_report_gives_what_a_gpu_pays_beside_tokens(recording: Path, tmp_pat
         "disclosure_steps_per_task"] == 0
     report = (tmp_path / "ev" / "report.md").read_text()
     assert "PET ×FC" in report and "w = 3 (given)" in report
+
+
+def test_sessions_join_recorded_conversations_and_results_enlarge_search_pages(recording: Path) -> None:
+    from flowstate.eval.suites import generate, options
+
+    assert options("tau-replay") == {"sessions": 1, "results": 1}
+    [joined] = generate("tau-replay", 5, 1, sizes={"sessions": 2}, replay=str(recording))  # 2 conversations: 1 session
+    single = generate("tau-replay", 5, 1, replay=str(recording))
+    assert len(single) == 2 and joined.queries == single[0].queries + single[1].queries
+    assert isinstance(joined, ReplayTask) and len(joined.expected) == 10
+    [big] = generate("tau-replay", 1, 1, sizes={"results": 3}, replay=str(recording))
+    assert isinstance(big, ReplayTask)
+    flights = big.turns[0].steps[1][0].result["flights"]
+    # the recorded item first, then copies with other ids; lists of plain values (reservation ids) stay as they are
+    assert flights == [{"flight_number": "HAT001"}, {"flight_number": "HAT001-1"}, {"flight_number": "HAT001-2"}]
+    assert big.turns[0].steps[0][0].result["reservations"] == ["ABC123"]
+    with pytest.raises(ValueError, match="at least 1"):
+        generate("tau-replay", 1, 1, sizes={"sessions": 0}, replay=str(recording))
+
+
+def test_a_joined_session_replays_through_every_strategy(recording: Path, tmp_path: Path) -> None:
+    config = EvalConfig(suites=("tau-replay",), strategies=("flowstate", "full-context", "flowstate-paged"), tasks=1,
+                        depth=1, out=tmp_path / "ev", policy="realistic", replay=str(recording),
+                        sizes={"sessions": 2, "results": 2})
+    rows = run_eval(config, [])
+    assert [r["success"] for r in rows] == [True, True, True] and all(len(r["subtasks"]) == 6 for r in rows)
