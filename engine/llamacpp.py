@@ -16,7 +16,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -79,26 +79,55 @@ def _model_params(extra_buffers: bool) -> Iterator[None]:
             capi.llama_model_default_params = default
 
 
-def vocabulary(model: str | None = None) -> Callable[[str], list[int]]:
-    """A tokenizer from a GGUF model's vocabulary alone (no weights loaded): for counting tokens as the model
-    would, e.g. the evaluator's reference policies (``flowstate eval --count-tokens embedded``)."""
-    try:
-        import llama_cpp
-    except ImportError as exc:
-        raise EngineConfigError(f"counting tokens with a GGUF vocabulary needs llama-cpp-python ({exc.name}): "
-                                "pip install 'flowstate[embedded]'") from exc
-    path, _ = resolve_gguf(model)
-    try:
-        llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
-    except (ValueError, RuntimeError, OSError) as exc:
-        raise EngineConfigError(f"llama.cpp cannot load the vocabulary of {path}: {exc}") from exc
-    lock = threading.Lock()
+class Vocabulary:
+    """A GGUF model's tokenizer from its vocabulary alone (no weights loaded): counts tokens as the model would
+    (the evaluator's reference policies, ``flowstate eval --count-tokens embedded``), and how many tokens of an
+    output a grammar forces (what an engine that fast-forwards appends without decoding)."""
 
-    def tokenize(text: str) -> list[int]:
-        with lock:
-            return list(llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+    def __init__(self, model: str | None = None) -> None:
+        try:
+            import llama_cpp
+            import llguidance
+            import llguidance.llamacpp
+        except ImportError as exc:
+            raise EngineConfigError(f"counting tokens with a GGUF vocabulary needs llama-cpp-python ({exc.name}): "
+                                    "pip install 'flowstate[embedded]'") from exc
+        path, _ = resolve_gguf(model)
+        try:
+            self._llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise EngineConfigError(f"llama.cpp cannot load the vocabulary of {path}: {exc}") from exc
+        self._llg = llguidance
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self._tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(llama_cpp.llama_model_get_vocab(self._llm.model))
+        self._lock = threading.Lock()
 
-    return tokenize
+    def __call__(self, text: str) -> list[int]:
+        with self._lock:
+            return list(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+    def forced(self, grammar: str, text: str) -> int:
+        """Of ``text``'s tokens, those ``grammar`` forces where they stand (llguidance's fast-forward tokens, where
+        the text's own tokens are the same); counting stops where the text leaves the grammar."""
+        tokens = self(text)
+        matcher = self._llg.LLMatcher(self._tokenizer, self._llg.grammar_from("lark", grammar), log_level=0)
+        forced = i = 0
+        while i < len(tokens) and not matcher.is_stopped():
+            ff = list(matcher.compute_ff_tokens())
+            if ff and tokens[i:i + len(ff)] == ff:
+                matcher.consume_tokens(ff)
+                forced, i = forced + len(ff), i + len(ff)
+            elif matcher.consume_token(tokens[i]):
+                i += 1
+            else:
+                break
+        return forced
+
+
+def vocabulary(model: str | None = None) -> Vocabulary:
+    """The tokenizer of a GGUF model's vocabulary alone (``Vocabulary``)."""
+    return Vocabulary(model)
 
 
 def resolve_gguf(model: str | None) -> tuple[str, bool]:

@@ -63,6 +63,46 @@ def bench_decode_cmd(calls: int | None, out: Path | None, fast_forward: str, **e
             out.write_text(json.dumps({"engines": names, "rows": rows}, indent=2))
 
 
+@bench.command("trace")
+@click.argument("trace_file", metavar="FILE", type=click.Path(dir_okay=False))
+@click.option("--base-url", required=True, help="The OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1.")
+@click.option("--sessions", default="8", show_default=True, help="Sessions replayed at once; a comma-separated list "
+              "runs each in turn (8,16,32: where preemptions start).")
+@click.option("--model", "model_name", default=None, help="The served model [default: the server's first].")
+@click.option("--strategy", "strategies", default=None, help="Only these methods' traces, comma-separated.")
+@click.option("--engine-api-key", default=None, envvar="FLOWSTATE_ENGINE_API_KEY", help="The server's API key.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
+def bench_trace_cmd(trace_file: str, base_url: str, sessions: str, model_name: str | None, strategies: str | None,
+                    engine_api_key: str | None, out: Path | None) -> None:
+    """Replay an evaluation's recorded model calls (flowstate eval --trace) on a server, each method side by side:
+    wall time, output tok/s, TTFT/TPOT, prefix-cache hits and preemptions."""
+    from openai import OpenAI, OpenAIError
+
+    from flowstate.bench.trace import bench_trace, render_table
+    from flowstate.eval.sweep import numbers
+    from flowstate.eval.trace import read
+
+    with errors():
+        traces = read(trace_file)
+        if strategies:
+            wanted = [x.strip() for x in strategies.split(",") if x.strip()]
+            unknown = [w for w in wanted if w not in traces]
+            if unknown:
+                raise ValueError(f"the trace holds no calls of {', '.join(unknown)}; it holds {', '.join(traces)}")
+            traces = {w: traces[w] for w in wanted}
+        counts = numbers(sessions, "--sessions")
+        client = OpenAI(base_url=base_url, api_key=engine_api_key or "none", max_retries=0, timeout=3600)
+        try:
+            model_name = model_name or client.models.list().data[0].id
+            rows = bench_trace(traces, client, model_name, base_url, counts,
+                               progress=lambda line: click.echo(line, err=True))
+        except OpenAIError as exc:
+            raise ValueError(f"the server at {base_url} failed the replay: {exc}") from exc
+        click.echo(render_table(rows))
+        if out is not None:
+            out.write_text(json.dumps({"trace": trace_file, "model": model_name, "rows": rows}, indent=2))
+
+
 @bench.command("serve")
 @engine_options
 @click.option("--sessions", default="8,32", show_default=True, help="Concurrent sessions, comma-separated.")

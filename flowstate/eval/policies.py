@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.base import Engine, Generation, Message, OnText, Sampling, Usage
+from engine.base import Capabilities, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.text import common_prefix, flatten, tokenize
 from flowstate import tags
 from flowstate.eval.task import Answer, Call, Decision, Need, Task
@@ -421,9 +421,13 @@ class PolicyEngine(Engine):
     name = "policy"
 
     def __init__(self, policy: Callable[[Sequence[Message]], str],
-                 tokens: Callable[[str], Sequence[Any]] = tokenize) -> None:
-        """``tokens`` splits text into tokens: words and punctuation by default, or a model's vocabulary."""
-        self.policy, self.tokens = policy, tokens
+                 tokens: Callable[[str], Sequence[Any]] = tokenize,
+                 forced: Callable[[str, str], int] | None = None) -> None:
+        """``tokens`` splits text into tokens: words and punctuation by default, or a model's vocabulary;
+        ``forced`` (a grammar and an output: how many of its tokens the grammar forces) takes each call's grammar
+        and reports them as forced tokens, as an engine that fast-forwards would append them."""
+        self.policy, self.tokens, self.forced = policy, tokens, forced
+        self.capabilities = Capabilities(grammar=forced is not None)
         self._last: Sequence[Any] = []
         self._systems: dict[str, Sequence[Any]] = {}  # a system message's tokens, counted once
         self._lock = threading.Lock()
@@ -443,7 +447,8 @@ class PolicyEngine(Engine):
                 system = self._systems[messages[0].content] = self.tokens(flatten(messages[:1])[: -len("<|assistant|>\n")])
         return Generation(text, Usage(prompt_tokens=len(prompt), cached_tokens=cached,
                                       completion_tokens=len(self.tokens(text)),
-                                      shared_tokens=common_prefix(prompt, system or ())))
+                                      shared_tokens=common_prefix(prompt, system or ()),
+                                      forced_tokens=self.forced(grammar, text) if self.forced and grammar else 0))
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokens(text))

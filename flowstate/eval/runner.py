@@ -31,6 +31,7 @@ from flowstate.eval.tau3.conversation import run_conversation
 from flowstate.eval.tau3.gold import GoldPolicy
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import tau2_guidelines
+from flowstate.eval.trace import Traced, TraceWriter
 from flowstate.limits import STANDARD
 from flowstate.memory import get
 from flowstate.memory.base import Strategy
@@ -69,6 +70,7 @@ class EvalConfig:
     gpu_cost: str = "qwen3.5-27b@h200:32"  # the report's prefill-equivalent tokens: MODEL@GPU:BATCH (flowstate.eval.gpu)
     decode_weight: float | None = None  # ... with this decode weight instead of the roofline's
     replay: str | None = None  # tau-replay: recorded τ-bench conversations (historical_trajectories/*.json)
+    trace: str | None = None  # a file that every model call is recorded into, to replay on a server (not identity)
 
     @property
     def namespace(self) -> str:
@@ -195,6 +197,7 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress =
     done = {(r["suite"], r["strategy"], r["task"]) for r in earlier}
     run = uuid.uuid4().hex[:12]
     tokens = token_counter(config.count_tokens) if config.policy is not None else tokenize
+    trace = TraceWriter(config.trace) if config.trace else None
     with Repository.open(config.db or config.out / "memory.db") as repo:
         for suite, tasks in suites.items():
             for strategy in strategies:
@@ -202,14 +205,14 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress =
                 finished = [r for r in earlier if r["suite"] == suite and r["strategy"] == strategy.name
                             and r["task"] in {t.id for t in tasks}]
                 _run_pair(config, repo, results, suite, strategy, len(tasks), finished, todo, engines, run, progress,
-                          user, judge, tokens)
+                          user, judge, tokens, trace)
     return select(results.rows(), config)
 
 
 def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str, strategy: Strategy, total: int,
               finished: list[dict[str, Any]], todo: list[tuple[int, Task]], engines: Sequence[Engine], run: str,
               progress: Progress, user: Engine | None, judge: Engine | None,
-              tokens: Callable[[str], Sequence[Any]] = tokenize) -> None:
+              tokens: Callable[[str], Sequence[Any]] = tokenize, trace: TraceWriter | None = None) -> None:
     label = f"{suite} × {strategy.name}"
     state = {"done": len(finished), "success": sum(bool(r["success"]) for r in finished), "tokens": 0}
     lock = threading.Lock()
@@ -221,19 +224,27 @@ def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str
         progress(f"{label}: {state['done']}/{total} tasks, {state['success']} succeeded, "
                  f"{state['tokens']} tokens, {rate:.1f} tasks/min")
 
+    from engine.llamacpp import Vocabulary  # (no llama.cpp import until one is made)
+
+    # a model's vocabulary also counts what each call's grammar forces, as an engine that fast-forwards appends it
+    forced = tokens.forced if isinstance(tokens, Vocabulary) else None
+
     def one(item: tuple[int, Task]) -> None:
         i, task = item
         limits = config.loop.limits or STANDARD
         conversational = isinstance(task, Tau3Task)
         if isinstance(task, ReplayTask):  # a recording replays itself, in each strategy's protocol
-            engine: Engine = PolicyEngine(ReplayPolicy(task, strategy, limits), tokens)
+            engine: Engine = PolicyEngine(ReplayPolicy(task, strategy, limits), tokens, forced)
         elif config.policy is not None and isinstance(task, Tau3Task):
-            engine = PolicyEngine(GoldPolicy(task, strategy, limits), tokens)
+            engine = PolicyEngine(GoldPolicy(task, strategy, limits), tokens, forced)
         elif config.policy is not None:
             engine = PolicyEngine(Policy(task, strategy, memory=config.policy != "memoryless", limits=limits,
-                                         realistic=config.policy == "realistic"), tokens)
+                                         realistic=config.policy == "realistic"), tokens, forced)
         else:
             engine = engines[i % len(engines)]  # several servers: tasks spread over all of them
+        if trace is not None:
+            engine = Traced(engine, trace, f"{config.namespace}{suite}/{strategy.name}/{task.id}",
+                            {"suite": suite, "strategy": strategy.name})
         if conversational:
             assert isinstance(task, Tau3Task)
             row = run_conversation(task, strategy, engine, repo, config.loop, run, _subtask_row, user, judge,

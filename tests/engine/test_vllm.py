@@ -147,3 +147,23 @@ def test_a_grammar_the_server_refuses_is_a_clear_error(server: str) -> None:
     engine = OpenAIEngine(server, max_tokens=8)
     with pytest.raises(EngineConfigError, match="refused the request .*Grammar error"):
         engine.generate([Message("user", "hi")], grammar="start: this is not a grammar ::: [")
+
+
+def test_a_trace_replays_on_the_server_at_its_recorded_lengths(server: str, tmp_path: Path) -> None:
+    """``flowstate bench trace`` against vLLM itself: every output forced to its recorded length, and the server's
+    own counters read (the second call of a session shares its first's prefix)."""
+    from openai import OpenAI
+
+    from engine.base import Generation, Usage
+    from flowstate.bench.trace import bench_trace
+    from flowstate.eval.trace import TraceWriter, read
+
+    first, second, _ = prompts()
+    writer = TraceWriter(tmp_path / "trace.jsonl")
+    for session in ("a", "b"):
+        for messages, n in ((first, 7), (second, 12)):
+            writer.record(session, {"strategy": "flowstate"}, messages, Generation("", Usage(completion_tokens=n)))
+    client = OpenAI(base_url=server, api_key="none", max_retries=0)
+    [row] = bench_trace(read(tmp_path / "trace.jsonl"), client, "smollm2", server, [2])
+    assert row["calls"] == 4 and row["output_tokens"] == row["recorded_tokens"] == 38
+    assert row["prefix_hit_rate"] is not None and row["prefix_hit_rate"] > 0.3 and row["preemptions"] == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from flowstate.eval.gpu import GPUS, GPUCost, load, roofline
@@ -56,3 +58,40 @@ def test_a_given_decode_weight_replaces_the_rooflines() -> None:
     assert cost.w == 3 and cost.kappa == load("qwen3.5-27b@h200:32").kappa and "given" in cost.label
     with pytest.raises(ValueError, match="positive"):
         load("qwen3.5-27b@h200:32", decode_weight=0)
+
+
+def test_the_embedded_vocabulary_counts_what_each_calls_grammar_forces() -> None:
+    """The reference policies' outputs, counted in SmolLM2's tokens: a four-block output's tags, keys and empty
+    blocks are forced by its grammar; free text (a summary, an answer) is not; text outside the grammar stops it."""
+    from engine.llamacpp import Vocabulary
+    from flowstate.constrain import GrammarMode, Grammars
+    from flowstate.protocol import ModelOutput, render_output
+
+    vocab = Vocabulary()
+    grammar = Grammars([], GrammarMode.STATIC).static
+    assert grammar is not None
+    empty = render_output(ModelOutput.model_validate({"assistant_message": {"content": "Hi"}}))
+    wordy = render_output(ModelOutput.model_validate({"assistant_message": {"content": "Hi " * 40}}))
+    tokens, forced = len(vocab(empty)), vocab.forced(grammar, empty)
+    assert 0.5 * tokens < forced < tokens  # all but the answer's text is structure
+    # a longer answer adds decoded tokens, not forced ones (but for where its last token meets the closing quote)
+    assert len(vocab(wordy)) - tokens >= 40 and abs(vocab.forced(grammar, wordy) - forced) <= 2
+    assert vocab.forced(grammar, "not the protocol " + empty) == 0
+
+
+def test_reports_counted_in_model_tokens_give_forced_tokens(tmp_path: Path) -> None:
+    import json as _json
+
+    from flowstate.eval.report import write_report
+    from flowstate.eval.runner import EvalConfig, run_eval
+    from tests.flowstate.eval.test_replay import conversation
+
+    path = tmp_path / "airline.json"
+    path.write_text(_json.dumps([{"task_id": 0, "traj": conversation("mia_li_3668", "ABC123")}]))
+    config = EvalConfig(suites=("tau-replay",), strategies=("flowstate", "full-context"), tasks=1, depth=1,
+                        out=tmp_path / "ev", policy="realistic", replay=str(path), count_tokens="embedded")
+    summary = write_report(run_eval(config, []), config)
+    for p in summary["pairs"]:
+        g = p["gpu"]
+        assert 0 < g["forced_per_task"] < p["cost"]["completion_tokens_per_task"]
+        assert g["decoded_per_task"] + g["forced_per_task"] == p["cost"]["completion_tokens_per_task"]

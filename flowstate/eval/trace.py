@@ -1,0 +1,114 @@
+"""Traces of an evaluation's model calls (``flowstate eval --trace FILE``), to replay against a real server.
+
+Every model call of every session — the agent's steps and a memory method's own calls — is one line: its
+session, the strategy and suite, its order in the session, its messages as the engine received them and its
+output's token count. A message's text is written once per file (``{"text": id, "content": …}``) and calls name
+it by id, so a chat that grows by appending, and a system message every call repeats, cost their size once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.base import Engine, Generation, Message, OnText, Sampling
+
+
+class TraceWriter:
+    """Appends calls to a JSON Lines trace; safe to share between the evaluation's threads."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._known: set[str] = set()
+        self._order: dict[str, int] = {}
+        if self.path.exists():  # a resumed run appends: its texts are known, its sessions' calls counted
+            for call in _lines(self.path):
+                if "text" in call:
+                    self._known.add(call["text"])
+                else:
+                    self._order[call["session"]] = max(self._order.get(call["session"], 0), call["order"] + 1)
+
+    def record(self, session: str, labels: dict[str, str], messages: Sequence[Message], gen: Generation) -> None:
+        lines: list[dict[str, Any]] = []
+        ids = []
+        for m in messages:
+            key = hashlib.sha1(m.content.encode("utf-8")).hexdigest()[:16]
+            ids.append([m.role, key])
+            if key not in self._known:
+                lines.append({"text": key, "content": m.content})
+        with self._lock:
+            lines = [line for line in lines if line["text"] not in self._known]
+            self._known.update(line["text"] for line in lines)
+            order = self._order.get(session, 0)
+            self._order[session] = order + 1
+            lines.append({"session": session, **labels, "order": order, "messages": ids,
+                          "prompt_tokens": gen.usage.prompt_tokens, "completion_tokens": gen.usage.completion_tokens})
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
+
+
+class Traced(Engine):
+    """An engine that records every call it serves for one session into a trace, and changes nothing else."""
+
+    def __init__(self, inner: Engine, writer: TraceWriter, session: str, labels: dict[str, str]) -> None:
+        self.inner, self.writer, self.session, self.labels = inner, writer, session, labels
+        self.name, self.model_name, self.capabilities = inner.name, inner.model_name, inner.capabilities
+
+    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
+                 on_text: OnText | None = None, sampling: Sampling | None = None,
+                 affinity: str | None = None) -> Generation:
+        gen = self.inner.generate(messages, grammar=grammar, max_tokens=max_tokens, on_text=on_text,
+                                  sampling=sampling, affinity=affinity)
+        self.writer.record(self.session, self.labels, messages, gen)
+        return gen
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+
+@dataclass(frozen=True)
+class TracedCall:
+    order: int
+    messages: tuple[Message, ...]
+    completion_tokens: int
+
+
+def read(path: str | Path) -> dict[str, dict[str, list[TracedCall]]]:
+    """A trace as strategy → session → its calls in order."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"no trace at {p} (flowstate eval --trace FILE writes one)")
+    texts: dict[str, str] = {}
+    out: dict[str, dict[str, list[TracedCall]]] = {}
+    for line in _lines(p):
+        if "text" in line:
+            texts[line["text"]] = line["content"]
+            continue
+        try:
+            messages = tuple(Message(role, texts[key]) for role, key in line["messages"])
+        except KeyError as exc:
+            raise ValueError(f"{p}: a call names a text the trace does not hold ({exc})") from exc
+        calls = out.setdefault(str(line.get("strategy", "")), {}).setdefault(line["session"], [])
+        calls.append(TracedCall(int(line["order"]), messages, int(line["completion_tokens"])))
+    for sessions in out.values():
+        for calls in sessions.values():
+            calls.sort(key=lambda c: c.order)
+    return out
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: line {n} is not JSON ({exc.msg})") from exc
+    return out
