@@ -9,13 +9,15 @@ no-op spec) answering with the recorded results, in the recorded order — no en
 
 The replay policy (``ReplayPolicy``) makes the recorded calls step by step and ends each request with the
 recorded answer; what differs between strategies is only the memory work and the tokens. It is the
-*realistic* kind: under a strategy with ISU it records every tool result it used as a state holding the
-result's content (as far as a value may hold it), summarized by the call and the ids the result holds; when
-its next action uses a value that an earlier request showed and the prompt does not show as content (a call's
-argument, or an earlier result's value the answer repeats), it asks for earlier states in a step of its own
-(PSA): those whose summaries name the value, else those sharing a word with the query, else the latest; at
-most two such steps per request. A task succeeds when
-every recorded call was reproduced exactly, in order, and every answer is the recorded one.
+*realistic* kind: under a strategy with ISU it records every tool result it used as a state, summarized by the
+call and the ids the result holds; with PSA too the state cites the result (it keeps the ids, codes, amounts,
+dates and statuses, and the result stays disclosable through its ref), without PSA it holds the result's
+content. When its next action uses a value the conversation showed and the prompt does not show as content (a
+call's argument, or an id or code the answer repeats), it asks in a step of its own (PSA): for the earlier
+states whose summaries name the value, else the results that states in view cite, else states sharing a word
+with the query; after three looks for one action the request ends as a memory miss. A task succeeds when
+every recorded call was reproduced exactly, in order, and every answer is the recorded one. Suite options join
+``sessions`` conversations into one session and give every listed result item ``results`` copies.
 """
 
 from __future__ import annotations
@@ -240,9 +242,9 @@ SALIENT_KEY = re.compile(r"(^|_)(id|number|date|status|amount|price|total|balanc
 
 
 def salient(value: Any, key: str = "") -> Any:
-    """What a model keeps of a tool result when the state cites the result for the rest: the identifiers (a string
-    with a digit: ids, flight numbers, dates, codes) and the values of keys that name ids, amounts, dates and
-    statuses, nested as they came; names, addresses, prose and the rest stay in the cited result (None: nothing
+    """What a model keeps of a tool result when the state cites the result for the rest: the identifiers (``IDENT``:
+    ids, flight numbers, dates; ``CODE``: airports, fare classes) and the values of keys that name ids, amounts,
+    dates and statuses, nested as they came; names, addresses, prose and the rest stay in the cited result (None: nothing
     kept). Judged from the result alone, as a model writing the state would: not from what later requests ask."""
     if isinstance(value, dict):
         kept = {k: v for k, v in ((str(k), salient(v, str(k))) for k, v in value.items()) if v is not None}
@@ -323,7 +325,6 @@ class ReplayPolicy:
         self.asked = 0  # disclosure steps taken for the next action
         self.answered = True
         self.made: list[Call] = []  # the calls made so far in this request
-        self.misses = 0  # requests given up: a value the next action needs could not be brought into view
         self.cites = "state_focus" in strategy.blocks and "state_delta" in strategy.blocks
         self._op = bounded(limits).items["state_delta"]
 
@@ -418,7 +419,6 @@ class ReplayPolicy:
         if output["state_focus"]:
             pass  # a step of its own: the calls need what it asks for, in view from the next step
         elif needs and self.cites:  # it looked and cannot see what the next action needs: it does not guess
-            self.misses += 1
             output["assistant_message"] = {"content": f"{MISS} {needs[0]}"}
             self.answered = True
         elif self.left:
