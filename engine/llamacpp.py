@@ -79,6 +79,15 @@ def _model_params(extra_buffers: bool) -> Iterator[None]:
             capi.llama_model_default_params = default
 
 
+def lltokenizer(vocab: Any) -> Any:
+    """llguidance's tokenizer of a llama.cpp vocabulary (one per model: grammars compile against it)."""
+    import llguidance.llamacpp
+
+    with warnings.catch_warnings():  # llguidance reads the vocabulary through a deprecated call, once per token
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return llguidance.llamacpp.lltokenizer_from_vocab(vocab)
+
+
 class Vocabulary:
     """A GGUF model's tokenizer from its vocabulary alone (no weights loaded): counts tokens as the model would
     (the evaluator's reference policies, ``flowstate eval --count-tokens embedded``), and how many tokens of an
@@ -98,9 +107,7 @@ class Vocabulary:
         except (ValueError, RuntimeError, OSError) as exc:
             raise EngineConfigError(f"llama.cpp cannot load the vocabulary of {path}: {exc}") from exc
         self._llg = llguidance
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            self._tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(llama_cpp.llama_model_get_vocab(self._llm.model))
+        self._tokenizer = lltokenizer(llama_cpp.llama_model_get_vocab(self._llm.model))
         self._lock = threading.Lock()
 
     def __call__(self, text: str) -> list[int]:
@@ -222,9 +229,7 @@ class LlamaCppEngine(Engine):
         self._eos = self.llm.token_eos()
         self._vocab_ptr = llama_cpp.llama_model_get_vocab(self.llm.model)
         self._llguidance = llguidance
-        with warnings.catch_warnings():  # llguidance reads the vocabulary through a deprecated call, once per token
-            warnings.simplefilter("ignore", DeprecationWarning)
-            self._tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(self._vocab_ptr)
+        self._tokenizer = lltokenizer(self._vocab_ptr)
         self._grammars: dict[str, Any] = {}  # grammar text -> compiled llguidance grammar
         template = chat_template or self.llm.metadata.get("tokenizer.chat_template")
         if not template:
