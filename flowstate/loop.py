@@ -25,7 +25,7 @@ from flowstate.active import ActiveState
 from flowstate.config import AgentConfig, LoopConfig, Wiring
 from flowstate.errors import ProtocolError, RequestFailed
 from flowstate.limits import Limits
-from flowstate.memory.base import Finish, MemoryContext, Observed, Strategy
+from flowstate.memory.base import Finish, MemoryContext, Observed, StepInput, Strategy
 from flowstate.nodes import Node, StateType, canonical_json, observation_id
 from flowstate.parse import parse_output
 from flowstate.protocol import ToolCall
@@ -290,8 +290,8 @@ class RequestRun:
                 self._apply(self.strategy.begin(self.memory_context()))  # e.g. a state tracker reads the new query
             except EngineError as exc:
                 raise self._fail(f"engine error before step 1: {exc}") from exc
-        messages = self.strategy.prompt(self.system, self.query, self.start, p.state, p.feedback, p.observation,
-                                        p.scratch)
+        messages = self.strategy.prompt(StepInput(self.system, self.query, self.start, p.state, tuple(p.feedback),
+                                                  p.observation, dict(p.scratch), tuple(p.steps)))
         started = time.perf_counter()
         grammars = self.wiring.grammars
         # the last allowed step decides: a final answer, or the calls a tool choice requires
@@ -317,9 +317,6 @@ class RequestRun:
         update = apply_delta(p.state, output.state_delta)  # S+_k,t
         p.state = disclose(self.source, update.state, accepted)  # S_k,t+1
         malformed = [m.to_dict() for m in output.malformed]
-        p.feedback = [{"kind": "malformed", "step": t, **m} for m in malformed]
-        p.feedback += [{"kind": "rejected", "step": t, **r.to_dict()} for r in update.rejected]
-        p.feedback += [{"kind": "refused_access", "step": t, **r.to_dict()} for r in refused]
         p.observation = ()
         p.pending = output.tool_calls
         record = StepRecord(
@@ -330,6 +327,7 @@ class RequestRun:
             final_response=None if output.final_response is None else self.options.stop_at(output.final_response),
         )
         p.steps.append(record)
+        p.feedback = record.feedback()
         if record.final_response is not None:
             self._persist(record.final_response, transcript)
         return record
@@ -363,15 +361,7 @@ class RequestRun:
         p.steps.append(record)
         if p.errors >= self.config.max_protocol_errors:
             raise self._fail(f"{p.errors} consecutive outputs broke the protocol; last: {exc}") from exc
-        if generation.truncated:
-            p.feedback = [{
-                "kind": "truncated", "step": t,
-                "message": f"your output was cut off at the limit of {generation.usage.completion_tokens} tokens "
-                           f"before it was complete ({exc}); write a shorter output: fewer operations, shorter "
-                           "summaries, values and messages",
-            }]
-        else:
-            p.feedback = [{"kind": "protocol_error", "step": t, **exc.to_dict()}]
+        p.feedback = record.feedback()
         return record  # the latest observation stays in view: the model has not acted on it yet
 
     def observation_id(self, i: int) -> str:

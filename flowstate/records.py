@@ -60,6 +60,24 @@ class StepRecord:
             final_response=d.get("final_response"),
         )
 
+    def feedback(self) -> list[dict[str, Any]]:
+        """What the runtime tells the next step of this one: what it excluded, rejected or refused, or why the output
+        broke the protocol (a cut one as a truncation)."""
+        t = self.index
+        if self.truncated and self.protocol_error is not None:
+            error = f"{self.protocol_error['block']}: {self.protocol_error['message']}"
+            return [{
+                "kind": "truncated", "step": t,
+                "message": f"your output was cut off at the limit of {self.usage.completion_tokens} tokens "
+                           f"before it was complete ({error}); write a shorter output: fewer operations, shorter "
+                           "summaries, values and messages",
+            }]
+        if self.protocol_error is not None:
+            return [{"kind": "protocol_error", "step": t, **self.protocol_error}]
+        return [*({"kind": "malformed", "step": t, **m} for m in self.malformed),
+                *({"kind": "rejected", "step": t, **r} for r in self.rejected),
+                *({"kind": "refused_access", "step": t, **r} for r in self.refused)]
+
     @property
     def decision(self) -> str:
         if self.protocol_error is not None:

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 import engine as engines
-from flowstate.cli.options import engine_options, errors, loop_config, loop_options
+from flowstate.cli.options import engine_options, errors, layout_option, loop_config, loop_options
 
 
 def _progress(line: str) -> None:
@@ -85,12 +85,13 @@ def _progress(line: str) -> None:
               help="Record every model call (its messages and output length) into this file, to replay on a server "
                    "with `flowstate bench trace`.")
 @loop_options()
+@layout_option
 def evaluate(
     suites: str, suite_options: tuple[str, ...], strategy_names: str, policies: str | None, tasks: int, depths: str, seed: int, concurrency: int, out: Path,
     db: str | None, tau2_data: str | None, replay: str | None, count_tokens: str, trials: int, user_engine: str | None, user_model: str | None, user_base_url: str | None,
     user_api_key: str | None, judge_engine: str | None, judge_model: str | None, judge_base_url: str | None,
     judge_api_key: str | None, model_specs: tuple[str, ...], kv_model: str, gpu_memory_gib: float,
-    gpu_cost: str, decode_weight: float | None, trace: str | None, max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str, **engine_opts: Any,
+    gpu_cost: str, decode_weight: float | None, trace: str | None, max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str, layout: str, **engine_opts: Any,
 ) -> None:
     """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed."""
     from flowstate.eval.models import folder, label, parse_spec, write_models
@@ -106,6 +107,10 @@ def evaluate(
         if not names or unknown:
             raise ValueError(f"unknown suite(s) {', '.join(unknown) or '(none given)'}; valid suites: {', '.join(ALL)}")
         strategy_list = tuple(x.strip() for x in strategy_names.split(",") if x.strip())
+        if layout != "latest":
+            from flowstate.memory import laid_out
+
+            strategy_list = laid_out(strategy_list, layout)
         from flowstate.eval.kv import load as load_kv_model
 
         load_kv_model(kv_model)  # a wrong name or path fails before any run

@@ -132,6 +132,12 @@ def loop_options(max_steps: int = LoopConfig.max_steps) -> Callable[[Callable[..
     return decorate
 
 
+layout_option = click.option(
+    "--layout", default="latest", show_default=True, type=click.Choice(["latest", "append"]),
+    help="The state methods' prompt within a request: latest (the paper's: Active State and the latest tool "
+         "results) or append (each call extends the previous one: every tool result and output stays in view).")
+
+
 def loop_config(engine: Any, *, max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str,
                 grammar_mode: str, max_tokens: int | None = None) -> LoopConfig:
     """The loop configuration the options describe, its limits resolved for ``engine``."""

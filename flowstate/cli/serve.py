@@ -9,7 +9,7 @@ import click
 
 import engine as engines
 from flowstate import memory
-from flowstate.cli.options import default_db, engine_options, errors, loop_config, loop_options
+from flowstate.cli.options import default_db, engine_options, errors, layout_option, loop_config, loop_options
 from flowstate.store.repository import Repository
 from flowstate.tools import ToolSet, load_tools
 from serving.app import STREAM_ANSWERS, ServerConfig
@@ -43,20 +43,22 @@ _INGRESS = IngressLimits()
 @loop_options()
 @click.option("--strategy", "strategy_name", default="flowstate", show_default=True,
               help="The memory method every session runs: flowstate, full-context, no-psa, no-isu, bm25, mem0-style, "
-                   "zipact, mage, mage-no-compress, mage-no-maintain, mage-no-revise.")
+                   "zipact, mage, mage-no-compress, mage-no-maintain, mage-no-revise (a state method +append: in the append-only "
+                   "layout, as --layout append).")
+@layout_option
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(
     host: str, port: int, db: str | None, api_keys: tuple[str, ...], tools_ref: str | None, model_id: str,
     max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, log_level: str, grammar_mode: str,
     max_live_sessions: int, max_body_mb: float, body_timeout: float, header_timeout: float, stream_answers: str,
-    strategy_name: str, **engine_opts: Any,
+    strategy_name: str, layout: str, **engine_opts: Any,
 ) -> None:
     """Serve an OpenAI-compatible Chat Completions endpoint whose model remembers (FastAPI on uvicorn)."""
     from serving.server import serve as run_server
 
     with errors():
         keys = list(api_keys) or [k.strip() for k in os.environ.get("FLOWSTATE_API_KEYS", "").split(",") if k.strip()]
-        strategy = memory.get(strategy_name)
+        strategy = memory.get(*memory.laid_out((strategy_name,), layout))
         tools = load_tools(tools_ref) if tools_ref else ToolSet()
         model = engines.load(**engine_opts)
         repo = Repository.open(db or default_db())

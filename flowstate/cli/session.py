@@ -10,8 +10,9 @@ from typing import Any
 import click
 
 import engine as engines
+from flowstate import memory
 from flowstate.agent import Agent
-from flowstate.cli.options import default_db, engine_options, errors, loop_config, loop_options
+from flowstate.cli.options import default_db, engine_options, errors, layout_option, loop_config, loop_options
 from flowstate.errors import FlowStateError, RequestFailed
 from flowstate.loop import require_query
 from flowstate.records import RunRecord, unfinished_message
@@ -29,21 +30,25 @@ from flowstate.tools import ToolSet, load_tools
 @click.option("--tools", "tools_ref", default=None, help="Tool set as module:attribute [default: no tools].")
 @click.option("--policy", default="", help="Task policy placed in the system prompt.")
 @loop_options()
+@layout_option
 @click.option("--json", "as_json", is_flag=True, help="Print the full run record as JSON.")
 def run(
     query: str, session: str, db: str | None, tools_ref: str | None, policy: str, max_steps: int,
-    max_protocol_errors: int, limits_name: str, on_budget: str, as_json: bool, grammar_mode: str, **engine_opts: Any,
+    max_protocol_errors: int, limits_name: str, on_budget: str, layout: str, as_json: bool, grammar_mode: str,
+    **engine_opts: Any,
 ) -> None:
     """Run one request QUERY in a session and print the final response."""
     with errors():
         require_query(query)  # bad input fails before anything touches the database
+        strategy = memory.get(*memory.laid_out((memory.DEFAULT,), layout))
         tools = load_tools(tools_ref) if tools_ref else ToolSet()
         model = engines.load(**engine_opts)
         repo = Repository.open(db or default_db())
         try:
             config = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
                                  limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode)
-            agent = Agent(model, repository=repo, session=session, tools=tools, task_policy=policy, config=config)
+            agent = Agent(model, repository=repo, session=session, tools=tools, task_policy=policy, config=config,
+                          strategy=strategy)
             record = agent.run(query)
         finally:
             repo.close()

@@ -69,6 +69,9 @@ def read_prompt(messages: Sequence[Message]) -> tuple[str, dict[str, list[dict[s
     latest the latest observation and the rest its trajectory, as the one-message layouts name them)."""
     users = [m.content for m in messages[1:] if m.role == "user"]
     parts = sections("\n".join(users))
+    written = [s for m in messages[1:] if m.role == "assistant" for s in written_states(m.content)]
+    if written:  # the append-only layout: the states a step added are its own output, earlier in the chat
+        parts[tags.ACTIVE_STATE] = [*parts.get(tags.ACTIVE_STATE, []), *written]
     queries = re.findall(rf"<{tags.USER_QUERY}>\n(.*?)\n</{tags.USER_QUERY}>", "\n".join(users), re.S)
     results = parts.pop(tags.TOOL_RESULTS, [])
     latest = {str(i.get("observation_id")) for i in sections(users[-1] if users else "").get(tags.TOOL_RESULTS, [])}
@@ -79,6 +82,27 @@ def read_prompt(messages: Sequence[Message]) -> tuple[str, dict[str, list[dict[s
             tags.LATEST_OBSERVATION if oid in latest else tags.TRAJECTORY
         parts.setdefault(key, []).append(item)
     return (queries[-1] if queries else ""), parts
+
+
+def written_states(output: str) -> list[dict[str, Any]]:
+    """The states an earlier output of the chat added or updated (its ``state_delta``), as Active State entries."""
+    delta = tags.read(output, "state_delta")
+    try:
+        ops = json.loads(delta) if delta else []
+    except json.JSONDecodeError:
+        return []
+    states: dict[str, dict[str, Any]] = {}
+    for op in ops if isinstance(ops, list) else []:
+        if not isinstance(op, dict) or not isinstance(op.get("state_id"), str):
+            continue
+        if op.get("operation") == "remove":
+            states.pop(op["state_id"], None)
+            continue
+        entry = states.setdefault(op["state_id"], {"state_id": op["state_id"]})
+        for key, field in (("state_set", "type"), ("summary", "summary"), ("value", "value"), ("refs", "related_states")):
+            if key in op:
+                entry[field] = op[key]
+    return list(states.values())
 
 
 def read_interaction(text: str) -> tuple[str, list[dict[str, Any]]]:

@@ -411,7 +411,8 @@ class ReplayPolicy:
                                   "assistant_message": {"content": None}}
         if "state_delta" in self.strategy.blocks:
             output["state_delta"] = self.record(parts.get(tags.LATEST_OBSERVATION, []))
-        needs = self.missing(messages[-1].content) if self.request > 0 or self.made else []
+        view = "\n".join(m.content for m in messages[1:])  # the whole prompt but the instructions
+        needs = self.missing(view) if self.request > 0 or self.made else []
         if needs and self.asked < LOOKS and "state_focus" in self.strategy.blocks:
             output["state_focus"] = [{"target_id": t, "reason": f"holds {needs[0]}, needed next"}
                                      for t in self.focus(query, needs, parts)]

@@ -32,19 +32,50 @@ METHODS: dict[str, str] = {
     "mage-no-revise": "flowstate.memory.mage:MAGE_NO_REVISE",
 }
 DEFAULT = "flowstate"
+STATE_METHODS = ("flowstate", "flowstate-paged", "no-psa", "no-isu")
+
+
+APPEND = "+append"
+"""A state method's name with this suffix is that method in the request-local append-only layout
+(``flowstate.memory.append``): ``flowstate+append``, ``flowstate-paged:N+append``."""
+LAYOUTS = ("latest", "append")
 
 
 def get(name: str) -> Strategy:
     """The memory method called ``name`` (unknown names list the valid ones); ``flowstate-paged:N`` is
-    flowstate-paged with an index budget of N tokens."""
-    base, colon, budget = name.partition(":")
+    flowstate-paged with an index budget of N tokens; ``+append`` a state method in the append-only layout."""
+    stem = name[: -len(APPEND)] if name.endswith(APPEND) else name
+    base, colon, budget = stem.partition(":")
     target = METHODS.get(base)
     if target is None or (colon and (base != "flowstate-paged" or not budget.isdigit() or int(budget) < 1)):
         raise ValueError(f"unknown strategy {name!r}; valid strategies: {', '.join(METHODS)} "
-                         "(flowstate-paged:N: an index budget of N tokens)")
+                         f"(flowstate-paged:N: an index budget of N tokens; {APPEND}: a state method, "
+                         f"{', '.join(STATE_METHODS)}, in the append-only layout)")
+    if stem != name and base not in STATE_METHODS:
+        raise ValueError(f"{name!r}: the append-only layout ({APPEND}) is a layout of the state methods "
+                         f"({', '.join(STATE_METHODS)}); {base} lays out its own prompt")
     module, _, attr = target.partition(":")
     method: Strategy = getattr(importlib.import_module(module), attr)
-    return replace(method, name=name, index_budget=int(budget)) if colon else method  # type: ignore[type-var]
+    changes: dict[str, object] = {"name": name} if stem != base or stem != name else {}
+    if colon:
+        changes["index_budget"] = int(budget)
+    if stem != name:
+        changes["layout"] = "append"
+    return replace(method, **changes) if changes else method  # type: ignore[type-var]
 
 
-__all__ = ["DEFAULT", "METHODS", "get"]
+def laid_out(names: tuple[str, ...], layout: str) -> tuple[str, ...]:
+    """Strategy names in ``layout`` (``--layout``): ``append`` moves every state method into the append-only layout
+    (other methods keep their own); it is refused where no state method is named."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; valid layouts: {', '.join(LAYOUTS)}")
+    if layout == "latest":
+        return names
+    state = [n for n in names if n.partition(":")[0] in STATE_METHODS]
+    if not state:
+        raise ValueError(f"--layout append is a layout of the state methods ({', '.join(STATE_METHODS)}); none of "
+                         f"{', '.join(names)} is one")
+    return tuple(n + APPEND if n in state and not n.endswith(APPEND) else n for n in names)
+
+
+__all__ = ["APPEND", "DEFAULT", "LAYOUTS", "METHODS", "STATE_METHODS", "get", "laid_out"]

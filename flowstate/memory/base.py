@@ -35,6 +35,25 @@ class Start:
     data: Mapping[str, Any] = field(default_factory=dict)  # what else a method keeps of the session for its prompts
 
 
+@dataclass(frozen=True)
+class StepInput:
+    """What one step's prompt is built from (``Strategy.prompt``): the request so far, as the driver holds it."""
+
+    system: str
+    query: str
+    start: Start
+    state: ActiveState  # S_k,t
+    feedback: tuple[dict[str, Any], ...] = ()  # on the previous step
+    observation: tuple[Node, ...] = ()  # O_k,t: the latest tool results
+    scratch: Mapping[str, Any] = field(default_factory=dict)  # the method's own data of this request (JSON)
+    steps: tuple[StepRecord, ...] = ()  # this request's earlier steps, their outputs as the model wrote them
+
+    @property
+    def trajectory(self) -> tuple[Node, ...]:
+        """This request's tool results before the latest ones."""
+        return self.state.observations[: len(self.state.observations) - len(self.observation)]
+
+
 ModelCall = Callable[[str, str, str], Generation]
 """(system, user, grammar) -> the output of one model call of a memory method, made on the request's engine
 path: its routing key, sampling and token budget; the grammar applies where the request decodes under one."""
@@ -86,7 +105,8 @@ class Finish:
 class Strategy(ABC):
     """The seam every memory method plugs into; ``RequestRun`` is the one driver of a request.
 
-    ``prompt`` gets the method's scratch of the request (what its own tools changed, e.g. MAGE's Revise).
+    ``prompt`` gets the request so far (``StepInput``), the method's scratch included (what its own tools
+    changed, e.g. MAGE's Revise).
     A method says which protocol blocks the model writes (and so which grammar it decodes under), builds the
     context of each call (``system_prompt``, ``start``, ``prompt``), chooses what the request leaves in the
     repository (``persisted``) and may make model calls of its own when the request ends (``finish``).
@@ -104,10 +124,7 @@ class Strategy(ABC):
         ...
 
     @abstractmethod
-    def prompt(
-        self, system: str, query: str, start: Start, state: ActiveState,
-        feedback: Sequence[dict[str, Any]], observation: Sequence[Node], scratch: Mapping[str, Any] | None = None,
-    ) -> list[Message]:
+    def prompt(self, step: StepInput) -> list[Message]:
         ...
 
     @abstractmethod

@@ -11,7 +11,7 @@ a broken output is the one transient part: it is appended to the last user messa
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ from flowstate import tags
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
-from flowstate.memory.base import Start, Strategy
+from flowstate.memory.base import Start, StepInput, Strategy
 from flowstate.nodes import Node, canonical_json
 from flowstate.protocol import ModelOutput, render_output
 from flowstate.serializer import render_observation, system_prompt
@@ -90,15 +90,13 @@ class ChatHistory(Strategy):
             history.append(answer_message(r))
         return Start(k, HistoricalIndex(), ActiveState(request=k), None, data={"history": tuple(history)})
 
-    def prompt(
-        self, system: str, query: str, start: Start, state: ActiveState,
-        feedback: Sequence[dict[str, Any]], observation: Sequence[Node], scratch: Mapping[str, Any] | None = None,
-    ) -> list[Message]:
-        messages = [Message("system", system), *start.data["history"], *request_messages(query, state.observations)]
-        if feedback:  # transient: shown to the next call only, at the end
+    def prompt(self, step: StepInput) -> list[Message]:
+        messages = [Message("system", step.system), *step.start.data["history"],
+                    *request_messages(step.query, step.state.observations)]
+        if step.feedback:  # transient: shown to the next call only, at the end
             last = messages[-1]
             messages[-1] = Message(last.role, last.content + "\n" + tags.block(
-                tags.FEEDBACK, "".join(canonical_json(f) + "\n" for f in feedback))[:-1])
+                tags.FEEDBACK, "".join(canonical_json(f) + "\n" for f in step.feedback))[:-1])
         return messages
 
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:

@@ -38,7 +38,7 @@ from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
 from flowstate.memory import calls as memory_calls
-from flowstate.memory.base import Finish, MemoryContext, Start, Strategy, ToolOutcome, interaction
+from flowstate.memory.base import Finish, MemoryContext, Start, StepInput, Strategy, ToolOutcome, interaction
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.records import StepRecord
 from flowstate.serializer import layout, system_prompt
@@ -166,17 +166,15 @@ class Mage(Strategy):
         lines += [{"hint": "revised", "left": d["left"], "diagnosis": d["diagnosis"]} for d in tree.diagnoses]
         return tags.EXECUTION_STATE, "".join(canonical_json(line) + "\n" for line in lines) or "none\n"
 
-    def prompt(
-        self, system: str, query: str, start: Start, state: ActiveState,
-        feedback: Sequence[dict[str, Any]], observation: Sequence[Node], scratch: Mapping[str, Any] | None = None,
-    ) -> list[Message]:
-        raw = state.observations[: len(state.observations) - len(observation)]  # R: this request's steps so far
-        memory = start.memory
-        if scratch and scratch.get("revised", UNSET) != UNSET:  # Revise acts at once, within the request
-            tree = start.data["tree"].revised(scratch["revised"], scratch["left"], scratch["diagnosis"])
-            memory = self.view(tree, start.data["raw"])
-        user = layout(query, memory=memory, state=None, trajectory=raw, feedback=feedback, observation=observation)
-        return [Message("system", system), Message("user", user)]
+    def prompt(self, step: StepInput) -> list[Message]:
+        scratch = step.scratch  # R, this request's steps so far, is the trajectory
+        memory = step.start.memory
+        if scratch.get("revised", UNSET) != UNSET:  # Revise acts at once, within the request
+            tree = step.start.data["tree"].revised(scratch["revised"], scratch["left"], scratch["diagnosis"])
+            memory = self.view(tree, step.start.data["raw"])
+        user = layout(step.query, memory=memory, state=None, trajectory=step.trajectory, feedback=step.feedback,
+                      observation=step.observation)
+        return [Message("system", step.system), Message("user", user)]
 
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
         return list(state.observations)  # Grow: the bottom layer keeps every raw step

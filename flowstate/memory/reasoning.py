@@ -12,7 +12,7 @@ the method — the README says which suites that makes unsolvable for its refere
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
 from flowstate.memory import calls as memory_calls
-from flowstate.memory.base import Finish, MemoryContext, Start, Strategy, interaction
+from flowstate.memory.base import Finish, MemoryContext, Start, StepInput, Strategy, interaction
 from flowstate.memory.retrieval import TWO_BLOCKS, retrieve
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.serializer import layout, system_prompt
@@ -73,15 +73,11 @@ class ReasoningBank(Strategy):
         items = tuple(canonical_json({"item_id": n.id, **n.value}) + "\n" for n in repo.nodes(session) if n.mark == ITEM)
         return Start(k, HistoricalIndex(), ActiveState(request=k), None, items)
 
-    def prompt(
-        self, system: str, query: str, start: Start, state: ActiveState,
-        feedback: Sequence[dict[str, Any]], observation: Sequence[Node], scratch: Mapping[str, Any] | None = None,
-    ) -> list[Message]:
-        trajectory = state.observations[: len(state.observations) - len(observation)]
-        chosen = retrieve(start.documents, query, TOP_K)  # per request, by the query, as ReasoningBank retrieves
-        user = layout(query, memory=(tags.STRATEGY_MEMORY, chosen or "none\n"), state=None, trajectory=trajectory,
-                      feedback=feedback, observation=observation)
-        return [Message("system", system), Message("user", user)]
+    def prompt(self, step: StepInput) -> list[Message]:
+        chosen = retrieve(step.start.documents, step.query, TOP_K)  # per request, by the query, as ReasoningBank retrieves
+        user = layout(step.query, memory=(tags.STRATEGY_MEMORY, chosen or "none\n"), state=None,
+                      trajectory=step.trajectory, feedback=step.feedback, observation=step.observation)
+        return [Message("system", step.system), Message("user", user)]
 
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
         return []  # only the distilled items cross requests (``finish``)

@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
 from flowstate.memory import calls as memory_calls
-from flowstate.memory.base import Finish, MemoryContext, Start, Strategy, interaction, transcript
+from flowstate.memory.base import Finish, MemoryContext, Start, StepInput, Strategy, interaction, transcript
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.serializer import layout, render_observation, system_prompt
 from flowstate.store.repository import Repository
@@ -134,15 +134,11 @@ class BM25Memory(Strategy):
         k = len(requests) + 1
         return Start(k, HistoricalIndex(), ActiveState(request=k), None, chunked(transcript(requests, repo.nodes(session))))
 
-    def prompt(
-        self, system: str, query: str, start: Start, state: ActiveState,
-        feedback: Sequence[dict[str, Any]], observation: Sequence[Node], scratch: Mapping[str, Any] | None = None,
-    ) -> list[Message]:
-        trajectory = state.observations[: len(state.observations) - len(observation)]
-        chosen = retrieve(start.documents, query + "\n" + render_observation(state.observations))
-        user = layout(query, memory=(tags.RETRIEVED_MEMORY, chosen), state=None, trajectory=trajectory,
-                      feedback=feedback, observation=observation)
-        return [Message("system", system), Message("user", user)]
+    def prompt(self, step: StepInput) -> list[Message]:
+        chosen = retrieve(step.start.documents, step.query + "\n" + render_observation(step.state.observations))
+        user = layout(step.query, memory=(tags.RETRIEVED_MEMORY, chosen), state=None, trajectory=step.trajectory,
+                      feedback=step.feedback, observation=step.observation)
+        return [Message("system", step.system), Message("user", user)]
 
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
         return list(state.observations)
@@ -162,15 +158,11 @@ class ExtractedMemory(Strategy):
                      tuple(canonical_json({"memory_id": n.id, "fact": n.value.get("fact", "")}) + "\n"
                            for n in live_memories(repo.nodes(session))))
 
-    def prompt(
-        self, system: str, query: str, start: Start, state: ActiveState,
-        feedback: Sequence[dict[str, Any]], observation: Sequence[Node], scratch: Mapping[str, Any] | None = None,
-    ) -> list[Message]:
-        trajectory = state.observations[: len(state.observations) - len(observation)]
-        chosen = "".join(start.documents[i] for i in rank(start.documents, query))  # per request, as Mem0's search
-        user = layout(query, memory=(tags.MEMORIES, chosen or "none\n"), state=None, trajectory=trajectory,
-                      feedback=feedback, observation=observation)
-        return [Message("system", system), Message("user", user)]
+    def prompt(self, step: StepInput) -> list[Message]:
+        chosen = "".join(step.start.documents[i] for i in rank(step.start.documents, step.query))  # as Mem0's search
+        user = layout(step.query, memory=(tags.MEMORIES, chosen or "none\n"), state=None, trajectory=step.trajectory,
+                      feedback=step.feedback, observation=step.observation)
+        return [Message("system", step.system), Message("user", user)]
 
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
         return []  # only the extracted facts cross requests (``finish``)

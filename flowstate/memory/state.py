@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -23,7 +23,8 @@ from flowstate.access import disclose
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex, build_index
 from flowstate.limits import COMPACT, STANDARD, Limits
-from flowstate.memory.base import Start, Strategy
+from flowstate.memory.append import APPEND_RULE, appended
+from flowstate.memory.base import Start, StepInput, Strategy
 from flowstate.nodes import Node, Ref, Relation, StateType
 from flowstate.pages import BoundedIndex, fold
 from flowstate.protocol import BLOCKS
@@ -41,11 +42,14 @@ class StateStrategy(Strategy):
     trajectory: bool = False  # all of this request's tool results stay in view
     rule_states: bool = False  # Persist builds one state per request by fixed rules
     index_budget: int | None = None  # a bounded index: older requests folded into pages to stay under it (tokens)
+    layout: Literal["latest", "append"] = "latest"  # append: each call extends the previous one (memory.append)
 
     def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
         memory = memory_rules(self.blocks, trajectory=self.trajectory)
         if self.index_budget is not None:
             memory += "\n" + PAGES_RULE
+        if self.layout == "append":
+            memory += "\n" + APPEND_RULE
         return system_prompt(tools, policy, self.blocks, memory, limits)
 
     def start(self, repo: Repository, session: str) -> Start:
@@ -64,14 +68,13 @@ class StateStrategy(Strategy):
             state = disclose(repo.view(session), state, tuple(n.id for n in history if not n.is_observation))
         return Start(k, index, state, memory)
 
-    def prompt(
-        self, system: str, query: str, start: Start, state: ActiveState,
-        feedback: Sequence[dict[str, Any]], observation: Sequence[Node], scratch: Mapping[str, Any] | None = None,
-    ) -> list[Message]:
-        trajectory = state.observations[: len(state.observations) - len(observation)] if self.trajectory else None
-        user = layout(query, memory=start.memory, state=state, trajectory=trajectory, feedback=feedback,
-                      observation=observation)
-        return [Message("system", system), Message("user", user)]
+    def prompt(self, step: StepInput) -> list[Message]:
+        if self.layout == "append":
+            return appended(step)
+        user = layout(step.query, memory=step.start.memory, state=step.state,
+                      trajectory=step.trajectory if self.trajectory else None, feedback=step.feedback,
+                      observation=step.observation)
+        return [Message("system", step.system), Message("user", user)]
 
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
         """Persist's selection of nodes for M_{k+1} (``response`` None: the request ended unfinished)."""

@@ -14,7 +14,7 @@ chunked as ``bm25`` chunks it, shown beside the tracked state.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -24,7 +24,7 @@ from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
 from flowstate.memory import calls as memory_calls
-from flowstate.memory.base import Finish, MemoryContext, Observed, Start, Strategy, transcript
+from flowstate.memory.base import Finish, MemoryContext, Observed, Start, StepInput, Strategy, transcript
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.serializer import layout, render_observation, system_prompt
 from flowstate.store.repository import Repository
@@ -80,13 +80,10 @@ class StateTracker(Strategy):
         state = _with(ActiveState(request=k), dict(last.value) if last is not None else dict(EMPTY))
         return Start(k, HistoricalIndex(), state, None)
 
-    def prompt(
-        self, system: str, query: str, start: Start, state: ActiveState,
-        feedback: Sequence[dict[str, Any]], observation: Sequence[Node], scratch: Mapping[str, Any] | None = None,
-    ) -> list[Message]:
-        user = layout(query, memory=(tags.TRACKED_STATE, canonical_json(tracked(state)) + "\n"), state=None,
-                      feedback=feedback, observation=observation)
-        return [Message("system", system), Message("user", user)]
+    def prompt(self, step: StepInput) -> list[Message]:
+        user = layout(step.query, memory=(tags.TRACKED_STATE, canonical_json(tracked(step.state)) + "\n"), state=None,
+                      feedback=step.feedback, observation=step.observation)
+        return [Message("system", step.system), Message("user", user)]
 
     def begin(self, ctx: MemoryContext) -> Observed:
         """The tracker reads the new query (the goal changes with it) before the agent acts."""
@@ -147,16 +144,14 @@ class TrackerWithRetrieval(StateTracker):
         history = transcript(repo.requests(session), [n for n in repo.nodes(session) if n.is_observation])
         return replace(tracked_start, documents=chunked(history))
 
-    def prompt(
-        self, system: str, query: str, start: Start, state: ActiveState,
-        feedback: Sequence[dict[str, Any]], observation: Sequence[Node], scratch: Mapping[str, Any] | None = None,
-    ) -> list[Message]:
+    def prompt(self, step: StepInput) -> list[Message]:
         from flowstate.memory.retrieval import retrieve
 
-        chosen = retrieve(start.documents, query + "\n" + render_observation(state.observations))
-        user = layout(query, memory=(tags.TRACKED_STATE, canonical_json(tracked(state)) + "\n"), state=None,
-                      feedback=feedback, observation=observation, retrieved=(tags.RETRIEVED_MEMORY, chosen or "none\n"))
-        return [Message("system", system), Message("user", user)]
+        chosen = retrieve(step.start.documents, step.query + "\n" + render_observation(step.state.observations))
+        user = layout(step.query, memory=(tags.TRACKED_STATE, canonical_json(tracked(step.state)) + "\n"), state=None,
+                      feedback=step.feedback, observation=step.observation,
+                      retrieved=(tags.RETRIEVED_MEMORY, chosen or "none\n"))
+        return [Message("system", step.system), Message("user", user)]
 
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
         return list(state.observations)  # the history BM25 retrieves from; the tracked state comes from ``finish``
