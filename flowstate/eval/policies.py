@@ -459,13 +459,16 @@ class PolicyEngine(Engine):
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
                  affinity: str | None = None) -> Generation:
-        """Usage as a perfect prefix cache would serve it: ``cached`` over this session's previous call alone,
-        ``shared`` the prompt's system message (the deployment's fixed prefix, which every session shares)."""
+        """Usage as a perfect prefix cache would serve it: ``cached`` over this session's previous call alone — its
+        prompt and the output it decoded, whose KV a prefix cache keeps too (vLLM caches the blocks decoding
+        fills), so a chat that resends an output verbatim prefills it no more — and ``shared`` the prompt's
+        system message (the deployment's fixed prefix, which every session shares)."""
         text = self.policy(messages)
-        prompt = self.tokens(flatten(messages))
+        rendered = flatten(messages)
+        prompt = self.tokens(rendered)
         with self._lock:
             cached = common_prefix(prompt, self._last)
-            self._last = prompt
+            self._last = self.tokens(rendered + text)
             system = self._systems.get(messages[0].content) if messages else ()
             if system is None:
                 system = self._systems[messages[0].content] = self.tokens(flatten(messages[:1])[: -len("<|assistant|>\n")])

@@ -95,3 +95,25 @@ def test_reports_counted_in_model_tokens_give_forced_tokens(tmp_path: Path) -> N
         g = p["gpu"]
         assert 0 < g["forced_per_task"] < p["cost"]["completion_tokens_per_task"]
         assert g["decoded_per_task"] + g["forced_per_task"] == p["cost"]["completion_tokens_per_task"]
+
+
+def test_the_perfect_prefix_cache_holds_the_previous_output_too() -> None:
+    """A chat that resends the previous call's output verbatim prefills none of it (vLLM keeps the blocks its decode
+    fills); an output the next prompt renders differently is not cached."""
+    from engine.base import Message
+    from engine.text import flatten, tokenize
+    from flowstate.eval.policies import PolicyEngine
+
+    replies = iter(["alpha beta gamma delta", "done"])
+    engine = PolicyEngine(lambda messages: next(replies))
+    first = [Message("system", "rules"), Message("user", "question")]
+    engine.generate(first)
+    resent = [*first, Message("assistant", "alpha beta gamma delta"), Message("user", "more")]
+    usage = engine.generate(resent).usage
+    assert usage.cached_tokens == len(tokenize(flatten(first) + "alpha beta gamma delta"))
+    assert usage.prompt_tokens - usage.cached_tokens == len(tokenize("\n<|user|>\nmore\n<|assistant|>\n"))
+    replies = iter(["alpha beta gamma delta", "done"])
+    engine = PolicyEngine(lambda messages: next(replies))
+    engine.generate(first)
+    rewritten = [*first, Message("assistant", "ALPHA beta"), Message("user", "more")]
+    assert engine.generate(rewritten).usage.cached_tokens == len(tokenize(flatten(first)))
