@@ -12,6 +12,7 @@ ID_PATTERN = r"^[a-z][a-z0-9_]{0,47}$"
 """Shape of every node id: a short lowercase semantic name, e.g. ``dec_book_hotel_a``."""
 
 OBSERVATION_PREFIX = "obs_"
+PAGE_PREFIX = "page_"  # a bounded index's pages (flowstate.pages): no state may take such an id
 """Ids with this prefix are reserved for raw tool observations, named by the runtime."""
 
 

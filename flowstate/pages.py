@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from flowstate.history import HistoricalIndex, IndexEntry
-from flowstate.nodes import Node, StateType, canonical_json
+from flowstate.nodes import PAGE_PREFIX, Node, StateType, canonical_json
 
 FANOUT = 16
 """Requests per level-1 page, and pages per page of the level above."""
@@ -31,7 +31,6 @@ FANOUT = 16
 PAGE_MARK = "index.page"
 """The mark of a page's node: made by the runtime from the index, never persisted, never written by a model."""
 
-PAGE_PREFIX = "page_"
 
 TOPIC_WORDS = 6
 SUMMARY_CHARS = 240

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowstate.active import ActiveState
-from flowstate.nodes import OBSERVATION_PREFIX, Node, Ref
+from flowstate.nodes import OBSERVATION_PREFIX, PAGE_PREFIX, Node, Ref
 from flowstate.protocol import AddOp, DeltaOp, RemoveOp, UpdateOp, dump_op
 
 
@@ -74,6 +74,8 @@ def validate_op(state: ActiveState, op: DeltaOp) -> str | None:
     if isinstance(op, AddOp):
         if op.state_id.startswith(OBSERVATION_PREFIX):
             return f"ids starting with {OBSERVATION_PREFIX!r} are reserved for tool observations"
+        if op.state_id.startswith(PAGE_PREFIX):  # a later fold may name a page so: the state would be unreachable
+            return f"ids starting with {PAGE_PREFIX!r} are reserved for pages of the index"
         if state.is_used(op.state_id):
             return f"id {op.state_id!r} is already used in this session; choose a new id"
         return _check_refs(state, op.state_id, op.refs)

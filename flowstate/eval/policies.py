@@ -23,8 +23,7 @@ from flowstate import tags
 from flowstate.eval.task import Answer, Call, Decision, Need, Task
 from flowstate.limits import STANDARD, Limits
 from flowstate.memory.base import Strategy
-from flowstate.nodes import OBSERVATION_PREFIX
-from flowstate.pages import PAGE_PREFIX
+from flowstate.nodes import OBSERVATION_PREFIX, PAGE_PREFIX
 from flowstate.protocol import ModelOutput, render_output
 
 BOUNDED: dict[str, str] = {

@@ -119,3 +119,18 @@ def test_a_page_is_a_view_of_the_index_not_a_state_a_ref_may_name() -> None:
                         pages=bounded.pages())
     assert "page_r1_16" in state.index_ids and "page_r1_16" not in state.ref_targets()
     assert state.is_used("page_r1_16")  # no model state may take a page's id
+
+
+def test_a_state_may_not_take_a_page_id_so_no_fold_makes_it_unreachable(tmp_path: Path) -> None:
+    """A model state named like a page (``page_r1_16``) would be shadowed by the page a later fold makes; the id form
+    is reserved and the add is fed back with the reason."""
+    engine = ScriptedEngine([output(delta=[add("page_r1_16", x=1), add("kept", x=2)], content="noted")])
+    with Repository.open(tmp_path / "m.db") as repo:
+        record = Agent(engine, repository=repo, session="s", strategy=get("flowstate-paged")).run("note it")
+        ids = {n.id for n in repo.nodes("s")}
+    (step,) = record.steps
+    assert [r["state_id"] for r in step.rejected] == ["page_r1_16"]
+    assert "reserved for pages of the index" in step.rejected[0]["reason"]
+    assert ids == {"kept"}
+    flat = HistoricalIndex((*index(40).entries, IndexEntry(41, "note it", (("kept", "summary of kept"),))))
+    assert "kept" in everything(fold(flat, budget=1024))  # reachable across the fold
