@@ -377,7 +377,10 @@ class RequestRun:
         p.observation = tuple(_observation_node(c, self.index_k) for c in calls)
         p.state = p.state.with_observations(p.observation)
         p.pending = ()
-        self._apply(self.strategy.observed(self.memory_context()))  # e.g. a state tracker's update
+        try:
+            self._apply(self.strategy.observed(self.memory_context()))  # e.g. a state tracker's update
+        except EngineError as exc:  # the method's own call failed: the request is persisted unfinished
+            raise self._fail(f"engine error in the memory method's call after step {len(p.steps)}: {exc}") from exc
 
     def _apply(self, observed: Observed) -> None:
         """What a memory method's hook made: a new Active State (or none), and its model calls."""
@@ -387,13 +390,17 @@ class RequestRun:
 
     def _persist(self, response: str | None, transcript: Transcript | None, unfinished: str | None = None,
                  failing: bool = False) -> None:
+        """Persist the request; a memory method's own call that fails at its end fails it (persisted as failed)."""
         self.response = response
+        error: EngineError | None = None
         try:
             finish = self.strategy.finish(self.memory_context())  # the method's own work at the end (may call the model)
-        except EngineError:
-            if not failing:
-                raise
-            finish = Finish()  # the engine that failed the request cannot build the method's nodes either
+        except EngineError as exc:
+            finish = Finish()  # the method's nodes cannot be built; the request is kept all the same
+            if not failing:  # the answer is in, the method's call is not: persisted as failed, not as answered
+                error = exc
+                response, transcript, self.response = None, None, None
+                unfinished = FAILED + f"engine error in the memory method's call at the request's end: {exc}"
         nodes = [*self.strategy.persisted(self.state, response), *finish.nodes]
         record = RunRecord(
             self.session, self.index_k, self.query, response, tuple(self.steps),
@@ -405,6 +412,8 @@ class RequestRun:
             self.session, self.index_k, self.query, response, nodes, record.to_dict(), unfinished, transcript
         )
         self.record = record
+        if error is not None:
+            raise self.failed(f"engine error in the memory method's call at the request's end: {error}") from error
 
 
 def run_request(*, engine: Engine, repo: Repository, session: str, query: str, agent: AgentConfig) -> RunRecord:
