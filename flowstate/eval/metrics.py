@@ -131,16 +131,17 @@ def pass_hat_k(rows: Sequence[Row]) -> list[float]:
 
 def tau3_quality(rows: Sequence[Row]) -> dict[str, Any]:
     """τ³'s figures: pass^k, DB accuracy, action accuracy (every gold action matched), communicate and NL
-    accuracy where they ran, which checks ran, and gold actions that failed on our tools."""
+    accuracy where they ran — over the conversations that ended normally, as tau2 computes no check of one cut
+    short —, which checks ran, and gold actions that failed on our tools."""
     graded = [r["tau3"] for r in rows]
-    n = max(len(graded), 1)
+    ended = [g for g in graded if g.get("ended_normally", True)]  # tau2 computes no check of the others
 
-    def share(pred: Any) -> float:
-        return 100.0 * sum(bool(pred(g)) for g in graded) / n
+    def share(pred: Any) -> float | None:
+        return 100.0 * sum(bool(pred(g)) for g in ended) / len(ended) if ended else None
 
-    nl = [g for g in graded if g["nl"] is not None]
+    nl = [g for g in ended if g["nl"]]  # where a judge graded assertions (none to grade: nothing to report)
     return {
-        "runs": len(graded), "pass_k": pass_hat_k(rows),
+        "runs": len(graded), "ended_normally": len(ended), "pass_k": pass_hat_k(rows),
         "db_accuracy": share(lambda g: g["db_match"]),
         "action_accuracy": share(lambda g: all(g["actions"])),
         "communicate_accuracy": share(lambda g: all(g["communicate"])),

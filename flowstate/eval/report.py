@@ -304,21 +304,23 @@ def _tau3_section(pairs: list[dict[str, Any]], base: dict[str, Any] | None) -> l
         ratio = f"{p['cost']['tokens_per_task'] / base['cost']['tokens_per_task']:.3f}" \
             if base and base["cost"]["tokens_per_task"] else "–"
         rows.append([p["strategy"], str(t["runs"]), str(t["scored_runs"]),
-                     " / ".join(f"{x:.1f}" for x in t["pass_k"]) or "–", _f(t["db_only"]), f"{t['db_accuracy']:.1f}",
-                     f"{t['action_accuracy']:.1f}", f"{t['communicate_accuracy']:.1f}", _f(t["nl_accuracy"]),
+                     " / ".join(f"{x:.1f}" for x in t["pass_k"]) or "–", _f(t["db_only"]), _f(t["db_accuracy"]),
+                     _f(t["action_accuracy"]), _f(t["communicate_accuracy"]), _f(t["nl_accuracy"]),
                      f"{p['cost']['tokens_per_task']:.0f}", ratio, str(t["gold_errors"])])
     if not rows:
         return []
     first = next(p["tau3"] for p in pairs if p.get("tau3"))
     skipped = ", ".join(first["checks_skipped"])
     note = (f"User: {first.get('user', 'scripted')}. Checks run: {', '.join(first['checks_run'])}"
-            + (f"; not run: {skipped} (give --judge-engine for NL assertions). A task whose reward basis holds "
+            + (f"; not run on {first['unscored_runs']} of {first['runs']} runs: {skipped} (give --judge-engine for NL "
+               "assertions). A task whose reward basis holds "
                "a check that did not run is unscored — left out of pass^k, never passed; its DB check alone is "
                "the DB-only figure, which is not a reward" if skipped else "") + ".")
     return [
-        "τ³ figures, graded as tau2 grades: a conversation cut by the turn cap or a failed request scores 0; "
-        "pass^k for k = 1..trials over the scored runs (their number); DB-only over the unscored runs; DB, "
-        "action (every gold action matched), communicate and NL accuracy over all runs, in %; tokens per task "
+        "τ³ figures, graded as tau2 grades: a conversation cut by the turn cap, a failed request or 10 tool errors "
+        "scores 0; pass^k for k = 1..trials over the scored runs (their number); DB-only over the unscored runs; DB, "
+        "action (every gold action matched), communicate and NL accuracy (where a judge graded assertions) over the "
+        "runs that ended normally (tau2 computes no check of the others), in %; tokens per task "
         "and their ratio to full-context; gold actions that failed on a fresh database (τ³ ignores them, as here).",
         "", note, "",
         _table(["strategy", "runs", "scored", "pass^k", "DB-only", "DB", "action", "communicate", "NL",

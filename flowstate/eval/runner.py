@@ -83,6 +83,7 @@ class EvalConfig:
                 "loop": loop_dict(self.loop), "decoding": {k: v for k, v in sorted(self.decoding.items()) if v is not None},
                 **({"sizes": self.sizes} if self.sizes else {}),
                 **({"replay": str(Path(self.replay).resolve())} if self.replay else {}),
+                **({"tau2_data": str(Path(self.tau2_data).resolve())} if self.tau2_data else {}),
                 **({"count_tokens": self.count_tokens} if self.count_tokens != "words" else {}),
                 **({"trials": self.trials, "user": self.user, "judge": self.judge} if self.trials != 1 or self.user
                    or self.judge else {})}

@@ -3,13 +3,19 @@
 Each user message is one request of the task's session, through the same ``Agent`` as every other
 suite; the agent's tools act on the task's own copy of the database. When the user ends the
 conversation (a stop token) or the turn budget runs out, τ³'s evaluation grades it — a conversation the
-user did not end (the turn cap, a failed request) scores 0, as in tau2.
+user did not end (the turn cap, a failed request, too many tool errors) scores 0, as in tau2.
+
+tau2 ends a conversation with reward 0 once its tool calls have raised ``MAX_ERRORS`` errors, before the agent's
+next step (``too_many_errors``); here it ends after the request in which that happens (a request runs to its
+end), with the same grade.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.base import Engine
@@ -23,6 +29,30 @@ from flowstate.memory.base import Strategy
 from flowstate.store.repository import Repository
 
 MAX_TURNS = 30
+MAX_ERRORS = 10
+"""tau2's ``max_errors``: tool errors in one conversation before it ends with reward 0."""
+
+
+def tool_message(call: dict[str, Any]) -> str:
+    """A tool result as tau2's environment writes it into the trajectory: the result as JSON (a string as it is),
+    an error as ``Error: <message>``."""
+    if "error" in call and call["error"] is not None:
+        return "Error: " + re.sub(r"^\w+Error: ", "", str(call["error"]))
+    result = call.get("result")
+    return result if isinstance(result, str) else json.dumps(result, default=str)
+
+
+def trajectory_of(message: str, steps: Sequence[dict[str, Any]], response: str | None) -> list[tuple[str, str]]:
+    """One request as tau2's trajectory holds it: the user's message, each step's tool calls (an assistant turn with
+    no content) and their results, the answer."""
+    out = [("user", message)]
+    for step in steps:
+        if step.get("tool_calls"):
+            out.append(("assistant", "None"))
+            out += [("tool", tool_message(c)) for c in step["tool_calls"]]
+    if response is not None:
+        out.append(("assistant", response))
+    return out
 
 
 def make_user(task: Tau3Task, engine: Engine | None, guidelines: str | None = None) -> User:
@@ -45,6 +75,7 @@ def run_conversation(
     started = time.time()
     turns: list[dict[str, Any]] = []
     conversation: list[tuple[str, str]] = []
+    trajectory: list[tuple[str, str]] = []
     calls: list[dict[str, Any]] = []
     message, ended_by = user.first(), "turns"
     for k in range(1, max_turns + 1):
@@ -58,13 +89,17 @@ def run_conversation(
         except RequestFailed as exc:
             response, steps, error = None, (exc.record or {}).get("steps", []), str(exc)
         calls += [c for s in steps for c in s.get("tool_calls", [])]  # τ³ matches failed calls too
+        trajectory += trajectory_of(message, steps, response)
         turns.append(subtask_row(k, response, steps, None, error))
         if response is None:
             ended_by = "failed request"
             break
+        if sum(c.get("error") is not None for c in calls) >= MAX_ERRORS:
+            ended_by = "too many errors"
+            break
         conversation.append(("assistant", response))
         message = user.reply(response)
-    graded = grade(task, db, calls, conversation, judge, ended_normally=ended_by == "user")
+    graded = grade(task, db, calls, conversation, judge, ended_normally=ended_by == "user", trajectory=trajectory)
     for row in turns:
         row["correct"] = row["credit"] = graded.reward == 1.0
     return {"suite": task.suite, "strategy": strategy.name, "task": task.id, "base_task": task.base,

