@@ -169,10 +169,14 @@ def _remembered(item: dict[str, Any]) -> dict[str, Any]:
     return {"value": value} if isinstance(value, dict) else {}
 
 
-def memory_reply(system: str, user: str, remember: Callable[[str], str | None]) -> str | None:
+def memory_reply(system: str, user: str, remember: Callable[[str], str | None],
+                 keep: Callable[[Any], Any] | None = None) -> str | None:
     """A memory method's own call answered as a model would, for a policy that replays given actions (the τ³
     gold replay, a recorded conversation); None: the call is an agent step. ``remember`` turns a finished
-    interaction (JSON lines) into the one memory the policy writes of it, or None."""
+    interaction (JSON lines) into the one memory the policy writes of it, or None; ``keep`` what a state tracker
+    keeps of a tool result in its world (by the result's id; None: it keeps nothing)."""
+    if system.startswith(tags.TRACK) and keep is not None:
+        return track(user, keep)
     if system.startswith(tags.EXTRACT):
         text = remember(tags.read(user, tags.INTERACTION) or "")
         return json.dumps({"facts": [text] if text else []})
@@ -184,6 +188,16 @@ def memory_reply(system: str, user: str, remember: Callable[[str], str | None]) 
         tags.JUDGE: lambda: json.dumps({"success": True, "reason": ""}),
         tags.DISTILL: lambda: Policy.distill(user), tags.UPDATE: lambda: Policy.update(user)}
     return next((reply() for marker, reply in replies.items() if system.startswith(marker)), None)
+
+
+def track(user: str, keep: Callable[[Any], Any]) -> str:
+    """A state tracker's update as a model would write it: the goal is the request, and what ``keep`` takes of each
+    newest tool result joins the world under the result's id."""
+    parts = sections(user)
+    world = dict(((parts.get(tags.TRACKED_STATE) or [{}])[0]).get("world") or {})
+    for item in parts.get(tags.NEW_OBSERVATION, []):
+        world[str(item.get("observation_id"))] = keep(item.get("result", item.get("error")))
+    return json.dumps({"goal": tags.read(user, tags.USER_QUERY) or "", "world": world, "constraints": []})
 
 
 @dataclass(frozen=True)

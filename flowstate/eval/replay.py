@@ -15,7 +15,10 @@ dates and statuses, and the result stays disclosable through its ref), without P
 content. When its next action uses a value the conversation showed and the prompt does not show as content (a
 call's argument, or an id or code the answer repeats), it asks in a step of its own (PSA): for the earlier
 states whose summaries name the value, else the results that states in view cite, else states sharing a word
-with the query; after three looks for one action the request ends as a memory miss. A task succeeds when
+with the query; after three looks for one action — at once, for a strategy that cannot ask (no PSA) — the
+request ends as a memory miss. Every strategy is held to what its prompt shows: full context shows everything,
+a retrieval method what it retrieved, a state tracker the world its tracker keeps (answered here with each
+result's key values, as the citing states keep them). A task succeeds when
 every recorded call was reproduced exactly, in order, and every answer is the recorded one. Suite options join
 ``sessions`` conversations into one session and give every listed result item ``results`` copies.
 """
@@ -399,7 +402,7 @@ class ReplayPolicy:
         return memory_text(query, {k: v for i in lines if "observation_id" in i for k, v in scalars(i.get("result"))[:8]})
 
     def __call__(self, messages: Sequence[Message]) -> str:
-        own = memory_reply(messages[0].content, messages[-1].content, self.remember)
+        own = memory_reply(messages[0].content, messages[-1].content, self.remember, salient)
         if own is not None:
             return own
         query, parts = read_prompt(messages)
@@ -419,7 +422,7 @@ class ReplayPolicy:
             self.asked += 1
         if output["state_focus"]:
             pass  # a step of its own: the calls need what it asks for, in view from the next step
-        elif needs and self.cites:  # it looked and cannot see what the next action needs: it does not guess
+        elif needs:  # it looked (or cannot look) and cannot see what the next action needs: it does not guess
             output["assistant_message"] = {"content": f"{MISS} {needs[0]}"}
             self.answered = True
         elif self.left:

@@ -10,7 +10,7 @@ import pytest
 
 from flowstate.eval.replay import ReplayTask, parse
 from flowstate.eval.runner import EvalConfig, run_eval
-from flowstate.memory import METHODS
+from flowstate.memory import METHODS, get
 
 
 def call(i: str, name: str, **arguments: Any) -> dict[str, Any]:
@@ -214,3 +214,61 @@ def test_a_joined_session_replays_through_every_strategy(recording: Path, tmp_pa
                         sizes={"sessions": 2, "results": 2})
     rows = run_eval(config, [])
     assert [r["success"] for r in rows] == [True, True, True] and all(len(r["subtasks"]) == 6 for r in rows)
+
+
+def run_replay(recording: Path, tmp_path: Path, strategy: Any) -> tuple[list[bool], list[str | None], list[Any]]:
+    """One recorded conversation through ``strategy`` with the replay policy: each request's success, response, and
+    the engine's prompts."""
+    from flowstate import Agent, Repository
+    from flowstate.config import LoopConfig
+    from flowstate.eval.policies import PolicyEngine
+    from flowstate.eval.replay import ReplayPolicy, generate
+
+    task = generate(recording, 1)[0]
+    env = task.new_env()
+    prompts: list[Any] = []
+    policy = ReplayPolicy(task, strategy)
+    engine = PolicyEngine(lambda messages: prompts.append(list(messages)) or policy(messages))
+    solved, responses = [], []
+    with Repository.open(tmp_path / f"{strategy.name}.db") as repo:
+        agent = Agent(engine, repository=repo, session="s", tools=task.tools(env), task_policy=task.policy,
+                      strategy=strategy, config=LoopConfig(max_steps=40))
+        for k, query in enumerate(task.queries, start=1):
+            response = agent.run(query).response
+            responses.append(response)
+            solved.append(task.check(k, response, env).correct)
+    return solved, responses, prompts
+
+
+def test_a_method_that_cannot_show_an_earlier_value_fails_as_a_memory_miss(recording: Path, tmp_path: Path) -> None:
+    """Request 2's answer repeats HAT001 from request 1's result: a method whose prompt shows nothing of earlier
+    requests cannot act on it — the request ends as a memory miss, and the task fails."""
+    from dataclasses import dataclass
+
+    from engine.base import Message
+    from flowstate.eval.replay import MISS
+    from flowstate.memory.base import StepInput
+    from flowstate.memory.chat import ChatHistory
+    from flowstate.serializer import layout
+
+    @dataclass(frozen=True)
+    class Blind(ChatHistory):  # full context's protocol, but its prompt keeps only this request
+        name: str = "blind"
+
+        def prompt(self, step: StepInput) -> list[Message]:
+            user = layout(step.query, memory=None, state=None, trajectory=step.trajectory, observation=step.observation)
+            return [Message("system", step.system), Message("user", user)]
+
+    solved, responses, _ = run_replay(recording, tmp_path, Blind())
+    assert solved[0] and not solved[1] and (responses[1] or "").startswith(MISS) and "HAT001" in (responses[1] or "")
+    solved, _, _ = run_replay(recording, tmp_path, get("full-context"))
+    assert all(solved)  # the same conversation, every value in view
+
+
+def test_the_state_tracker_is_answered_with_what_it_tracks(recording: Path, tmp_path: Path) -> None:
+    """ZipAct's tracker keeps each result's key values in its world (as a citing state keeps them), so request 2
+    sees HAT001 in the tracked state and answers without a miss."""
+    solved, _, prompts = run_replay(recording, tmp_path, get("zipact"))
+    agent_prompts = [p for p in prompts if not p[0].content.startswith("<track_state>")]
+    request2 = next(p for p in agent_prompts if "Which flight was on reservation" in p[-1].content)
+    assert all(solved) and "HAT001" in request2[-1].content.split("</tracked_state>")[0]
