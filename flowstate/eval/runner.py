@@ -22,7 +22,7 @@ from engine.base import Engine
 from engine.text import tokenize
 from flowstate.agent import Agent
 from flowstate.config import LoopConfig
-from flowstate.errors import RequestFailed
+from flowstate.eval.episode import run_request
 from flowstate.eval.policies import Policy, PolicyEngine
 from flowstate.eval.replay import ReplayPolicy, ReplayTask
 from flowstate.eval.suites import REPLAY, TAU3, check_options, generate
@@ -154,15 +154,10 @@ def run_task(task: Task, strategy: Strategy, engine: Engine, repo: Repository, l
     subtasks, scores = [], []
     for k, query in enumerate(task.queries, start=1):
         env["day"] = k
-        try:
-            record = agent.run(query)
-            response, steps, error = record.response, [s.to_dict() for s in record.steps], record.unfinished
-            memory = [s.to_dict() for s in record.memory_calls]
-        except RequestFailed as exc:
-            response, steps, error, memory = None, (exc.record or {}).get("steps", []), str(exc), []
-        score = task.check(k, response, env)
+        out = run_request(agent, query)
+        score = task.check(k, out.response, env)
         scores.append(score)
-        subtasks.append(_subtask_row(k, response, steps, score, error, memory))
+        subtasks.append(_subtask_row(k, out.response, out.steps, score, out.error, out.memory_calls))
     return {"suite": task.suite, "strategy": strategy.name, "task": task.id, "depth": task.depth, "run": run,
             "started": started, "ended": time.time(), "success": task.success(scores), "subtasks": subtasks}
 

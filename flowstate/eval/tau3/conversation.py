@@ -21,7 +21,7 @@ from typing import Any
 from engine.base import Engine
 from flowstate.agent import Agent
 from flowstate.config import LoopConfig
-from flowstate.errors import RequestFailed
+from flowstate.eval.episode import run_request
 from flowstate.eval.tau3.evaluate import grade
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import ScriptedUser, SimulatedUser, User, ends
@@ -83,14 +83,11 @@ def run_conversation(
             ended_by = "user"
             break
         conversation.append(("user", message))
-        try:
-            record = agent.run(message)
-            response, steps, error = record.response, [s.to_dict() for s in record.steps], record.unfinished
-        except RequestFailed as exc:
-            response, steps, error = None, (exc.record or {}).get("steps", []), str(exc)
+        out = run_request(agent, message)
+        response, steps = out.response, out.steps
         calls += [c for s in steps for c in s.get("tool_calls", [])]  # τ³ matches failed calls too
         trajectory += trajectory_of(message, steps, response)
-        turns.append(subtask_row(k, response, steps, None, error))
+        turns.append(subtask_row(k, response, steps, None, out.error, out.memory_calls))  # its own calls count
         if response is None:
             ended_by = "failed request"
             break

@@ -527,3 +527,26 @@ def test_the_digest_reads_a_models_dump_and_plain_json_alike() -> None:
 
     assert digest({"a": 50.0, "b": None, "c": [1.5, (2, 3)]}) == digest({"a": 50, "c": [1.5, [2, 3]]})
     assert digest({"a": 50.5}) != digest({"a": 50})
+
+
+def test_a_memory_methods_own_calls_count_in_a_tau3_conversations_tokens(tmp_path: Path) -> None:
+    """mage's Compress and Maintain calls are the method's cost: a τ³ turn's row holds them, as a subtask's does."""
+    from flowstate.config import LoopConfig
+    from flowstate.eval.policies import PolicyEngine
+    from flowstate.eval.runner import _subtask_row
+    from flowstate.eval.tau3.conversation import run_conversation
+    from flowstate.eval.tau3.gold import GoldPolicy
+    from flowstate.memory import get
+
+    mage = get("mage")
+    task = fixture_task([{"action_id": "r", "name": "get_reservation_details", "arguments": {"reservation_id": "R1"}},
+                         *WRITES], communicate=["cancelled"])
+    with Repository.open(tmp_path / "m.db") as repo:
+        row = run_conversation(task, mage, PolicyEngine(GoldPolicy(task, mage)), repo, LoopConfig(), "x", _subtask_row,
+                               user_engine=ScriptedEngine(["Cancel R1; ana_3.", "Yes.", "###STOP###"]))
+    assert row["success"]
+    own = sum(s["memory_calls"] for s in row["subtasks"])
+    assert own >= 1  # Compress at least, once a turn ends
+    for s in row["subtasks"]:
+        assert len(s["calls"]) == s["steps"] + s["memory_calls"]  # every call's figures, the method's own included
+        assert s["usage"]["prompt_tokens"] == sum(c[0] for c in s["calls"])
