@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from engine.base import Engine
+from engine.base import Engine, Message
 from engine.text import tokenize
 from flowstate.agent import Agent
 from flowstate.config import LoopConfig
@@ -32,17 +32,25 @@ from flowstate.eval.tau3.gold import GoldPolicy
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import tau2_guidelines
 from flowstate.eval.trace import Traced, TraceWriter
-from flowstate.limits import STANDARD
+from flowstate.limits import STANDARD, Limits
 from flowstate.memory import get
 from flowstate.memory.base import Strategy
 from flowstate.store.repository import Repository
 
-TASK_POLICY = (
-    "Act with the tools; answer briefly. Every name, number and decision must come from tool results, "
-    "from your memory of earlier requests, or from the request itself."
-)
 POLICIES = ("oracle", "realistic", "memoryless")
 """The reference policies: the optimistic bound, a realistic one, the memoryless bound (``flowstate.eval.policies``)."""
+
+Reference = Callable[[Task, Strategy, Limits, str | None], Callable[[Sequence[Message]], str]]
+REFERENCES: dict[str, Reference] = {
+    # the generated suites: the bound ``--policy`` names
+    "suite": lambda task, strategy, limits, bound: Policy(task, strategy, memory=bound != "memoryless", limits=limits,
+                                                          realistic=bound == "realistic"),
+    # a recording replays its own calls with realistic memory work
+    "replay": lambda task, strategy, limits, bound: ReplayPolicy(cast(ReplayTask, task), strategy, limits),
+    # a τ³ task: its gold actions
+    "gold": lambda task, strategy, limits, bound: GoldPolicy(cast(Tau3Task, task), strategy, limits),
+}
+"""Which reference policy plays a task, by what the task declares (``Task.reference``)."""
 
 
 @dataclass(frozen=True)
@@ -147,8 +155,7 @@ def run_task(task: Task, strategy: Strategy, engine: Engine, repo: Repository, l
     session = f"{namespace}{task.suite}/{strategy.name}/{task.id}"
     repo.delete_session(session)  # what a killed run left of this task
     env = task.new_env()
-    policy = task.policy if isinstance(task, ReplayTask) else TASK_POLICY  # a recording runs under its own policy
-    agent = Agent(engine, repository=repo, session=session, tools=task.tools(env), task_policy=policy,
+    agent = Agent(engine, repository=repo, session=session, tools=task.tools(env), task_policy=task.policy,
                   config=loop, strategy=strategy)
     started = time.time()
     subtasks, scores = [], []
@@ -228,23 +235,17 @@ def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str
     def one(item: tuple[int, Task]) -> None:
         i, task = item
         limits = config.loop.limits or STANDARD
-        conversational = isinstance(task, Tau3Task)
-        if isinstance(task, ReplayTask):  # a recording replays itself, in each strategy's protocol
-            engine: Engine = PolicyEngine(ReplayPolicy(task, strategy, limits), tokens, forced)
-        elif config.policy is not None and isinstance(task, Tau3Task):
-            engine = PolicyEngine(GoldPolicy(task, strategy, limits), tokens, forced)
-        elif config.policy is not None:
-            engine = PolicyEngine(Policy(task, strategy, memory=config.policy != "memoryless", limits=limits,
-                                         realistic=config.policy == "realistic"), tokens, forced)
+        if config.policy is not None or task.always_replayed:  # the reference policy the task declares plays it
+            engine: Engine = PolicyEngine(REFERENCES[task.reference](task, strategy, limits, config.policy),
+                                          tokens, forced)
         else:
             engine = engines[i % len(engines)]  # several servers: tasks spread over all of them
         if trace is not None:
             engine = Traced(engine, trace, f"{config.namespace}{suite}/{strategy.name}/{task.id}",
                             {"suite": suite, "strategy": strategy.name})
-        if conversational:
-            assert isinstance(task, Tau3Task)
-            row = run_conversation(task, strategy, engine, repo, config.loop, run, _subtask_row, user, judge,
-                                   namespace=config.namespace, guidelines=tau2_guidelines(config.tau2_data))
+        if task.conversational:
+            row = run_conversation(cast(Tau3Task, task), strategy, engine, repo, config.loop, run, _subtask_row, user,
+                                   judge, namespace=config.namespace, guidelines=tau2_guidelines(config.tau2_data))
         else:
             row = run_task(task, strategy, engine, repo, config.loop, run, config.namespace)
         results.append(row)

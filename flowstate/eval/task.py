@@ -49,12 +49,28 @@ class Score:
     credit: float  # soft credit in [0, 1] (sPS); equals correct where a suite has no partial credit
 
 
+TASK_POLICY = (
+    "Act with the tools; answer briefly. Every name, number and decision must come from tool results, "
+    "from your memory of earlier requests, or from the request itself."
+)
+"""The task policy of the generated suites (a recording or a τ³ domain brings its own)."""
+
+
 class Task(ABC):
-    """One task instance; subclasses hold its generated data."""
+    """One task instance; subclasses hold its generated data, and declare how it runs: as subtasks or as a
+    conversation, and which reference policy drives it (``flowstate.eval.runner.REFERENCES``)."""
 
     suite: str = ""
     soft: bool = False  # the suite reports sPS
     micro_ps: bool = False  # PS over all subtasks (travel) rather than averaged per task
+    conversational: bool = False  # a conversation with a user (τ³), not a fixed list of subtask queries
+    reference: str = "suite"  # the reference policy that plays it: the suites' bounds, a recording's replay, τ³'s gold
+    always_replayed: bool = False  # it runs under its reference policy whatever the engine (a recording)
+
+    @property
+    def policy(self) -> str:
+        """The task policy in the system prompt."""
+        return TASK_POLICY
 
     def __init__(self, task_id: str, queries: list[str]) -> None:
         self.id = task_id
