@@ -42,9 +42,8 @@ _INGRESS = IngressLimits()
                    "then the final one); always = also without one.")
 @loop_options()
 @click.option("--strategy", "strategy_name", default="flowstate", show_default=True,
-              help="The memory method every session runs: flowstate, full-context, no-psa, no-isu, bm25, mem0-style, "
-                   "zipact, mage, mage-no-compress, mage-no-maintain, mage-no-revise (a state method +append: in the append-only "
-                   "layout, as --layout append).")
+              help=f"The memory method every session runs: {', '.join(memory.METHODS)} (flowstate-paged:N: an index "
+                   f"budget of N tokens; a state method{memory.APPEND}: the append-only layout, as --layout append).")
 @layout_option
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(

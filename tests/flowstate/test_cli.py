@@ -218,3 +218,14 @@ def test_eval_sweeps_depths_and_suite_options(tmp_path: Path) -> None:
     assert bad.returncode == 1 and "--depth takes a whole number or a comma-separated list" in bad.stderr
     deep = flowstate("eval", "--policy", "oracle", "--suite", "chain", "--depth", "64", "--out", tmp_path / "deep")
     assert deep.returncode == 1 and "chain tasks have at most 16 subtasks" in deep.stderr  # no silent cap
+
+
+def test_serve_help_names_every_strategy_the_registry_has() -> None:
+    from click.testing import CliRunner
+
+    from flowstate.cli import main
+    from flowstate.memory import METHODS
+
+    text = " ".join(CliRunner().invoke(main, ["serve", "--help"]).output.split())
+    missing = [name for name in METHODS if name not in text.replace("- ", "-")]
+    assert missing == []
