@@ -24,9 +24,9 @@ def completion_budget(requested: int, prompt_tokens: int, context: int | None) -
         return requested
     left = context - prompt_tokens
     if left < 1:
-        from engine.errors import EngineConfigError
+        from engine.errors import ContextOverflow
 
-        raise EngineConfigError(f"the prompt ({prompt_tokens} tokens) fills the model's context of {context} tokens")
+        raise ContextOverflow(f"the prompt ({prompt_tokens} tokens) fills the model's context of {context} tokens")
     return min(requested, left)
 
 

@@ -20,6 +20,10 @@ class EngineConfigError(EngineError):
     retryable = False
 
 
+class ContextOverflow(EngineConfigError):
+    """The prompt does not fit the model's context: the same call fails again, however often it is retried."""
+
+
 class EngineUnavailable(EngineError):
     """A transient fault (server unreachable, overloaded); the same call may succeed later."""
 

@@ -9,13 +9,18 @@ are retried with exponential backoff; other 4xx answers are configuration errors
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from engine.base import ALL_SAMPLING, Capabilities, Decoding, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import check_options
-from engine.errors import EngineConfigError, EngineError, EngineUnavailable
+from engine.errors import ContextOverflow, EngineConfigError, EngineError, EngineUnavailable
+
+OVERFLOW = re.compile(r"maximum context length|context length|longer than the maximum model length|"
+                      r"context_length_exceeded|exceeds the context", re.I)
+"""How servers say a prompt does not fit the context (vLLM, OpenAI, llama.cpp's server) in a 400's detail."""
 
 
 class OpenAIEngine(Engine):
@@ -76,7 +81,11 @@ class OpenAIEngine(Engine):
                     raise EngineUnavailable(f"server {self.base_url} {what} after {self.retries + 1} tries: {exc}") from exc
                 time.sleep(self.backoff_s * 2**attempt)
             except o.APIStatusError as exc:
-                raise EngineConfigError(f"server {self.base_url} refused the request ({exc.status_code}): {_detail(exc)}") from exc
+                detail = _detail(exc)
+                if exc.status_code == 400 and OVERFLOW.search(detail):  # vLLM's, OpenAI's words for it
+                    raise ContextOverflow(f"server {self.base_url}: the prompt does not fit the model's context: "
+                                          f"{detail}") from exc
+                raise EngineConfigError(f"server {self.base_url} refused the request ({exc.status_code}): {detail}") from exc
         raise AssertionError("unreachable")
 
     def _first_model(self) -> str:

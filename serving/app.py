@@ -186,12 +186,20 @@ async def get_session(session_id: str, request: Request) -> dict[str, Any]:
     return {"id": key.name, "object": "session", **dump}
 
 
+GRAPH_HEADERS = {
+    # the page is inline SVG and inline styles, nothing else: no script, image, frame, form or base may load
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
+                               "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
 @router.get("/v1/sessions/{session_id}/graph", response_class=HTMLResponse)
 async def graph(session_id: str, request: Request) -> HTMLResponse:
     s, key = _session(request, session_id)
     live = s.sessions.peek(key.full)
     dump = await anyio.to_thread.run_sync(_dump, s.config.repo, key, live is not None and live.run is not None)
-    return HTMLResponse(render_html(dump, key.name))
+    return HTMLResponse(render_html(dump, key.name), headers=GRAPH_HEADERS)
 
 
 @router.delete("/v1/sessions/{session_id}")

@@ -54,6 +54,8 @@ def prepare(s: Services, body: ChatRequest) -> Prepared:
     if body.model not in s.models:
         raise APIError(404, f"model {body.model!r} does not exist; this server serves {s.config.model_id!r}",
                        type="not_found_error", param="model", code="model_not_found")
+    if body.n is not None and body.n < 1:
+        raise bad_request(f"n must be at least 1, not {body.n}", "n")
     if body.n not in (None, 1):
         raise bad_request("n > 1 is not supported: each session has one line of memory", "n")
     if len(body.messages) > s.config.ingress.max_messages:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.base import Engine, OnText, Usage
-from engine.errors import EngineError
+from engine.errors import ContextOverflow, EngineError
 from flowstate.config import AgentConfig
 from flowstate.errors import RequestFailed
 from flowstate.loop import RequestRun, Waiting
@@ -232,6 +232,11 @@ def _failure(exc: RequestFailed, steps: tuple[StepRecord, ...]) -> APIError:
     if isinstance(cause, EngineError) and cause.retryable:  # the engine is down or overloaded, not the model
         error = APIError(503, f"{exc}; {stored}, retry later", type="server_error",
                          code="engine_unavailable", headers={"Retry-After": str(RETRY_AFTER_S)})
+    elif isinstance(cause, ContextOverflow):  # the same request fails again however often it is resent
+        error = APIError(400, f"{exc}; {stored}. The session's prompt no longer fits the model's context, so resending "
+                              "cannot help: start a new session, send a shorter message, or serve a longer context or "
+                              "a bounded index (--strategy flowstate-paged)", type="invalid_request_error",
+                         code="context_length_exceeded")
     else:
         faults = "; ".join(f"step {s.index}: {s.protocol_error['block']}: {s.protocol_error['message']}"
                            + (" (cut at the token budget)" if s.truncated else "")

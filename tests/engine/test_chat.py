@@ -14,7 +14,7 @@ import pytest
 import engine as engines
 from engine.base import Message
 from engine.chat import apply_template, completion_budget
-from engine.errors import EngineConfigError
+from engine.errors import ContextOverflow
 
 # A Qwen3-style template: the generation prompt opens a think block unless enable_thinking is false.
 QWEN_STYLE = (
@@ -46,7 +46,7 @@ def test_the_completion_budget_is_capped_by_the_context() -> None:
     assert completion_budget(32_768, 1_000, 8_192) == 7_192
     assert completion_budget(1_024, 1_000, 8_192) == 1_024
     assert completion_budget(32_768, 1_000, None) == 32_768
-    with pytest.raises(EngineConfigError, match="fills the model's context"):
+    with pytest.raises(ContextOverflow, match="fills the model's context"):
         completion_budget(10, 8_192, 8_192)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from engine.base import Message
-from engine.errors import EngineConfigError
+from engine.errors import ContextOverflow, EngineConfigError
 from flowstate.active import ActiveState
 from flowstate.constrain import GrammarMode, Grammars
 from flowstate.demo import hotel
@@ -88,6 +88,8 @@ def test_vllm_in_process(model_dir: Path) -> None:
         assert engine.generate(first, max_tokens=3).truncated  # a call cut at its budget says so
         with pytest.raises(EngineConfigError, match="refused"):
             engine.generate(first, grammar='start: %json {"type": "object", "propertyNames": {}}')
+        with pytest.raises(ContextOverflow, match="context of 4096"):  # a prompt past max_model_len: not retryable
+            engine.generate([Message("user", " ".join(f"word{i}" for i in range(5000)))])
     finally:
         engine.close()
 
@@ -139,6 +141,8 @@ def test_openai_engine_against_a_vllm_server(server: str) -> None:
     assert engine.model == "smollm2"
     check_two_calls(engine)
     assert engine.count_tokens("hello world") in (2, 3)
+    with pytest.raises(ContextOverflow, match="does not fit the model's context"):  # the server's 400, classified
+        engine.generate([Message("user", " ".join(f"word{i}" for i in range(9000)))])
 
 
 def test_a_grammar_the_server_refuses_is_a_clear_error(server: str) -> None:

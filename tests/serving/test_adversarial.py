@@ -74,6 +74,17 @@ def test_an_unreachable_engine_is_a_503_with_retry_after(server: Server) -> None
     assert httpx.get(url + "/sessions/u").status_code == 404  # nothing stored
 
 
+def test_a_prompt_past_the_models_context_is_a_400_that_says_resending_cannot_help(server: Server) -> None:
+    url = server.start(None, "--engine", "llamacpp")  # the embedded model: an 8,192-token context
+    long = " ".join(f"word{i}" for i in range(9000))
+    resp = httpx.post(url + "/chat/completions", timeout=120,
+                      json={"model": "flowstate", "user": "long", "messages": [{"role": "user", "content": long}]})
+    error = resp.json()["error"]
+    assert resp.status_code == 400 and error["code"] == "context_length_exceeded", error
+    assert "resending cannot help" in error["message"] and "8192" in error["message"]
+    assert httpx.get(url + "/sessions/long").status_code == 404  # the first call failed: nothing stored
+
+
 def test_the_schema_needs_a_key_like_every_endpoint_but_health(server: Server) -> None:
     url = server.start(lines("[s]", [output(content="x")]), "--api-key", "sk-a")
     root = url.removesuffix("/v1")

@@ -51,6 +51,7 @@ BAD: list[tuple[str, Any, int, str]] = [
     ("unknown role", {"model": "flowstate", "messages": [{"role": "robot", "content": "x"}]}, 400, "role"),
     ("unknown model", {"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}, 404, "does not exist"),
     ("n = 2", {"model": "flowstate", "n": 2, "messages": [{"role": "user", "content": "x"}]}, 400, "n > 1"),
+    ("n = 0", {"model": "flowstate", "n": 0, "messages": [{"role": "user", "content": "x"}]}, 400, "n must be at least 1"),
     ("tool_choice required", {"model": "flowstate", "tool_choice": "required", "messages": [{"role": "user", "content": "x"}]}, 400, "tool_choice"),
     ("image part", {"model": "flowstate", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400, "only text"),
     ("bad tool name", {"model": "flowstate", "tools": [{"type": "function", "function": {"name": "no spaces"}}], "messages": [{"role": "user", "content": "x"}]}, 400, "tools"),
@@ -163,6 +164,8 @@ def test_models_health_metrics_graph_and_fingerprint_sessions(server: Server) ->
     page = httpx.get(f"{url}/sessions/{session}/graph")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert 'data-id="pref_quiet" data-type="preference"' in page.text and "<svg" in page.text
+    policy = page.headers["content-security-policy"]  # nothing but the page's own inline SVG and styles may run
+    assert "default-src 'none'" in policy and "script-src" not in policy and page.headers["x-content-type-options"] == "nosniff"
 
     metrics = httpx.get(url.removesuffix("/v1") + "/metrics").text
     values = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines() if line and not line.startswith("#")}
