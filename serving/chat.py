@@ -184,7 +184,14 @@ def _earlier_reply(
     """The reply already given to this exact request: by its Idempotency-Key, or (for a client that resends
     its history) because the conversation ends where an answered turn of the transcript ends."""
     if key is not None and key in live.replies and live.replies[key] < len(live.transcript):
-        return reply_message(live.transcript[live.replies[key]])
+        at = live.replies[key]
+        last = max((i for i, m in enumerate(conversation) if m["role"] == "assistant"), default=-1)
+        sent = conversation[last + 1:]  # what this call adds: it must be what the key's first call added
+        if not sent or live.transcript[max(at - len(sent), 0):at] != sent:
+            raise APIError(422, f"Idempotency-Key {key!r} was used for a different request in this session: a retry "
+                                "must resend the same messages; use a new key for a new request",
+                           type="invalid_request_error", param="Idempotency-Key", code="idempotency_key_reused")
+        return reply_message(live.transcript[at])
     if resent_history:
         found = match(conversation, live.transcript)
         if found.kind == "replay":

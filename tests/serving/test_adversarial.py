@@ -60,6 +60,13 @@ def test_an_exact_resend_and_an_idempotency_key_replay_the_answer(server: Server
     api = client(server.start(lines("[r]", [output(content="never used")])))
     r3c = api.chat.completions.create(model="flowstate", messages=new_only, user="resend", extra_headers=headers)
     assert r3c.choices[0].message.content == "third" and r3c.model_extra["flowstate"]["replayed"]
+    # the same key on a different request is refused, not answered with the first request's reply
+    with pytest.raises(openai.UnprocessableEntityError) as reused:
+        api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[r] four"}], user="resend",
+                                    extra_headers=headers)
+    assert reused.value.body["code"] == "idempotency_key_reused"  # type: ignore[index]
+    session = api.get("/sessions/resend", cast_to=object)
+    assert [q["query"] for q in session["requests"]] == ["[r] one", "[r] two", "[r] three"]  # nothing stored
 
 
 def test_an_unreachable_engine_is_a_503_with_retry_after(server: Server) -> None:
