@@ -393,14 +393,15 @@ class RequestRun:
         """Persist the request; a memory method's own call that fails at its end fails it (persisted as failed)."""
         self.response = response
         error: EngineError | None = None
+        reason = ""
         try:
             finish = self.strategy.finish(self.memory_context())  # the method's own work at the end (may call the model)
         except EngineError as exc:
             finish = Finish()  # the method's nodes cannot be built; the request is kept all the same
             if not failing:  # the answer is in, the method's call is not: persisted as failed, not as answered
-                error = exc
+                error, reason = exc, f"engine error in the memory method's call at the request's end: {exc}"
                 response, transcript, self.response = None, None, None
-                unfinished = FAILED + f"engine error in the memory method's call at the request's end: {exc}"
+                unfinished = FAILED + reason
         nodes = [*self.strategy.persisted(self.state, response), *finish.nodes]
         record = RunRecord(
             self.session, self.index_k, self.query, response, tuple(self.steps),
@@ -413,7 +414,7 @@ class RequestRun:
         )
         self.record = record
         if error is not None:
-            raise self.failed(f"engine error in the memory method's call at the request's end: {error}") from error
+            raise self.failed(reason) from error
 
 
 def run_request(*, engine: Engine, repo: Repository, session: str, query: str, agent: AgentConfig) -> RunRecord:
