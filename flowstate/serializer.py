@@ -156,7 +156,7 @@ def layout(
     state: ActiveState | None,
     trajectory: Sequence[Node] | None = None,
     feedback: Sequence[dict[str, Any]] = (),
-    observation: Sequence[Node] = (),
+    observation: Sequence[Node] | None = (),
     retrieved: tuple[str, str] | None = None,
 ) -> str:
     """The user message: memory block (tag, text), retrieved memory (a method that has both, e.g. a tracked
@@ -174,5 +174,6 @@ def layout(
         parts.append(tags.block(tags.TRAJECTORY, render_observation(trajectory) or "none\n"))
     if feedback:
         parts.append(tags.block(tags.FEEDBACK, "".join(canonical_json(f) + "\n" for f in feedback)))
-    parts.append(tags.block(tags.LATEST_OBSERVATION, render_observation(observation) or "none\n")[:-1])
-    return "".join(parts)
+    if observation is not None:  # None: a layout that sends tool results elsewhere (flowstate.memory.append)
+        parts.append(tags.block(tags.LATEST_OBSERVATION, render_observation(observation) or "none\n"))
+    return "".join(parts)[:-1]

@@ -18,7 +18,7 @@ from flowstate.active import ActiveState, Disclosed
 from flowstate.memory.base import StepInput
 from flowstate.nodes import canonical_json
 from flowstate.records import StepRecord
-from flowstate.serializer import render_active, render_entry, render_observation
+from flowstate.serializer import layout, render_entry, render_observation
 
 APPEND_RULE = """\
 - This request's steps stay in the chat as they happened: your outputs, each followed by what it brought — the \
@@ -28,10 +28,7 @@ states you added or updated are your state_delta as you wrote it, less what <fee
 
 def head(step: StepInput) -> str:
     """The first user message: memory block (the index), query, the Active State the request starts from."""
-    parts = [tags.block(*step.start.memory)] if step.start.memory is not None else []
-    parts.append(tags.block(tags.USER_QUERY, step.query + "\n"))
-    parts.append(tags.block(tags.ACTIVE_STATE, render_active(step.start.state))[:-1])
-    return "".join(parts)
+    return layout(step.query, memory=step.start.memory, state=step.start.state, observation=None)
 
 
 def brought(record: StepRecord, state: ActiveState) -> str:
