@@ -228,7 +228,7 @@ class RequestRun:
                 self.progress.scratch = dict(own.scratch)
             return own.result, own.error
         if call.name in self.agent.tools:
-            return self.agent.tools.call(call.name, call.arguments)
+            return self.agent.tools.call(call.name, call.arguments, self.session)
         known = ", ".join(t["name"] for t in self.wiring.specs) or "none"
         return None, f"unknown tool {call.name!r}; available: {known}"
 

@@ -1,20 +1,27 @@
-"""Tools: a typed Python function (or a pydantic argument model) becomes a tool with a JSON schema.
+"""Tools: a typed Python function (or a pydantic argument model) becomes a tool with a JSON schema; a tool
+described by a JSON schema (an MCP server's, a recording's) is a ``SchemaTool``.
 
 Running a tool never raises: a tool that raises, an unknown tool or bad arguments all become an
-error observation that the model sees.
+error observation that the model sees. A call names the session it runs for: a tool source scoped per
+session (``flowstate.mcp``) keeps one server per session; Python tools ignore it.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, get_type_hints
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from flowstate.errors import ToolLoadError
+
+
+class ToolError(Exception):
+    """Raised by a tool to report a failure in its own words: the model sees the message as it is (any other
+    exception is shown as ``Type: message``)."""
 
 
 @dataclass(frozen=True)
@@ -60,30 +67,81 @@ class Tool:
         doc = inspect.getdoc(args_model) or inspect.getdoc(fn) or ""
         return cls(name or fn.__name__, doc.split("\n\n")[0].strip(), args_model, fn, unpack=False)
 
-    def run(self, arguments: Mapping[str, Any]) -> tuple[Any, str | None]:
+    def run(self, arguments: Mapping[str, Any], session: str = "") -> tuple[Any, str | None]:
         """Call the tool: (result, None) on success, (None, error message) on any failure."""
         try:
             args = self.args_model.model_validate(dict(arguments))
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
             return None, f"invalid arguments for {self.name}: {problems}"
-        try:
-            if self.unpack:
-                result = self.fn(**{k: getattr(args, k) for k in type(args).model_fields})
-            else:
-                result = self.fn(args)
-        except Exception as exc:  # a tool's failure is an observation, not a crash
-            return None, f"{type(exc).__name__}: {exc}"
-        if isinstance(result, BaseModel):
-            result = result.model_dump(mode="json")
-        return result, None
+        if self.unpack:
+            return _outcome(lambda: self.fn(**{k: getattr(args, k) for k in type(args).model_fields}))
+        return _outcome(lambda: self.fn(args))
+
+
+def _outcome(call: Callable[[], Any]) -> tuple[Any, str | None]:
+    """A tool's (result, None), or (None, why) where it raised: a tool's failure is an observation, not a crash."""
+    try:
+        result = call()
+    except ToolError as exc:
+        return None, str(exc)
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    if isinstance(result, BaseModel):
+        result = result.model_dump(mode="json")
+    return result, None
+
+
+class _Given(BaseModel):
+    """A schema tool's arguments, as given (its JSON schema checks them)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchemaTool(Tool):
+    """A tool described by a JSON schema rather than Python types (an MCP server's tools, a recording's):
+    ``fn(arguments, session)`` gets the arguments as a dict, checked first against ``schema`` with its objects
+    closed to their declared properties, as the grammar decodes them (``check=False``: taken as they are)."""
+
+    args_model: type[BaseModel] = _Given
+    schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
+    check: bool = True
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self.schema
+
+    def run(self, arguments: Mapping[str, Any], session: str = "") -> tuple[Any, str | None]:
+        given = dict(arguments)
+        if self.check:
+            from jsonschema.validators import validator_for
+
+            from grammars.four_blocks import strict_arguments
+
+            schema = strict_arguments(self.schema)
+            error = next(iter(validator_for(schema)(schema).iter_errors(given)), None)
+            if error is not None:
+                where = ".".join(str(p) for p in error.absolute_path) or "arguments"
+                return None, f"invalid arguments for {self.name}: {where}: {error.message}"
+        return _outcome(lambda: self.fn(given, session))
+
+
+class ToolSource(Protocol):
+    """What holds a tool set's remote tools open (an MCP server): per-session resources, and the whole."""
+
+    def release(self, session: str) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class ToolSet(Mapping[str, Tool]):
-    """Tools by name, in the order given."""
+    """Tools by name, in the order given; ``sources``: what holds remote tools among them open (``release`` a
+    session's share when the session leaves memory, ``close`` the whole when done)."""
 
-    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
+    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = (), sources: Sequence[ToolSource] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self.sources = tuple(sources)
         for t in tools:
             tool = t if isinstance(t, Tool) else Tool.from_function(t)
             if tool.name in self._tools:
@@ -102,11 +160,26 @@ class ToolSet(Mapping[str, Tool]):
     def specs(self) -> list[dict[str, Any]]:
         return [t.spec() for t in self._tools.values()]
 
-    def call(self, name: str, arguments: Mapping[str, Any]) -> tuple[Any, str | None]:
+    def call(self, name: str, arguments: Mapping[str, Any], session: str = "") -> tuple[Any, str | None]:
         tool = self._tools.get(name)
         if tool is None:
             return None, f"unknown tool {name!r}; available: {', '.join(self._tools) or 'none'}"
-        return tool.run(arguments)
+        return tool.run(arguments, session)
+
+    def release(self, session: str) -> None:
+        """What the tools hold for ``session`` (a session-scoped MCP server) is let go."""
+        for source in self.sources:
+            source.release(session)
+
+    def close(self) -> None:
+        for source in self.sources:
+            source.close()
+
+    def __enter__(self) -> ToolSet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def load_tools(target: str) -> ToolSet:

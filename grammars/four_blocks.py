@@ -122,6 +122,12 @@ def _arguments(node: Any, bounds: ToolBounds) -> Any:
     return out
 
 
+def strict_arguments(schema: dict[str, Any]) -> dict[str, Any]:
+    """A tool's argument schema with its objects closed to their declared properties, as the grammar decodes
+    them (what a schema-described tool checks its arguments against)."""
+    return dict(_arguments(schema, ToolBounds()))
+
+
 def _tools_schema(schema: dict[str, Any], tools: Sequence[Mapping[str, Any]], bounds: ToolBounds) -> dict[str, Any]:
     calls = [
         {

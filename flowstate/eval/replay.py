@@ -28,11 +28,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict
 
 from engine.base import Message
 from flowstate import tags
@@ -42,7 +40,7 @@ from flowstate.limits import STANDARD, Limits
 from flowstate.memory.base import Strategy
 from flowstate.nodes import OBSERVATION_PREFIX
 from flowstate.protocol import ModelOutput, bounded, render_output
-from flowstate.tools import Tool, ToolSet
+from flowstate.tools import SchemaTool, ToolSet
 
 STOP_TOKENS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
 THINK = {"name": "think", "description": "Use the tool to think about something. It does not obtain new information "
@@ -129,21 +127,6 @@ def load(path: str | Path) -> list[dict[str, Any]]:
     return data
 
 
-class Permissive(BaseModel):
-    """A recorded call's arguments, as they were (the schema shown to the model is the τ³ tool's)."""
-
-    model_config = ConfigDict(extra="allow")
-
-
-@dataclass(frozen=True)
-class RecordedTool(Tool):
-    schema: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def parameters(self) -> dict[str, Any]:
-        return self.schema
-
-
 class ReplayTask(Task):
     suite = "tau-replay"
     reference = "replay"
@@ -167,8 +150,7 @@ class ReplayTask(Task):
         names = [*(s["name"] for s in specs), *sorted({c.name for c in self.expected} - {s["name"] for s in specs})]
 
         def handler(name: str) -> Any:
-            def run(args: BaseModel) -> Any:
-                given = args.model_dump()
+            def run(given: dict[str, Any], session: str) -> Any:
                 i = env["cursor"]
                 if i < len(self.expected) and (self.expected[i].name, self.expected[i].arguments) == (name, given):
                     env["cursor"] = i + 1
@@ -178,8 +160,9 @@ class ReplayTask(Task):
             return run
 
         by = {s["name"]: s for s in specs}
-        return ToolSet([RecordedTool(n, str(by.get(n, {}).get("description", "")), Permissive, handler(n), unpack=False,
-                                     schema=by.get(n, {}).get("parameters", {"type": "object"})) for n in names])
+        # a recorded call's arguments are taken as they were (the schema shown to the model is the τ³ tool's)
+        return ToolSet([SchemaTool(n, str(by.get(n, {}).get("description", "")), fn=handler(n), check=False,
+                                   schema=by.get(n, {}).get("parameters", {"type": "object"})) for n in names])
 
     def check(self, k: int, response: str | None, env: Any) -> Score:
         """Request k reproduced: every recorded call up to its end made, in order, none else; its answer."""
