@@ -82,7 +82,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     """The app for one engine and one repository."""
     app = FastAPI(title="FlowState", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.services = Services(
-        config=config, keys=Keys(config.keys), sessions=Registry(config.repo, config.max_live_sessions),
+        config=config, keys=Keys(config.keys), sessions=Registry(config.repo, config.max_live_sessions, config.tools.release),
         turns=Turns(config.engine, config.repo, AgentConfig(config.engine, strategy=config.strategy, tools=config.tools,
                                                             policy=config.policy, loop=config.loop),
                     config.stream_answers),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,8 +36,10 @@ class _Entry:
 class Registry:
     """Live sessions and their locks, for one event loop."""
 
-    def __init__(self, repo: Repository, keep: int = 4096) -> None:
-        self.repo, self.keep = repo, keep
+    def __init__(self, repo: Repository, keep: int = 4096, on_leave: Callable[[str], None] = lambda _: None) -> None:
+        """``on_leave(name)``: a session left memory (what the server's tools hold for it may go; it must not
+        block)."""
+        self.repo, self.keep, self.on_leave = repo, keep, on_leave
         self._entries: dict[str, _Entry] = {}
         self._live: OrderedDict[str, Live] = OrderedDict()
 
@@ -87,6 +90,7 @@ class Registry:
                 return
             if self._live[old].run is None and old not in self._entries:
                 del self._live[old]
+                self.on_leave(old)
 
     def peek(self, name: str) -> Live | None:
         return self._live.get(name)
@@ -101,7 +105,8 @@ class Registry:
         return live if live is not None else load_live(self.repo, name)
 
     def forget(self, name: str) -> None:
-        self._live.pop(name, None)
+        if self._live.pop(name, None) is not None:
+            self.on_leave(name)
 
     def held(self) -> int:
         """How many sessions have a lock entry now (for tests and metrics)."""

@@ -25,3 +25,14 @@ def available(module: str) -> bool:
 
 def skip_unless(module: str, reason: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(not available(module), reason=reason)
+
+
+def command(variable: str, required_by: str) -> str | None:
+    """An external program the tests are given by path in ``variable`` (e.g. an MCP server installed in a
+    virtualenv of its own); None where unset, an error where ``required_by`` is 1 (CI)."""
+    path = os.environ.get(variable)
+    if path and os.access(path, os.X_OK):
+        return path
+    if os.environ.get(required_by) == "1":
+        raise RuntimeError(f"{variable} must name an executable here ({required_by}=1), not {path!r}")
+    return None

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 import engine as engines
-from flowstate.cli.options import engine_options, errors, layout_option, loop_config, loop_options
+from flowstate.cli.options import engine_options, errors, layout_option, loop_config, loop_options, mcp_options
 
 
 def _progress(line: str) -> None:
@@ -86,12 +86,14 @@ def _progress(line: str) -> None:
                    "with `flowstate bench trace`.")
 @loop_options()
 @layout_option
+@mcp_options
 def evaluate(
     suites: str, suite_options: tuple[str, ...], strategy_names: str, policies: str | None, tasks: int, depths: str, seed: int, concurrency: int, out: Path,
     db: str | None, tau2_data: str | None, replay: str | None, count_tokens: str, trials: int, user_engine: str | None, user_model: str | None, user_base_url: str | None,
     user_api_key: str | None, judge_engine: str | None, judge_model: str | None, judge_base_url: str | None,
     judge_api_key: str | None, model_specs: tuple[str, ...], kv_model: str, gpu_memory_gib: float,
-    gpu_cost: str, decode_weight: float | None, trace: str | None, max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str, layout: str, **engine_opts: Any,
+    gpu_cost: str, decode_weight: float | None, trace: str | None, max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str, layout: str,
+    mcp: tuple[str, ...], mcp_scope: str, mcp_timeout: float, **engine_opts: Any,
 ) -> None:
     """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed."""
     from flowstate.eval.models import folder, label, parse_spec, write_models
@@ -144,7 +146,8 @@ def evaluate(
                                  max_tokens=opts.get("max_tokens")),
                 engine="" if policy else name, policy=point.policy, sizes=point.sizes, tau2_data=tau2_data, db=db, replay=replay,
                 count_tokens=count_tokens, decoding=decoding(opts), kv_model=kv_model, gpu_memory_gib=gpu_memory_gib,
-                gpu_cost=gpu_cost, decode_weight=decode_weight, trace=trace,
+                gpu_cost=gpu_cost, decode_weight=decode_weight, trace=trace, mcp=mcp, mcp_scope=mcp_scope,
+                mcp_timeout=mcp_timeout,
                 trials=trials, user=f"{user_engine}:{user_model or 'default'}" if user_engine else "",
                 judge=f"{judge_engine}:{judge_model or 'default'}" if judge_engine else "",
             )

