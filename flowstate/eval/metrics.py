@@ -156,6 +156,11 @@ def tau3_quality(rows: Sequence[Row]) -> dict[str, Any]:
         if any(g["reward"] is None for g in graded) else None,
         "gold_errors": sum(len(g["gold_errors"]) for g in graded),
         "ended_by": {e: sum(g["ended_by"] == e for g in graded) for e in sorted({g["ended_by"] for g in graded})},
+        # tools from an MCP server: its results compared, call by call, with the domain's own tools'
+        **({"results_compared": sum(g["results_compared"] for g in graded),
+            "results_differ": sum(len(g["results_differ"]) for g in graded),
+            "tasks_with_differences": sum(bool(g["results_differ"]) for g in graded)}
+           if any("results_compared" in g for g in graded) else {}),
     }
 
 

@@ -316,6 +316,14 @@ def _tau3_section(pairs: list[dict[str, Any]], base: dict[str, Any] | None) -> l
                "assertions). A task whose reward basis holds "
                "a check that did not run is unscored — left out of pass^k, never passed; its DB check alone is "
                "the DB-only figure, which is not a reward" if skipped else "") + ".")
+    if "results_compared" in first:
+        compared = [(p["strategy"], p["tau3"]) for p in pairs if p.get("tau3")]
+        note += (" Tools from MCP servers (--mcp): each call's result compared with the domain's own tools' for the "
+                 "same call, in order on a fresh database — " + "; ".join(
+                     f"{name}: {t['results_differ']} of {t['results_compared']} differ "
+                     f"({t['tasks_with_differences']} tasks)" for name, t in compared)
+                 + " (the DB check replays the calls on the domain's own tools, as tau2's does, so a server whose "
+                   "state went astray shows here, not in the reward).")
     return [
         "τ³ figures, graded as tau2 grades: a conversation cut by the turn cap, a failed request or 10 tool errors "
         "scores 0; pass^k for k = 1..trials over the scored runs (their number); DB-only over the unscored runs; DB, "

@@ -65,6 +65,12 @@ class AirlineTools:
             raise ValueError(f"User {user_id} not found")
         return self.db["users"][user_id]  # type: ignore[no-any-return]
 
+    @staticmethod
+    def _shown(reservation: dict[str, Any]) -> dict[str, Any]:
+        """A reservation as τ³'s tools return it: its model dumped, so ``status`` (None unless cancelled) is there
+        even where the database's record leaves it out (found by comparing with tau2's own tools over MCP)."""
+        return reservation if "status" in reservation else {**reservation, "status": None}
+
     def _reservation(self, reservation_id: str) -> dict[str, Any]:
         if reservation_id not in self.db["reservations"]:
             raise ValueError(f"Reservation {reservation_id} not found")
@@ -174,7 +180,7 @@ class AirlineTools:
             day["available_seats"][cabin] -= len(people)
         self.db["reservations"][reservation_id] = reservation
         user["reservations"].append(reservation_id)
-        return reservation
+        return self._shown(reservation)
 
     def cancel_reservation(
         self, reservation_id: Annotated[str, Field(description="The reservation id, e.g. 'ZFA04Y'.")],
@@ -190,7 +196,7 @@ class AirlineTools:
         self, reservation_id: Annotated[str, Field(description="The reservation id, e.g. '8JX2WO'.")],
     ) -> dict[str, Any]:
         """Get the details of a reservation."""
-        return self._reservation(reservation_id)
+        return self._shown(self._reservation(reservation_id))
 
     def get_user_details(
         self, user_id: Annotated[str, Field(description="The user id, e.g. 'sara_doe_496'.")],
@@ -259,7 +265,7 @@ class AirlineTools:
             reservation["payment_history"].append(payment)
         reservation["total_baggages"] = total_baggages
         reservation["nonfree_baggages"] = nonfree_baggages
-        return reservation
+        return self._shown(reservation)
 
     def update_reservation_flights(
         self,
@@ -298,7 +304,7 @@ class AirlineTools:
             reservation["payment_history"].append(payment)
         reservation["flights"] = segments
         reservation["cabin"] = cabin
-        return reservation  # seats are not taken (as in τ³)
+        return self._shown(reservation)  # seats are not taken (as in τ³)
 
     def update_reservation_passengers(
         self,
@@ -310,7 +316,7 @@ class AirlineTools:
         if len(passengers) != len(reservation["passengers"]):
             raise ValueError("Number of passengers does not match")
         reservation["passengers"] = [p.model_dump() for p in passengers]
-        return reservation
+        return self._shown(reservation)
 
     def get_flight_status(
         self,
