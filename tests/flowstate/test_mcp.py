@@ -201,3 +201,32 @@ def test_a_streamable_http_server_is_a_source_too(http_server: str) -> None:
         assert isinstance(source, McpSource) and source.server.url == http_server
     with pytest.raises(ToolLoadError, match="MCP server web=http://127.0.0.1:9/mcp did not start"):
         connect(["web=http://127.0.0.1:9/mcp"], timeout=5)
+
+
+def test_a_malformed_result_inside_a_request_is_fed_back_and_the_request_stored_whole(tmp_path: Path) -> None:
+    with connect([f"r={COMMAND} --raw"], timeout=5) as tools:
+        agent, repo = agent_with(tools, tmp_path, [output(tools=[call("broken")]), output(content="done")])
+        (broken,) = tool_calls(agent.run("call the broken tool").to_dict())
+        assert "a malformed CallToolResult" in broken["error"]
+        assert tool_calls(stored_whole(repo, "s")) == [broken]
+        repo.close()
+
+
+def test_flowstate_run_takes_mcp_tools(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from flowstate.cli import main
+
+    script = tmp_path / "s.jsonl"
+    script.write_text("".join(json.dumps({"text": t}) + "\n" for t in [
+        output(tools=[call("add", a=40, b=2)]), output(content="done")]))
+    result = CliRunner().invoke(main, ["run", "add them", "--db", str(tmp_path / "m.db"), "--engine", "scripted",
+                                       "--script", str(script), "--mcp", f"t={COMMAND}", "--json"])
+    assert result.exit_code == 0, result.output
+    assert tool_calls(json.loads(result.output)) == [
+        {"name": "add", "arguments": {"a": 40, "b": 2}, "observation_id": "obs_r1_s1_1", "result": {"result": 42}}]
+    failed = CliRunner().invoke(main, ["run", "q", "--db", str(tmp_path / "m.db"), "--engine", "scripted",
+                                       "--script", str(script), "--mcp", f"t={COMMAND} --fail-start"])
+    assert failed.exit_code == 1 and "did not start" in failed.output and "cannot open the database" in failed.output
