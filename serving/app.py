@@ -165,9 +165,11 @@ async def chat(request: Request) -> JSONResponse | StreamingResponse:
 async def list_sessions(request: Request) -> dict[str, Any]:
     s = _services(request)
     ns = s.namespace(request)
-    names = await anyio.to_thread.run_sync(s.config.repo.sessions, ns)
-    data = [{"id": n[len(ns):], "object": "session", "requests": s.config.repo.request_count(n)} for n in names]
-    return {"object": "list", "data": data}
+    def listed() -> list[dict[str, Any]]:  # storage, in a worker thread: never on the event loop
+        repo = s.config.repo
+        return [{"id": n[len(ns):], "object": "session", "requests": repo.request_count(n)} for n in repo.sessions(ns)]
+
+    return {"object": "list", "data": await anyio.to_thread.run_sync(listed)}
 
 
 def _session(request: Request, session_id: str) -> tuple[Services, SessionKey]:
@@ -179,7 +181,7 @@ def _session(request: Request, session_id: str) -> tuple[Services, SessionKey]:
 @router.get("/v1/sessions/{session_id}")
 async def get_session(session_id: str, request: Request) -> dict[str, Any]:
     s, key = _session(request, session_id)
-    live = await anyio.to_thread.run_sync(s.sessions.view, key.full)  # memory, else the database
+    live = await s.sessions.view(key.full)  # memory, else the database
     waiting = live is not None and live.calls is not None
     dump = await anyio.to_thread.run_sync(_dump, s.config.repo, key, waiting)
     dump["pending"] = {"tool_call_ids": live.calls} if waiting and live and live.calls else None

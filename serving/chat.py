@@ -25,6 +25,7 @@ from serving.sessions import (
     header_text,
     match,
     new_messages,
+    relate,
     reply_message,
     session_name,
 )
@@ -83,10 +84,12 @@ async def complete(s: Services, ns: str, body: ChatRequest, session_header: str 
     else:  # returns with the session entered
         session = await _unnamed(s, ns, fingerprint(p.policy, p.conversation), p.conversation, idem)
     try:
-        live = s.sessions.live(session.full)
+        live = await s.sessions.live(session.full)
         earlier = _earlier_reply(live, idem, p.conversation, resent_history=len(p.conversation) > 1)
         if earlier is None:
             kind, new = check_pending(live, new_messages(p.conversation, live.transcript).new)
+            if idem is not None:
+                live.running.add(idem)  # a retry under this key that resolves meanwhile waits for this turn
     except BaseException:
         s.sessions.leave(session.full)
         raise
@@ -133,49 +136,65 @@ async def _turn(s: Services, session: SessionKey, live: Live, p: Prepared, kind:
         s.metrics.failed(exc.code or "error", exc.steps)
         raise
     finally:
+        if idem is not None:
+            live.running.discard(idem)
         s.sessions.leave(session.full)
     s.metrics.observe(result, time.perf_counter() - started)
     return result
 
 
 async def _unnamed(s: Services, ns: str, base: str, conversation: list[dict[str, Any]], key: str | None) -> SessionKey:
-    """The session of a conversation that names none — the one whose history it continues, or whose
-    answered turn it resends (with a reply already given, or under the same Idempotency-Key) — else a new
-    one: conversations that merely open alike never share a session. Returns with the session entered."""
+    """The session of a conversation that names none — the one whose history it continues, or whose answered
+    turn it resends (with a reply already given, or under an Idempotency-Key already used or in use there) — else
+    a new one. Conversations that merely open alike never share a session: a session a turn holds now is taken
+    only by its key (a retry, which then waits for that turn). Returns with the session entered."""
     guard = ns + base + "#resolve"
     await s.sessions.enter(guard)
     try:
-        stored = await anyio.to_thread.run_sync(s.config.repo.sessions, ns + base)
-        candidates = [n for n in sorted({*stored, *s.sessions.names(ns + base)})
-                      if n == ns + base or n.startswith(ns + base + ".")]
-        best, best_rank = None, (-1, -1)
-        first_user = next((i for i, m in enumerate(conversation) if m["role"] == "user"), len(conversation))
-        # an assistant message after the first user message: the history of one answered conversation
-        resent = any(m["role"] == "assistant" for m in conversation[first_user:])
-        for full in candidates:
-            live = s.sessions.view(full)
-            kind = match(conversation, live.transcript).kind
-            if (key is not None and key in live.replies) or kind == "continues" and (resent or not live.transcript) \
-                    or kind == "replay" and resent:
-                if key is not None and key in live.replies:
-                    best = full
-                    break
-                rank = (kind == "continues", len(live.transcript))  # a conversation in progress before a replay
-                if rank > best_rank:
-                    best, best_rank = full, rank
-        if best is None:
-            used = set(candidates)
-            best = ns + base if ns + base not in used else next(
-                f"{ns}{base}.{i}" for i in range(1, len(used) + 2) if f"{ns}{base}.{i}" not in used)
-        await s.sessions.enter(best)
-        try:
-            s.sessions.live(best)  # in memory from now on, so a concurrent new conversation picks another name
-        except BaseException:
-            s.sessions.leave(best)
-            raise
-        return SessionKey(ns, best[len(ns):])
+        best, by_key = await _choose(s, ns + base, conversation, key)
+        if not by_key:
+            await _hold(s, best)  # in memory before the guard goes, so a concurrent new conversation picks another
     finally:
         s.sessions.leave(guard)
+    if by_key:  # the key's session is named already: wait for its turn without holding up other resolutions
+        await _hold(s, best)
+    return SessionKey(ns, best[len(ns):])
+
+
+async def _hold(s: Services, name: str) -> None:
+    await s.sessions.enter(name)
+    try:
+        await s.sessions.live(name)
+    except BaseException:
+        s.sessions.leave(name)
+        raise
+
+
+async def _choose(s: Services, base: str, conversation: list[dict[str, Any]], key: str | None) -> tuple[str, bool]:
+    """The session (``base`` or ``base.N``) an unnamed conversation belongs to, and whether its key chose it."""
+    stored = await anyio.to_thread.run_sync(s.config.repo.sessions, base)
+    candidates = [n for n in sorted({*stored, *s.sessions.names(base)}) if n == base or n.startswith(base + ".")]
+    best, best_rank = None, (-1, -1)
+    first_user = next((i for i, m in enumerate(conversation) if m["role"] == "user"), len(conversation))
+    # an assistant message after the first user message: the history of one answered conversation
+    resent = any(m["role"] == "assistant" for m in conversation[first_user:])
+    for full in candidates:
+        live = await s.sessions.view(full)
+        held = s.sessions.peek(full)  # what runs now is in this server's memory (a shared database holds the rest)
+        if key is not None and (key in live.replies or (held is not None and key in held.running)):
+            return full, True
+        if s.sessions.busy(full):
+            continue  # another conversation's turn runs there: what it matches now is in flux
+        kind = match(conversation, live.transcript).kind
+        if kind == "continues" and (resent or not live.transcript) or kind == "replay" and resent:
+            rank = (kind == "continues", len(live.transcript))  # a conversation in progress before a replay
+            if rank > best_rank:
+                best, best_rank = full, rank
+    if best is None:
+        used = set(candidates)
+        best = base if base not in used else next(f"{base}.{i}" for i in range(1, len(used) + 2)
+                                                  if f"{base}.{i}" not in used)
+    return best, False
 
 
 def _earlier_reply(
@@ -193,7 +212,7 @@ def _earlier_reply(
                            type="invalid_request_error", param="Idempotency-Key", code="idempotency_key_reused")
         return reply_message(live.transcript[at])
     if resent_history:
-        found = match(conversation, live.transcript)
+        found = relate(conversation, live.transcript)
         if found.kind == "replay":
             return reply_message(live.transcript[found.at])
     return None

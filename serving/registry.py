@@ -76,13 +76,18 @@ class Registry:
             del self._entries[name]
         self._evict()
 
-    def live(self, name: str) -> Live:
-        """The session's live state; call between ``enter`` and ``leave``."""
+    async def live(self, name: str) -> Live:
+        """The session's live state; call between ``enter`` and ``leave``. A session not in memory (or, on a shared
+        database, every time) is read from the repository in a worker thread: never on the event loop."""
         if name not in self._live or self.repo.shared:  # shared: the database is the truth, whoever moved it on
-            self._live[name] = load_live(self.repo, name)
+            self._live[name] = await anyio.to_thread.run_sync(load_live, self.repo, name)
         self._live.move_to_end(name)
         self._evict()
         return self._live[name]
+
+    def busy(self, name: str) -> bool:
+        """Whether a turn holds the session or waits for it."""
+        return name in self._entries
 
     def _evict(self) -> None:
         for old in list(self._live):
@@ -99,10 +104,11 @@ class Registry:
         """Sessions in memory whose name starts with ``prefix`` (some may not be stored yet)."""
         return [n for n in self._live if n.startswith(prefix)]
 
-    def view(self, name: str) -> Live:
-        """A session as it stands, from memory or the database, without keeping it in memory (read only)."""
+    async def view(self, name: str) -> Live:
+        """A session as it stands, from memory or the database (in a worker thread), without keeping it in memory
+        (read only)."""
         live = None if self.repo.shared else self._live.get(name)
-        return live if live is not None else load_live(self.repo, name)
+        return live if live is not None else await anyio.to_thread.run_sync(load_live, self.repo, name)
 
     def forget(self, name: str) -> None:
         if self._live.pop(name, None) is not None:

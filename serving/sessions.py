@@ -1,9 +1,11 @@
 """Sessions over HTTP: naming (key namespace, header, ``user``, fingerprint) and recognising history.
 
-A client may resend its whole conversation (the usual case) or only its new messages. The server
-keeps, per session, the transcript of what it processed; the incoming conversation is matched
-against it to find what is new. A conversation that begins like the transcript but departs from it
-is a contradiction (409), never silently mixed in.
+A client may resend its whole conversation (the usual case), the conversation with its oldest messages
+dropped (a trimmed history: a suffix of the transcript holding a reply of the server's, then what is new), or
+only its new messages. The server keeps, per session, the transcript of what it processed; the incoming
+conversation is matched against it to find what is new. A conversation that begins like the transcript but
+departs from it, or that carries assistant messages the transcript does not hold in that order (an edited
+history), is a contradiction (409), never grafted in.
 """
 
 from __future__ import annotations
@@ -120,9 +122,30 @@ def match(incoming: list[dict[str, Any]], seen: list[dict[str, Any]]) -> Match:
     return Match("diverges", [])
 
 
+def trimmed(incoming: list[dict[str, Any]], seen: list[dict[str, Any]]) -> Match | None:
+    """``incoming`` as a trimmed history — the client dropped its oldest messages, as context-window managers do:
+    a part of ``seen`` from some message on, holding one of the server's replies at least, that either runs to its
+    end and continues with new messages, or stops where an answered turn's reply starts (a resend: a replay)."""
+    for start in range(1, len(seen)):
+        overlap = seen[start:]
+        if incoming[: len(overlap)] == overlap and any(m["role"] == "assistant" for m in overlap):
+            return Match("continues", incoming[len(overlap):])
+        end = start + len(incoming)
+        if end < len(seen) and seen[start:end] == incoming and seen[end]["role"] == "assistant" \
+                and any(m["role"] == "assistant" for m in incoming):
+            return Match("replay", [], end)
+    return None
+
+
+def relate(incoming: list[dict[str, Any]], seen: list[dict[str, Any]]) -> Match:
+    """``match``, or where that finds no relation, ``trimmed``."""
+    found = match(incoming, seen)
+    return found if found.kind != "diverges" else trimmed(incoming, seen) or found
+
+
 def new_messages(incoming: list[dict[str, Any]], seen: list[dict[str, Any]]) -> Match:
     """What ``incoming`` asks of a named session: its new messages, a replay, or a 409 (see the module docstring)."""
-    found = match(incoming, seen)
+    found = relate(incoming, seen)
     if found.kind == "continues" or (found.kind == "replay" and len(incoming) > 1):
         return found
     if len(incoming) > 1 and seen and incoming[0] == seen[0]:
@@ -135,6 +158,13 @@ def new_messages(incoming: list[dict[str, Any]], seen: list[dict[str, Any]]) -> 
             "history as the server answered it, send only the new messages, or use a new session",
             "history_mismatch",
         )
+    if any(m["role"] == "assistant" for m in incoming) and any(m in seen for m in incoming if m["role"] == "user"):
+        # it resends user messages of this session's with replies beside them: a history, edited or cut out of order
+        raise conflict(
+            "the conversation resends this session's messages with assistant messages that are not its history (an "
+            "edited history, or a trimmed one that matches no part of it): the server never takes replies it did "
+            "not give as the client's; resend the history as the server answered it (its oldest messages may be "
+            "dropped), send only the new messages, or use a new session", "history_mismatch")
     return Match("continues", incoming)  # a client that sends only its new messages
 
 
@@ -156,6 +186,7 @@ class Live:
     replies: dict[str, int] = field(default_factory=dict)  # Idempotency-Key -> index of its reply in the transcript
     requests: int = 0  # finished requests the transcript holds (another server may have finished more)
     suspended: dict[str, Any] | None = None  # the stored snapshot of the waiting request (flowstate.suspend)
+    running: set[str] = field(default_factory=set)  # Idempotency-Keys of turns that run now
 
     def abandon(self) -> None:
         """Drop the unfinished request (nothing of it was persisted)."""

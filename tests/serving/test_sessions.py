@@ -85,12 +85,19 @@ def test_names_fingerprints_and_keys() -> None:
 
 
 def test_idle_sessions_leave_memory_but_waiting_ones_stay(repo: Repository) -> None:
-    sessions = Registry(repo, keep=2)
-    waiting = sessions.live("a")
-    waiting.run = object()  # type: ignore[assignment]  # stands for a request waiting on tool results
-    sessions.live("b")
-    sessions.live("c")
-    assert sessions.peek("a") is waiting and sessions.peek("b") is None and sessions.peek("c") is not None
+    async def scenario() -> None:
+        left: list[str] = []
+        sessions = Registry(repo, keep=2, on_leave=left.append)
+        waiting = await sessions.live("a")
+        waiting.run = object()  # type: ignore[assignment]  # stands for a request waiting on tool results
+        await sessions.live("b")
+        await sessions.live("c")
+        assert sessions.peek("a") is waiting and sessions.peek("b") is None and sessions.peek("c") is not None
+        assert left == ["b"]  # what the server's tools hold for b may go (a session-scoped MCP server)
+        sessions.forget("c")
+        assert left == ["b", "c"]
+
+    asyncio.run(scenario())
 
 
 def test_eviction_pressure_never_breaks_a_sessions_lock(repo: Repository) -> None:
@@ -104,7 +111,7 @@ def test_eviction_pressure_never_breaks_a_sessions_lock(repo: Repository) -> Non
         async def turn(tag: str, hold: float) -> None:
             await sessions.enter("s")
             try:
-                sessions.live("s")
+                await sessions.live("s")
                 order.append(f"{tag} in")
                 await asyncio.sleep(hold)
                 order.append(f"{tag} out")
@@ -117,7 +124,7 @@ def test_eviction_pressure_never_breaks_a_sessions_lock(repo: Repository) -> Non
         await asyncio.sleep(0.01)
         for i in range(50):  # pressure: sessions passing through memory (as another key's cheap 400s do)
             await sessions.enter(f"other{i}")
-            sessions.live(f"other{i}")
+            await sessions.live(f"other{i}")
             sessions.leave(f"other{i}")
         await a
         d = asyncio.create_task(turn("D", 0.01))  # arrives while B holds the lock
