@@ -32,9 +32,12 @@ class ScriptedEngine(Engine):
     options = frozenset({"script"})
 
     def __init__(self, outputs: Iterable[str | tuple[str, str | None] | tuple[str, str | None, str]], *,
-                 grammar: bool = False) -> None:
+                 grammar: bool = False, record: bool = True) -> None:
         """``grammar``: take grammars as an engine that decodes under them would (recorded in ``calls``; the
-        replayed text is not checked against them), so that the loop builds them as for a real model."""
+        replayed text is not checked against them), so that the loop builds them as for a real model; ``record``:
+        keep every prompt in ``prompts`` (for a test to read; a server loads it with ``record=False``, as a real
+        engine keeps nothing)."""
+        self.record = record
         if grammar:
             self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING)
         self._outputs = [(o, None, "stop") if isinstance(o, str) else (*o, "stop")[:3] for o in outputs]
@@ -74,12 +77,16 @@ class ScriptedEngine(Engine):
         return cls(outputs, grammar=grammar)
 
     @classmethod
-    def from_options(cls, script: str | Path | None = None, grammar: bool = False, **unknown: Any) -> ScriptedEngine:
-        """Factory used by ``engine.load('scripted', script=...)``."""
+    def from_options(cls, script: str | Path | None = None, grammar: bool = False, record: bool = False,
+                     **unknown: Any) -> ScriptedEngine:
+        """Factory used by ``engine.load('scripted', script=...)``: loaded by name (a server, a demo) it keeps no
+        prompts unless ``record`` is asked for."""
         check_options(cls.name, unknown, set())
         if script is None:
             raise EngineConfigError("the scripted engine needs a script (--script FILE, JSON Lines with a \"text\" key)")
-        return cls.from_file(script, grammar=grammar)
+        engine = cls.from_file(script, grammar=grammar)
+        engine.record = record
+        return engine
 
     @property
     def remaining(self) -> int:
@@ -103,8 +110,9 @@ class ScriptedEngine(Engine):
                 raise EngineError(f"scripted engine: none of its {self.remaining} unused outputs matches this prompt")
             self._used[line] = True
             text, _, finish = self._outputs[line]
-            self.prompts.append(list(messages))
-            self.calls.append({"grammar": grammar, "max_tokens": max_tokens, "sampling": sampling})
+            if self.record:
+                self.prompts.append(list(messages))
+                self.calls.append({"grammar": grammar, "max_tokens": max_tokens, "sampling": sampling})
             prompt = tokenize(rendered)
             cached = common_prefix(prompt, self._last_prompt)
             self._last_prompt = prompt

@@ -57,6 +57,7 @@ class ServerConfig:
     model_id: str = "flowstate"
     max_concurrency: int = 64  # turns running at once (worker threads); one session's turns are serialized
     max_live_sessions: int = 4096  # idle sessions kept in memory (others reload from the database)
+    session_memory_mb: float = 1024.0  # ... and the memory they may hold together (their transcripts), in MiB
     stream_answers: str = "auto"  # token streaming of answers (STREAM_ANSWERS): auto (under a grammar), always, never
     ingress: IngressLimits = field(default_factory=IngressLimits)
 
@@ -82,7 +83,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     """The app for one engine and one repository."""
     app = FastAPI(title="FlowState", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.services = Services(
-        config=config, keys=Keys(config.keys), sessions=Registry(config.repo, config.max_live_sessions, config.tools.release),
+        config=config, keys=Keys(config.keys), sessions=Registry(config.repo, config.max_live_sessions, config.tools.release,
+                                                                int(config.session_memory_mb * (1 << 20))),
         turns=Turns(config.engine, config.repo, AgentConfig(config.engine, strategy=config.strategy, tools=config.tools,
                                                             policy=config.policy, loop=config.loop),
                     config.stream_answers),

@@ -3,8 +3,8 @@
 A session's lock lives exactly as long as someone holds it or waits for it: ``enter`` counts the
 caller in, ``leave`` counts it out, and the entry (lock included) goes when the count is zero. So
 eviction can never drop a lock that a waiting turn will wake on, and names that are only ever
-refused leave nothing behind. Idle sessions beyond ``keep`` leave memory (their transcript reloads
-from the database on their next call); a session with a holder, a waiter or a request waiting on
+refused leave nothing behind. Idle sessions beyond ``keep``, or beyond a byte
+budget, leave memory (their transcript reloads from the database on their next call); a session with a holder, a waiter or a request waiting on
 tool results is never dropped.
 
 On a database that several servers share (PostgreSQL), ``enter`` also takes the session's lock in the
@@ -36,10 +36,12 @@ class _Entry:
 class Registry:
     """Live sessions and their locks, for one event loop."""
 
-    def __init__(self, repo: Repository, keep: int = 4096, on_leave: Callable[[str], None] = lambda _: None) -> None:
-        """``on_leave(name)``: a session left memory (what the server's tools hold for it may go; it must not
-        block)."""
-        self.repo, self.keep, self.on_leave = repo, keep, on_leave
+    def __init__(self, repo: Repository, keep: int = 4096, on_leave: Callable[[str], None] = lambda _: None,
+                 budget: int | None = None) -> None:
+        """``keep``: idle sessions held at most; ``budget``: the bytes they may hold together (``Live.bytes``; None:
+        no limit); ``on_leave(name)``: a session left memory (what the server's tools hold for it may go; it must
+        not block)."""
+        self.repo, self.keep, self.on_leave, self.budget = repo, keep, on_leave, budget
         self._entries: dict[str, _Entry] = {}
         self._live: OrderedDict[str, Live] = OrderedDict()
 
@@ -90,12 +92,22 @@ class Registry:
         return name in self._entries
 
     def _evict(self) -> None:
+        """Idle sessions leave memory, least recently used first, while more are held than ``keep`` or they hold
+        more than ``budget`` bytes (a session a turn holds, or whose request waits on tool results, stays)."""
+        total = self.held_bytes() if self.budget is not None else 0
         for old in list(self._live):
-            if len(self._live) <= self.keep:
+            over_budget = self.budget is not None and total > self.budget
+            if len(self._live) <= self.keep and not over_budget:
                 return
-            if self._live[old].run is None and old not in self._entries:
+            live = self._live[old]
+            if live.run is None and old not in self._entries:
+                total -= live.bytes()
                 del self._live[old]
                 self.on_leave(old)
+
+    def held_bytes(self) -> int:
+        """What the sessions in memory hold, by ``Live.bytes``."""
+        return sum(live.bytes() for live in self._live.values())
 
     def peek(self, name: str) -> Live | None:
         return self._live.get(name)

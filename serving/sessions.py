@@ -187,6 +187,14 @@ class Live:
     requests: int = 0  # finished requests the transcript holds (another server may have finished more)
     suspended: dict[str, Any] | None = None  # the stored snapshot of the waiting request (flowstate.suspend)
     running: set[str] = field(default_factory=set)  # Idempotency-Keys of turns that run now
+    _size: tuple[int, int] = (-1, 0)  # (transcript length, bytes) when last measured
+
+    def bytes(self) -> int:
+        """About what the session holds in memory: its transcript's text (a stored tool result included), measured
+        again only when the transcript changed length (it only grows, or is cut back by ``abandon``)."""
+        if self._size[0] != len(self.transcript):
+            self._size = (len(self.transcript), sum(_text_bytes(m) for m in self.transcript) + 256)
+        return self._size[1]
 
     def abandon(self) -> None:
         """Drop the unfinished request (nothing of it was persisted)."""
@@ -209,6 +217,18 @@ class Live:
     def request_keys(self) -> dict[str, int]:
         """The idempotency keys of the unfinished request, by offset of their reply within it."""
         return {k: i - self.finished for k, i in self.replies.items() if i >= self.finished}
+
+
+def _text_bytes(value: Any) -> int:
+    """The characters of a message's strings (its content, a JSON content's leaves, tool calls' arguments), plus a
+    little for each container: what dominates a transcript's memory."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return 64 + sum(_text_bytes(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return 56 + sum(_text_bytes(v) for v in value)
+    return 16
 
 
 def load_live(repo: Repository, name: str) -> Live:

@@ -38,7 +38,7 @@ def hotel_calls(limits: Limits) -> tuple[list[tuple[list[Message], str | None]],
     import engine as engines  # the hotel case's recorded outputs, replayed; each call's grammar is recorded
     from flowstate.demo import hotel
 
-    engine: Any = engines.load("scripted", script=hotel.script_path(), grammar=True)  # its prompts and calls
+    engine: Any = engines.load("scripted", script=hotel.script_path(), grammar=True, record=True)  # prompts, calls
     with Repository.open(":memory:") as repo:
         agent = Agent(engine, repository=repo, session="bench", tools=hotel.TOOLS, task_policy=hotel.POLICY,
                       config=LoopConfig(grammar=GrammarMode.STEP, limits=limits))

@@ -39,6 +39,10 @@ _INGRESS = IngressLimits()
 @click.option("--model-id", default=_SERVER["model_id"].default, show_default=True, help="The model name clients send and /v1/models lists.")
 @click.option("--max-live-sessions", default=_SERVER["max_live_sessions"].default, show_default=True, type=click.IntRange(min=1),
               help="Idle sessions kept in memory; others reload from the database on their next call.")
+@click.option("--session-memory", "session_memory_mb", default=_SERVER["session_memory_mb"].default, show_default=True,
+              type=click.FloatRange(min=1), help="MiB the idle sessions in memory may hold together (their transcripts, "
+                                                 "tool results included); beyond, the least recently used reload from "
+                                                 "the database on their next call.")
 @click.option("--max-body-mb", default=_INGRESS.max_body_bytes / (1 << 20), show_default=True, type=click.FloatRange(min=0.001),
               help="Largest request body accepted (413 beyond).")
 @click.option("--body-timeout", default=_INGRESS.body_timeout_s, show_default=True, type=click.FloatRange(min=0.1),
@@ -58,7 +62,7 @@ _INGRESS = IngressLimits()
 def serve(
     host: str, port: int, db: str | None, api_keys: tuple[str, ...], tools_ref: str | None, model_id: str,
     max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, log_level: str, grammar_mode: str,
-    max_live_sessions: int, max_body_mb: float, body_timeout: float, header_timeout: float, stream_answers: str,
+    max_live_sessions: int, session_memory_mb: float, max_body_mb: float, body_timeout: float, header_timeout: float, stream_answers: str,
     strategy_name: str, layout: str, mcp: tuple[str, ...], mcp_scope: str, mcp_timeout: float, **engine_opts: Any,
 ) -> None:
     """Serve an OpenAI-compatible Chat Completions endpoint whose model remembers (FastAPI on uvicorn)."""
@@ -75,7 +79,8 @@ def serve(
                                  limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode)
             ingress = IngressLimits(max_body_bytes=int(max_body_mb * (1 << 20)), body_timeout_s=body_timeout)
             server = ServerConfig(engine=model, repo=repo, keys=keys, tools=tools, loop=config, strategy=strategy,
-                                  model_id=model_id, max_live_sessions=max_live_sessions, ingress=ingress,
+                                  model_id=model_id, max_live_sessions=max_live_sessions,
+                                  session_memory_mb=session_memory_mb, ingress=ingress,
                                   stream_answers=stream_answers)
             try:
                 run_server(server, host=host, port=port, log_level=log_level, header_timeout_s=header_timeout)

@@ -194,3 +194,25 @@ def bench_index_cmd(requests: int, index_budget: int, prompt_budget: int, suite:
         click.echo(render(rows, prompt_budget))
         if out is not None:
             out.write_text(json.dumps({"rows": rows}, indent=2))
+
+
+@bench.command("sessions")
+@click.option("--sessions", default=200, show_default=True, type=click.IntRange(min=1),
+              help="Sessions, each holding one large client tool result.")
+@click.option("--result-mb", default=5.0, show_default=True, type=click.FloatRange(min=0.001), help="Its size.")
+@click.option("--session-memory", "budgets", default="256,unbounded", show_default=True,
+              help="Server settings side by side: --session-memory MiB values, or 'unbounded' (the count cap alone).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
+def bench_sessions_cmd(sessions: int, result_mb: float, budgets: str, out: Path | None) -> None:
+    """A server's resident memory with N idle sessions holding large tool results, and after deleting them."""
+    from flowstate.bench.sessions import bench_sessions, render_table
+
+    with errors():
+        try:
+            settings = [None if b.strip() == "unbounded" else float(b) for b in budgets.split(",") if b.strip()]
+        except ValueError:
+            raise ValueError(f"--session-memory takes MiB values or 'unbounded', not {budgets!r}") from None
+        rows = bench_sessions(sessions, result_mb, settings, progress=lambda line: click.echo(line, err=True))
+        click.echo(render_table(rows))
+        if out is not None:
+            out.write_text(json.dumps({"rows": rows}, indent=2))

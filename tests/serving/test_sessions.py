@@ -160,3 +160,40 @@ def test_a_session_stored_before_the_transcripts_table_loads_as_it_did(tmp_path)
         old, new = load_live(repo, "old"), load_live(repo, "new")
     assert old.transcript == new.transcript == messages
     assert old.replies == new.replies == {"k": 1}
+
+
+def test_idle_sessions_are_held_within_a_byte_budget(repo: Repository) -> None:
+    """--session-memory: sessions holding large tool results leave memory, least recently used first, once they hold
+    more than the budget together; one whose request waits on tool results stays; a deleted one goes."""
+    async def scenario() -> None:
+        left: list[str] = []
+        sessions = Registry(repo, keep=4096, on_leave=left.append, budget=5 << 20)
+        waiting = await sessions.live("waiting")
+        waiting.transcript.append({"role": "tool", "tool_call_id": "c", "content": "x" * (3 << 20)})
+        waiting.run = object()  # type: ignore[assignment]  # a request waiting on tool results
+        for i in range(10):
+            await sessions.enter(f"s{i}")
+            live = await sessions.live(f"s{i}")
+            live.transcript.append({"role": "tool", "tool_call_id": "c", "content": {"rows": ["y" * (1 << 20)]}})
+            sessions.leave(f"s{i}")
+            assert sessions.held_bytes() <= (5 << 20) + (1 << 20)  # the budget, and at most the session just used
+        assert sessions.peek("waiting") is waiting  # never evicted while it waits
+        assert [n for n in (f"s{i}" for i in range(10)) if sessions.peek(n)] == ["s9"]  # 3 MiB + 1 MiB fit, no more
+        assert left == [f"s{i}" for i in range(9)]
+        assert sessions.held_bytes() == waiting.bytes() + (sessions.peek("s9") or waiting).bytes()
+        sessions.forget("s9")
+        assert sessions.held_bytes() == waiting.bytes() and left[-1] == "s9"
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.slow
+def test_bench_sessions_measures_a_servers_memory_with_and_without_a_budget() -> None:
+    """``flowstate bench sessions``: real servers, the official client, memory read from /proc; the figures hold
+    together (what a budget bounds is measured in README's serving section, by hand)."""
+    from flowstate.bench.sessions import bench_sessions, render_table
+
+    rows = bench_sessions(3, 0.5, [1.0, None], progress=lambda _: None)
+    assert [r["session_memory_mb"] for r in rows] == [1.0, "unbounded"] and all(r["sessions"] == 3 for r in rows)
+    assert all(r["rss_start_mb"] > 10 and r["rss_held_mb"] >= r["rss_start_mb"] for r in rows)
+    assert render_table(rows).count("\n") == 3
