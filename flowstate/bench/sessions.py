@@ -10,57 +10,16 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from flowstate.protocol import ModelOutput, render_output
+from flowstate.bench.server import output, rss_mb, serve, stop, table
 
 TOOL = {"type": "function", "function": {"name": "fetch", "description": "Fetch the report.",
                                          "parameters": {"type": "object", "properties": {}}}}
-
-
-def _output(**blocks: Any) -> str:
-    return render_output(ModelOutput.model_validate({"state_focus": [], "state_delta": [], "tool_calls": [],
-                                                     "assistant_message": {"content": None}, **blocks}))
-
-
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
-
-
-def _serve(tmp: Path, sessions: int, budget_mb: float | None) -> tuple[subprocess.Popen[bytes], str]:
-    script = tmp / "script.jsonl"
-    outputs = [_output(tool_calls=[{"name": "fetch", "arguments": {}}]), _output(assistant_message={"content": "read"})]
-    script.write_text("".join(json.dumps({"text": o}) + "\n" for _ in range(sessions) for o in outputs))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    db = tmp / f"bench-{budget_mb}.db"
-    memory = ["--session-memory", str(budget_mb)] if budget_mb is not None else ["--session-memory", str(1 << 20)]
-    proc = subprocess.Popen([sys.executable, "-m", "flowstate.cli", "serve", "--port", str(port), "--db", str(db),
-                             "--engine", "scripted", "--script", str(script), "--log-level", "warning",
-                             "--max-body-mb", "64", *memory], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import httpx
-
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("flowstate serve did not start")
 
 
 def measure(sessions: int, result_mb: float, budget_mb: float | None, progress: Callable[[str], None]) -> dict[str, Any]:
@@ -70,11 +29,14 @@ def measure(sessions: int, result_mb: float, budget_mb: float | None, progress: 
     from openai import OpenAI
 
     result = json.dumps({"report": "x" * int(result_mb * (1 << 20))})
+    outputs = [output(tool_calls=[{"name": "fetch", "arguments": {}}]), output(assistant_message={"content": "read"})]
+    memory = str(budget_mb if budget_mb is not None else 1 << 20)  # unbounded: a budget no load reaches
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = _serve(Path(tmp), sessions, budget_mb)
+        proc, url = serve(Path(tmp), outputs * sessions, str(Path(tmp) / "bench.db"),
+                          ["--session-memory", memory, "--max-body-mb", "64"])
         try:
             client = OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
-            before = _rss_mb(proc.pid)
+            before = rss_mb(proc.pid)
             started = time.monotonic()
             for i in range(sessions):
                 name = f"big-{i}"
@@ -85,16 +47,15 @@ def measure(sessions: int, result_mb: float, budget_mb: float | None, progress: 
                                                messages=[{"role": "tool", "tool_call_id": call.id, "content": result}])
                 if (i + 1) % 25 == 0:
                     progress(f"session memory {budget_mb or 'unbounded'} MiB: {i + 1}/{sessions} sessions, "
-                             f"server RSS {_rss_mb(proc.pid):.0f} MB")
+                             f"server RSS {rss_mb(proc.pid):.0f} MB")
             elapsed = time.monotonic() - started
-            held = _rss_mb(proc.pid)
+            held = rss_mb(proc.pid)
             for i in range(sessions):
                 httpx.delete(f"{url}/v1/sessions/big-{i}", timeout=60).raise_for_status()
             time.sleep(1.0)
-            after = _rss_mb(proc.pid)
+            after = rss_mb(proc.pid)
         finally:
-            proc.terminate()
-            proc.wait(30)
+            stop(proc)
     return {"session_memory_mb": budget_mb if budget_mb is not None else "unbounded", "sessions": sessions,
             "result_mb": result_mb, "rss_start_mb": round(before), "rss_held_mb": round(held),
             "rss_after_delete_mb": round(after), "held_over_start_mb": round(held - before), "seconds": round(elapsed, 1)}
@@ -112,6 +73,4 @@ HEAD = ["session_memory_mb", "sessions", "result_mb", "rss_start_mb", "rss_held_
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
-    lines += ["| " + " | ".join(str(r[h]) for h in HEAD) + " |" for r in rows]
-    return "\n".join(lines)
+    return table(HEAD, rows)

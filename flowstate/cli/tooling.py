@@ -216,3 +216,23 @@ def bench_sessions_cmd(sessions: int, result_mb: float, budgets: str, out: Path 
         click.echo(render_table(rows))
         if out is not None:
             out.write_text(json.dumps({"rows": rows}, indent=2))
+
+
+@bench.command("load")
+@click.option("--sessions", default=64, show_default=True, type=click.IntRange(min=1), help="Sessions at once.")
+@click.option("--turns", default=10, show_default=True, type=click.IntRange(min=1), help="Turns of each.")
+@click.option("--postgres", "pg_url", default=None, envvar="FLOWSTATE_BENCH_PG",
+              help="A PostgreSQL database to run beside SQLite [default: $FLOWSTATE_BENCH_PG; without one, SQLite only].")
+@click.option("--source", "sources", multiple=True, type=click.Path(file_okay=False),
+              help="Also run the servers from this source tree (a checkout of another commit), repeatable.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
+def bench_load_cmd(sessions: int, turns: int, pg_url: str | None, sources: tuple[str, ...], out: Path | None) -> None:
+    """N sessions × T turns at once through the openai client: turn latency p50/p99 on SQLite and PostgreSQL."""
+    from flowstate.bench.load import bench_load, render_table
+
+    with errors():
+        databases = [("sqlite", ""), *([("postgresql", pg_url)] if pg_url else [])]
+        rows = bench_load(sessions, turns, databases, [*sources, None], progress=lambda line: click.echo(line, err=True))
+        click.echo(render_table(rows))
+        if out is not None:
+            out.write_text(json.dumps({"rows": rows}, indent=2))

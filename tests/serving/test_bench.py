@@ -3,6 +3,8 @@ calls straight to the engine, counted right."""
 
 from __future__ import annotations
 
+import pytest
+
 from engine.scripted import ScriptedEngine
 from flowstate.config import LoopConfig
 from serving.bench import bench_serve, render_table
@@ -19,3 +21,15 @@ def test_bench_serve_replays_the_recorded_calls_directly() -> None:
         assert r["ratio"] is not None and r["ratio"] > 0
     assert engine.remaining == 40 - 2 * (3 + 5)
     assert render_table(rows).count("\n") == 3
+
+
+
+@pytest.mark.slow
+def test_bench_load_runs_sessions_at_once_and_checks_what_was_stored(db_target: str) -> None:
+    """``flowstate bench load`` on each backend: real servers, the official client, storage checked exact."""
+    from flowstate.bench.load import bench_load
+
+    label = "postgresql" if db_target.startswith("postgresql") else "sqlite"
+    (row,) = bench_load(3, 2, [(label, db_target if label == "postgresql" else "")], [None], progress=lambda _: None)
+    assert row["database"] == label and row["stored_exactly"] and (row["sessions"], row["turns"]) == (3, 2)
+    assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["max_ms"] and row["turns_per_s"] > 0
