@@ -7,6 +7,7 @@ metrics) sits on ``app.state.services``, built by ``create_app`` for one server.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import unicodedata
 from collections.abc import Sequence
@@ -31,7 +32,7 @@ from flowstate.tools import ToolSet
 from serving.chat import IDEMPOTENCY_HEADER, complete
 from serving.errors import APIError, bad_request
 from serving.graph import render_html
-from serving.metrics import Metrics
+from serving.metrics import TenantMetrics
 from serving.registry import Registry
 from serving.sessions import SESSION_HEADER, Keys, SessionKey
 from serving.turns import TurnResult, Turns
@@ -50,6 +51,7 @@ class ServerConfig:
     engine: Engine
     repo: Repository
     keys: Sequence[str] = ()
+    metrics_keys: Sequence[str] = ()  # keys that read the whole server's /metrics (a client key reads its own)
     tools: ToolSet = field(default_factory=ToolSet)
     loop: LoopConfig = field(default_factory=LoopConfig)
     strategy: Strategy = FLOWSTATE  # the memory method every session of this server runs
@@ -70,7 +72,7 @@ class Services:
     keys: Keys
     sessions: Registry
     turns: Turns
-    metrics: Metrics
+    metrics: TenantMetrics
     limiter: anyio.CapacityLimiter
     models: set[str]
     running: set[asyncio.Task[TurnResult]] = field(default_factory=set)
@@ -88,7 +90,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         turns=Turns(config.engine, config.repo, AgentConfig(config.engine, strategy=config.strategy, tools=config.tools,
                                                             policy=config.policy, loop=config.loop),
                     config.stream_answers),
-        metrics=Metrics(config.engine),
+        metrics=TenantMetrics(config.engine),
         limiter=anyio.CapacityLimiter(config.max_concurrency),
         models={config.model_id, config.engine.model_name or config.model_id},
     )
@@ -142,9 +144,13 @@ async def openapi(request: Request) -> dict[str, Any]:
 
 @router.get("/metrics")
 async def prometheus(request: Request) -> Response:
+    """The whole server's figures for a metrics key (or on a server without keys); a client key's own otherwise."""
     s = _services(request)
-    s.namespace(request)
-    return Response(s.metrics.render(), media_type="text/plain; version=0.0.4")
+    scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
+    operator = not s.keys or (scheme.lower() == "bearer" and any(
+        hmac.compare_digest(token.encode(), k.encode()) for k in s.config.metrics_keys if k))
+    body = s.metrics.render(None if operator else s.namespace(request))
+    return Response(body, media_type="text/plain; version=0.0.4")
 
 
 @router.get("/v1/models")

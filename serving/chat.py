@@ -133,13 +133,13 @@ async def _turn(s: Services, session: SessionKey, live: Live, p: Prepared, kind:
             fn = lambda: s.turns.resume(live, new, idem, on_delta)  # noqa: E731
         result = await anyio.to_thread.run_sync(fn, limiter=s.limiter)
     except APIError as exc:
-        s.metrics.failed(exc.code or "error", exc.steps)
+        s.metrics.failed(session.namespace, exc.code or "error", exc.steps)
         raise
     finally:
         if idem is not None:
             live.running.discard(idem)
         s.sessions.leave(session.full)
-    s.metrics.observe(result, time.perf_counter() - started)
+    s.metrics.observe(session.namespace, result, time.perf_counter() - started)
     return result
 
 

@@ -1,7 +1,9 @@
-"""Prometheus metrics of one server: turns, model calls, tokens, steps, rejected operations, latency."""
+"""Prometheus metrics of one server: turns, model calls, tokens, steps, rejected operations, latency — over the
+whole server (the operator's view), and per API key (what each key's holder may see of its own turns)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,6 +68,36 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class TenantMetrics:
+    """The server's counts, and each key namespace's own: a key's holder sees only its turns; the operator (a
+    metrics key, or everyone on a server without keys) the whole server's, per-server engine figures included."""
+
+    def __init__(self, engine: Engine | None = None) -> None:
+        self.total = Metrics(engine)
+        self._tenants: dict[str, Metrics] = {}
+        self._lock = threading.Lock()
+
+    def of(self, namespace: str) -> Metrics:
+        with self._lock:
+            if namespace not in self._tenants:
+                self._tenants[namespace] = Metrics()
+            return self._tenants[namespace]
+
+    def observe(self, namespace: str, result: TurnResult, seconds: float) -> None:
+        self.total.observe(result, seconds)
+        if namespace:
+            self.of(namespace).observe(result, seconds)
+
+    def failed(self, namespace: str, outcome: str, steps: Sequence[StepRecord] = ()) -> None:
+        self.total.failed(outcome, steps)
+        if namespace:
+            self.of(namespace).failed(outcome, steps)
+
+    def render(self, namespace: str | None = None) -> bytes:
+        """The whole server's figures (``None``), or one key namespace's."""
+        return self.total.render() if namespace is None else self.of(namespace).render()
 
 
 class _ServerCollector(Collector):

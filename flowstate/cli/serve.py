@@ -34,6 +34,9 @@ _INGRESS = IngressLimits()
 @click.option("--db", default=None, help="The memory: a SQLite file or a postgresql:// URL [default: as for run].")
 @engine_options
 @click.option("--api-key", "api_keys", multiple=True, help="A client key (repeatable) [default: $FLOWSTATE_API_KEYS, comma-separated; none].")
+@click.option("--metrics-key", "metrics_keys", multiple=True,
+              help="A key that reads the whole server's /metrics (repeatable) [default: $FLOWSTATE_METRICS_KEYS, "
+                   "comma-separated]; with API keys, a client key reads only its own turns' figures.")
 @click.option("--tools", "tools_ref", default=None, help="Server-side tools as module:attribute, besides each request's client tools.")
 @mcp_options
 @click.option("--model-id", default=_SERVER["model_id"].default, show_default=True, help="The model name clients send and /v1/models lists.")
@@ -60,7 +63,8 @@ _INGRESS = IngressLimits()
 @layout_option
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(
-    host: str, port: int, db: str | None, api_keys: tuple[str, ...], tools_ref: str | None, model_id: str,
+    host: str, port: int, db: str | None, api_keys: tuple[str, ...], metrics_keys: tuple[str, ...],
+    tools_ref: str | None, model_id: str,
     max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, log_level: str, grammar_mode: str,
     max_live_sessions: int, session_memory_mb: float, max_body_mb: float, body_timeout: float, header_timeout: float, stream_answers: str,
     strategy_name: str, layout: str, mcp: tuple[str, ...], mcp_scope: str, mcp_timeout: float, **engine_opts: Any,
@@ -69,7 +73,8 @@ def serve(
     from serving.server import serve as run_server
 
     with errors():
-        keys = list(api_keys) or [k.strip() for k in os.environ.get("FLOWSTATE_API_KEYS", "").split(",") if k.strip()]
+        keys = list(api_keys) or _listed("FLOWSTATE_API_KEYS")
+        operators = list(metrics_keys) or _listed("FLOWSTATE_METRICS_KEYS")
         strategy = memory.get(*memory.laid_out((strategy_name,), layout))
         tools = tool_set(tools_ref, mcp, mcp_scope, mcp_timeout)
         try:
@@ -78,8 +83,8 @@ def serve(
             config = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
                                  limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode)
             ingress = IngressLimits(max_body_bytes=int(max_body_mb * (1 << 20)), body_timeout_s=body_timeout)
-            server = ServerConfig(engine=model, repo=repo, keys=keys, tools=tools, loop=config, strategy=strategy,
-                                  model_id=model_id, max_live_sessions=max_live_sessions,
+            server = ServerConfig(engine=model, repo=repo, keys=keys, metrics_keys=operators, tools=tools, loop=config,
+                                  strategy=strategy, model_id=model_id, max_live_sessions=max_live_sessions,
                                   session_memory_mb=session_memory_mb, ingress=ingress,
                                   stream_answers=stream_answers)
             try:
@@ -88,3 +93,7 @@ def serve(
                 repo.close()
         finally:
             tools.close()
+
+
+def _listed(variable: str) -> list[str]:
+    return [k.strip() for k in os.environ.get(variable, "").split(",") if k.strip()]

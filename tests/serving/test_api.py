@@ -202,3 +202,25 @@ def test_a_turn_that_ends_at_the_step_budget_answers_honestly_or_fails_as_config
     with pytest.raises(openai.APIStatusError) as info:
         api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[long] again"}], user="strict")
     assert info.value.status_code == 502 and "step budget" in info.value.message
+
+
+def test_metrics_show_a_key_its_own_turns_and_the_operator_the_whole_server(server: Server) -> None:
+    script = lines("[m]", [output(content="for a"), output(content="for a again"), output(content="for b")])
+    url = server.start(script, "--api-key", "key-a", "--api-key", "key-b", "--metrics-key", "ops")
+    for key, n in (("key-a", 2), ("key-b", 1)):
+        for i in range(n):
+            client(url, key).chat.completions.create(model="flowstate", user="s",
+                                                     messages=[{"role": "user", "content": f"[m] turn {i}"}])
+
+    def turns(key: str | None) -> float:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        r = httpx.get(server.url + "/metrics", headers=headers)
+        if r.status_code != 200:
+            return -r.status_code
+        found = [line for line in r.text.splitlines() if line.startswith('flowstate_turns_total{outcome="stop"}')]
+        return float(found[0].split()[1]) if found else 0.0
+
+    assert (turns("key-a"), turns("key-b"), turns("ops")) == (2.0, 1.0, 3.0)
+    assert turns(None) == -401 and turns("wrong") == -401
+    operator = httpx.get(server.url + "/metrics", headers={"Authorization": "Bearer ops"}).text
+    assert "flowstate_model_calls_total 3.0" in operator
