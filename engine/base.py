@@ -148,3 +148,9 @@ class Engine(ABC):
     def server_stats(self) -> dict[str, dict[str, float]]:
         """Per-server figures (calls, tokens, errors, down); only where the capabilities say so."""
         return {}
+
+
+class RemoteEngine(Engine):
+    """An engine whose calls go to a server at ``base_url`` (what a router spreads sessions over)."""
+
+    base_url: str

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from engine.base import ALL_SAMPLING, Capabilities, Decoding, Engine, Generation, Message, OnText, Sampling, Usage
+from engine.base import ALL_SAMPLING, Capabilities, Decoding, Generation, Message, OnText, RemoteEngine, Sampling, Usage
 from engine.chat import check_options
 from engine.errors import ContextOverflow, EngineConfigError, EngineError, EngineUnavailable
 
@@ -23,7 +23,7 @@ OVERFLOW = re.compile(r"maximum context length|context length|longer than the ma
 """How servers say a prompt does not fit the context (vLLM, OpenAI, llama.cpp's server) in a 400's detail."""
 
 
-class OpenAIEngine(Engine):
+class OpenAIEngine(RemoteEngine):
     name = "openai"
     capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING)
     options = frozenset({"base_url", "api_key", "model", "temperature", "top_p", "max_tokens", "retries", "backoff_s",

@@ -15,13 +15,9 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from engine.base import ALL_SAMPLING, Capabilities, Engine, Generation, Message, OnText, Sampling
+from engine.base import ALL_SAMPLING, Capabilities, Engine, Generation, Message, OnText, RemoteEngine, Sampling
 from engine.errors import EngineError, EngineUnavailable
-
-if TYPE_CHECKING:
-    from engine.openai import OpenAIEngine
 
 
 @dataclass
@@ -39,7 +35,7 @@ class RouterEngine(Engine):
     name = "openai"
     capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, routes=True, stats=True)
 
-    def __init__(self, servers: Sequence[OpenAIEngine], cooldown_s: float = 30.0) -> None:
+    def __init__(self, servers: Sequence[RemoteEngine], cooldown_s: float = 30.0) -> None:
         if not servers:
             raise ValueError("a router needs at least one server")
         self.servers = list(servers)

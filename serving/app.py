@@ -6,12 +6,9 @@ metrics) sits on ``app.state.services``, built by ``create_app`` for one server.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import logging
 import unicodedata
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -21,79 +18,23 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
-from engine.base import Engine
-from flowstate.config import AgentConfig, LoopConfig
 from flowstate.errors import SessionNotFound
-from flowstate.memory.base import Strategy
-from flowstate.memory.state import FLOWSTATE
 from flowstate.store.inspection import session_dump
 from flowstate.store.repository import Repository
-from flowstate.tools import ToolSet
 from serving.chat import IDEMPOTENCY_HEADER, complete
 from serving.errors import APIError, bad_request
 from serving.graph import render_html
-from serving.metrics import TenantMetrics
-from serving.registry import Registry
-from serving.sessions import SESSION_HEADER, Keys, SessionKey
-from serving.turns import TurnResult, Turns
+from serving.services import ServerConfig, Services, build
+from serving.sessions import SESSION_HEADER, SessionKey
 from serving.wire import ChatRequest, IngressLimits, loads
 
 log = logging.getLogger("flowstate.serving")
 
 
-STREAM_ANSWERS = ("auto", "always", "never")
-
-
-@dataclass
-class ServerConfig:
-    """Everything one server needs; the CLI builds it from ``flowstate serve`` options."""
-
-    engine: Engine
-    repo: Repository
-    keys: Sequence[str] = ()
-    metrics_keys: Sequence[str] = ()  # keys that read the whole server's /metrics (a client key reads its own)
-    tools: ToolSet = field(default_factory=ToolSet)
-    loop: LoopConfig = field(default_factory=LoopConfig)
-    strategy: Strategy = FLOWSTATE  # the memory method every session of this server runs
-    policy: str = ""  # the deployment's task policy, before each client's system message
-    model_id: str = "flowstate"
-    max_concurrency: int = 64  # turns running at once (worker threads); one session's turns are serialized
-    max_live_sessions: int = 4096  # idle sessions kept in memory (others reload from the database)
-    session_memory_mb: float = 1024.0  # ... and the memory they may hold together (their transcripts), in MiB
-    stream_answers: str = "auto"  # token streaming of answers (STREAM_ANSWERS): auto (under a grammar), always, never
-    ingress: IngressLimits = field(default_factory=IngressLimits)
-
-
-@dataclass
-class Services:
-    """What the routes serve, for one app."""
-
-    config: ServerConfig
-    keys: Keys
-    sessions: Registry
-    turns: Turns
-    metrics: TenantMetrics
-    limiter: anyio.CapacityLimiter
-    models: set[str]
-    running: set[asyncio.Task[TurnResult]] = field(default_factory=set)
-
-    def namespace(self, request: Request) -> str:
-        return self.keys.namespace(request.headers.get("authorization"))
-
-
 def create_app(config: ServerConfig) -> FastAPI:
     """The app for one engine and one repository."""
     app = FastAPI(title="FlowState", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.services = Services(
-        config=config, keys=Keys(config.keys), sessions=Registry(config.repo, config.max_live_sessions, config.tools.release,
-                                                                int(config.session_memory_mb * (1 << 20))),
-        turns=Turns(config.engine, config.repo, AgentConfig(config.engine, strategy=config.strategy, tools=config.tools,
-                                                            policy=config.policy, loop=config.loop),
-                    config.stream_answers),
-        metrics=TenantMetrics(config.engine),
-        limiter=anyio.CapacityLimiter(config.max_concurrency),
-        models={config.model_id, config.engine.model_name or config.model_id},
-    )
+    app.state.services = build(config)
     app.include_router(router)
     app.add_exception_handler(APIError, _api_error)  # type: ignore[arg-type]
     app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]

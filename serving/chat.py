@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -17,6 +17,7 @@ from flowstate.request_options import RequestOptions
 from serving.errors import APIError, bad_request
 from serving.messages import AssistantMessage, Delta
 from serving.responses import completion, replayed, stream
+from serving.services import Services
 from serving.sessions import (
     SESSION_HEADER,
     Live,
@@ -31,9 +32,6 @@ from serving.sessions import (
 )
 from serving.turns import TurnResult, check_pending
 from serving.wire import ChatRequest, canonical_message, check_tools
-
-if TYPE_CHECKING:
-    from serving.app import Services
 
 IDEMPOTENCY_HEADER = "idempotency-key"
 

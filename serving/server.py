@@ -8,7 +8,8 @@ import sys
 
 import uvicorn
 
-from serving.app import ServerConfig, create_app
+from serving.app import create_app
+from serving.services import ServerConfig
 
 HEADER_TIMEOUT_S = 10.0  # a client must send a request's headers within this
 

@@ -1,5 +1,5 @@
 """The house as DESIGN.md draws it, checked over the import graph of the source (every import, at module level or
-inside a function, except under ``TYPE_CHECKING``): no cycles, arrows only down the layers, no production import
+inside a function or under ``TYPE_CHECKING``: a type-level import is an arrow too): no cycles, arrows only down the layers, no production import
 of the scripted test engine, no memory-method hook handed the driver, no engine capability found by ``getattr``.
 
 Layers, bottom up: ``engine`` (0), ``grammars`` (1), the method core and storage — every ``flowstate`` module not
@@ -41,18 +41,12 @@ def layer(module: str) -> int:
     return 2
 
 
-def _type_checking(node: ast.If) -> bool:
-    return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
-
-
 def imports(path: Path, modules: set[str]) -> set[str]:
     """The project modules ``path`` imports (``from a.b import c`` counts a.b.c where that is a module)."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _type_checking(child):
-                continue
             if isinstance(child, ast.Import):
                 found.update(a.name for a in child.names)
             elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:

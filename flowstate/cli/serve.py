@@ -20,8 +20,8 @@ from flowstate.cli.options import (
     tool_set,
 )
 from flowstate.store.repository import Repository
-from serving.app import STREAM_ANSWERS, ServerConfig
 from serving.server import HEADER_TIMEOUT_S
+from serving.services import STREAM_ANSWERS, ServerConfig
 from serving.wire import IngressLimits
 
 _SERVER = ServerConfig.__dataclass_fields__  # each default stated once, where the server's objects keep it

@@ -110,7 +110,7 @@ def bench_trace_cmd(trace_file: str, base_url: str, sessions: str, model_name: s
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
 def bench_serve_cmd(sessions: str, out: Path | None, **options: Any) -> None:
     """Output tok/s of N concurrent sessions through flowstate serve vs the same calls sent to the engine directly."""
-    from serving.bench import bench_serve, render_table
+    from flowstate.bench.serve import bench_serve, render_table
 
     counts = [int(x) for x in sessions.split(",") if x.strip()]
     _on_engine(options, out, render_table, lambda model, loop, progress: bench_serve(model, counts, loop, progress))
@@ -123,7 +123,7 @@ def bench_serve_cmd(sessions: str, out: Path | None, **options: Any) -> None:
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
 def bench_contracts_cmd(tries: int, out: Path | None, **options: Any) -> None:
     """Whether replies keep what requests promise (JSON answer, named or required tool call) at a tight step budget."""
-    from serving.contracts import bench_contracts, render_table
+    from flowstate.bench.contracts import bench_contracts, render_table
 
     _on_engine(options, out, render_table, lambda model, loop, progress: bench_contracts(model, tries, loop, progress),
                with_max_tokens=True)

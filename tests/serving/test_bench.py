@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from engine.scripted import ScriptedEngine
+from flowstate.bench.serve import bench_serve, render_table
 from flowstate.config import LoopConfig
-from serving.bench import bench_serve, render_table
 from tests.helpers import output
 
 

@@ -22,7 +22,8 @@ from engine.base import Capabilities, Engine, Generation, Message, Usage
 from engine.scripted import ScriptedEngine
 from flowstate import LoopConfig, Repository
 from grammars.check import accepts
-from serving.app import ServerConfig, create_app
+from serving.app import create_app
+from serving.services import ServerConfig
 from tests.helpers import add, output
 from tests.serving.test_chat import PRICE_TOOL
 
@@ -202,7 +203,7 @@ def test_the_message_cap_is_2048() -> None:
 
 
 def test_the_contracts_bench_counts_kept_and_errors() -> None:
-    from serving.contracts import bench_contracts, render_table
+    from flowstate.bench.contracts import bench_contracts, render_table
 
     call = output(tools=[{"name": "get_price", "arguments": {"hotel": "Aurora"}}])
     kept = ScriptedEngine([answer_json({"hotel": "Aurora", "nights": 3}), call, call])

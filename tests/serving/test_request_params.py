@@ -14,7 +14,8 @@ from fastapi.testclient import TestClient
 from engine.base import Capabilities
 from engine.scripted import ScriptedEngine
 from flowstate import LoopConfig, Repository
-from serving.app import ServerConfig, create_app
+from serving.app import create_app
+from serving.services import ServerConfig
 from tests.helpers import output
 from tests.serving.test_chat import PRICE_TOOL
 

@@ -49,7 +49,8 @@ def bench_contracts(engine: Engine, tries: int, loop: LoopConfig,
     from fastapi.testclient import TestClient
 
     from flowstate.store.repository import Repository
-    from serving.app import ServerConfig, create_app
+    from serving.app import create_app
+    from serving.services import ServerConfig
 
     rows = []
     with Repository.open(":memory:") as repo, TestClient(create_app(ServerConfig(engine=engine, repo=repo, loop=loop)),

@@ -68,7 +68,8 @@ def _through_flowstate(recorder: Recorder, n: int, loop: Any) -> tuple[float, in
     import uvicorn
 
     from flowstate.store.repository import Repository
-    from serving.app import ServerConfig, create_app
+    from serving.app import create_app
+    from serving.services import ServerConfig
 
     with tempfile.TemporaryDirectory() as tmp:
         repo = Repository.open(Path(tmp) / "bench.db")

@@ -1,0 +1,76 @@
+"""What one server is built from (``ServerConfig``, the CLI's options) and what its routes share (``Services``:
+the session registry, the turns' driver adapter, metrics, the limiter), built once by ``build``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import anyio
+from starlette.requests import Request
+
+from engine.base import Engine
+from flowstate.config import AgentConfig, LoopConfig
+from flowstate.memory.base import Strategy
+from flowstate.memory.state import FLOWSTATE
+from flowstate.store.repository import Repository
+from flowstate.tools import ToolSet
+from serving.metrics import TenantMetrics
+from serving.registry import Registry
+from serving.sessions import Keys
+from serving.turns import TurnResult, Turns
+from serving.wire import IngressLimits
+
+STREAM_ANSWERS = ("auto", "always", "never")
+
+
+@dataclass
+class ServerConfig:
+    """Everything one server needs; the CLI builds it from ``flowstate serve`` options."""
+
+    engine: Engine
+    repo: Repository
+    keys: Sequence[str] = ()
+    metrics_keys: Sequence[str] = ()  # keys that read the whole server's /metrics (a client key reads its own)
+    tools: ToolSet = field(default_factory=ToolSet)
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    strategy: Strategy = FLOWSTATE  # the memory method every session of this server runs
+    policy: str = ""  # the deployment's task policy, before each client's system message
+    model_id: str = "flowstate"
+    max_concurrency: int = 64  # turns running at once (worker threads); one session's turns are serialized
+    max_live_sessions: int = 4096  # idle sessions kept in memory (others reload from the database)
+    session_memory_mb: float = 1024.0  # ... and the memory they may hold together (their transcripts), in MiB
+    stream_answers: str = "auto"  # token streaming of answers (STREAM_ANSWERS): auto (under a grammar), always, never
+    ingress: IngressLimits = field(default_factory=IngressLimits)
+
+
+@dataclass
+class Services:
+    """What the routes serve, for one app."""
+
+    config: ServerConfig
+    keys: Keys
+    sessions: Registry
+    turns: Turns
+    metrics: TenantMetrics
+    limiter: anyio.CapacityLimiter
+    models: set[str]
+    running: set[asyncio.Task[TurnResult]] = field(default_factory=set)
+
+    def namespace(self, request: Request) -> str:
+        return self.keys.namespace(request.headers.get("authorization"))
+
+
+def build(config: ServerConfig) -> Services:
+    """The services of one server."""
+    return Services(
+        config=config, keys=Keys(config.keys), sessions=Registry(config.repo, config.max_live_sessions, config.tools.release,
+                                                                int(config.session_memory_mb * (1 << 20))),
+        turns=Turns(config.engine, config.repo, AgentConfig(config.engine, strategy=config.strategy, tools=config.tools,
+                                                            policy=config.policy, loop=config.loop),
+                    config.stream_answers),
+        metrics=TenantMetrics(config.engine),
+        limiter=anyio.CapacityLimiter(config.max_concurrency),
+        models={config.model_id, config.engine.model_name or config.model_id},
+    )
