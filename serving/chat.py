@@ -24,7 +24,6 @@ from serving.sessions import (
     SessionKey,
     fingerprint,
     header_text,
-    match,
     new_messages,
     relate,
     reply_message,
@@ -80,7 +79,8 @@ async def complete(s: Services, ns: str, body: ChatRequest, session_header: str 
         session = SessionKey(ns, named)
         await s.sessions.enter(session.full)
     else:  # returns with the session entered
-        session = await _unnamed(s, ns, fingerprint(p.policy, p.conversation), p.conversation, idem)
+        full = await s.sessions.resolve(ns + fingerprint(p.policy, p.conversation), p.conversation, idem)
+        session = SessionKey(ns, full[len(ns):])
     try:
         live = await s.sessions.live(session.full)
         earlier = _earlier_reply(live, idem, p.conversation, resent_history=len(p.conversation) > 1)
@@ -139,60 +139,6 @@ async def _turn(s: Services, session: SessionKey, live: Live, p: Prepared, kind:
         s.sessions.leave(session.full)
     s.metrics.observe(session.namespace, result, time.perf_counter() - started)
     return result
-
-
-async def _unnamed(s: Services, ns: str, base: str, conversation: list[dict[str, Any]], key: str | None) -> SessionKey:
-    """The session of a conversation that names none — the one whose history it continues, or whose answered
-    turn it resends (with a reply already given, or under an Idempotency-Key already used or in use there) — else
-    a new one. Conversations that merely open alike never share a session: a session a turn holds now is taken
-    only by its key (a retry, which then waits for that turn). Returns with the session entered."""
-    guard = ns + base + "#resolve"
-    await s.sessions.enter(guard)
-    try:
-        best, by_key = await _choose(s, ns + base, conversation, key)
-        if not by_key:
-            await _hold(s, best)  # in memory before the guard goes, so a concurrent new conversation picks another
-    finally:
-        s.sessions.leave(guard)
-    if by_key:  # the key's session is named already: wait for its turn without holding up other resolutions
-        await _hold(s, best)
-    return SessionKey(ns, best[len(ns):])
-
-
-async def _hold(s: Services, name: str) -> None:
-    await s.sessions.enter(name)
-    try:
-        await s.sessions.live(name)
-    except BaseException:
-        s.sessions.leave(name)
-        raise
-
-
-async def _choose(s: Services, base: str, conversation: list[dict[str, Any]], key: str | None) -> tuple[str, bool]:
-    """The session (``base`` or ``base.N``) an unnamed conversation belongs to, and whether its key chose it."""
-    stored = await anyio.to_thread.run_sync(s.config.repo.sessions, base)
-    candidates = [n for n in sorted({*stored, *s.sessions.names(base)}) if n == base or n.startswith(base + ".")]
-    best, best_rank = None, (-1, -1)
-    first_user = next((i for i, m in enumerate(conversation) if m["role"] == "user"), len(conversation))
-    # an assistant message after the first user message: the history of one answered conversation
-    resent = any(m["role"] == "assistant" for m in conversation[first_user:])
-    for full in candidates:
-        live = await s.sessions.view(full)
-        held = s.sessions.peek(full)  # what runs now is in this server's memory (a shared database holds the rest)
-        if key is not None and (key in live.replies or (held is not None and key in held.running)):
-            return full, True
-        if s.sessions.busy(full):
-            continue  # another conversation's turn runs there: what it matches now is in flux
-        kind = match(conversation, live.transcript).kind
-        if kind == "continues" and (resent or not live.transcript) or kind == "replay" and resent:
-            rank = (kind == "continues", len(live.transcript))  # a conversation in progress before a replay
-            if rank > best_rank:
-                best, best_rank = full, rank
-    if best is None:
-        used = set(candidates)
-        best = base if base not in used else next(f"{base}.{i}" for i in range(1, len(used) + 2)
-                                                  if f"{base}.{i}" not in used)
-    return best, False
 
 
 def _earlier_reply(

@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 
 from flowstate.store.repository import Repository
-from serving.sessions import Live, load_live
+from serving.sessions import Live, load_live, match
 
 
 @dataclass
@@ -44,6 +44,8 @@ class Registry:
         self.repo, self.keep, self.on_leave, self.budget = repo, keep, on_leave, budget
         self._entries: dict[str, _Entry] = {}
         self._live: OrderedDict[str, Live] = OrderedDict()
+        self._resolving: dict[str, asyncio.Lock] = {}  # per fingerprint base: unnamed conversations resolved in turn
+        self._resolvers: dict[str, int] = {}  # ... and how many hold or wait for that lock
 
     async def enter(self, name: str) -> None:
         """Wait for the session's lock; every ``enter`` is paired with one ``leave``."""
@@ -90,6 +92,61 @@ class Registry:
     def busy(self, name: str) -> bool:
         """Whether a turn holds the session or waits for it."""
         return name in self._entries
+
+    async def resolve(self, base: str, conversation: list[dict[str, Any]], key: str | None) -> str:
+        """The session of a conversation that names none (``base``: its fingerprint, namespaced) — the one whose
+        history it continues, or whose answered turn it resends (with a reply already given, or under an
+        Idempotency-Key used or in use there) — else a new one (``base``, ``base.1``, …). Conversations that merely
+        open alike never share a session: one a turn holds now is taken only by its key (a retry, which then waits
+        for that turn). Resolutions of one base take turns (a lock of their own); returns with the session entered."""
+        lock = self._resolving.setdefault(base, asyncio.Lock())
+        self._resolvers[base] = self._resolvers.get(base, 0) + 1
+        try:
+            async with lock:
+                best, by_key = await self._choose(base, conversation, key)
+                if not by_key:  # in memory before the next resolution, so a concurrent new conversation picks another
+                    await self._hold(best)
+        finally:
+            self._resolvers[base] -= 1
+            if not self._resolvers[base]:
+                del self._resolvers[base], self._resolving[base]
+        if by_key:  # the key's session is named already: wait for its turn without holding up other resolutions
+            await self._hold(best)
+        return best
+
+    async def _hold(self, name: str) -> None:
+        await self.enter(name)
+        try:
+            await self.live(name)
+        except BaseException:
+            self.leave(name)
+            raise
+
+    async def _choose(self, base: str, conversation: list[dict[str, Any]], key: str | None) -> tuple[str, bool]:
+        """The session ``resolve`` picks, and whether the key chose it."""
+        stored = await anyio.to_thread.run_sync(self.repo.sessions, base)
+        candidates = [n for n in sorted({*stored, *self.names(base)}) if n == base or n.startswith(base + ".")]
+        best, best_rank = None, (-1, -1)
+        first_user = next((i for i, m in enumerate(conversation) if m["role"] == "user"), len(conversation))
+        # an assistant message after the first user message: the history of one answered conversation
+        resent = any(m["role"] == "assistant" for m in conversation[first_user:])
+        for full in candidates:
+            live = await self.view(full)
+            held = self._live.get(full)  # what runs now is in this server's memory (a shared database holds the rest)
+            if key is not None and (key in live.replies or (held is not None and key in held.running)):
+                return full, True
+            if self.busy(full):
+                continue  # another conversation's turn runs there: what it matches now is in flux
+            kind = match(conversation, live.transcript).kind
+            if kind == "continues" and (resent or not live.transcript) or kind == "replay" and resent:
+                rank = (kind == "continues", len(live.transcript))  # a conversation in progress before a replay
+                if rank > best_rank:
+                    best, best_rank = full, rank
+        if best is None:
+            used = set(candidates)
+            best = base if base not in used else next(f"{base}.{i}" for i in range(1, len(used) + 2)
+                                                      if f"{base}.{i}" not in used)
+        return best, False
 
     def _evict(self) -> None:
         """Idle sessions leave memory, least recently used first, while more are held than ``keep`` or they hold
