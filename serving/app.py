@@ -24,8 +24,8 @@ from flowstate.store.repository import Repository
 from serving.chat import IDEMPOTENCY_HEADER, complete
 from serving.errors import APIError, bad_request
 from serving.graph import render_html
+from serving.naming import SESSION_HEADER, SessionKey
 from serving.services import ServerConfig, Services, build
-from serving.sessions import SESSION_HEADER, SessionKey
 from serving.wire import ChatRequest, IngressLimits, loads
 
 log = logging.getLogger("flowstate.serving")

@@ -15,20 +15,12 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from flowstate.request_options import RequestOptions
 from serving.errors import APIError, bad_request
+from serving.history import fingerprint, new_messages, relate
+from serving.live import Live, reply_message
 from serving.messages import AssistantMessage, Delta
+from serving.naming import SESSION_HEADER, SessionKey, header_text, session_name
 from serving.responses import completion, replayed, stream
 from serving.services import Services
-from serving.sessions import (
-    SESSION_HEADER,
-    Live,
-    SessionKey,
-    fingerprint,
-    header_text,
-    new_messages,
-    relate,
-    reply_message,
-    session_name,
-)
 from serving.turns import TurnResult, check_pending
 from serving.wire import ChatRequest, canonical_message, check_tools
 

@@ -23,7 +23,8 @@ from typing import Any
 import anyio
 
 from flowstate.store.repository import Repository
-from serving.sessions import Live, load_live, match
+from serving.history import match
+from serving.live import Live, load_live
 
 
 @dataclass

@@ -17,8 +17,8 @@ from flowstate.memory.state import FLOWSTATE
 from flowstate.store.repository import Repository
 from flowstate.tools import ToolSet
 from serving.metrics import TenantMetrics
+from serving.naming import Keys
 from serving.registry import Registry
-from serving.sessions import Keys
 from serving.turns import TurnResult, Turns
 from serving.wire import IngressLimits
 

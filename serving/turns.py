@@ -24,8 +24,8 @@ from flowstate.store.repository import Repository, Transcript
 from flowstate.suspend import restore, snapshot
 from grammars.check import GrammarError
 from serving.errors import APIError, bad_request, conflict
+from serving.live import Live
 from serving.messages import AssistantMessage, Delta, FunctionCallOut, FunctionDelta, ToolCallDelta, ToolCallOut
-from serving.sessions import Live
 from serving.wire import loads_or_none
 
 RETRY_AFTER_S = 5

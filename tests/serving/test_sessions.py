@@ -9,8 +9,9 @@ import pytest
 
 from flowstate import Repository
 from serving.errors import APIError
+from serving.history import fingerprint, match, new_messages
+from serving.naming import Keys, check_name, header_text, session_name
 from serving.registry import Registry
-from serving.sessions import Keys, check_name, fingerprint, header_text, match, new_messages, session_name
 
 U1 = {"role": "user", "content": "first"}
 A1 = {"role": "assistant", "content": "answer one"}
@@ -150,7 +151,7 @@ def test_refused_names_leave_no_lock_behind(repo: Repository) -> None:
 def test_a_session_stored_before_the_transcripts_table_loads_as_it_did(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from flowstate import Repository
     from flowstate.store.repository import Transcript
-    from serving.sessions import load_live
+    from serving.live import load_live
 
     messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
     with Repository.open(tmp_path / "m.db") as repo:

@@ -11,7 +11,7 @@ from engine.scripted import ScriptedEngine
 from flowstate import Repository, StorageError
 from flowstate.config import AgentConfig
 from flowstate.memory.state import FLOWSTATE
-from serving.sessions import Live
+from serving.live import Live
 from serving.turns import Turns
 from tests.helpers import output
 
