@@ -21,7 +21,7 @@ from starlette.requests import ClientDisconnect
 from flowstate.errors import SessionNotFound
 from flowstate.store.inspection import session_dump
 from flowstate.store.repository import Repository
-from serving.chat import IDEMPOTENCY_HEADER, complete
+from serving.chat import IDEMPOTENCY_HEADER, ChatService
 from serving.errors import APIError, bad_request
 from serving.graph import render_html
 from serving.naming import SESSION_HEADER, SessionKey
@@ -35,6 +35,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     """The app for one engine and one repository."""
     app = FastAPI(title="FlowState", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.services = build(config)
+    app.state.chat = ChatService(app.state.services)
     app.include_router(router)
     app.add_exception_handler(APIError, _api_error)  # type: ignore[arg-type]
     app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
@@ -107,7 +108,8 @@ async def chat(request: Request) -> JSONResponse | StreamingResponse:
     s = _services(request)
     ns = s.namespace(request)
     body = _parse(await _read(request, s.config.ingress))
-    return await complete(s, ns, body, request.headers.get(SESSION_HEADER), request.headers.get(IDEMPOTENCY_HEADER))
+    chat: ChatService = request.app.state.chat
+    return await chat.complete(ns, body, request.headers.get(SESSION_HEADER), request.headers.get(IDEMPOTENCY_HEADER))
 
 
 @router.get("/v1/sessions")

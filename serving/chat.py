@@ -38,66 +38,97 @@ class Prepared:
     options: RequestOptions
 
 
-def prepare(s: Services, body: ChatRequest) -> Prepared:
-    """Every check a request can fail before a session is touched or a stream starts (4xx, never an error
-    event)."""
-    if body.model not in s.models:
-        raise APIError(404, f"model {body.model!r} does not exist; this server serves {s.config.model_id!r}",
-                       type="not_found_error", param="model", code="model_not_found")
-    if body.n is not None and body.n < 1:
-        raise bad_request(f"n must be at least 1, not {body.n}", "n")
-    if body.n not in (None, 1):
-        raise bad_request("n > 1 is not supported: each session has one line of memory", "n")
-    if len(body.messages) > s.config.ingress.max_messages:
-        raise bad_request(f"at most {s.config.ingress.max_messages} messages per request", "messages")
-    check_tools(body.tools or [], s.config.ingress)
-    policy = "\n\n".join(m.text(f"messages[{i}]") for i, m in enumerate(body.messages)
-                         if m.role in ("system", "developer"))
-    conversation = [canonical_message(m, f"messages[{i}]") for i, m in enumerate(body.messages)
-                    if m.role not in ("system", "developer")]
-    client_tools = [t.spec() for t in body.tools or ()]
-    options = body.options({t["name"] for t in client_tools} | set(s.config.tools))
-    s.turns.check(client_tools, options)
-    return Prepared(body, policy, conversation, client_tools, options)
+class ChatService:
+    """``POST /v1/chat/completions`` over one server's services: check the request, find its session, run its turn
+    on the one driver, answer."""
+
+    def __init__(self, services: Services) -> None:
+        self.s = services
+
+    def prepare(self, body: ChatRequest) -> Prepared:
+        """Every check a request can fail before a session is touched or a stream starts (4xx, never an error
+        event)."""
+        s = self.s
+        if body.model not in s.models:
+            raise APIError(404, f"model {body.model!r} does not exist; this server serves {s.config.model_id!r}",
+                           type="not_found_error", param="model", code="model_not_found")
+        if body.n is not None and body.n < 1:
+            raise bad_request(f"n must be at least 1, not {body.n}", "n")
+        if body.n not in (None, 1):
+            raise bad_request("n > 1 is not supported: each session has one line of memory", "n")
+        if len(body.messages) > s.config.ingress.max_messages:
+            raise bad_request(f"at most {s.config.ingress.max_messages} messages per request", "messages")
+        check_tools(body.tools or [], s.config.ingress)
+        policy = "\n\n".join(m.text(f"messages[{i}]") for i, m in enumerate(body.messages)
+                             if m.role in ("system", "developer"))
+        conversation = [canonical_message(m, f"messages[{i}]") for i, m in enumerate(body.messages)
+                        if m.role not in ("system", "developer")]
+        client_tools = [t.spec() for t in body.tools or ()]
+        options = body.options({t["name"] for t in client_tools} | set(s.config.tools))
+        s.turns.check(client_tools, options)
+        return Prepared(body, policy, conversation, client_tools, options)
 
 
-async def complete(s: Services, ns: str, body: ChatRequest, session_header: str | None,
-                   idempotency_header: str | None) -> JSONResponse | StreamingResponse:
-    """One chat completion call: the session's next turn, or the reply an identical earlier call got."""
-    p = prepare(s, body)
-    named = session_name(header_text(session_header, SESSION_HEADER), body.user)
-    idem = header_text(idempotency_header, IDEMPOTENCY_HEADER)
-    if named is not None:
-        session = SessionKey(ns, named)
-        await s.sessions.enter(session.full)
-    else:  # returns with the session entered
-        full = await s.sessions.resolve(ns + fingerprint(p.policy, p.conversation), p.conversation, idem)
-        session = SessionKey(ns, full[len(ns):])
-    try:
-        live = await s.sessions.live(session.full)
-        earlier = _earlier_reply(live, idem, p.conversation, resent_history=len(p.conversation) > 1)
-        if earlier is None:
-            kind, new = check_pending(live, new_messages(p.conversation, live.transcript).new)
+    async def complete(self, ns: str, body: ChatRequest, session_header: str | None,
+                           idempotency_header: str | None) -> JSONResponse | StreamingResponse:
+        """One chat completion call: the session's next turn, or the reply an identical earlier call got."""
+        s = self.s
+        p = self.prepare(body)
+        named = session_name(header_text(session_header, SESSION_HEADER), body.user)
+        idem = header_text(idempotency_header, IDEMPOTENCY_HEADER)
+        if named is not None:
+            session = SessionKey(ns, named)
+            await s.sessions.enter(session.full)
+        else:  # returns with the session entered
+            full = await s.sessions.resolve(ns + fingerprint(p.policy, p.conversation), p.conversation, idem)
+            session = SessionKey(ns, full[len(ns):])
+        try:
+            live = await s.sessions.live(session.full)
+            earlier = _earlier_reply(live, idem, p.conversation, resent_history=len(p.conversation) > 1)
+            if earlier is None:
+                kind, new = check_pending(live, new_messages(p.conversation, live.transcript).new)
+                if idem is not None:
+                    live.running.add(idem)  # a retry under this key that resolves meanwhile waits for this turn
+        except BaseException:
+            s.sessions.leave(session.full)
+            raise
+        extension = {"session": session.name, "namespace_keyed": bool(ns)}
+        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        if earlier is not None:  # an exact resend of an answered turn: the same answer, nothing run again
+            s.sessions.leave(session.full)
+            return replayed(completion_id, body.model, earlier, extension, bool(body.stream))
+        deltas: asyncio.Queue[Delta] | None = asyncio.Queue() if body.stream else None
+        task = asyncio.create_task(self._turn(session, live, p, kind, new, idem, _feed(deltas)))
+        s.running.add(task)  # runs to the end even if the client goes away
+        task.add_done_callback(s.running.discard)
+        if not body.stream:
+            result = await asyncio.shield(task)
+            return JSONResponse(completion(completion_id, body.model, result, extension))
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return StreamingResponse(stream(completion_id, body.model, task, extension, include_usage, deltas),
+                                 media_type="text/event-stream")
+
+
+    async def _turn(self, session: SessionKey, live: Live, p: Prepared, kind: str, new: list[Any],
+                        idem: str | None, on_delta: Callable[[Delta], None] | None) -> TurnResult:
+        """The turn in a worker thread while the session is held; counted in the metrics."""
+        s = self.s
+        started = time.perf_counter()
+        try:
+            if kind == "start":
+                fn = lambda: s.turns.start(live, new, p.policy, p.client_tools, idem, on_delta, p.options)  # noqa: E731
+            else:
+                fn = lambda: s.turns.resume(live, new, idem, on_delta)  # noqa: E731
+            result = await anyio.to_thread.run_sync(fn, limiter=s.limiter)
+        except APIError as exc:
+            s.metrics.failed(session.namespace, exc.code or "error", exc.steps)
+            raise
+        finally:
             if idem is not None:
-                live.running.add(idem)  # a retry under this key that resolves meanwhile waits for this turn
-    except BaseException:
-        s.sessions.leave(session.full)
-        raise
-    extension = {"session": session.name, "namespace_keyed": bool(ns)}
-    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-    if earlier is not None:  # an exact resend of an answered turn: the same answer, nothing run again
-        s.sessions.leave(session.full)
-        return replayed(completion_id, body.model, earlier, extension, bool(body.stream))
-    deltas: asyncio.Queue[Delta] | None = asyncio.Queue() if body.stream else None
-    task = asyncio.create_task(_turn(s, session, live, p, kind, new, idem, _feed(deltas)))
-    s.running.add(task)  # runs to the end even if the client goes away
-    task.add_done_callback(s.running.discard)
-    if not body.stream:
-        result = await asyncio.shield(task)
-        return JSONResponse(completion(completion_id, body.model, result, extension))
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return StreamingResponse(stream(completion_id, body.model, task, extension, include_usage, deltas),
-                             media_type="text/event-stream")
+                live.running.discard(idem)
+            s.sessions.leave(session.full)
+        s.metrics.observe(session.namespace, result, time.perf_counter() - started)
+        return result
 
 
 def _feed(deltas: asyncio.Queue[Delta] | None) -> Callable[[Delta], None] | None:
@@ -110,27 +141,6 @@ def _feed(deltas: asyncio.Queue[Delta] | None) -> Callable[[Delta], None] | None
         loop.call_soon_threadsafe(deltas.put_nowait, delta)
 
     return on_delta
-
-
-async def _turn(s: Services, session: SessionKey, live: Live, p: Prepared, kind: str, new: list[Any],
-                idem: str | None, on_delta: Callable[[Delta], None] | None) -> TurnResult:
-    """The turn in a worker thread while the session is held; counted in the metrics."""
-    started = time.perf_counter()
-    try:
-        if kind == "start":
-            fn = lambda: s.turns.start(live, new, p.policy, p.client_tools, idem, on_delta, p.options)  # noqa: E731
-        else:
-            fn = lambda: s.turns.resume(live, new, idem, on_delta)  # noqa: E731
-        result = await anyio.to_thread.run_sync(fn, limiter=s.limiter)
-    except APIError as exc:
-        s.metrics.failed(session.namespace, exc.code or "error", exc.steps)
-        raise
-    finally:
-        if idem is not None:
-            live.running.discard(idem)
-        s.sessions.leave(session.full)
-    s.metrics.observe(session.namespace, result, time.perf_counter() - started)
-    return result
 
 
 def _earlier_reply(
