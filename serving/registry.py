@@ -15,6 +15,7 @@ the database at every turn (another server may have moved it on, or taken its wa
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,22 @@ import anyio
 from flowstate.store.repository import Repository
 from serving.history import match
 from serving.live import Live, load_live
+
+log = logging.getLogger("flowstate.serving")
+
+
+def _unlock(held: Any) -> None:
+    """Release a database session lock in a worker thread (the next turn's ``enter`` waits for it there)."""
+    def done(future: asyncio.Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            log.error("releasing a session lock failed: %s", future.exception())
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not on an event loop: release it here
+        held.__exit__(None, None, None)
+        return
+    loop.run_in_executor(None, held.__exit__, None, None, None).add_done_callback(done)
 
 
 @dataclass
@@ -71,9 +88,9 @@ class Registry:
         self._release(name, self._entries[name], locked=True)
 
     def _release(self, name: str, entry: _Entry, *, locked: bool) -> None:
-        if entry.shared is not None:
+        if entry.shared is not None:  # the database's lock goes in a worker thread: never a round trip on the loop
             held, entry.shared = entry.shared, None
-            held.__exit__(None, None, None)
+            _unlock(held)
         if locked:
             entry.lock.release()
         entry.holders -= 1
