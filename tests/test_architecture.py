@@ -137,9 +137,8 @@ def test_no_engine_capability_is_found_by_getattr() -> None:
     assert found == []
 
 
-def test_the_readme_layout_table_matches_the_tree() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    layout = readme[readme.index("## Layout"):readme.index("## Prompt layout")]
+def test_the_architecture_pages_layout_table_matches_the_tree() -> None:
+    layout = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     named = set(re.findall(r"`([a-z_]+(?:/[a-z_0-9]+)*(?:\.py|/))`", layout))
     folders = [ROOT, *(d for d in ROOT.rglob("*") if d.is_dir() and (d / "__init__.py").exists())]
     missing = [n for n in named if not any((d / n).exists() for d in folders)]

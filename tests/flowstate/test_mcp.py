@@ -23,9 +23,11 @@ from flowstate.memory.state import FLOWSTATE
 from flowstate.store.repository import Repository
 from flowstate.tools import Tool, ToolSet
 from tests.helpers import output
+from tests.optional import skip_unless
 
 SERVER = Path(__file__).resolve().parent.parent / "fixtures" / "mcp" / "server.py"
 COMMAND = f"{sys.executable} {SERVER}"
+pytestmark = skip_unless("mcp", "the MCP SDK: pip install 'flowstate[mcp]'")
 
 
 @pytest.fixture(scope="module")

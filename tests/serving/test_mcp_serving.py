@@ -11,11 +11,12 @@ import openai
 import pytest
 
 from tests.helpers import add, output
+from tests.optional import skip_unless
 from tests.serving.conftest import Server, lines
 
 SERVER = Path(__file__).resolve().parent.parent / "fixtures" / "mcp" / "server.py"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, skip_unless("mcp", "the MCP SDK: pip install 'flowstate[mcp]'")]
 
 
 def test_an_endpoint_request_uses_an_mcp_tool_through_the_openai_client(server: Server) -> None:

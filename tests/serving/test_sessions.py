@@ -191,7 +191,7 @@ def test_idle_sessions_are_held_within_a_byte_budget(repo: Repository) -> None:
 @pytest.mark.slow
 def test_bench_sessions_measures_a_servers_memory_with_and_without_a_budget() -> None:
     """``flowstate bench sessions``: real servers, the official client, memory read from /proc; the figures hold
-    together (what a budget bounds is measured in README's serving section, by hand)."""
+    together (what a budget bounds is measured in docs/serving.md, by hand)."""
     from flowstate.bench.sessions import bench_sessions, render_table
 
     rows = bench_sessions(3, 0.5, [1.0, None], progress=lambda _: None)
