@@ -32,3 +32,11 @@ def test_every_docs_page_is_indexed() -> None:
     unlisted = [str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md")
                 if p.name != "README.md" and f"({p.relative_to(ROOT / 'docs')})" not in index]
     assert unlisted == []
+
+
+def test_the_cli_reference_is_current() -> None:
+    from flowstate.cli import main
+    from flowstate.cli.reference import render
+
+    page = (ROOT / "docs" / "cli-reference.md").read_text(encoding="utf-8")
+    assert page == render(main), "docs/cli-reference.md is stale: python -m flowstate.cli.reference > docs/cli-reference.md"
