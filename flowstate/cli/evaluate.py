@@ -96,45 +96,19 @@ def evaluate(
     mcp: tuple[str, ...], mcp_scope: str, mcp_timeout: float, **engine_opts: Any,
 ) -> None:
     """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed."""
-    from flowstate.eval.models import folder, label, parse_spec, write_models
-    from flowstate.eval.report import FIGURES, plots_available, write_report
+    from flowstate.eval.models import folder, label, parse_spec
+    from flowstate.eval.report import write_report
     from flowstate.eval.runner import EvalConfig, run_eval
-    from flowstate.eval.suites import ALL
     from flowstate.eval.sweep import Point, numbers, points, write_sweep
-    from flowstate.memory import get
 
     with errors():
-        names = tuple(x.strip() for x in suites.split(",") if x.strip())
-        unknown = [n for n in names if n not in ALL]
-        if not names or unknown:
-            raise ValueError(f"unknown suite(s) {', '.join(unknown) or '(none given)'}; valid suites: {', '.join(ALL)}")
-        strategy_list = tuple(x.strip() for x in strategy_names.split(",") if x.strip())
-        if layout != "latest":
-            from flowstate.memory import laid_out
-
-            strategy_list = laid_out(strategy_list, layout)
-        from flowstate.eval.kv import load as load_kv_model
-
-        load_kv_model(kv_model)  # a wrong name or path fails before any run
-        from flowstate.eval.gpu import load as load_gpu_cost
-
-        load_gpu_cost(gpu_cost, decode_weight)
-        for name in strategy_list or ("",):
-            get(name)
-        from flowstate.eval.runner import POLICIES
-
-        policy_list = [p.strip() for p in policies.split(",") if p.strip()] if policies else []
-        if policies is not None and (not policy_list or any(p not in POLICIES for p in policy_list)):
-            raise ValueError(f"--policy takes {', '.join(POLICIES)} or a comma-separated list of them, not {policies!r}")
-        policy = policy_list[0] if policy_list else None
-        if model_specs and policy is not None:
-            raise ValueError("--models compares models; a reference policy (--policy) runs no model")
+        names, strategy_list = _checked(suites, strategy_names, layout, kv_model, gpu_cost, decode_weight)
+        policy_list, policy = _policies(policies, model_specs)
         specs = [{**engine_opts, **parse_spec(m)} for m in model_specs] or [engine_opts]
         grid = points(numbers(depths, "--depth"), _sizes(suite_options), list(dict.fromkeys(policy_list)) or [None])
-        user = engines.load(user_engine, model=user_model, base_url=user_base_url, api_key=user_api_key) \
-            if user_engine else None
-        judge = engines.load(judge_engine, model=judge_model, base_url=judge_base_url, api_key=judge_api_key) \
-            if judge_engine else None
+        user, judge = (engines.load(kind, model=m, base_url=url, api_key=key) if kind else None for kind, m, url, key in
+                       ((user_engine, user_model, user_base_url, user_api_key),
+                        (judge_engine, judge_model, judge_base_url, judge_api_key)))
 
         def run_one(point: Point, where: Path, opts: dict[str, Any], loaded: list[Any], name: str) -> dict[str, Any]:
             """One comparison (one model, one depth and set of sizes) into its folder; its summary."""
@@ -172,14 +146,56 @@ def evaluate(
                 write_sweep(model_out, swept)
                 click.echo((model_out / "sweep.md").read_text())
             summaries.append((name, swept[-1][1]))
-        if model_specs:
-            out.mkdir(parents=True, exist_ok=True)
-            write_models(out, summaries)
-            click.echo((out / "models.md").read_text())
-        elif len(grid) == 1:
-            click.echo((out / "report.md").read_text())
-        extras = "figures: pip install 'flowstate[plots]'" if not plots_available() else ", ".join(FIGURES)
-        click.echo(f"wrote {out}: summary.json, report.md ({extras})", err=True)
+        _written(out, summaries, bool(model_specs), len(grid) == 1)
+
+
+def _written(out: Path, summaries: list[tuple[str, dict[str, Any]]], models: bool, one_point: bool) -> None:
+    """Print what the run wrote: the models' table, or the one report."""
+    from flowstate.eval.models import write_models
+    from flowstate.eval.report import FIGURES, plots_available
+
+    if models:
+        out.mkdir(parents=True, exist_ok=True)
+        write_models(out, summaries)
+        click.echo((out / "models.md").read_text())
+    elif one_point:
+        click.echo((out / "report.md").read_text())
+    extras = "figures: pip install 'flowstate[plots]'" if not plots_available() else ", ".join(FIGURES)
+    click.echo(f"wrote {out}: summary.json, report.md ({extras})", err=True)
+
+
+def _checked(suites: str, strategy_names: str, layout: str, kv_model: str, gpu_cost: str,
+             decode_weight: float | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The suites and strategies named, every name and figure setting checked before any run."""
+    from flowstate.eval.gpu import load as load_gpu_cost
+    from flowstate.eval.kv import load as load_kv_model
+    from flowstate.eval.suites import ALL
+    from flowstate.memory import get, laid_out
+
+    names = tuple(x.strip() for x in suites.split(",") if x.strip())
+    unknown = [n for n in names if n not in ALL]
+    if not names or unknown:
+        raise ValueError(f"unknown suite(s) {', '.join(unknown) or '(none given)'}; valid suites: {', '.join(ALL)}")
+    strategy_list = tuple(x.strip() for x in strategy_names.split(",") if x.strip())
+    if layout != "latest":
+        strategy_list = laid_out(strategy_list, layout)
+    load_kv_model(kv_model)  # a wrong name or path fails before any run
+    load_gpu_cost(gpu_cost, decode_weight)
+    for name in strategy_list or ("",):
+        get(name)
+    return names, strategy_list
+
+
+def _policies(policies: str | None, model_specs: tuple[str, ...]) -> tuple[list[str], str | None]:
+    """The reference policies ``--policy`` names, and the first (none: a model runs)."""
+    from flowstate.eval.runner import POLICIES
+
+    policy_list = [p.strip() for p in policies.split(",") if p.strip()] if policies else []
+    if policies is not None and (not policy_list or any(p not in POLICIES for p in policy_list)):
+        raise ValueError(f"--policy takes {', '.join(POLICIES)} or a comma-separated list of them, not {policies!r}")
+    if model_specs and policy_list:
+        raise ValueError("--models compares models; a reference policy (--policy) runs no model")
+    return policy_list, policy_list[0] if policy_list else None
 
 
 DECODING = ("dtype", "temperature", "top_p", "max_tokens", "preset", "chat_template_kwargs", "script")
