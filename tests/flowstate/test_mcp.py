@@ -232,3 +232,11 @@ def test_flowstate_run_takes_mcp_tools(tmp_path: Path) -> None:
     failed = CliRunner().invoke(main, ["run", "q", "--db", str(tmp_path / "m.db"), "--engine", "scripted",
                                        "--script", str(script), "--mcp", f"t={COMMAND} --fail-start"])
     assert failed.exit_code == 1 and "did not start" in failed.output and "cannot open the database" in failed.output
+
+
+def test_one_shared_server_answers_concurrent_sessions_each_their_own_call(shared: ToolSet) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda i: shared.call("add", {"a": i, "b": 1000}, f"s{i}"), range(32)))
+    assert results == [({"result": i + 1000}, None) for i in range(32)]
