@@ -38,5 +38,5 @@ def test_the_cli_reference_is_current() -> None:
     from flowstate.cli import main
     from flowstate.cli.reference import render
 
-    page = (ROOT / "docs" / "cli-reference.md").read_text(encoding="utf-8")
-    assert page == render(main), "docs/cli-reference.md is stale: python -m flowstate.cli.reference > docs/cli-reference.md"
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert page == render(main), "docs/cli.md is stale: python -m flowstate.cli.reference > docs/cli.md"

@@ -1,7 +1,7 @@
-"""``docs/cli-reference.md``, written from the commands themselves: every command, its help and every option with
+"""``docs/cli.md``, written from the commands themselves: every command, its help and every option with
 its default, so the page cannot drift from the code (``tests/test_docs.py`` compares them).
 
-``python -m flowstate.cli.reference > docs/cli-reference.md`` rewrites it.
+``python -m flowstate.cli.reference > docs/cli.md`` rewrites it.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import click
 
 HEADER = """# Command reference
 
-Written from the commands themselves by `python -m flowstate.cli.reference > docs/cli-reference.md`
-(`tests/test_docs.py` fails when it is stale). [cli.md](cli.md) explains the commands; this page lists them.
+Written from the commands themselves by `python -m flowstate.cli.reference > docs/cli.md` (`tests/test_docs.py`
+fails when it is stale). [cli-guide.md](cli-guide.md) shows how the commands fit together; this page lists them.
 """
 
 
