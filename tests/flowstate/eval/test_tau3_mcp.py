@@ -75,7 +75,8 @@ def test_every_call_returns_what_our_airline_tools_return(served: ToolSet) -> No
 
 def test_the_gold_replay_through_the_server_equals_the_native_tools_on_all_50_tasks(tmp_path: Path) -> None:
     config = EvalConfig(suites=("tau3-airline",), strategies=("full-context",), tasks=50, depth=1, out=tmp_path / "ev",
-                        policy="oracle", mcp=(f"airline={SERVER}",), mcp_scope="session")
+                        policy="oracle", mcp=(f"airline={SERVER}",), mcp_scope="session",
+                        concurrency=2)  # two tasks in flight, each with its own server process
     rows = run_eval(config, [])
     tasks = load("airline").tasks
     assert len(rows) == 50 and all(r["success"] for r in rows)
