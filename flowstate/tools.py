@@ -8,6 +8,7 @@ session (``flowstate.mcp``) keeps one server per session; Python tools ignore it
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -112,15 +113,20 @@ class SchemaTool(Tool):
     def parameters(self) -> dict[str, Any]:
         return self.schema
 
+    @functools.cached_property
+    def _validator(self) -> Any:
+        """The closed schema's validator, built once per tool (not per call)."""
+        from jsonschema.validators import validator_for
+
+        from grammars.four_blocks import strict_arguments
+
+        schema = strict_arguments(self.schema)
+        return validator_for(schema)(schema)
+
     def run(self, arguments: Mapping[str, Any], session: str = "") -> tuple[Any, str | None]:
         given = dict(arguments)
         if self.check:
-            from jsonschema.validators import validator_for
-
-            from grammars.four_blocks import strict_arguments
-
-            schema = strict_arguments(self.schema)
-            error = next(iter(validator_for(schema)(schema).iter_errors(given)), None)
+            error = next(iter(self._validator.iter_errors(given)), None)
             if error is not None:
                 where = ".".join(str(p) for p in error.absolute_path) or "arguments"
                 return None, f"invalid arguments for {self.name}: {where}: {error.message}"
