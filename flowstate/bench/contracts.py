@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.base import Engine
+from flowstate.bench.table import table
 from flowstate.config import LoopConfig
 
 TOOL: Any = {"type": "function", "function": {
@@ -78,6 +79,4 @@ def bench_contracts(engine: Engine, tries: int, loop: LoopConfig,
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
-    lines += ["| " + " | ".join(str(r[h]) for h in HEAD) + " |" for r in rows]
-    return "\n".join(lines)
+    return table(HEAD, rows)

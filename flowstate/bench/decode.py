@@ -22,6 +22,7 @@ from typing import Any
 
 from engine.base import Engine, Generation, Message
 from flowstate.agent import Agent
+from flowstate.bench.table import table
 from flowstate.config import LoopConfig
 from flowstate.constrain import GrammarMode, Grammars
 from flowstate.errors import ProtocolError
@@ -145,6 +146,4 @@ HEAD = ["engine", "mode", "limits", "calls", "parsed_share", "truncated", "compl
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
-    lines += ["| " + " | ".join("" if r[h] is None else str(r[h]) for h in HEAD) + " |" for r in rows]
-    return "\n".join(lines)
+    return table(HEAD, rows, none="")

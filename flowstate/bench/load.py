@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from flowstate.bench.server import output, serve, stop, table
+from flowstate.bench.server import output, serve, stop
+from flowstate.bench.table import table
 
 
 def _percentile(values: Sequence[float], q: float) -> float:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.base import Engine, Generation, Message, OnText, Sampling
+from flowstate.bench.table import table
 
 
 @dataclass
@@ -155,6 +156,4 @@ HEAD = ["sessions", "model_calls", "failed_turns", "flowstate_s", "flowstate_tok
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
-    lines += ["| " + " | ".join(str(r[h]) for h in HEAD) + " |" for r in rows]
-    return "\n".join(lines)
+    return table(HEAD, rows)

@@ -64,9 +64,3 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.kill()
         proc.wait()
 
-
-def table(head: Sequence[str], rows: Sequence[dict[str, Any]]) -> str:
-    """Rows as a Markdown table of the ``head`` columns."""
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(str(r[h]) for h in head) + " |" for r in rows]
-    return "\n".join(lines)

@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from flowstate.bench.server import output, rss_mb, serve, stop, table
+from flowstate.bench.server import output, rss_mb, serve, stop
+from flowstate.bench.table import table
 
 TOOL = {"type": "function", "function": {"name": "fetch", "description": "Fetch the report.",
                                          "parameters": {"type": "object", "properties": {}}}}

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from flowstate.bench.table import table
 from flowstate.eval.metrics import percentile
 from flowstate.eval.trace import TracedCall
 
@@ -119,6 +120,4 @@ HEAD = ["strategy", "sessions", "concurrency", "calls", "wall_s", "output_tokens
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
-    lines += ["| " + " | ".join("–" if r[h] is None else str(r[h]) for h in HEAD) + " |" for r in rows]
-    return "\n".join(lines)
+    return table(HEAD, rows)

@@ -14,6 +14,7 @@ import engine as engines
 from engine.base import Engine
 from flowstate.cli.options import engine_options, errors, loop_config, loop_options
 from flowstate.config import LoopConfig
+from flowstate.eval.trace import read as read_trace
 
 
 @click.group()
@@ -80,16 +81,9 @@ def bench_trace_cmd(trace_file: str, base_url: str, sessions: str, model_name: s
 
     from flowstate.bench.trace import bench_trace, render_table
     from flowstate.eval.sweep import numbers
-    from flowstate.eval.trace import read
 
     with errors():
-        traces = read(trace_file)
-        if strategies:
-            wanted = [x.strip() for x in strategies.split(",") if x.strip()]
-            unknown = [w for w in wanted if w not in traces]
-            if unknown:
-                raise ValueError(f"the trace holds no calls of {', '.join(unknown)}; it holds {', '.join(traces)}")
-            traces = {w: traces[w] for w in wanted}
+        traces = _strategies(read_trace(trace_file), strategies)
         counts = numbers(sessions, "--sessions")
         client = OpenAI(base_url=base_url, api_key=engine_api_key or "none", max_retries=0, timeout=3600)
         try:
@@ -101,6 +95,63 @@ def bench_trace_cmd(trace_file: str, base_url: str, sessions: str, model_name: s
         click.echo(render_table(rows))
         if out is not None:
             out.write_text(json.dumps({"trace": trace_file, "model": model_name, "rows": rows}, indent=2))
+
+
+@bench.command("capacity")
+@click.argument("trace_file", metavar="FILE", type=click.Path(dir_okay=False))
+@click.option("--kv-tokens", type=click.IntRange(min=16), default=None,
+              help="The KV cache, in tokens of context (e.g. vLLM's log line 'GPU KV cache size: N tokens').")
+@click.option("--kv-gib", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="The KV cache in GiB instead: tokens from --model's config.json (bytes per token of its "
+                   "full-attention layers).")
+@click.option("--sessions", default="1,2,4,8", show_default=True, help="Sessions at once, comma-separated.")
+@click.option("--model", "model_dir", default=None, type=click.Path(file_okay=False),
+              help="The served model's folder (config.json, tokenizer, chat template) [default: the embedded model].")
+@click.option("--block-size", default=16, show_default=True, type=click.IntRange(min=1), help="vLLM's --block-size.")
+@click.option("--max-num-batched-tokens", default=8192, show_default=True, type=click.IntRange(min=1),
+              help="vLLM's --max-num-batched-tokens (the chunked-prefill budget of one step).")
+@click.option("--strategy", "strategies", default=None, help="Only these methods' traces, comma-separated.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
+def bench_capacity_cmd(trace_file: str, kv_tokens: int | None, kv_gib: float | None, sessions: str,
+                       model_dir: str | None, block_size: int, max_num_batched_tokens: int, strategies: str | None,
+                       out: Path | None) -> None:
+    """How many sessions of each method fit in a KV budget at once: an evaluation's recorded calls (flowstate eval
+    --trace) fed to vLLM's own scheduler in process (no model runs): preemptions, peak KV use, prefix hits."""
+    from flowstate.bench.capacity import Budget, Simulation, bench_capacity, render_table, tokenizer
+    from flowstate.eval.kv import GIB, from_config
+    from flowstate.eval.sweep import numbers
+
+    with errors():
+        if (kv_tokens is None) == (kv_gib is None):
+            raise ValueError("give the KV budget once: --kv-tokens N or --kv-gib G")
+        traces = _strategies(read_trace(trace_file), strategies)
+        with tempfile.TemporaryDirectory() as tmp:
+            if model_dir is None:
+                from engine.transformers import export_model
+
+                model_dir = str(export_model(Path(tmp) / "model"))
+            if kv_gib is not None:
+                config = json.loads((Path(model_dir) / "config.json").read_text())
+                kv_tokens = int(kv_gib * GIB // from_config(config, model_dir).bytes_per_token)
+            assert kv_tokens is not None
+            simulation = Simulation(model_dir, Budget(kv_tokens, block_size, max_num_batched_tokens))
+            rows = bench_capacity(traces, tokenizer(model_dir), simulation, numbers(sessions, "--sessions"),
+                                  progress=lambda line: click.echo(line, err=True))
+        click.echo(f"KV budget: {kv_tokens} tokens ({kv_tokens // block_size} blocks of {block_size})")
+        click.echo(render_table(rows))
+        if out is not None:
+            out.write_text(json.dumps({"trace": trace_file, "kv_tokens": kv_tokens, "rows": rows}, indent=2))
+
+
+def _strategies(traces: dict[str, Any], wanted: str | None) -> dict[str, Any]:
+    """The methods a replay keeps (``--strategy a,b``): all of them, or those named, each held by the trace."""
+    if not wanted:
+        return traces
+    names = [x.strip() for x in wanted.split(",") if x.strip()]
+    unknown = [w for w in names if w not in traces]
+    if unknown:
+        raise ValueError(f"the trace holds no calls of {', '.join(unknown)}; it holds {', '.join(traces)}")
+    return {w: traces[w] for w in names}
 
 
 @bench.command("serve")

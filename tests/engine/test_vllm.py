@@ -171,3 +171,34 @@ def test_a_trace_replays_on_the_server_at_its_recorded_lengths(server: str, tmp_
     [row] = bench_trace(read(tmp_path / "trace.jsonl"), client, "smollm2", server, [2])
     assert row["calls"] == 4 and row["output_tokens"] == row["recorded_tokens"] == 38
     assert row["prefix_hit_rate"] is not None and row["prefix_hit_rate"] > 0.3 and row["preemptions"] == 0
+
+
+def test_vllms_own_scheduler_decides_how_many_sessions_fit_a_kv_budget(model_dir: Path) -> None:
+    """The capacity bench: recorded sessions at once on vLLM's scheduler (in process, no model). Sessions of long
+    prompts wait for KV (one fits at a time) or are preempted in a budget where as many sessions of short prompts
+    fit; outputs keep their recorded lengths; a session's second call finds its first call's prompt in the prefix
+    cache when it has the cache to itself, and computes it again when the others' prompts evicted it."""
+    from flowstate.bench.capacity import Budget, Simulation, bench_capacity, sustained, tokenizer
+    from flowstate.eval.trace import TracedCall
+
+    def session(name: str, words: int) -> list[TracedCall]:
+        text = " ".join(f"{name}{i}" for i in range(words))
+        first = (Message("system", "You book hotels."), Message("user", text))
+        second = (*first, Message("assistant", "ok"), Message("user", "and then?"))
+        return [TracedCall(0, first, 40), TracedCall(1, second, 24)]
+
+    traces = {"long": {f"l{i}": session(f"l{i}x", 200) for i in range(4)},
+              "short": {f"s{i}": session(f"s{i}x", 40) for i in range(4)}}
+    tokenize = tokenizer(model_dir)
+    assert len(tokenize(traces["long"]["l0"][0])) > 4 * len(tokenize(traces["short"]["s0"][0]))
+    simulation = Simulation(model_dir, Budget(kv_tokens=2048, max_num_batched_tokens=512))
+    rows = bench_capacity(traces, tokenize, simulation, [1, 4, 8])
+    assert [(r["strategy"], r["sessions"]) for r in rows] == [("long", 1), ("long", 4), ("short", 1), ("short", 4)]
+    assert all(r["output_tokens"] == 64 * r["sessions"] and r["calls"] == 2 * r["sessions"] for r in rows)
+    one, four = rows[0], rows[1]
+    assert one["preemptions"] == one["kv_wait_steps"] == 0 and one["prefix_hit_rate"] > 0.4
+    assert four["kv_wait_steps"] + four["preemptions"] > 0 and rows[3]["kv_wait_steps"] == rows[3]["preemptions"] == 0
+    assert four["computed_tokens"] > 4 * one["computed_tokens"]  # what was evicted or preempted is computed again
+    assert sustained(rows) == {"long": 1, "short": 4}
+    with pytest.raises(ValueError, match="raise --kv-tokens"):
+        Simulation(model_dir, Budget(kv_tokens=256)).run([[(tokenize(traces["long"]["l0"][0]), 40)]])

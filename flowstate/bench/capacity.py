@@ -1,0 +1,192 @@
+"""``flowstate bench capacity FILE --kv-tokens T``: how many of a method's sessions fit in a fixed KV cache,
+decided by vLLM's own scheduler.
+
+An evaluation's recorded model calls (``flowstate eval --trace``) are fed, N sessions at once, to vLLM's v1
+``Scheduler`` and its KV-cache manager running in this process: block allocation, prefix caching (the block hashes
+of the prompts' real token ids), chunked prefill, admission and preemption are vLLM's code. Only the forward pass
+is left out: each scheduled step "samples" one placeholder token per request whose prompt is in, and every output
+is forced to its recorded length, as ``flowstate bench trace`` forces it on a server. A session's next call is
+submitted the step after its previous one ends (clients that answer at once, the busiest case). No model runs, so
+contexts far beyond a CPU's reach, and a GPU's KV budget, are measured in seconds.
+
+What this leaves out, said where the figures are reported: time (a step is one forward pass, whatever it holds),
+the fixed per-session state of hybrid models' linear-attention layers, and the prefix hits a model's own decoded
+tokens would give the next prompt (placeholder tokens never match; ``bench trace`` on a server has the same gap).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flowstate.bench.table import table
+from flowstate.eval.trace import TracedCall
+
+Tokenize = Callable[[TracedCall], list[int]]
+PLACEHOLDER = 7
+"""The token every simulated step 'samples' (its value does not matter: outputs end at their recorded length)."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    kv_tokens: int
+    block_size: int = 16
+    max_num_batched_tokens: int = 8192  # vLLM's chunked-prefill token budget per step (its GPU serving default)
+    max_num_seqs: int = 256
+
+    @property
+    def blocks(self) -> int:
+        return self.kv_tokens // self.block_size
+
+
+def tokenizer(model_dir: str | Path) -> Tokenize:
+    """A call's prompt as the server would tokenize it: the model's chat template with the generation prompt."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+
+    def ids(call: TracedCall) -> list[int]:
+        text = tok.apply_chat_template([{"role": m.role, "content": m.content} for m in call.messages],
+                                       add_generation_prompt=True, tokenize=False)
+        return list(tok.encode(str(text), add_special_tokens=False))
+
+    return ids
+
+
+class Simulation:
+    """vLLM's scheduler over one KV budget; ``run`` replays sessions on a fresh one."""
+
+    def __init__(self, model_dir: str | Path, budget: Budget) -> None:
+        # The config is read for its shape only; no weights load and nothing runs at any position, so a context
+        # longer than the model's trained window is allowed (the replay forces every output's length).
+        os.environ.setdefault("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
+        from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+        self.budget = budget
+        max_len = budget.blocks * budget.block_size
+        self.config = VllmConfig(
+            scheduler_config=SchedulerConfig(max_num_seqs=budget.max_num_seqs, max_model_len=max_len,
+                                             max_num_batched_tokens=budget.max_num_batched_tokens,
+                                             enable_chunked_prefill=True, is_encoder_decoder=False),
+            model_config=ModelConfig(model=str(model_dir), max_model_len=max_len, skip_tokenizer_init=True),
+            cache_config=CacheConfig(block_size=budget.block_size, enable_prefix_caching=True))
+        self.config.cache_config.num_gpu_blocks = budget.blocks
+        hash_fn = get_hash_fn_by_name("sha256")
+        init_none_hash(hash_fn)
+        self.hasher = get_request_block_hasher(budget.block_size, hash_fn)
+
+    def scheduler(self) -> Any:
+        import torch
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+        from vllm.v1.structured_output import StructuredOutputManager
+
+        # One full-attention group: what the manager counts is blocks; the bytes behind a block are the budget's
+        spec = FullAttentionSpec(block_size=self.budget.block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
+        kv = KVCacheConfig(num_blocks=self.budget.blocks, kv_cache_tensors=[],
+                           kv_cache_groups=[KVCacheGroupSpec(["attention"], spec)])
+        return Scheduler(vllm_config=self.config, kv_cache_config=kv, block_size=self.budget.block_size,
+                         structured_output_manager=StructuredOutputManager(self.config), log_stats=True)
+
+    def run(self, sessions: Sequence[Sequence[tuple[list[int], int]]]) -> dict[str, Any]:
+        """Sessions (each its calls' prompt ids and output lengths, in order) all at once; what the scheduler did."""
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.outputs import ModelRunnerOutput
+        from vllm.v1.request import Request
+
+        sched = self.scheduler()
+        longest = max((len(ids) + n for calls in sessions for ids, n in calls), default=0)
+        if longest > self.budget.blocks * self.budget.block_size:
+            raise ValueError(f"a call needs {longest} tokens of KV cache; the budget holds "
+                             f"{self.budget.blocks * self.budget.block_size} (raise --kv-tokens)")
+        queues = [list(calls) for calls in sessions]
+        live: dict[str, tuple[int, Any]] = {}
+        made = 0
+
+        def submit(session: int) -> None:
+            nonlocal made
+            ids, n = queues[session].pop(0)
+            n = max(n, 1)
+            req = Request(request_id=f"{session}-{made}", prompt_token_ids=ids, pooling_params=None,
+                          sampling_params=SamplingParams(max_tokens=n, min_tokens=n, ignore_eos=True),
+                          block_hasher=self.hasher)
+            made += 1
+            live[req.request_id] = (session, req)
+            sched.add_request(req)
+
+        for i, queue in enumerate(queues):
+            if queue:
+                submit(i)
+        steps = computed = output = preemptions = hits = queries = peak_waiting = kv_waits = 0
+        peak_usage = 0.0
+        while live:
+            plan = sched.schedule()
+            steps += 1
+            peak_usage = max(peak_usage, sched.kv_cache_manager.usage)
+            peak_waiting = max(peak_waiting, len(sched.waiting))
+            ids_ = list(plan.num_scheduled_tokens)
+            scheduled = sum(plan.num_scheduled_tokens.values())
+            computed += scheduled
+            # a request left waiting though the step had tokens and seats to spare waited for KV blocks
+            if sched.waiting and scheduled < self.budget.max_num_batched_tokens \
+                    and len(sched.running) < self.budget.max_num_seqs:
+                kv_waits += 1
+            sampled = [[PLACEHOLDER] if live[r][1].num_computed_tokens >= live[r][1].num_tokens else [] for r in ids_]
+            result = sched.update_from_output(plan, ModelRunnerOutput(
+                req_ids=ids_, req_id_to_index={r: j for j, r in enumerate(ids_)}, sampled_token_ids=sampled))
+            for out in result.values():
+                stats = out.scheduler_stats.prefix_cache_stats if out.scheduler_stats else None
+                if stats is not None:
+                    hits, queries = hits + stats.hits, queries + stats.queries
+            for rid, (session, req) in list(live.items()):
+                if req.is_finished():
+                    del live[rid]
+                    preemptions += req.num_preemptions
+                    output += req.num_output_tokens
+                    if queues[session]:
+                        submit(session)
+        return {"sessions": len(sessions), "calls": made, "steps": steps, "computed_tokens": computed,
+                "output_tokens": output, "peak_kv_usage": round(peak_usage, 3), "peak_waiting": peak_waiting,
+                "kv_wait_steps": kv_waits, "prefix_hit_rate": round(hits / queries, 3) if queries else None, "preemptions": preemptions}
+
+
+def bench_capacity(traces: dict[str, dict[str, list[TracedCall]]], tokenize: Tokenize, simulation: Simulation,
+                   concurrency: Sequence[int], progress: Callable[[str], None] = lambda _: None) -> list[dict[str, Any]]:
+    """Each method's first N sessions at once, for each N (no more than the trace holds), on a fresh scheduler."""
+    rows = []
+    for strategy, sessions in traces.items():
+        calls = [[(tokenize(c), c.completion_tokens) for c in s] for s in sessions.values()]
+        for n in concurrency:
+            if n > len(calls):
+                progress(f"{strategy}: the trace holds {len(calls)} sessions, not {n}")
+                continue
+            progress(f"{strategy}: {n} sessions at once")
+            rows.append({"strategy": strategy, **simulation.run(calls[:n])})
+    return rows
+
+
+def sustained(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Per method, the largest N measured below which (N included) no request was preempted or waited for KV."""
+    out: dict[str, int] = {}
+    for strategy in dict.fromkeys(r["strategy"] for r in rows):
+        best = 0
+        for r in sorted((r for r in rows if r["strategy"] == strategy), key=lambda r: r["sessions"]):
+            if r["preemptions"] or r["kv_wait_steps"]:
+                break
+            best = r["sessions"]
+        out[strategy] = best
+    return out
+
+
+HEAD = ["strategy", "sessions", "calls", "steps", "computed_tokens", "output_tokens", "peak_kv_usage", "peak_waiting",
+        "kv_wait_steps", "prefix_hit_rate", "preemptions"]
+
+
+def render_table(rows: list[dict[str, Any]]) -> str:
+    most = ", ".join(f"{s} {n}" for s, n in sustained(rows).items())
+    return table(HEAD, rows) + f"\n\nMost sessions at once, none preempted or kept waiting for KV: {most}"
