@@ -27,8 +27,9 @@ from flowstate.nodes import OBSERVATION_PREFIX, PAGE_PREFIX
 from flowstate.protocol import ModelOutput, render_output
 
 BOUNDED: dict[str, str] = {
-    "bm25": "its reference policy sees only the chunks BM25 retrieves; where the chunk holding a needed fact "
-            "shares too few words with the request, the fact is not in view and the policy guesses",
+    "bm25": "a request sees only the 3 earlier requests BM25 scores highest for its query; a subtask that needs "
+            "more of them (chain's running total past depth 4) or whose source shares too few words with the query "
+            "misses them",
     "mem0-style": "a request sees only the 5 live memories most similar to its query; a subtask that needs more "
                   "earlier facts than that (chain's running total past depth 6) or whose memory shares too few "
                   "words with the query misses them",

@@ -1,11 +1,13 @@
 """Retrieval baselines on the strategy seam: BM25 over earlier requests, and Mem0-style extracted memories.
 
-- ``bm25`` (the paper's BM25 baseline, after MemoryArena's RAG memory): the interaction history of earlier
-  requests (full context's transcript: queries, tool calls with results, responses) is cut into chunks of
-  at most ``CHUNK_CHARS`` characters at item boundaries (an item longer than that is a chunk of its own);
-  before each step the ``TOP_K`` chunks most similar to the current request and its tool results so far
-  are shown in ``<retrieved_memory>``, in history order. Ranking is BM25 from ``bm25s``. No state, the
-  two-block protocol of full context.
+- ``bm25`` (the paper's BM25 baseline, as MemoryArena's ``RAGMemorySystem(max_tokens=2048, top_k=3)`` runs
+  it): each earlier request is one memory entry — its history as full context's transcript holds it (the
+  query, every tool call with its result, the response) —, split into pieces only past ``ENTRY_TOKENS``
+  tokens; at the start of a request the ``BM25_TOP_K`` entries that BM25Okapi (``rank_bm25``, on lower-cased
+  ``[a-z0-9]+`` words, as there) scores highest for the request's query are shown in ``<retrieved_memory>``,
+  best first, whatever their score. MemoryArena counts the 2,048 tokens with tiktoken's gpt-4o-mini encoding
+  (a download this package cannot assume); here a token is ``CHARS_PER_TOKEN`` characters, that encoding's
+  average on English and JSON. No state, the two-block protocol of full context.
 - ``mem0-style`` (Mem0's two phases, reduced to their core): when a request ends, one model call extracts
   the facts worth remembering; then the update phase compares them with the ``SIMILAR`` stored memories most
   similar to each (BM25 here, where Mem0 embeds) in one more call that decides, per fact, ADD / UPDATE /
@@ -18,6 +20,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,23 +33,25 @@ from flowstate.limits import STANDARD, Limits
 from flowstate.memory import calls as memory_calls
 from flowstate.memory.base import Finish, MemoryContext, Start, StepInput, Strategy, interaction, transcript
 from flowstate.nodes import Node, StateType, canonical_json
-from flowstate.serializer import layout, render_observation, system_prompt
-from flowstate.store.repository import Repository
+from flowstate.serializer import layout, system_prompt
+from flowstate.store.repository import Repository, RequestRow
 from flowstate.tags import EXTRACT, UPDATE
 
 FACT = "mem0.fact"  # the mark of an extracted fact's node
 DELETED = "mem0.deleted"  # the mark of a node that deletes a memory
 SIMILAR = 10  # stored memories compared with each new fact (Mem0's s = 10)
-TOP_K = 5  # as MemoryArena's baselines (and MAGE's comparison) fix it
-CHUNK_CHARS = 1_000  # ≈ 250 tokens; our choice (MemoryArena's released chunker was not at hand), see the README
+TOP_K = 5  # memories shown by mem0-style (MAGE's comparison fixes 5)
+BM25_TOP_K = 3  # MemoryArena's RAGMemorySystem(top_k=3)
+ENTRY_TOKENS = 2_048  # MemoryArena's RAGMemorySystem(max_tokens=2048): an entry longer than this is split
+CHARS_PER_TOKEN = 4
 TWO_BLOCKS = ("tool_calls", "assistant_message")
 
 BM25_RULES = f"""\
 ## memory
-Earlier requests of this session are not shown whole: their history (queries, tool calls with results, \
-responses) is cut into chunks, and the {TOP_K} chunks most similar to this request and its tool results so \
-far are in <retrieved_memory>. This request's earlier tool results are in <trajectory>, the newest in \
-<latest_observation>."""
+Earlier requests of this session are not shown whole: each one's history (its query, tool calls with results, \
+response) is a memory entry, and the {BM25_TOP_K} entries most similar to this request are in \
+<retrieved_memory>, the most similar first. This request's earlier tool results are in <trajectory>, the newest \
+in <latest_observation>."""
 
 MEM0_RULES = f"""\
 ## memory
@@ -93,19 +98,6 @@ def rank(documents: Sequence[str], query: str, k: int = TOP_K) -> list[int]:
     return sorted(int(i) for i in found[0])
 
 
-def chunked(history: str, size: int = CHUNK_CHARS) -> tuple[str, ...]:
-    """``history`` (one item per line) cut into chunks of at most ``size`` characters at line boundaries; a line
-    longer than ``size`` is a chunk of its own (a tool result is never cut in the middle)."""
-    out: list[str] = []
-    current = ""
-    for line in history.splitlines(keepends=True):
-        if current and len(current) + len(line) > size:
-            out.append(current)
-            current = ""
-        current += line
-    return (*out, current) if current else tuple(out)
-
-
 def retrieve(chunks: Sequence[str], probe: str, k: int = TOP_K) -> str:
     """The ``k`` chunks most similar to ``probe`` (a request and its trace so far), in history order."""
     return "".join(chunks[i] for i in rank(chunks, probe, k))
@@ -121,6 +113,39 @@ def _index(documents: tuple[str, ...]) -> Any:
     return retriever
 
 
+def words(text: str) -> list[str]:
+    """MemoryArena's BM25 tokens: lower-cased runs of ASCII letters and digits."""
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def entries(requests: Sequence[RequestRow], nodes: Sequence[Node], tokens: int = ENTRY_TOKENS) -> tuple[str, ...]:
+    """One memory entry per earlier request (its transcript), an entry past ``tokens`` cut into pieces of that
+    many (as MemoryArena's ``_split_chunk`` cuts, wherever the boundary falls)."""
+    size = tokens * CHARS_PER_TOKEN
+    out: list[str] = []
+    for r in requests:
+        text = transcript([r], nodes)
+        out += [text[i:i + size] for i in range(0, len(text), size)] if len(text) > size else [text]
+    return tuple(e for e in out if e.strip())
+
+
+def okapi(documents: Sequence[str], query: str, k: int = BM25_TOP_K) -> list[int]:
+    """The ``k`` documents BM25Okapi scores highest for ``query``, best first (ties: the older first), whatever
+    their score; none when the query has no words."""
+    terms = words(query)
+    if not documents or not terms:
+        return []
+    scores = _okapi(tuple(documents)).get_scores(terms)
+    return sorted(range(len(documents)), key=lambda i: -float(scores[i]))[:k]
+
+
+@functools.lru_cache(maxsize=32)
+def _okapi(documents: tuple[str, ...]) -> Any:
+    from rank_bm25 import BM25Okapi
+
+    return BM25Okapi([words(d) for d in documents])
+
+
 @dataclass(frozen=True)
 class BM25Memory(Strategy):
     name: str = "bm25"
@@ -132,10 +157,11 @@ class BM25Memory(Strategy):
     def start(self, repo: Repository, session: str) -> Start:
         requests = repo.requests(session)
         k = len(requests) + 1
-        return Start(k, HistoricalIndex(), ActiveState(request=k), None, chunked(transcript(requests, repo.nodes(session))))
+        return Start(k, HistoricalIndex(), ActiveState(request=k), None, entries(requests, repo.nodes(session)))
 
     def prompt(self, step: StepInput) -> list[Message]:
-        chosen = retrieve(step.start.documents, step.query + "\n" + render_observation(step.state.observations))
+        # by the request's query, once per request (MemoryArena's wrap_user_prompt): every step's prompt keeps it
+        chosen = "".join(step.start.documents[i] for i in okapi(step.start.documents, step.query))
         user = layout(step.query, memory=(tags.RETRIEVED_MEMORY, chosen), state=None, trajectory=step.trajectory,
                       feedback=step.feedback, observation=step.observation)
         return [Message("system", step.system), Message("user", user)]

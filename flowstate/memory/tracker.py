@@ -24,7 +24,7 @@ from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
 from flowstate.memory import calls as memory_calls
-from flowstate.memory.base import Finish, MemoryContext, Observed, Start, StepInput, Strategy, transcript
+from flowstate.memory.base import Finish, MemoryContext, Observed, Start, StepInput, Strategy
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.serializer import layout, render_observation, system_prompt
 from flowstate.store.repository import Repository
@@ -124,13 +124,13 @@ def _state(text: str) -> tuple[dict[str, Any] | None, str | None]:
             "constraints": [str(c) for c in value.get("constraints", []) if isinstance(c, str)]}, None
 
 
-RETRIEVAL_RULES = RULES + """ Chunks of the earlier requests' history (queries, tool calls with results, \
-responses) most similar to this request and its tool results so far are in <retrieved_memory>."""
+RETRIEVAL_RULES = RULES + """ The earlier requests' histories (each its query, tool calls with results, \
+response) most similar to this request are in <retrieved_memory>, the most similar first."""
 
 
 @dataclass(frozen=True)
 class TrackerWithRetrieval(StateTracker):
-    """``zipact-bm25``: the tracked state, and BM25's chunks of the interaction history beside it."""
+    """``zipact-bm25``: the tracked state, and the entries ``bm25`` retrieves for the request beside it."""
 
     name: str = "zipact-bm25"
 
@@ -138,16 +138,15 @@ class TrackerWithRetrieval(StateTracker):
         return system_prompt(tools, policy, self.blocks, RETRIEVAL_RULES, limits)
 
     def start(self, repo: Repository, session: str) -> Start:
-        from flowstate.memory.retrieval import chunked
+        from flowstate.memory.retrieval import entries
 
         tracked_start = super().start(repo, session)
-        history = transcript(repo.requests(session), [n for n in repo.nodes(session) if n.is_observation])
-        return replace(tracked_start, documents=chunked(history))
+        return replace(tracked_start, documents=entries(repo.requests(session), repo.nodes(session)))
 
     def prompt(self, step: StepInput) -> list[Message]:
-        from flowstate.memory.retrieval import retrieve
+        from flowstate.memory.retrieval import okapi
 
-        chosen = retrieve(step.start.documents, step.query + "\n" + render_observation(step.state.observations))
+        chosen = "".join(step.start.documents[i] for i in okapi(step.start.documents, step.query))
         user = layout(step.query, memory=(tags.TRACKED_STATE, canonical_json(tracked(step.state)) + "\n"), state=None,
                       feedback=step.feedback, observation=step.observation,
                       retrieved=(tags.RETRIEVED_MEMORY, chosen or "none\n"))

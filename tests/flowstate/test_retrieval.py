@@ -10,7 +10,7 @@ from engine.scripted import ScriptedEngine
 from flowstate import Agent, Repository
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.memory.chat import FULL_CONTEXT
-from flowstate.memory.retrieval import BM25, EXTRACT, MEM0_STYLE, TOP_K, chunked, rank
+from flowstate.memory.retrieval import BM25, EXTRACT, MEM0_STYLE, TOP_K, entries, okapi, rank, words
 
 
 def output(content: str) -> str:
@@ -28,11 +28,27 @@ def test_rank_keeps_the_most_similar_documents_in_their_order() -> None:
     assert rank(docs, "zzz qqq", k=3) == [4, 5, 6]  # nothing in common: the most recent
 
 
-def test_chunks_hold_whole_lines_up_to_the_size() -> None:
-    lines = ["a" * 300 + "\n", "b" * 300 + "\n", "c" * 500 + "\n", "d" * 1500 + "\n", "e\n"]
-    chunks = chunked("".join(lines), size=1000)
-    assert chunks == (lines[0] + lines[1], lines[2], lines[3], lines[4])  # a long line is a chunk of its own
-    assert "".join(chunks) == "".join(lines) and chunked("") == ()
+def test_bm25_ranks_as_memoryarenas_rag_memory() -> None:
+    """BM25Okapi on lower-cased [a-z0-9]+ words, the top 3 best first whatever their score (MemoryArena's
+    RAGMemorySystem); one entry per earlier request, cut only past 2,048 tokens."""
+    from rank_bm25 import BM25Okapi
+
+    assert words("Hotel-ALDER, room #12; café") == ["hotel", "alder", "room", "12", "caf"]
+    docs = ["alder lisbon 120", "birch porto 90", "alder porto 95", "cedar seville 80", "dune ghent 70"]
+    chosen = okapi(docs, "the Alder in Porto")
+    scores = BM25Okapi([words(d) for d in docs]).get_scores(words("the Alder in Porto"))
+    assert chosen == sorted(range(5), key=lambda i: -scores[i])[:3] and chosen[0] == 2  # both words first
+    assert len(okapi(docs, "nothing shared")) == 3 and okapi(docs, "!!!") == [] and okapi([], "alder") == []
+
+    from flowstate.store.repository import RequestRow
+
+    def row(i: int, query: str) -> RequestRow:
+        return RequestRow(index=i, query=query, response="done")
+
+    short, long = row(1, "book alder"), row(2, "x" * 9000)
+    pieces = entries([short, long], [])
+    assert pieces[0].startswith('{"query_id":1') and len(pieces) == 3  # 9,000 characters > 2,048 × 4: two pieces
+    assert [len(p) for p in pieces[1:]] == [8192, len(pieces[1] + pieces[2]) - 8192]
 
 
 def test_bm25_shows_only_the_retrieved_chunks_fewer_than_full_context(tmp_path: Path) -> None:
