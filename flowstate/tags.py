@@ -28,7 +28,6 @@ NEW_OBSERVATION = "new_observation"  # the newest tool results (the ZipAct track
 RESPONSE = "response"  # the request's final response (the ZipAct tracker at the end)
 NEW_FACTS = "new_facts"  # facts just extracted (mem0-style's update)
 SIMILAR_MEMORIES = "similar_memories"  # the stored memories most similar to them (mem0-style's update)
-TRAJECTORY_TO_JUDGE = "trajectory_to_judge"  # a finished request (reasoningbank's judge and extraction)
 
 # a memory call's system message starts with its marker
 EXTRACT = "<extract_memories>"

@@ -186,7 +186,7 @@ def memory_reply(system: str, user: str, remember: Callable[[str], str | None],
     replies: dict[str, Callable[[], str]] = {
         tags.TRACK: lambda: json.dumps({"goal": tags.read(user, tags.USER_QUERY) or "", "world": {}, "constraints": []}),
         tags.MAINTAIN: lambda: json.dumps({"valid": True, "note": ""}),
-        tags.JUDGE: lambda: json.dumps({"success": True, "reason": ""}),
+        tags.JUDGE: lambda: "success",
         tags.DISTILL: lambda: Policy.distill(user), tags.UPDATE: lambda: Policy.update(user)}
     return next((reply() for marker, reply in replies.items() if system.startswith(marker)), None)
 
@@ -372,19 +372,20 @@ class Policy:
 
     @staticmethod
     def distill(user: str) -> str:
-        """ReasoningBank's distillation: the strategy of the request — which tools, in which order — with no
-        facts of it, as its extraction prompt asks (so a later request that needs those facts has none)."""
-        query, lines = read_interaction(tags.read(user, tags.TRAJECTORY_TO_JUDGE) or "")
+        """ReasoningBank's extraction: the strategy of the request — which tools, in which order — with no
+        facts of it, in the released Markdown format (so a later request that needs those facts has none)."""
+        query, lines = read_interaction(user)
         used = list(dict.fromkeys(str(i["tool"]) for i in lines if "observation_id" in i and "tool" in i))
         steps = ", then ".join(used) if used else "no tool"
-        return json.dumps({"items": [{"title": f"Strategy for: {query[:60]}", "description": "the tools that answered it",
-                                      "content": f"Call {steps}, then answer from the results."}]})
+        title = " ".join(query.split())[:60] or "the request"
+        return (f"# Memory Item 1\n## Title Strategy for: {title}\n## Description The tools that answered it.\n"
+                f"## Content Call {steps}, then answer from the results.")
 
     def __call__(self, messages: Sequence[Message]) -> str:
         if messages[0].content.startswith(tags.UPDATE):
             return self.update(messages[-1].content)
         if messages[0].content.startswith(tags.JUDGE):  # ReasoningBank's judge: a request that answered succeeded
-            return json.dumps({"success": '"response":null' not in messages[-1].content, "reason": ""})
+            return "fail" if '"response":null' in messages[-1].content else "success"
         if messages[0].content.startswith(tags.DISTILL):
             return self.distill(messages[-1].content)
         if messages[0].content.startswith(tags.EXTRACT):

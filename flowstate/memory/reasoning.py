@@ -1,17 +1,23 @@
-"""ReasoningBank (Ouyang et al., 2026) on the strategy seam: ``reasoningbank``.
+"""ReasoningBank (Ouyang et al., 2026) on the strategy seam, as MemoryArena's ``ReasoningBankMemorySystem`` runs it
+(``memory/memory_systems/reasoningbank.py``): ``reasoningbank``.
 
-ReasoningBank distils *strategies*, not facts: when a task ends, an LLM-as-judge labels its trajectory a
-success or a failure (no ground truth), and an extraction call distils at most ``ITEMS`` memory items from
-it — each a title, a one-line description and content (the reasoning or the decision that worked, or the
-lesson of a failure and how to avoid it). Before a new task the ``TOP_K`` items most similar to its query
-are retrieved (ReasoningBank embeds; BM25 here) and shown to the agent (``<strategy_memory>``); memories are
-only added. Tool results and facts are not kept: across requests the agent has the distilled strategies
-and nothing else. So a request that needs an earlier request's *facts* cannot find them here, by design of
-the method — the README says which suites that makes unsolvable for its reference policy.
+ReasoningBank distils *strategies*, not facts. When a request ends, a judge call labels its trajectory (the query,
+the tool calls with their results, the response) ``success`` or ``fail`` (no ground truth); an extraction call,
+under the released ``SUCCESSFUL_SI`` or ``FAILED_SI`` instruction, writes at most ``ITEMS`` memory items in their
+Markdown format (title, description, content), kept as the record of that request. Before a new request the
+``TOP_K`` records whose trajectory is most similar to its query are shown (``<strategy_memory>``), best first.
+MemoryArena ranks by an embedding of the trajectory (its first ``EMBED_CHARS`` characters) against an instructed
+query; BM25Okapi on the same texts stands in here. Records are only added. Tool results and facts are not kept:
+across requests the agent has the distilled strategies and nothing else, so a request that needs an earlier
+request's *facts* cannot find them here, by design of the method.
+
+The judge and extraction prompts are the released ones (MemoryArena's copy of ReasoningBank's), each behind the
+marker line that names the call; the outputs are held to their format by a grammar.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,41 +29,85 @@ from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
 from flowstate.memory import calls as memory_calls
 from flowstate.memory.base import Finish, MemoryContext, Start, StepInput, Strategy, interaction
-from flowstate.memory.retrieval import TWO_BLOCKS, retrieve
+from flowstate.memory.retrieval import TWO_BLOCKS, okapi
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.serializer import layout, system_prompt
 from flowstate.store.repository import Repository
 from flowstate.tags import DISTILL, JUDGE
 
-ITEM = "reasoningbank.item"  # the mark of a memory item's node
-ITEMS = 3  # items distilled per trajectory at most (ReasoningBank's extraction prompt)
-TOP_K = 1  # items retrieved per task (ReasoningBank's default)
+ITEM = "reasoningbank.item"  # the mark of a request's record (its memory items) in the store
+ITEMS = 3  # memory items per trajectory at most (the released extraction prompts)
+TOP_K = 5  # records retrieved per request (MemoryArena's ReasoningBankMemorySystem(topk=5))
+EMBED_CHARS = 4_096  # what of a trajectory MemoryArena embeds (text[:4096]); here, what BM25 ranks
 
 RULES = f"""\
 ## memory
-<strategy_memory> holds the {TOP_K} strategy item(s) distilled from earlier requests of this session most \
-similar to this request: how a similar request was solved, or what went wrong. They hold no facts of those \
-requests. This request's earlier tool results are in <trajectory>, the newest in <latest_observation>."""
+<strategy_memory> holds the records of up to {TOP_K} earlier requests of this session most similar to this \
+request, the most similar first: each whether it succeeded and the memory items distilled from it (how it was \
+solved, or what went wrong). They hold no facts of those requests. This request's earlier tool results are in \
+<trajectory>, the newest in <latest_observation>."""
 
 JUDGE_PROMPT = f"""{JUDGE}
-You judge an agent's trajectory: given the user's request, the agent's tool calls with their results and its \
-final response, did the agent accomplish the request? Reply with JSON only: \
-{{"success": true or false, "reason": "..."}}."""
+You are a helpful assistant that judges whether the agent successfully completed the task."""
+JUDGE_QUESTION = "\n\nDid the agent successfully complete the task? Answer with 'success' or 'fail' only."
 
-DISTILL_PROMPT = f"""{DISTILL}
-You distil reusable strategies from an agent's trajectory, judged a {{outcome}}. Write at most {ITEMS} memory \
-items that would help with similar requests later: for a success, the reasoning and decisions that worked; \
-for a failure, what went wrong and how to avoid it. Each item: a title, a one-sentence description, and \
-content of a few sentences. Generalize: no request-specific identifiers. Reply with JSON only: \
-{{{{"items": [{{{{"title": "...", "description": "...", "content": "..."}}}}]}}}}."""
+_FORMAT = """
+## Output Format
+Your output must strictly follow the Markdown format shown below:
 
-JUDGE_GRAMMAR = ('start: %json {"type": "object", "properties": {"success": {"type": "boolean"}, "reason": {"type": '
-                 '"string", "maxLength": 400}}, "required": ["success", "reason"], "additionalProperties": false}')
-ITEMS_GRAMMAR = ('start: %json {"type": "object", "properties": {"items": {"type": "array", "maxItems": 3, "items": '
-                 '{"type": "object", "properties": {"title": {"type": "string", "maxLength": 120}, "description": '
-                 '{"type": "string", "maxLength": 300}, "content": {"type": "string", "maxLength": 1200}}, "required": '
-                 '["title", "description", "content"], "additionalProperties": false}}}, "required": ["items"], '
-                 '"additionalProperties": false}')
+```
+# Memory Item i
+## Title <the title of the memory item>
+## Description <one sentence summary of the memory item>
+## Content <1-3 sentences describing the insights learned to successfully resolve the issue in the future>
+```"""
+
+SUCCESSFUL_SI = f"""{DISTILL}
+You are a memory expert. You will be given a task query to be completed, the corresponding trajectory that \
+represents **how an agent successfully solved the task**.
+
+## Guidelines
+You need to extract and summarize useful insights in the format of memory items based on the agent's successful \
+trajectory.
+The goal of summarized memory items is to be helpful and generalizable for future similar tasks.
+
+## Important notes
+  - You must first think why the trajectory is successful, and then summarize the insights.
+  - You can extract *at most 3* memory items from the trajectory.
+  - You must not repeat similar or overlapping items.
+  - Do not mention specific websites, queries, or string contents, but rather focus on the generalizable insights.
+{_FORMAT}"""
+
+FAILED_SI = f"""{DISTILL}
+You are a memory expert. You will be given a task query to be completed, the corresponding trajectory that \
+represents **how an agent attempted to resolve the task but failed**.
+
+## Guidelines
+You need to extract and summarize useful insights in the format of memory items based on the agent's failed \
+trajectory.
+The goal of summarized memory items is to be helpful and generalizable for future similar tasks.
+
+## Important notes
+  - You must first reflect and think why the trajectory failed, and then summarize what lessons you have learned \
+or strategies to prevent the failure in the future.
+  - You can extract *at most 3* memory items from the trajectory.
+  - You must not repeat similar or overlapping items.
+  - Do not mention specific websites, queries, or string contents, but rather focus on the generalizable insights.
+{_FORMAT}"""
+
+JUDGE_GRAMMAR = 'start: "success" | "fail"'
+_ITEM = r'"# Memory Item " /[1-3]/ "\n## Title " LINE "\n## Description " LINE "\n## Content " LINE'
+ITEMS_GRAMMAR = (f"start: item | item SEP item | item SEP item SEP item\nitem: {_ITEM}\nSEP: \"\\n\\n\"\n"
+                 "LINE: /[^\\n#]{1,400}/")
+"""The released Markdown format, one to three items (a line of text after each heading)."""
+
+ITEM_SHAPE = re.compile(r"# Memory Item \d+\n## Title [^\n]+\n## Description [^\n]+\n## Content [^\n]+")
+
+
+def items_of(text: str) -> list[str]:
+    """The memory items of an extraction's reply, split as MemoryArena splits them (at blank lines), those of the
+    released format kept (at most ``ITEMS``)."""
+    return [part.strip() for part in text.strip().split("\n\n") if ITEM_SHAPE.fullmatch(part.strip())][:ITEMS]
 
 
 @dataclass(frozen=True)
@@ -70,38 +120,42 @@ class ReasoningBank(Strategy):
 
     def start(self, repo: Repository, session: str) -> Start:
         k = repo.request_count(session) + 1
-        items = tuple(canonical_json({"item_id": n.id, **n.value}) + "\n" for n in repo.nodes(session) if n.mark == ITEM)
-        return Start(k, HistoricalIndex(), ActiveState(request=k), None, items)
+        records = [n for n in repo.nodes(session) if n.mark == ITEM]
+        shown = tuple(canonical_json({"record_id": n.id, "status": n.value.get("status"),
+                                      "memory_items": n.value.get("memory_items", [])}) + "\n" for n in records)
+        # what ranks a record: its trajectory (MemoryArena embeds it), kept beside the record, never shown
+        keys = tuple(str(n.value.get("trajectory", "")) for n in records)
+        return Start(k, HistoricalIndex(), ActiveState(request=k), None, shown, data={"keys": keys})
 
     def prompt(self, step: StepInput) -> list[Message]:
-        chosen = retrieve(step.start.documents, step.query, TOP_K)  # per request, by the query, as ReasoningBank retrieves
+        keys = step.start.data.get("keys", ())  # by the query, once per request, as wrap_user_prompt retrieves
+        chosen = "".join(step.start.documents[i] for i in okapi(keys, step.query, TOP_K))
         user = layout(step.query, memory=(tags.STRATEGY_MEMORY, chosen or "none\n"), state=None,
                       trajectory=step.trajectory, feedback=step.feedback, observation=step.observation)
         return [Message("system", step.system), Message("user", user)]
 
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
-        return []  # only the distilled items cross requests (``finish``)
+        return []  # only the distilled records cross requests (``finish``)
 
     def finish(self, ctx: MemoryContext) -> Finish:
-        """The judge's call, then the distillation's; each item becomes a node ``rb_r{k}_{i}``."""
-        done = tags.block(tags.TRAJECTORY_TO_JUDGE, interaction(ctx.query, ctx.state.observations, ctx.response))[:-1]
-        judged = ctx.call_model(JUDGE_PROMPT, done, JUDGE_GRAMMAR)
-        verdict = memory_calls.json_object(judged.text)
-        success = bool(verdict.get("success")) if verdict is not None else ctx.response is not None
-        calls = [memory_calls.record(judged, "judgement", None if verdict is not None else "no verdict")]
-        distilled = ctx.call_model(DISTILL_PROMPT.format(outcome="success" if success else "failure"), done,
-                                   ITEMS_GRAMMAR)
-        items = (memory_calls.json_object(distilled.text) or {}).get("items")
-        valid = [i for i in items if isinstance(i, dict) and all(isinstance(i.get(f), str) for f in
-                                                                    ("title", "description", "content"))] \
-            if isinstance(items, list) else []
-        calls.append(memory_calls.record(distilled, "items", None if isinstance(items, list) else "no items"))
-        nodes = tuple(Node(id=f"rb_r{ctx.k}_{n}", mark=ITEM, type=StateType.JUDGEMENT, request=ctx.k,
-                           summary=i["title"][: ctx.limits.text],
-                           value={"title": i["title"], "description": i["description"], "content": i["content"],
-                                  "outcome": "success" if success else "failure"})
-                      for n, i in enumerate(valid[:ITEMS], 1))
-        return Finish(nodes, tuple(calls))
+        """The judge's call, then the extraction's under the instruction for its verdict; the record is a node
+        ``rb_r{k}``."""
+        trajectory = interaction(ctx.query, ctx.state.observations, ctx.response)
+        judged = ctx.call_model(JUDGE_PROMPT, f"Task and Trajectory:\n{trajectory}{JUDGE_QUESTION}", JUDGE_GRAMMAR)
+        success = "success" in judged.text.strip().lower()  # as MemoryArena reads the verdict
+        verdict = None if judged.text.strip().lower() in ("success", "fail") else "neither 'success' nor 'fail'"
+        calls = [memory_calls.record(judged, "judgement", verdict)]
+        distilled = ctx.call_model(SUCCESSFUL_SI if success else FAILED_SI,
+                                   f"**Query and Trajectory:**\n{trajectory}", ITEMS_GRAMMAR)
+        items = items_of(distilled.text)
+        calls.append(memory_calls.record(distilled, "items", None if items else "no memory item in the format"))
+        if not items:
+            return Finish((), tuple(calls))
+        record = Node(id=f"rb_r{ctx.k}", mark=ITEM, type=StateType.JUDGEMENT, request=ctx.k,
+                      summary=items[0].split("\n")[1].removeprefix("## Title ")[: ctx.limits.text],
+                      value={"status": "success" if success else "fail", "memory_items": items,
+                             "trajectory": trajectory[:EMBED_CHARS]})
+        return Finish((record,), tuple(calls))
 
 
 REASONINGBANK: Strategy = ReasoningBank()

@@ -39,7 +39,7 @@ from flowstate.tags import EXTRACT, UPDATE
 
 FACT = "mem0.fact"  # the mark of an extracted fact's node
 DELETED = "mem0.deleted"  # the mark of a node that deletes a memory
-SIMILAR = 10  # stored memories compared with each new fact (Mem0's s = 10)
+SIMILAR = 5  # stored memories compared with each new fact (Mem0's released code: search(..., limit=5) per fact)
 TOP_K = 5  # memories shown by mem0-style (MAGE's comparison fixes 5)
 BM25_TOP_K = 3  # MemoryArena's RAGMemorySystem(top_k=3)
 ENTRY_TOKENS = 2_048  # MemoryArena's RAGMemorySystem(max_tokens=2048): an entry longer than this is split

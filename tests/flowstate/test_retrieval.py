@@ -222,28 +222,39 @@ def test_a_methods_nodes_are_known_by_their_mark_not_by_an_id_a_model_could_writ
 
 
 def test_reasoningbank_judges_distils_strategies_and_retrieves_the_closest(tmp_path: Path) -> None:
-    from flowstate.memory.reasoning import DISTILL, JUDGE, REASONINGBANK
+    """As MemoryArena's ReasoningBankMemorySystem: a success/fail judge, the released extraction instruction for
+    the verdict, Markdown memory items, one record per request; the top 5 records by their trajectory, best
+    first; strategies, not the earlier requests' facts."""
+    from flowstate.memory.reasoning import DISTILL, JUDGE, REASONINGBANK, TOP_K
 
     def items(*titles: str) -> str:
-        return json.dumps({"items": [{"title": t, "description": f"{t} described", "content": f"how to {t}"}
-                                     for t in titles]})
+        return "\n\n".join(f"# Memory Item {i}\n## Title {t}\n## Description {t} described.\n## Content How to {t}."
+                            for i, t in enumerate(titles, 1))
 
     engine = ScriptedEngine([
-        output("Booked."), '{"success": true, "reason": "booked"}', items("book a hotel room", "check the price first"),
-        output("Paid."), "not a verdict", items("pay a restaurant bill"),
-        output("ok"), '{"success": false, "reason": "no"}', items("x"),
+        output("Booked."), "success", items("book a room", "check the price first"),
+        output("Paid."), "unsure", items("pay a bill"),
+        output("Done."), "fail", "no items here",
+        output("ok"), "success", items("x"),
     ])
     with Repository.open(tmp_path / "m.db") as repo:
         agent = Agent(engine, repository=repo, session="s", strategy=REASONINGBANK)
         first = agent.run("Book a hotel room in Lisbon for 120.")
         second = agent.run("Pay the restaurant bill.")
+        third = agent.run("Cancel the taxi.")
         agent.run("Book another hotel room, in Porto.")
         nodes = repo.nodes("s")
     assert engine.prompts[1][0].content.startswith(JUDGE) and engine.prompts[2][0].content.startswith(DISTILL)
-    assert "judged a success" in engine.prompts[2][0].content and len(first.memory_calls) == 2
-    # a verdict that does not parse: judged by whether the request answered, and recorded as an error
-    assert second.memory_calls[0].protocol_error is not None and "judged a success" in engine.prompts[5][0].content
-    assert [n.id for n in nodes][:3] == ["rb_r1_1", "rb_r1_2", "rb_r2_1"] and not any(n.is_observation for n in nodes)
-    memory = engine.prompts[6][1].content.split("<strategy_memory>")[1].split("</strategy_memory>")[0]
-    assert memory.count('"item_id"') == 1 and "hotel" in memory  # top-1, the closest to the new query
+    assert engine.prompts[1][1].content.startswith("Task and Trajectory:\n") and \
+        engine.prompts[1][1].content.endswith("Answer with 'success' or 'fail' only.")
+    assert "how an agent successfully solved the task" in engine.prompts[2][0].content and len(first.memory_calls) == 2
+    # a verdict that is neither word counts as a failure (MemoryArena: "success" in the reply), recorded as an error
+    assert second.memory_calls[0].protocol_error is not None and "failed" in engine.prompts[5][0].content
+    assert third.memory_calls[1].protocol_error is not None  # no item in the format: no record
+    assert [n.id for n in nodes][:3] == ["rb_r1", "rb_r2", "rb_r4"] and not any(n.is_observation for n in nodes)
+    assert nodes[0].value["status"] == "success" and nodes[1].value["status"] == "fail"
+    assert len(nodes[0].value["memory_items"]) == 2
+    memory = engine.prompts[9][1].content.split("<strategy_memory>")[1].split("</strategy_memory>")[0]
+    assert TOP_K == 5 and memory.count('"record_id"') == 2  # every record, up to 5: the two there are
+    assert memory.index('"rb_r1"') < memory.index('"rb_r2"')  # the hotel request's record first: the closest
     assert "Lisbon" not in memory and "120" not in memory  # strategies, not the earlier request's facts
