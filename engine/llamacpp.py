@@ -150,6 +150,42 @@ def resolve_gguf(model: str | None) -> tuple[str, bool]:
     return str(path), False
 
 
+class _Output:
+    """One generation's tokens as they come: streamed to ``on_text`` as text, with the grammar's forced tokens
+    appended at once where a matcher is given (fast-forward)."""
+
+    def __init__(self, llm: Any, matcher: Any, budget: int, on_text: OnText | None) -> None:
+        import codecs
+
+        self.llm, self.matcher, self.budget, self.on_text = llm, matcher, budget, on_text
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.tokens: list[int] = []
+        self.forced = 0
+
+    @property
+    def full(self) -> bool:
+        return len(self.tokens) >= self.budget
+
+    def emit(self, tokens: list[int]) -> None:
+        self.tokens.extend(tokens)
+        if self.on_text is not None:
+            piece = self.decoder.decode(self.llm.detokenize(tokens, special=False))
+            if piece:
+                self.on_text(piece)
+
+    def fast_forward(self) -> bool:
+        """Append the tokens the grammar forces now (they are evaluated with the next batch, in one forward pass,
+        instead of one decode step each); whether any were."""
+        ff = list(self.matcher.compute_ff_tokens())[: self.budget - len(self.tokens)] if self.matcher else []
+        if not ff:
+            return False
+        if not self.matcher.consume_tokens(ff):
+            raise EngineError(f"llguidance refused its own forced tokens: {self.matcher.get_error()}")
+        self.forced += len(ff)
+        self.emit(ff)
+        return True
+
+
 class _Logits:
     """A llama-cpp-python logits processor: the repetition penalty as transformers applies it (over every
     token of the context, prompt included, so both CPU engines sample alike), then the grammar's mask."""
@@ -241,8 +277,7 @@ class LlamaCppEngine(Engine):
 
         self._formatter = Jinja2ChatFormatter(template, eos_token=piece(self._eos), bos_token=piece(self.llm.token_bos()))
         self.decoding, self.max_tokens = Decoding(temperature, top_p, seed), max_tokens
-        self.repetition_penalty = repetition_penalty
-        self.fast_forward = fast_forward
+        self.repetition_penalty, self.fast_forward = repetition_penalty, fast_forward
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._lock = threading.Lock()  # one model, one KV cache: calls from many threads take turns
 
@@ -299,74 +334,24 @@ class LlamaCppEngine(Engine):
     def _generate(
         self, prompt: list[int], matcher: Any, max_tokens: int | None, on_text: OnText | None, sampling: Sampling,
     ) -> Generation:
-        import codecs
-
         import llama_cpp
 
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         s = sampling.over(self.decoding)
-        temperature, top_p = s.temperature, s.top_p
         self.llm.set_seed(s.seed if s.seed is not None else 0)
         if self._adaptive:  # as many threads as cores are free now: none waits on a core another process holds
             threads = free_cores(self._cores)
             if threads != self._threads:
                 llama_cpp.llama_set_n_threads(self.llm.ctx, threads, threads)
                 self._threads = threads
-
         budget = completion_budget(max_tokens or self.max_tokens, len(prompt), self.context)
         cached = min(common_prefix(self.llm.input_ids[: self.llm.n_tokens].tolist(), prompt), len(prompt) - 1)
         processors = None
         if matcher is not None or self.repetition_penalty != 1.0:
             processors = llama_cpp.LogitsProcessorList([_Logits(matcher, self._vocab, self.repetition_penalty)])
+        run = _Output(self.llm, matcher if self.fast_forward else None, budget, on_text)
         started = time.perf_counter()
-        first: float | None = None
-        out: list[int] = []
-        forced = 0
-        finish = "length"
-
-        def emit(tokens: list[int]) -> None:
-            out.extend(tokens)
-            if on_text is not None:
-                piece = decoder.decode(self.llm.detokenize(tokens, special=False))
-                if piece:
-                    on_text(piece)
-
-        def fast_forward() -> bool:
-            """Append the tokens the grammar forces now (they are evaluated with the next batch, in one forward
-            pass, instead of one decode step each); whether any were."""
-            nonlocal forced
-            ff = list(matcher.compute_ff_tokens())[: budget - len(out)] if self.fast_forward and matcher else []
-            if not ff:
-                return False
-            if not matcher.consume_tokens(ff):
-                raise EngineError(f"llguidance refused its own forced tokens: {matcher.get_error()}")
-            forced += len(ff)
-            emit(ff)
-            return True
-
         try:
-            fast_forward()  # an output's opening is usually forced (a block's tag)
-            while finish == "length" and len(out) < budget and not (matcher is not None and matcher.is_stopped()):
-                # decode until the grammar forces tokens again; then restart on the longer context, whose prefix
-                # is cached (llama-cpp-python's generate reuses it and evaluates the new tokens in one batch)
-                for token in self.llm.generate(
-                    prompt + out, temp=temperature, top_p=top_p, top_k=0, min_p=0.0,
-                    repeat_penalty=1.0, logits_processor=processors, reset=True,
-                ):
-                    first = first or time.perf_counter()
-                    if llama_cpp.llama_vocab_is_eog(self._vocab_ptr, token):
-                        finish = "stop"
-                        break
-                    if matcher is not None and not matcher.consume_token(int(token)):
-                        raise EngineError(f"llguidance refused sampled token {token}: {matcher.get_error()}")
-                    emit([int(token)])
-                    if matcher is not None and matcher.is_stopped():
-                        finish = "stop"
-                        break
-                    if len(out) >= budget or fast_forward():
-                        break
-            if matcher is not None and matcher.is_stopped():
-                finish = "stop"
+            finish, first = self._decode(prompt, run, matcher, s.temperature, s.top_p, processors)
         except EngineError:
             self.llm.reset()
             raise
@@ -375,7 +360,40 @@ class LlamaCppEngine(Engine):
             raise EngineError(f"llama.cpp generation failed: {type(exc).__name__}: {exc}") from exc
         end = time.perf_counter()
         first = first or end
-        text = self.llm.detokenize(out, special=False).decode("utf-8", errors="replace")
-        usage = Usage(prompt_tokens=len(prompt), cached_tokens=max(cached, 0), completion_tokens=len(out),
-                      ttft_s=first - started, decode_s=end - first, forced_tokens=forced)
+        text = self.llm.detokenize(run.tokens, special=False).decode("utf-8", errors="replace")
+        usage = Usage(prompt_tokens=len(prompt), cached_tokens=max(cached, 0), completion_tokens=len(run.tokens),
+                      ttft_s=first - started, decode_s=end - first, forced_tokens=run.forced)
         return Generation(text=text, usage=usage, finish_reason=finish)
+
+    def _decode(self, prompt: list[int], run: _Output, matcher: Any, temperature: float, top_p: float,
+                processors: Any) -> tuple[str, float | None]:
+        """Sample until the end, the budget or the grammar's stop; the finish reason and the first token's time.
+
+        Between sampled tokens the grammar's forced tokens are appended (``_Output.fast_forward``); then decoding
+        restarts on the longer context, whose prefix is cached (llama-cpp-python's generate reuses it and evaluates
+        the new tokens in one batch)."""
+        import llama_cpp
+
+        first: float | None = None
+        finish = "length"
+        run.fast_forward()  # an output's opening is usually forced (a block's tag)
+        while finish == "length" and not run.full and not (matcher is not None and matcher.is_stopped()):
+            for token in self.llm.generate(
+                prompt + run.tokens, temp=temperature, top_p=top_p, top_k=0, min_p=0.0,
+                repeat_penalty=1.0, logits_processor=processors, reset=True,
+            ):
+                first = first or time.perf_counter()
+                if llama_cpp.llama_vocab_is_eog(self._vocab_ptr, token):
+                    finish = "stop"
+                    break
+                if matcher is not None and not matcher.consume_token(int(token)):
+                    raise EngineError(f"llguidance refused sampled token {token}: {matcher.get_error()}")
+                run.emit([int(token)])
+                if matcher is not None and matcher.is_stopped():
+                    finish = "stop"
+                    break
+                if run.full or run.fast_forward():
+                    break
+        if matcher is not None and matcher.is_stopped():
+            finish = "stop"
+        return finish, first

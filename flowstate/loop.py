@@ -28,7 +28,7 @@ from flowstate.limits import Limits
 from flowstate.memory.base import Finish, MemoryContext, Observed, StepInput, Strategy
 from flowstate.nodes import Node, StateType, canonical_json, observation_id
 from flowstate.parse import parse_output
-from flowstate.protocol import ToolCall
+from flowstate.protocol import ModelOutput, ToolCall
 from flowstate.records import FAILED, RunRecord, StepRecord, ToolCallRecord
 from flowstate.request_options import RequestOptions
 from flowstate.store.repository import Repository, Transcript
@@ -309,6 +309,13 @@ class RequestRun:
         except Exception as exc:  # whatever else a model's text can trigger is the model's fault too, fed back
             log.warning("an output the parser did not expect (%s): fed back as a protocol error", exc, exc_info=True)
             return self._unparsed(t, generation, grammar_ms, ProtocolError("output", f"unreadable output: {exc}"))
+        return self._commit(t, generation, grammar_ms, output, transcript)
+
+    def _commit(self, t: int, generation: Generation, grammar_ms: float, output: ModelOutput,
+                transcript: Transcript | None) -> StepRecord:
+        """A parsed output applied: focus checked, the delta applied, what was accepted disclosed, tool calls
+        pending; the step recorded, and the request persisted when it answered."""
+        p = self.progress
         p.errors = 0
         if t > 1 and generation.usage.prompt_tokens and not generation.usage.cached_tokens:
             _no_prefix_reuse(self.engine)

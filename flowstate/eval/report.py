@@ -148,21 +148,7 @@ def _suite_section(suite: str, pairs: list[dict[str, Any]]) -> list[str]:
     depth = max((len(p["quality"]["Acc_k"]) for p in pairs), default=0)
     acc_rows = [[p["strategy"], *(_f(a) for a in p["quality"]["Acc_k"])] for p in pairs]
     speed_rows = [_speed_row(p) for p in pairs]
-    paid_rows = []
-    for p in pairs:
-        k, bk = {**p["cost"], **p["gpu"]}, {**base["cost"], **base["gpu"]} if base else None
-
-        def ratio(key: str) -> str:
-            return f"{k[key] / bk[key]:.3f}" if bk and bk[key] else "–"
-
-        paid_rows.append([
-            p["strategy"], f"{k['prompt_tokens_per_task']:.0f}", f"{k['cached_prompt_tokens_per_task']:.0f}",
-            f"{k['uncached_prompt_tokens_per_task']:.0f}", f"{k['shared_uncached_per_task']:.0f}",
-            f"{k['decoded_per_task']:.0f}", f"{k['forced_per_task']:.0f}", f"{k['pet_per_task']:.0f}",
-            f"{k['steps_per_subtask']:.2f}", f"{k['disclosure_steps_per_task']:.2f}", ratio("tokens_per_task"),
-            ratio("uncached_prompt_tokens_per_task"), ratio("shared_uncached_per_task"), ratio("decoded_per_task"),
-            ratio("pet_per_task"),
-        ])
+    paid_rows = [_paid_row(p, base) for p in pairs]
     depth_rows = [[p["strategy"], *(f"{d['tokens']:.0f} / {d['calls']:.1f}" for d in p["by_depth"])] for p in pairs]
     out = _tau3_section(pairs, base) if suite in TAU3 else []
     out += [
@@ -186,6 +172,23 @@ def _suite_section(suite: str, pairs: list[dict[str, Any]]) -> list[str]:
         _table(["strategy", "tasks/min", "req/s", "output tok/s", "total tok/s", "TTFT", "TPOT", "E2EL"], speed_rows),
     ]
     return out
+
+
+def _paid_row(p: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
+    """What a GPU pays for one strategy, per task, and its ratios against full context."""
+    k, bk = {**p["cost"], **p["gpu"]}, {**base["cost"], **base["gpu"]} if base else None
+
+    def ratio(key: str) -> str:
+        return f"{k[key] / bk[key]:.3f}" if bk and bk[key] else "–"
+
+    return [
+        p["strategy"], f"{k['prompt_tokens_per_task']:.0f}", f"{k['cached_prompt_tokens_per_task']:.0f}",
+        f"{k['uncached_prompt_tokens_per_task']:.0f}", f"{k['shared_uncached_per_task']:.0f}",
+        f"{k['decoded_per_task']:.0f}", f"{k['forced_per_task']:.0f}", f"{k['pet_per_task']:.0f}",
+        f"{k['steps_per_subtask']:.2f}", f"{k['disclosure_steps_per_task']:.2f}", ratio("tokens_per_task"),
+        ratio("uncached_prompt_tokens_per_task"), ratio("shared_uncached_per_task"), ratio("decoded_per_task"),
+        ratio("pet_per_task"),
+    ]
 
 
 def cost_label(pairs: Sequence[dict[str, Any]]) -> str:
