@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from engine.base import Generation, Message
 from flowstate.active import ActiveState
@@ -20,6 +20,7 @@ from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
 from flowstate.nodes import Node, canonical_json
 from flowstate.records import StepRecord
+from flowstate.serializer import system_prompt
 from flowstate.store.repository import Repository, RequestRow, SessionView
 
 
@@ -114,10 +115,11 @@ class Strategy(ABC):
 
     name: str
     blocks: tuple[str, ...]
+    rules: ClassVar[str] = ""  # the method's section of the system prompt (what its memory shows and how)
 
-    @abstractmethod
     def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
-        ...
+        """The system message: the protocol of ``blocks``, the method's ``rules``, the policy, the tools."""
+        return system_prompt(tools, policy, self.blocks, self.rules, limits)
 
     @abstractmethod
     def start(self, repo: Repository, session: str) -> Start:

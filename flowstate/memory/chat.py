@@ -13,17 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 from engine.base import Message
 from flowstate import tags
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
-from flowstate.limits import STANDARD, Limits
 from flowstate.memory.base import Start, StepInput, Strategy
 from flowstate.nodes import Node, canonical_json
 from flowstate.protocol import ModelOutput, render_output
-from flowstate.serializer import render_observation, system_prompt
+from flowstate.serializer import render_observation
 from flowstate.store.repository import Repository, RequestRow
 
 TWO_BLOCKS = ("tool_calls", "assistant_message")
@@ -77,9 +76,7 @@ def request_messages(query: str, observations: Sequence[Node]) -> list[Message]:
 class ChatHistory(Strategy):
     name: str = "full-context"
     blocks: tuple[str, ...] = TWO_BLOCKS
-
-    def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
-        return system_prompt(tools, policy, self.blocks, RULES, limits)
+    rules: ClassVar[str] = RULES
 
     def start(self, repo: Repository, session: str) -> Start:
         requests, nodes = repo.requests(session), repo.nodes(session)

@@ -30,18 +30,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from engine.base import Generation, Message
 from flowstate import tags
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
-from flowstate.limits import STANDARD, Limits
 from flowstate.memory import calls as memory_calls
 from flowstate.memory.base import Finish, MemoryContext, Start, StepInput, Strategy, ToolOutcome, interaction
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.records import StepRecord
-from flowstate.serializer import layout, system_prompt
+from flowstate.serializer import layout
 from flowstate.store.repository import Repository
 from flowstate.tags import COMPRESS, MAINTAIN
 
@@ -136,9 +135,7 @@ class Mage(Strategy):
     compress: bool = True
     maintain: bool = True
     revise: bool = True
-
-    def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
-        return system_prompt(tools, policy, self.blocks, RULES, limits)
+    rules: ClassVar[str] = RULES
 
     def tools(self) -> list[dict[str, Any]]:
         return [REVISE_TOOL] if self.revise else []

@@ -18,20 +18,18 @@ marker line that names the call; the outputs are held to their format by a gramm
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 from engine.base import Message
 from flowstate import tags
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
-from flowstate.limits import STANDARD, Limits
 from flowstate.memory import calls as memory_calls
 from flowstate.memory.base import Finish, MemoryContext, Start, StepInput, Strategy, interaction
 from flowstate.memory.retrieval import TWO_BLOCKS, okapi
 from flowstate.nodes import Node, StateType, canonical_json
-from flowstate.serializer import layout, system_prompt
+from flowstate.serializer import layout
 from flowstate.store.repository import Repository
 from flowstate.tags import DISTILL, JUDGE
 
@@ -114,9 +112,7 @@ def items_of(text: str) -> list[str]:
 class ReasoningBank(Strategy):
     name: str = "reasoningbank"
     blocks: tuple[str, ...] = TWO_BLOCKS
-
-    def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
-        return system_prompt(tools, policy, self.blocks, RULES, limits)
+    rules: ClassVar[str] = RULES
 
     def start(self, repo: Repository, session: str) -> Start:
         k = repo.request_count(session) + 1

@@ -23,17 +23,17 @@ import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from engine.base import Message
 from flowstate import tags
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
-from flowstate.limits import STANDARD, Limits
+from flowstate.limits import Limits
 from flowstate.memory import calls as memory_calls
 from flowstate.memory.base import Finish, MemoryContext, Start, StepInput, Strategy, interaction, transcript
 from flowstate.nodes import Node, StateType, canonical_json
-from flowstate.serializer import layout, system_prompt
+from flowstate.serializer import layout
 from flowstate.store.repository import Repository, RequestRow
 from flowstate.tags import EXTRACT, UPDATE
 
@@ -150,9 +150,7 @@ def _okapi(documents: tuple[str, ...]) -> Any:
 class BM25Memory(Strategy):
     name: str = "bm25"
     blocks: tuple[str, ...] = TWO_BLOCKS
-
-    def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
-        return system_prompt(tools, policy, self.blocks, BM25_RULES, limits)
+    rules: ClassVar[str] = BM25_RULES
 
     def start(self, repo: Repository, session: str) -> Start:
         requests = repo.requests(session)
@@ -174,9 +172,7 @@ class BM25Memory(Strategy):
 class ExtractedMemory(Strategy):
     name: str = "mem0-style"
     blocks: tuple[str, ...] = TWO_BLOCKS
-
-    def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
-        return system_prompt(tools, policy, self.blocks, MEM0_RULES, limits)
+    rules: ClassVar[str] = MEM0_RULES
 
     def start(self, repo: Repository, session: str) -> Start:
         k = repo.request_count(session) + 1

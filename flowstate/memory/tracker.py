@@ -14,19 +14,17 @@ chunked as ``bm25`` chunks it, shown beside the tracked state.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from engine.base import Message
 from flowstate import tags
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
-from flowstate.limits import STANDARD, Limits
 from flowstate.memory import calls as memory_calls
 from flowstate.memory.base import Finish, MemoryContext, Observed, Start, StepInput, Strategy
 from flowstate.nodes import Node, StateType, canonical_json
-from flowstate.serializer import layout, render_observation, system_prompt
+from flowstate.serializer import layout, render_observation
 from flowstate.store.repository import Repository
 from flowstate.tags import TRACK
 
@@ -70,9 +68,7 @@ def _with(state: ActiveState, value: dict[str, Any]) -> ActiveState:
 class StateTracker(Strategy):
     name: str = "zipact"
     blocks: tuple[str, ...] = ("tool_calls", "assistant_message")
-
-    def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
-        return system_prompt(tools, policy, self.blocks, RULES, limits)
+    rules: ClassVar[str] = RULES
 
     def start(self, repo: Repository, session: str) -> Start:
         k = repo.request_count(session) + 1
@@ -133,9 +129,7 @@ class TrackerWithRetrieval(StateTracker):
     """``zipact-bm25``: the tracked state, and the entries ``bm25`` retrieves for the request beside it."""
 
     name: str = "zipact-bm25"
-
-    def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
-        return system_prompt(tools, policy, self.blocks, RETRIEVAL_RULES, limits)
+    rules: ClassVar[str] = RETRIEVAL_RULES
 
     def start(self, repo: Repository, session: str) -> Start:
         from flowstate.memory.retrieval import entries
