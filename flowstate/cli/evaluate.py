@@ -55,17 +55,12 @@ def _progress(line: str) -> None:
                    "vocabulary (SmolLM2's BPE).")
 @click.option("--trials", default=1, show_default=True, type=click.IntRange(min=1),
               help="τ³ suites: runs of each task (pass^k for k up to it).")
-@click.option("--user-engine", default=None, help="τ³ suites: the user simulator's backend [default: a scripted user].")
-@click.option("--user-model", default=None, help="τ³ suites: the user simulator's model.")
-@click.option("--user-base-url", default=None, help="τ³ suites: the user simulator's server (openai backend).")
-@click.option("--user-api-key", default=None, envvar="FLOWSTATE_USER_API_KEY",
-              help="τ³ suites: the user simulator server's API key [default: $FLOWSTATE_USER_API_KEY].")
-@click.option("--judge-engine", default=None, help="τ³ suites: the backend that checks NL assertions [default: none; "
-                                                     "they are reported as not run].")
-@click.option("--judge-model", default=None, help="τ³ suites: the judge's model.")
-@click.option("--judge-base-url", default=None, help="τ³ suites: the judge's server (openai backend).")
-@click.option("--judge-api-key", default=None, envvar="FLOWSTATE_JUDGE_API_KEY",
-              help="τ³ suites: the judge server's API key [default: $FLOWSTATE_JUDGE_API_KEY].")
+@click.option("--user", "user_spec", default=None, metavar="SPEC",
+              help="τ³ suites: the user simulator, as --models gives an engine (engine=openai,model=M,base-url=URL; "
+                   "the key from $FLOWSTATE_USER_API_KEY) [default: a scripted user].")
+@click.option("--judge", "judge_spec", default=None, metavar="SPEC",
+              help="τ³ suites: the model that checks NL assertions, as --user (its key from "
+                   "$FLOWSTATE_JUDGE_API_KEY) [default: none; they are reported as not run].")
 @click.option("--models", "model_specs", multiple=True, metavar="SPEC",
               help="Several base models in one run (the paper's Table 5), repeatable: engine=NAME,model=M[,base-url=URL,"
                    "preset=P,temperature=T,…]. Each runs the whole comparison into OUT/<model>/; OUT/models.md sets "
@@ -89,9 +84,8 @@ def _progress(line: str) -> None:
 @mcp_options
 def evaluate(
     suites: str, suite_options: tuple[str, ...], strategy_names: str, policies: str | None, tasks: int, depths: str, seed: int, concurrency: int, out: Path,
-    db: str | None, tau2_data: str | None, replay: str | None, count_tokens: str, trials: int, user_engine: str | None, user_model: str | None, user_base_url: str | None,
-    user_api_key: str | None, judge_engine: str | None, judge_model: str | None, judge_base_url: str | None,
-    judge_api_key: str | None, model_specs: tuple[str, ...], kv_model: str, gpu_memory_gib: float,
+    db: str | None, tau2_data: str | None, replay: str | None, count_tokens: str, trials: int, user_spec: str | None,
+    judge_spec: str | None, model_specs: tuple[str, ...], kv_model: str, gpu_memory_gib: float,
     gpu_cost: str, decode_weight: float | None, trace: str | None, max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str, layout: str,
     mcp: tuple[str, ...], mcp_scope: str, mcp_timeout: float, **engine_opts: Any,
 ) -> None:
@@ -106,9 +100,9 @@ def evaluate(
         policy_list, policy = _policies(policies, model_specs)
         specs = [{**engine_opts, **parse_spec(m)} for m in model_specs] or [engine_opts]
         grid = points(numbers(depths, "--depth"), _sizes(suite_options), list(dict.fromkeys(policy_list)) or [None])
-        user, judge = (engines.load(kind, model=m, base_url=url, api_key=key) if kind else None for kind, m, url, key in
-                       ((user_engine, user_model, user_base_url, user_api_key),
-                        (judge_engine, judge_model, judge_base_url, judge_api_key)))
+        roles = {"user": _role(user_spec, "--user", "FLOWSTATE_USER_API_KEY"),
+                 "judge": _role(judge_spec, "--judge", "FLOWSTATE_JUDGE_API_KEY")}
+        user, judge = (engines.load(**spec) if spec else None for spec in roles.values())
 
         def run_one(point: Point, where: Path, opts: dict[str, Any], loaded: list[Any], name: str) -> dict[str, Any]:
             """One comparison (one model, one depth and set of sizes) into its folder; its summary."""
@@ -122,8 +116,8 @@ def evaluate(
                 count_tokens=count_tokens, decoding=decoding(opts), kv_model=kv_model, gpu_memory_gib=gpu_memory_gib,
                 gpu_cost=gpu_cost, decode_weight=decode_weight, trace=trace, mcp=mcp, mcp_scope=mcp_scope,
                 mcp_timeout=mcp_timeout,
-                trials=trials, user=f"{user_engine}:{user_model or 'default'}" if user_engine else "",
-                judge=f"{judge_engine}:{judge_model or 'default'}" if judge_engine else "",
+                trials=trials, user=label(roles["user"]) if roles["user"] else "",
+                judge=label(roles["judge"]) if roles["judge"] else "",
             )
             rows = run_eval(config, loaded, _progress, user=user, judge=judge)
             if sys.stderr.isatty():
@@ -147,6 +141,20 @@ def evaluate(
                 click.echo((model_out / "sweep.md").read_text())
             summaries.append((name, swept[-1][1]))
         _written(out, summaries, bool(model_specs), len(grid) == 1)
+
+
+def _role(spec: str | None, option: str, key_env: str) -> dict[str, Any] | None:
+    """A τ³ role's engine (``--user``, ``--judge``) from its spec, its API key from the environment."""
+    import os
+
+    from flowstate.eval.models import parse_spec
+
+    if not spec:
+        return None
+    opts = parse_spec(spec, option)
+    if "api_key" not in opts and os.environ.get(key_env):
+        opts["api_key"] = os.environ[key_env]
+    return opts
 
 
 def _written(out: Path, summaries: list[tuple[str, dict[str, Any]]], models: bool, one_point: bool) -> None:

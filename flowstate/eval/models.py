@@ -23,20 +23,21 @@ KEYS = {"engine": "name", "model": "model", "base-url": "base_url", "preset": "p
 NUMBERS = {"temperature": float, "top_p": float, "max_tokens": int, "max_model_len": int, "tensor_parallel_size": int}
 
 
-def parse_spec(text: str) -> dict[str, Any]:
-    """``engine=openai,model=Qwen/Qwen3.5-27B,base-url=http://…`` as engine options (engine and model required)."""
+def parse_spec(text: str, option: str = "--models") -> dict[str, Any]:
+    """``engine=openai,model=Qwen/Qwen3.5-27B,base-url=http://…`` as engine options (engine and model required);
+    the one form of an engine given as one value (``--models``, ``--user``, ``--judge``)."""
     out: dict[str, Any] = {}
     for item in (i.strip() for i in text.split(",") if i.strip()):
         key, eq, value = item.partition("=")
         if not eq or key.strip() not in KEYS:
-            raise ValueError(f"--models takes KEY=VALUE pairs ({', '.join(KEYS)}), not {item!r} in {text!r}")
+            raise ValueError(f"{option} takes KEY=VALUE pairs ({', '.join(KEYS)}), not {item!r} in {text!r}")
         name = KEYS[key.strip()]
         try:
             out[name] = NUMBERS[name](value.strip()) if name in NUMBERS else value.strip()
         except ValueError as exc:
-            raise ValueError(f"--models: {key} takes a number, not {value!r}") from exc
+            raise ValueError(f"{option}: {key} takes a number, not {value!r}") from exc
     if "name" not in out or ("model" not in out and out["name"] not in ("scripted",)):
-        raise ValueError(f"--models needs engine= and model= (got {text!r})")
+        raise ValueError(f"{option} needs engine= and model= (got {text!r})")
     return out
 
 

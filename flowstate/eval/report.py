@@ -315,7 +315,7 @@ def _tau3_section(pairs: list[dict[str, Any]], base: dict[str, Any] | None) -> l
     first = next(p["tau3"] for p in pairs if p.get("tau3"))
     skipped = ", ".join(first["checks_skipped"])
     note = (f"User: {first.get('user', 'scripted')}. Checks run: {', '.join(first['checks_run'])}"
-            + (f"; not run on {first['unscored_runs']} of {first['runs']} runs: {skipped} (give --judge-engine for NL "
+            + (f"; not run on {first['unscored_runs']} of {first['runs']} runs: {skipped} (give --judge for NL "
                "assertions). A task whose reward basis holds "
                "a check that did not run is unscored — left out of pass^k, never passed; its DB check alone is "
                "the DB-only figure, which is not a reward" if skipped else "") + ".")

@@ -94,6 +94,8 @@ def test_default_db_comes_from_the_environment(tmp_path: Path) -> None:
     ("eval: unknown strategy", "unknown strategy 'magic'; valid strategies:"),
     ("eval: too deep", "bundle tasks have at most 16 subtasks"),
     ("eval: unknown GPU", "--gpu-cost 'qwen3.5-27b@a100:8': expected MODEL@GPU:BATCH"),
+    ("eval: a judge without a model", "--judge needs engine= and model= (got 'engine=openai')"),
+    ("bench capacity: no KV budget", "give the KV budget once: --kv-tokens N or --kv-gib G"),
 ])
 def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expected: str) -> None:
     db = tmp_path / "m.db"
@@ -129,6 +131,9 @@ def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expect
         "eval: unknown strategy": ["eval", "--policy", "oracle", "--strategy", "flowstate,magic", "--out", tmp_path / "ev"],
         "eval: too deep": ["eval", "--policy", "oracle", "--suite", "bundle", "--depth", "17", "--out", tmp_path / "ev"],
         "eval: unknown GPU": ["eval", "--policy", "oracle", "--gpu-cost", "qwen3.5-27b@a100:8", "--out", tmp_path / "ev"],
+        "eval: a judge without a model": ["eval", "--policy", "oracle", "--suite", "tau3-airline", "--judge",
+                                          "engine=openai", "--out", tmp_path / "ev"],
+        "bench capacity: no KV budget": ["bench", "capacity", tmp_path / "trace.jsonl"],
     }[case]
     if case == "unknown session":
         assert flowstate("run", "q", "--db", tmp_path / "real.db", "--engine", "scripted", "--script", good, "--session", "someone").returncode == 0
