@@ -90,10 +90,10 @@ def evaluate(
     mcp: tuple[str, ...], mcp_scope: str, mcp_timeout: float, **engine_opts: Any,
 ) -> None:
     """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed."""
+    from flowstate.eval.campaign import run_campaign
     from flowstate.eval.models import folder, label, parse_spec
-    from flowstate.eval.report import write_report
-    from flowstate.eval.runner import EvalConfig, run_eval
-    from flowstate.eval.sweep import Point, numbers, points, write_sweep
+    from flowstate.eval.runner import EvalConfig
+    from flowstate.eval.sweep import numbers, points
 
     with errors():
         names, strategy_list = _checked(suites, strategy_names, layout, kv_model, gpu_cost, decode_weight)
@@ -103,43 +103,28 @@ def evaluate(
         roles = {"user": _role(user_spec, "--user", "FLOWSTATE_USER_API_KEY"),
                  "judge": _role(judge_spec, "--judge", "FLOWSTATE_JUDGE_API_KEY")}
         user, judge = (engines.load(**spec) if spec else None for spec in roles.values())
+        base = EvalConfig(
+            suites=names, strategies=strategy_list, tasks=tasks, depth=grid[0].depth, out=out, seed=seed,
+            concurrency=concurrency, tau2_data=tau2_data, db=db, replay=replay, count_tokens=count_tokens,
+            kv_model=kv_model, gpu_memory_gib=gpu_memory_gib, gpu_cost=gpu_cost, decode_weight=decode_weight,
+            trace=trace, mcp=mcp, mcp_scope=mcp_scope, mcp_timeout=mcp_timeout, trials=trials,
+            user=label(roles["user"]) if roles["user"] else "", judge=label(roles["judge"]) if roles["judge"] else "")
 
-        def run_one(point: Point, where: Path, opts: dict[str, Any], loaded: list[Any], name: str) -> dict[str, Any]:
-            """One comparison (one model, one depth and set of sizes) into its folder; its summary."""
-            config = EvalConfig(
-                suites=names, strategies=strategy_list, tasks=tasks, depth=point.depth, out=where, seed=seed,
-                concurrency=concurrency,
-                loop=loop_config(loaded[0] if loaded else None, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
-                                 limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode,
-                                 max_tokens=opts.get("max_tokens")),
-                engine="" if policy else name, policy=point.policy, sizes=point.sizes, tau2_data=tau2_data, db=db, replay=replay,
-                count_tokens=count_tokens, decoding=decoding(opts), kv_model=kv_model, gpu_memory_gib=gpu_memory_gib,
-                gpu_cost=gpu_cost, decode_weight=decode_weight, trace=trace, mcp=mcp, mcp_scope=mcp_scope,
-                mcp_timeout=mcp_timeout,
-                trials=trials, user=label(roles["user"]) if roles["user"] else "",
-                judge=label(roles["judge"]) if roles["judge"] else "",
-            )
-            rows = run_eval(config, loaded, _progress, user=user, judge=judge)
+        def loop(engine: Any, opts: dict[str, Any]) -> Any:
+            return loop_config(engine, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
+                               limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode,
+                               max_tokens=opts.get("max_tokens"))
+
+        def done() -> None:
             if sys.stderr.isatty():
                 click.echo("", err=True)
-            return write_report(rows, config)
 
-        summaries = []
-        for opts in specs:
-            name = label(opts)
-            # several --base-url servers: one routing engine, each task's calls on one server
-            loaded: list[Any] = [engines.load(**opts)] if policy is None else []
-            model_out = out / folder(name) if model_specs else out
-            try:
-                swept = [(point, run_one(point, model_out / point.label if len(grid) > 1 else model_out, opts, loaded,
-                                         name)) for point in grid]
-            finally:
-                for e in loaded:
-                    e.close()  # the next model may need the memory this one holds
-            if len(grid) > 1:
-                write_sweep(model_out, swept)
-                click.echo((model_out / "sweep.md").read_text())
-            summaries.append((name, swept[-1][1]))
+        # several --base-url servers: one routing engine (engines.load), each task's calls on one server
+        summaries = run_campaign(base, grid, specs, compare=bool(model_specs), load=None if policy else lambda opts: engines.load(**opts),
+                                 loop=loop, decoding=decoding, progress=_progress, done=done, user=user, judge=judge)
+        if len(grid) > 1:
+            for name, _ in summaries:
+                click.echo((out / folder(name) if model_specs else out).joinpath("sweep.md").read_text())
         _written(out, summaries, bool(model_specs), len(grid) == 1)
 
 
@@ -159,12 +144,9 @@ def _role(spec: str | None, option: str, key_env: str) -> dict[str, Any] | None:
 
 def _written(out: Path, summaries: list[tuple[str, dict[str, Any]]], models: bool, one_point: bool) -> None:
     """Print what the run wrote: the models' table, or the one report."""
-    from flowstate.eval.models import write_models
     from flowstate.eval.report import FIGURES, plots_available
 
     if models:
-        out.mkdir(parents=True, exist_ok=True)
-        write_models(out, summaries)
         click.echo((out / "models.md").read_text())
     elif one_point:
         click.echo((out / "report.md").read_text())
