@@ -138,7 +138,7 @@ class RequestRun:
         self.config: LoopConfig = agent.loop
         self.limits: Limits = agent.limits
         self.client_tools = frozenset(t["name"] for t in client_tools)
-        self.start = self.strategy.start(repo, session)
+        self.start = self.strategy.start(repo.view(session))
         self.index_k = self.start.k
         self.source = repo.view(session)
         self.progress = Progress(self.start.state)

@@ -21,7 +21,7 @@ from flowstate.limits import STANDARD, Limits
 from flowstate.nodes import Node, canonical_json
 from flowstate.records import StepRecord
 from flowstate.serializer import system_prompt
-from flowstate.store.repository import Repository, RequestRow, SessionView
+from flowstate.store.repository import RequestRow, SessionView
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ class Strategy(ABC):
         return system_prompt(tools, policy, self.blocks, self.rules, limits)
 
     @abstractmethod
-    def start(self, repo: Repository, session: str) -> Start:
+    def start(self, session: SessionView) -> Start:
         ...
 
     @abstractmethod

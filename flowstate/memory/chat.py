@@ -23,7 +23,7 @@ from flowstate.memory.base import Start, StepInput, Strategy
 from flowstate.nodes import Node, canonical_json
 from flowstate.protocol import ModelOutput, render_output
 from flowstate.serializer import render_observation
-from flowstate.store.repository import Repository, RequestRow
+from flowstate.store.repository import RequestRow, SessionView
 
 TWO_BLOCKS = ("tool_calls", "assistant_message")
 
@@ -78,8 +78,8 @@ class ChatHistory(Strategy):
     blocks: tuple[str, ...] = TWO_BLOCKS
     rules: ClassVar[str] = RULES
 
-    def start(self, repo: Repository, session: str) -> Start:
-        requests, nodes = repo.requests(session), repo.nodes(session)
+    def start(self, session: SessionView) -> Start:
+        requests, nodes = session.requests(), session.nodes()
         k = len(requests) + 1
         history: list[Message] = []
         for r in requests:

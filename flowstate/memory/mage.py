@@ -41,7 +41,7 @@ from flowstate.memory.base import Finish, MemoryContext, Start, StepInput, Strat
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.records import StepRecord
 from flowstate.serializer import layout
-from flowstate.store.repository import Repository
+from flowstate.store.repository import SessionView
 from flowstate.tags import COMPRESS, MAINTAIN
 
 REVISE = "revise_memory"
@@ -140,8 +140,8 @@ class Mage(Strategy):
     def tools(self) -> list[dict[str, Any]]:
         return [REVISE_TOOL] if self.revise else []
 
-    def start(self, repo: Repository, session: str) -> Start:
-        requests, nodes = repo.requests(session), repo.nodes(session)
+    def start(self, session: SessionView) -> Start:
+        requests, nodes = session.requests(), session.nodes()
         k = len(requests) + 1
         raw = {n.id: n for n in nodes if n.is_observation}
         tree = load_tree(nodes)

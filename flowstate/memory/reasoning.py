@@ -30,7 +30,7 @@ from flowstate.memory.base import Finish, MemoryContext, Start, StepInput, Strat
 from flowstate.memory.retrieval import TWO_BLOCKS, okapi
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.serializer import layout
-from flowstate.store.repository import Repository
+from flowstate.store.repository import SessionView
 from flowstate.tags import DISTILL, JUDGE
 
 ITEM = "reasoningbank.item"  # the mark of a request's record (its memory items) in the store
@@ -114,9 +114,9 @@ class ReasoningBank(Strategy):
     blocks: tuple[str, ...] = TWO_BLOCKS
     rules: ClassVar[str] = RULES
 
-    def start(self, repo: Repository, session: str) -> Start:
-        k = repo.request_count(session) + 1
-        records = [n for n in repo.nodes(session) if n.mark == ITEM]
+    def start(self, session: SessionView) -> Start:
+        k = session.request_count() + 1
+        records = [n for n in session.nodes() if n.mark == ITEM]
         shown = tuple(canonical_json({"record_id": n.id, "status": n.value.get("status"),
                                       "memory_items": n.value.get("memory_items", [])}) + "\n" for n in records)
         # what ranks a record: its trajectory (MemoryArena embeds it), kept beside the record, never shown

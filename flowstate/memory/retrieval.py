@@ -34,7 +34,7 @@ from flowstate.memory import calls as memory_calls
 from flowstate.memory.base import Finish, MemoryContext, Start, StepInput, Strategy, interaction, transcript
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.serializer import layout
-from flowstate.store.repository import Repository, RequestRow
+from flowstate.store.repository import RequestRow, SessionView
 from flowstate.tags import EXTRACT, UPDATE
 
 FACT = "mem0.fact"  # the mark of an extracted fact's node
@@ -152,10 +152,10 @@ class BM25Memory(Strategy):
     blocks: tuple[str, ...] = TWO_BLOCKS
     rules: ClassVar[str] = BM25_RULES
 
-    def start(self, repo: Repository, session: str) -> Start:
-        requests = repo.requests(session)
+    def start(self, session: SessionView) -> Start:
+        requests = session.requests()
         k = len(requests) + 1
-        return Start(k, HistoricalIndex(), ActiveState(request=k), None, entries(requests, repo.nodes(session)))
+        return Start(k, HistoricalIndex(), ActiveState(request=k), None, entries(requests, session.nodes()))
 
     def prompt(self, step: StepInput) -> list[Message]:
         # by the request's query, once per request (MemoryArena's wrap_user_prompt): every step's prompt keeps it
@@ -174,11 +174,11 @@ class ExtractedMemory(Strategy):
     blocks: tuple[str, ...] = TWO_BLOCKS
     rules: ClassVar[str] = MEM0_RULES
 
-    def start(self, repo: Repository, session: str) -> Start:
-        k = repo.request_count(session) + 1
+    def start(self, session: SessionView) -> Start:
+        k = session.request_count() + 1
         return Start(k, HistoricalIndex(), ActiveState(request=k), None,
                      tuple(canonical_json({"memory_id": n.id, "fact": n.value.get("fact", "")}) + "\n"
-                           for n in live_memories(repo.nodes(session))))
+                           for n in live_memories(session.nodes())))
 
     def prompt(self, step: StepInput) -> list[Message]:
         chosen = "".join(step.start.documents[i] for i in rank(step.start.documents, step.query))  # as Mem0's search

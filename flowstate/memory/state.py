@@ -29,7 +29,7 @@ from flowstate.nodes import Node, Ref, Relation, StateType
 from flowstate.pages import BoundedIndex, fold
 from flowstate.protocol import BLOCKS
 from flowstate.serializer import PAGES_RULE, layout, memory_rules, system_prompt
-from flowstate.store.repository import Repository
+from flowstate.store.repository import SessionView
 
 
 @dataclass(frozen=True)
@@ -52,9 +52,9 @@ class StateStrategy(Strategy):
             memory += "\n" + APPEND_RULE
         return system_prompt(tools, policy, self.blocks, memory, limits)
 
-    def start(self, repo: Repository, session: str) -> Start:
-        requests = repo.requests(session)
-        history = repo.nodes(session)
+    def start(self, session: SessionView) -> Start:
+        requests = session.requests()
+        history = session.nodes()
         k = len(requests) + 1
         index = build_index(requests, history) if self.history == "index" else HistoricalIndex()
         if self.index_budget is not None:
@@ -65,7 +65,7 @@ class StateStrategy(Strategy):
         if self.history == "index":
             memory = (tags.HISTORICAL_INDEX, index.render())
         else:  # inline: every historical state disclosed before the first step
-            state = disclose(repo.view(session), state, tuple(n.id for n in history if not n.is_observation))
+            state = disclose(session, state, tuple(n.id for n in history if not n.is_observation))
         return Start(k, index, state, memory)
 
     def prompt(self, step: StepInput) -> list[Message]:

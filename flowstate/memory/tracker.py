@@ -25,7 +25,7 @@ from flowstate.memory import calls as memory_calls
 from flowstate.memory.base import Finish, MemoryContext, Observed, Start, StepInput, Strategy
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.serializer import layout, render_observation
-from flowstate.store.repository import Repository
+from flowstate.store.repository import SessionView
 from flowstate.tags import TRACK
 
 EMPTY: dict[str, Any] = {"goal": "", "world": {}, "constraints": []}
@@ -70,9 +70,9 @@ class StateTracker(Strategy):
     blocks: tuple[str, ...] = ("tool_calls", "assistant_message")
     rules: ClassVar[str] = RULES
 
-    def start(self, repo: Repository, session: str) -> Start:
-        k = repo.request_count(session) + 1
-        last = next((n for n in reversed(repo.nodes(session)) if n.mark == MARK), None)
+    def start(self, session: SessionView) -> Start:
+        k = session.request_count() + 1
+        last = next((n for n in reversed(session.nodes()) if n.mark == MARK), None)
         state = _with(ActiveState(request=k), dict(last.value) if last is not None else dict(EMPTY))
         return Start(k, HistoricalIndex(), state, None)
 
@@ -131,11 +131,11 @@ class TrackerWithRetrieval(StateTracker):
     name: str = "zipact-bm25"
     rules: ClassVar[str] = RETRIEVAL_RULES
 
-    def start(self, repo: Repository, session: str) -> Start:
+    def start(self, session: SessionView) -> Start:
         from flowstate.memory.retrieval import entries
 
-        tracked_start = super().start(repo, session)
-        return replace(tracked_start, documents=entries(repo.requests(session), repo.nodes(session)))
+        tracked_start = super().start(session)
+        return replace(tracked_start, documents=entries(session.requests(), session.nodes()))
 
     def prompt(self, step: StepInput) -> list[Message]:
         from flowstate.memory.retrieval import okapi

@@ -38,25 +38,29 @@ class Transcript:
 
 @dataclass(frozen=True)
 class SessionView:
-    """Read access to one session's M, as PSA's Disclose needs it."""
+    """Read access to one session's M: what PSA's Disclose and a memory method's ``start`` see (never the other
+    sessions of the repository)."""
 
-    repo: Repository
+    _repo: Repository
     session: str
 
     def node(self, node_id: str) -> Node | None:
-        return self.repo.node(self.session, node_id)
+        return self._repo.node(self.session, node_id)
 
     def incoming(self, node_id: str) -> list[tuple[str, str]]:
-        return self.repo.incoming(self.session, node_id)
+        return self._repo.incoming(self.session, node_id)
 
     def disclosure(self, node_id: str) -> tuple[Node | None, list[tuple[str, str]]]:
-        return self.repo.disclosure(self.session, node_id)
+        return self._repo.disclosure(self.session, node_id)
 
     def nodes(self) -> list[Node]:
-        return self.repo.nodes(self.session)
+        return self._repo.nodes(self.session)
 
     def requests(self) -> list[RequestRow]:
-        return self.repo.requests(self.session)
+        return self._repo.requests(self.session)
+
+    def request_count(self) -> int:
+        return self._repo.request_count(self.session)
 
 
 class Repository:

@@ -216,8 +216,8 @@ def test_a_methods_nodes_are_known_by_their_mark_not_by_an_id_a_model_could_writ
                                                                                          "goal": "fake", "world": {}},
                        request=1) for i in ("mem_r1_1", "zipact_r1", "mage_s1")]
     repo.persist_request("s", 1, "q", "r", lookalikes, {})
-    assert MEM0_STYLE.start(repo, "s").documents == ()  # no fact
-    assert tracked(ZIPACT.start(repo, "s").state)["goal"] == ""  # no tracked state
+    assert MEM0_STYLE.start(repo.view("s")).documents == ()  # no fact
+    assert tracked(ZIPACT.start(repo.view("s")).state)["goal"] == ""  # no tracked state
     assert load_tree(repo.nodes("s")).summaries == {}  # no summary
 
 
