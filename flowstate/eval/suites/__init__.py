@@ -11,6 +11,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from engine.base import Engine
 from flowstate.eval.suites import bundle, chain, hotel, planning, reasoning, shopping, travel
 from flowstate.eval.task import Task
 
@@ -21,8 +22,9 @@ SUITES: dict[str, Callable[..., list[Task]]] = {
 SMALL = ("hotel", "bundle", "travel", "chain")
 REALISTIC = ("shopping", "planning", "reasoning")
 TAU3 = ("tau3-airline", "tau3-retail")  # τ³-bench's domains, read from its data (flowstate.eval.tau3)
-REPLAY = "tau-replay"  # recorded τ-bench conversations replayed (flowstate.eval.replay), from --replay FILE
-ALL = (*SUITES, *TAU3, REPLAY)
+REPLAY = "tau-replay"  # recorded τ-bench conversations replayed (flowstate.eval.replay), from --data FILE
+ARENA = "memoryarena"  # MemoryArena's formal reasoning data (flowstate.eval.memoryarena), from --data FILE
+ALL = (*SUITES, *TAU3, REPLAY, ARENA)
 
 
 def options(suite: str) -> dict[str, int]:
@@ -31,7 +33,7 @@ def options(suite: str) -> dict[str, int]:
         from flowstate.eval.replay import OPTIONS
 
         return dict(OPTIONS)
-    if suite in TAU3:
+    if suite in TAU3 or suite == ARENA:
         return {}
     params = list(inspect.signature(SUITES[suite]).parameters.values())[3:]
     return {p.name: int(p.default) for p in params}
@@ -47,12 +49,14 @@ def check_options(suites: Any, given: Mapping[str, int]) -> None:
 
 
 def generate(suite: str, tasks: int, depth: int, seed: int = 0, sizes: Mapping[str, int] | None = None,
-             data_dir: str | None = None, trials: int = 1, replay: str | None = None) -> list[Task]:
+             data_dir: str | None = None, trials: int = 1, replay: str | None = None,
+             judge: Engine | None = None) -> list[Task]:
     """``tasks`` task instances of ``depth`` subtasks each; the same arguments give the same tasks.
 
     ``sizes`` sets observation sizes; each suite takes the ones it knows (``options``). The τ³ suites
     read their data (``data_dir``: a tau2-bench checkout's data folder) and run each task ``trials`` times;
-    ``tau-replay`` reads its recorded conversations from ``replay``.
+    ``tau-replay`` reads its recorded conversations from ``replay``, ``memoryarena`` its JSON Lines from it too
+    (graded by ``judge`` where one is given).
     """
     if suite not in ALL:
         raise ValueError(f"unknown suite {suite!r}; valid suites: {', '.join(ALL)}")
@@ -63,6 +67,10 @@ def generate(suite: str, tasks: int, depth: int, seed: int = 0, sizes: Mapping[s
         from flowstate.eval.replay import generate as replay_tasks
 
         return replay_tasks(replay, tasks, **taken)
+    if suite == ARENA:
+        from flowstate.eval.memoryarena import read
+
+        return list(read(replay, tasks, judge))
     if suite in TAU3:
         from flowstate.eval.tau3.tasks import generate as tau3_tasks
 
