@@ -18,6 +18,7 @@ databases return for one city.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 from flowstate.eval.suites.pages import words
@@ -48,6 +49,8 @@ def _minutes(hhmm: str) -> int:
 
 class PlanningTask(Task):
     suite = "planning"
+    soft = True  # sPS: the share of a booking's constraints it satisfies (the paper's Travel sPS)
+    micro_ps = True  # PS over all evaluated subtasks (the paper's Travel PS)
 
     def __init__(self, task_id: str, city: str, travellers: list[str], origins: list[str], relative: list[int | None],
                  absolute: list[dict[str, Any]], flights: dict[str, list[dict[str, Any]]],
@@ -215,8 +218,12 @@ class PlanningTask(Task):
         return decision
 
     def correct(self, k: int) -> str:
+        return self.choice(k, self._facts(k - 1))
+
+    def _facts(self, upto: int) -> dict[str, Any]:
+        """What the correct bookings of subtasks 1..upto told (their confirmations' facts)."""
         facts: dict[str, Any] = {}
-        for j in range(1, k):
+        for j in range(1, upto + 1):
             p = self.travellers[j - 1].lower()
             chosen = self.correct(j)
             if self.kind(j) == "flight":
@@ -228,15 +235,39 @@ class PlanningTask(Task):
             else:
                 row = next(r for r in self.restaurants[j] if r["name"] == chosen)
                 facts.update({f"{p}_dinner": chosen, f"{p}_cuisine": row["cuisines"].split(", ")[0]})
-        return self.choice(k, facts)
+        return facts
 
     def _offered(self, tables: dict[int, list[dict[str, Any]]], city: str, day: str) -> list[dict[str, Any]]:
         k = next((k for k in tables if day_of(k) == day), 0)
         return tables[k] if k and city == self.city else []
 
     def check(self, k: int, response: str | None, env: Any) -> Score:
-        ok = env["booked"].get(k) == self.correct(k)
-        return Score(ok, float(ok))
+        booked = env["booked"].get(k)
+        met = self.constraints(k, booked)
+        return Score(booked == self.correct(k), sum(met) / len(met))
+
+    def constraints(self, k: int, booked: str | None) -> list[bool]:
+        """Whether the booking meets each requirement its query states: the day's table (route or city), the
+        requirement on the earlier booking it is relative to (or the query's own), and the cheapest (highest-rated)
+        of the rows meeting the rest."""
+        kind, j, a = self.kind(k), self.relative[k - 1], self.absolute[k - 1]
+        facts = self._facts(j) if j else {}
+        tests: list[Callable[[dict[str, Any]], bool]]
+        if kind == "flight":
+            rows, key = self.flights[self.origins[k - 1]], "flight_number"
+            tests = [lambda r: _minutes(r["arr_time"]) <= _minutes(str(facts[self._keys(j)[0]]))] if j else []
+        elif kind == "stay":
+            rows, key = self.stays[k], "name"
+            room, review = (facts[self._keys(j)[0]], facts[self._keys(j)[1]]) if j else (a["room"], a["review"])
+            tests = [lambda r: r["room_type"] == room, lambda r: r["review_rate"] >= float(review)]
+        else:
+            rows, key = self.restaurants[k], "name"
+            other, cuisine = (facts[self._keys(j)[0]], facts[self._keys(j)[1]]) if j else (None, a["cuisine"])
+            tests = [lambda r: cuisine in r["cuisines"].split(", "), lambda r: r["name"] != other]
+        row = next((r for r in rows if r[key] == booked), None)
+        if row is None:  # nothing booked, or a row of another day or route: no requirement met
+            return [False] * (len(tests) + 2)
+        return [True, *(test(row) for test in tests), booked == self.correct(k)]
 
     def success(self, scores: list[Score]) -> bool:
         return bool(scores) and all(s.correct for s in scores)

@@ -261,3 +261,27 @@ def test_a_shopping_query_names_the_product_its_fit_depends_on() -> None:
             j = task.depends[k - 2]
             assert f"for the {task.correct[j - 1].category} I bought earlier" in task.queries[k - 1]
             assert task.needs(k) == (f"compat{j}",)
+
+
+def test_planning_credits_each_constraint_a_booking_meets_as_the_papers_travel_sps() -> None:
+    """The paper's Travel scoring on planning: sPS credits the constraints each booking satisfies (its day's table,
+    its stated requirement, the cheapest or highest-rated of what meets it); PS over all subtasks (micro)."""
+    from flowstate.eval.suites.planning import PlanningTask
+    from flowstate.eval.task import Score
+
+    [task] = generate("planning", 1, 6, 0)
+    assert isinstance(task, PlanningTask) and task.soft and task.micro_ps
+    k = next(k for k in range(2, 7) if task.kind(k) == "stay" and task.relative[k - 1])
+    best = task.correct(k)
+    assert task.check(k, "ok", {"booked": {k: best}}) == Score(True, 1.0)
+    assert task.check(k, None, {"booked": {}}) == Score(False, 0.0)  # nothing booked
+    met = task.constraints(k, best)
+    room = next(r for r in task.stays[k] if r["name"] == best)["room_type"]
+    # a dearer row of the same room type and a high enough review rate meets all but "the cheapest"
+    dearer = [r["name"] for r in task.stays[k] if r["room_type"] == room and r["name"] != best
+              and task.constraints(k, r["name"])[:-1] == met[:-1]]
+    assert dearer  # seed 0's tables offer one
+    score = task.check(k, "ok", {"booked": {k: dearer[0]}})
+    assert not score.correct and score.credit == (len(met) - 1) / len(met)
+    other = next(r["name"] for r in task.stays[k] if r["room_type"] != room)
+    assert task.check(k, "ok", {"booked": {k: other}}).credit < 1.0
