@@ -64,9 +64,59 @@ def table5(summaries: Sequence[tuple[str, dict[str, Any]]]) -> str:
              "report.", ""]
     lines += [f"- {name}: {settings(summary['config'])}" for name, summary in summaries]
     lines += ["", _table(["model", "strategy", *suites, "mean Δ (SR, tokens)", "Δ of totals (SR, tokens)"], rows), ""]
+    lines += ["PS % per suite (sPS beside it where the suite has one):", "",
+              _table(["model", "strategy", *suites], [[name, strategy, *(_ps(summary, suite, strategy) for suite in suites)]
+                                                   for name, summary in summaries
+                                                   for strategy in summary["config"]["strategies"]]), ""]
     return "\n".join(lines)
 
 
+def _ps(summary: dict[str, Any], suite: str, strategy: str) -> str:
+    q = next((p["quality"] for p in summary["pairs"] if p["suite"] == suite and p["strategy"] == strategy), None)
+    if q is None:
+        return "–"
+    return f"{q['PS']:.1f}" + (f" / {q['sPS']:.1f}" if "sPS" in q else "")
+
+
+def points(summaries: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, list[tuple[str, float, float]]]:
+    """Per strategy, one point per model: (model, tokens per task summed over the suites, SR averaged over them)."""
+    out: dict[str, list[tuple[str, float, float]]] = {}
+    for name, summary in summaries:
+        for strategy in summary["config"]["strategies"]:
+            pairs = [p for p in summary["pairs"] if p["strategy"] == strategy]
+            if pairs:
+                out.setdefault(strategy, []).append((name, sum(p["cost"]["tokens_per_task"] for p in pairs),
+                                                     sum(p["quality"]["SR"] for p in pairs) / len(pairs)))
+    return out
+
+
+def figure(path: Path, summaries: Sequence[tuple[str, dict[str, Any]]]) -> None:
+    """models.png, the paper's Fig. 3 shape: tokens per task against SR, a point per model, a series per strategy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for i, (strategy, pts) in enumerate(points(summaries).items()):
+        ax.plot([p[1] for p in pts], [p[2] for p in pts], marker="osD^v<>"[i % 7], label=strategy, alpha=0.8)
+        for model, x, y in pts:
+            ax.annotate(model, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel("tokens per task (prompt + completion, summed over suites)")
+    ax.set_ylabel("SR (%, mean over suites)")
+    ax.set_ylim(-5, 105)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def write_models(out: Path, summaries: Sequence[tuple[str, dict[str, Any]]]) -> None:
+    """models.md and models.json; models.png with matplotlib (the ``plots`` extra)."""
+    from flowstate.eval.report import plots_available
+
     (out / "models.md").write_text(table5(summaries))
     (out / "models.json").write_text(json.dumps([{"model": n, "summary": s} for n, s in summaries], indent=2) + "\n")
+    if plots_available():
+        figure(out / "models.png", summaries)

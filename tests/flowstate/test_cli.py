@@ -178,8 +178,10 @@ def test_eval_across_models_writes_the_table_5_shape(tmp_path: Path) -> None:
                        "--models", f"engine=scripted,script={second}")
     assert result.returncode == 0, result.stderr
     table = (out / "models.md").read_text()
-    rows = [line for line in table.splitlines() if line.startswith("| scripted:")]
+    sr_table, ps_table = table.split("PS % per suite")
+    rows = [line for line in sr_table.splitlines() if line.startswith("| scripted:")]
     assert len(rows) == 4 and {r.split(" | ")[1] for r in rows} == {"full-context", "bm25"}  # model × strategy
+    assert len([line for line in ps_table.splitlines() if line.startswith("| scripted:")]) == 4
     assert "Δ of totals (SR, tokens)" in table and table.count("- scripted:") == 2 and f"script={second}" in table
     folders = sorted(p.name for p in out.iterdir() if p.is_dir())
     assert len(folders) == 2 and all((out / f / "report.md").exists() for f in folders)  # each model's own report

@@ -45,4 +45,10 @@ def test_each_model_runs_every_point_loaded_once_and_closed_before_the_next(tmp_
         for point in ("depth-1", "depth-2"):
             settings = json.loads((tmp_path / "ev" / model / point / "summary.json").read_text())
             assert (tmp_path / "ev" / model / point / "report.md").is_file() and settings
-    assert "scripted:a" in (tmp_path / "ev" / "models.md").read_text()
+    table = (tmp_path / "ev" / "models.md").read_text()
+    assert "scripted:a" in table and "PS % per suite" in table and (tmp_path / "ev" / "models.png").stat().st_size
+    from flowstate.eval.models import points as model_points
+
+    [(strategy, per_model)] = model_points(summaries).items()
+    assert strategy == "full-context" and [m for m, _, _ in per_model] == ["scripted:a", "scripted:b"]
+    assert all(tokens > 0 and 0 <= sr <= 100 for _, tokens, sr in per_model)
