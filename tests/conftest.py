@@ -72,3 +72,19 @@ def make_agent(repo: Repository) -> AgentFactory:
         return agent, engine
 
     return factory
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test marked ``gpu`` runs only where torch sees a CUDA device; elsewhere it is skipped, saying so."""
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu:
+        return
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    except ImportError:
+        cuda = False
+    if not cuda:
+        for item in gpu:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (marker gpu)"))
