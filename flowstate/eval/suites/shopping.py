@@ -24,6 +24,7 @@ from flowstate.tools import Tool, ToolSet
 
 CATEGORIES = ["camera", "lens", "flash", "tripod", "gimbal", "microphone", "monitor", "recorder", "battery", "charger",
               "cage", "filter", "light", "cable", "case", "remote"]
+PAGE_FIELDS = ("asin", "title", "price", "rating", "reviews")  # a product page's fields beside its specifications
 BRANDS = ["Arlo", "Benro", "Corvo", "Deltra", "Elio", "Fenwick", "Gala", "Helix", "Ivra", "Jolt"]
 
 
@@ -54,7 +55,6 @@ class ShoppingTask(Task):
         super().__init__(task_id, queries)
         self.shelves, self.correct, self.depends = shelves, correct, depends
         self.products = {p.asin: p for shelf in shelves for p in shelf}
-        self.slot = {p.asin: k for k, p in enumerate(correct, start=1)}
 
     def new_env(self) -> dict[str, Any]:
         return {"day": 1, "open": None, "bought": {}}
@@ -85,27 +85,33 @@ class ShoppingTask(Task):
         return ToolSet([Tool.from_function(search), Tool.from_function(view), Tool.from_function(buy)])
 
     def distill(self, tool: str, result: Any) -> dict[str, Any]:
+        """The facts of a page as read: a search page's every product by the fit code its title shows; a product
+        page's fields (its specifications included) under the category its title names."""
         if not isinstance(result, dict):
             return {}
         if tool == "search":
             return {f"offer_{r['title'].split('fit ')[1].split()[0]}": r["asin"] for r in result.get("results", [])}
-        if tool == "view" and result.get("asin") in self.slot:
-            k = self.slot[result["asin"]]
-            return {f"item{k}": result["asin"], f"compat{k}": result["specifications"]["compatible_with"]}
         if tool == "view":
-            return {"viewed": result.get("asin")}
+            category = next((c for c in CATEGORIES if f" {c} fit " in str(result.get("title", ""))), "product")
+            fields = {k: v for k, v in result.items() if k in PAGE_FIELDS}
+            return {f"{category}_{k}": v for k, v in {**fields, **result.get("specifications", {})}.items()}
         if tool == "buy":
             return {"bought": result.get("asin")}
         return {}
 
     def durable(self, key: str) -> bool:
-        return key.startswith(("item", "compat"))
+        # the product a request opened (it buys and names it) and what a later product must fit; not the rest
+        return key.endswith(("_asin", "_compatible_with"))
 
     def needs(self, k: int) -> tuple[str, ...]:
-        return (f"compat{self.depends[k - 2]}",) if k > 1 else ()
+        return (self._fits(k),) if k > 1 else ()
+
+    def _fits(self, k: int) -> str:
+        """The fact subtask k must fit: what the page of the product its query names lists under compatible_with."""
+        return f"{self.correct[self.depends[k - 2] - 1].category}_compatible_with"
 
     def _offer(self, k: int, facts: Facts, code_: str | None) -> Decision:
-        mine = facts.get(f"item{k}", facts.get("viewed"))  # the product page this request opened
+        mine = facts.get(f"{self.correct[k - 1].category}_asin")  # the product page this request opened
         if mine is not None and facts.get("bought") == mine:
             return Answer(f"Bought {mine}.")
         if mine is not None:
@@ -124,7 +130,7 @@ class ShoppingTask(Task):
     def solve(self, k: int, facts: Facts) -> Decision:
         if k == 1:
             return self._offer(1, facts, self.correct[0].fit)
-        key = f"compat{self.depends[k - 2]}"
+        key = self._fits(k)
         offers = self._offer(k, facts, None)
         if not isinstance(offers, Call) or offers.tool != "view":
             return offers  # searching, and buying from the page opened, need nothing from memory

@@ -260,7 +260,7 @@ def test_a_shopping_query_names_the_product_its_fit_depends_on() -> None:
         for k in range(2, 9):
             j = task.depends[k - 2]
             assert f"for the {task.correct[j - 1].category} I bought earlier" in task.queries[k - 1]
-            assert task.needs(k) == (f"compat{j}",)
+            assert task.needs(k) == (f"{task.correct[j - 1].category}_compatible_with",)
 
 
 def test_planning_credits_each_constraint_a_booking_meets_as_the_papers_travel_sps() -> None:
