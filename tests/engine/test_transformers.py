@@ -54,9 +54,9 @@ def test_every_step_parses_under_the_grammar_and_not_without_it(smol: Transforme
             record = agent.run(query)
             assert record.unfinished is None and record.response
             steps += record.to_dict()["steps"]
-            if len(steps) >= 3:
+            if len(steps) >= 2:  # two steps: both parse, and the second reuses the first's KV prefix
                 break
-    assert len(steps) >= 3
+    assert len(steps) >= 2
     assert [s["protocol_error"] for s in steps] == [None] * len(steps)
     assert all(s["usage"]["completion_tokens"] > 0 for s in steps)
     assert engine.calls[1][2].usage.cached_tokens > 0  # KV prefix reuse across steps

@@ -468,9 +468,9 @@ def test_the_gold_policy_answers_memory_calls_without_losing_a_gold_action(tmp_p
     """The methods with model calls of their own (trackers, extraction and update, judge and distillation,
     Compress and Maintain): the gold replay must stay whole under each (a memory call once took an action)."""
     strategies = ("zipact", "zipact-bm25", "mem0-style", "reasoningbank", "mage", "mage-no-compress")
-    rows = run_eval(EvalConfig(suites=("tau3-airline",), strategies=strategies, tasks=20, depth=1, out=tmp_path,
+    rows = run_eval(EvalConfig(suites=("tau3-airline",), strategies=strategies, tasks=10, depth=1, out=tmp_path,
                                policy="oracle"), [])
-    assert len(rows) == 20 * len(strategies)
+    assert len(rows) == 10 * len(strategies)
     assert [(r["strategy"], r["task"]) for r in rows if not r["success"]] == []
 
 
