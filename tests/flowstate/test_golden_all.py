@@ -60,6 +60,7 @@ def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.slow  # whole domains / many tasks: seconds, not milliseconds
 def test_every_strategys_prompts_and_oracle_figures_are_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     got = record(tmp_path, monkeypatch)
     for key in got:  # the timings are not part of the figures

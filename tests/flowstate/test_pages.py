@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from engine.scripted import ScriptedEngine
 from flowstate import Agent, Repository
 from flowstate.config import LoopConfig
@@ -99,6 +101,7 @@ def test_a_folded_state_is_reached_through_its_page(tmp_path: Path) -> None:
     assert "folded into pages" in system
 
 
+@pytest.mark.slow  # whole domains / many tasks: seconds, not milliseconds
 def test_the_bounded_index_solves_what_the_flat_one_does_on_deep_sessions(tmp_path: Path) -> None:
     strategies = ("flowstate", "flowstate-paged:1024")
     rows = run_eval(EvalConfig(suites=("reasoning",), strategies=strategies, tasks=2, depth=48, out=tmp_path / "r",

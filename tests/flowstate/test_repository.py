@@ -182,6 +182,7 @@ def test_unknown_session(any_repo: Repository) -> None:
         repo.require_session("nobody")
 
 
+@pytest.mark.slow  # whole domains / many tasks: seconds, not milliseconds
 def test_postgres_open_errors_are_clear(pg_server: Any) -> None:
     with pytest.raises(StorageError, match=r"cannot open database postgresql://flowstate:\*\*\*@127.0.0.1:1/x"):
         Repository.open("postgresql://flowstate:secret@127.0.0.1:1/x?connect_timeout=1")

@@ -162,6 +162,7 @@ def test_clients_that_go_away_or_dawdle_get_no_traceback_and_no_held_slot(server
     assert httpx.get(url.removesuffix("/v1") + "/health").status_code == 200  # and everyone else is served
 
 
+@pytest.mark.slow  # whole domains / many tasks: seconds, not milliseconds
 def test_one_sessions_turns_stay_serialized_under_eviction_pressure(server: Server) -> None:
     script = lines("[e]", [output(content=f"answer {i}") for i in range(6)])
     url = server.start(script, "--max-live-sessions", "2", "--api-key", "sk-a", "--api-key", "sk-b")

