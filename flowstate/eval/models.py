@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from flowstate.eval.report import _table, against_baseline, settings
+from flowstate.eval.report import _table, against_baseline, save_tokens_vs_sr, settings
 
 KEYS = {"engine": "name", "model": "model", "base-url": "base_url", "preset": "preset", "dtype": "dtype",
         "temperature": "temperature", "top-p": "top_p", "max-tokens": "max_tokens", "script": "script",
@@ -102,14 +102,8 @@ def figure(path: Path, summaries: Sequence[tuple[str, dict[str, Any]]]) -> None:
         ax.plot([p[1] for p in pts], [p[2] for p in pts], marker="osD^v<>"[i % 7], label=strategy, alpha=0.8)
         for model, x, y in pts:
             ax.annotate(model, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel("tokens per task (prompt + completion, summed over suites)")
-    ax.set_ylabel("SR (%, mean over suites)")
-    ax.set_ylim(-5, 105)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_tokens_vs_sr(fig, ax, path, "tokens per task (prompt + completion, summed over suites)",
+                      "SR (%, mean over suites)")
 
 
 def write_models(out: Path, summaries: Sequence[tuple[str, dict[str, Any]]]) -> None:

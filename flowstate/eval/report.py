@@ -389,16 +389,23 @@ def figures(summary: dict[str, Any], out: Path) -> list[Path]:
         for p in pts:
             ax.annotate(p["suite"], (p["cost"]["tokens_per_task"], p["quality"]["SR"]), fontsize=7,
                         xytext=(4, 4), textcoords="offset points")
-    ax.set_xlabel("tokens per task (prompt + completion)")
-    ax.set_ylabel("SR (%)")
+    tokens = out / "tokens_vs_success.png"
+    save_tokens_vs_sr(fig, ax, tokens, "tokens per task (prompt + completion)", "SR (%)")
+    return [accuracy, tokens, by_depth]
+
+
+def save_tokens_vs_sr(fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str) -> None:
+    """The tokens-against-SR figure's frame (a suite's report, the models' comparison), written to ``path``."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_ylim(-5, 105)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tokens = out / "tokens_vs_success.png"
-    fig.savefig(tokens, dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
-    return [accuracy, tokens, by_depth]
 
 
 FIGURES = ("accuracy_by_depth.png", "tokens_vs_success.png", "tokens_by_depth.png")
