@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,6 +55,21 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+def _wal(conn: sqlite3.Connection, patience_s: float = 30.0) -> None:
+    """Put the database in WAL mode. Switching a new file's journal mode needs it to itself, and SQLite answers
+    "database is locked" at once (its busy timeout does not wait here) while another process opening the same new
+    file is mid-way: servers starting together retry until the file is theirs or ``patience_s`` has passed."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 class SqliteBackend:
     """One connection, serialized by a lock; WAL, foreign keys, synchronous writes."""
 
@@ -72,7 +88,7 @@ class SqliteBackend:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
             conn.execute("PRAGMA foreign_keys = ON")
             if path != ":memory:":
-                conn.execute("PRAGMA journal_mode = WAL")
+                _wal(conn)
             conn.execute("PRAGMA synchronous = FULL")
             if not create:
                 tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
