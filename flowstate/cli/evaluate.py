@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 import engine as engines
-from flowstate.cli.options import engine_options, errors, layout_option, loop_config, loop_options, mcp_options
+from engine.spec import KEYS
+from flowstate.cli.options import errors, layout_option, loop_config, loop_options, mcp_options
 
 
 def _progress(line: str) -> None:
@@ -31,7 +32,12 @@ def _progress(line: str) -> None:
 @click.option("--strategy", "strategy_names", default="flowstate,full-context", show_default=True,
               help="Strategies, comma-separated: flowstate, full-context, no-psa, no-isu, bm25, mem0-style, zipact, "
                    "zipact-bm25, reasoningbank, mage (and mage-no-compress, mage-no-maintain, mage-no-revise).")
-@engine_options
+@click.option("--engine", "engine_specs", multiple=True, metavar="SPEC",
+              help=f"The model, as one value: a backend ({', '.join(sorted(engines.BACKENDS))}) or "
+                   "NAME:MODEL[@URL][,KEY=VALUE…], e.g. openai:Qwen/Qwen3.5-27B@http://127.0.0.1:8000/v1,preset=paper "
+                   f"(keys: {', '.join(KEYS)}, vllm.ARG, chat-template.VAR; docs/engines.md); the API key from "
+                   "$FLOWSTATE_ENGINE_API_KEY. Repeated: base models compared (the paper's Table 5), each into "
+                   f"OUT/<model>/, and OUT/models.md.  [default: {engines.DEFAULT}, the embedded model]")
 @click.option("--policy", "policies", default=None, metavar="oracle|realistic|memoryless[,…]",
               help="Run a scripted reference policy instead of a model: oracle (the optimistic bound), realistic "
                    "(records every result it used, finds history by the query's words, in steps of their own; "
@@ -58,26 +64,20 @@ def _progress(line: str) -> None:
 @click.option("--trials", default=1, show_default=True, type=click.IntRange(min=1),
               help="τ³ suites: runs of each task (pass^k for k up to it).")
 @click.option("--user", "user_spec", default=None, metavar="SPEC",
-              help="τ³ suites: the user simulator, as --models gives an engine (engine=openai,model=M,base-url=URL; "
-                   "the key from $FLOWSTATE_USER_API_KEY) [default: a scripted user].")
+              help="τ³ suites: the user simulator, an engine as --engine gives one (openai:MODEL@URL; the key from "
+                   "$FLOWSTATE_USER_API_KEY) [default: a scripted user].")
 @click.option("--judge", "judge_spec", default=None, metavar="SPEC",
               help="τ³ suites: the model that checks NL assertions, as --user (its key from "
                    "$FLOWSTATE_JUDGE_API_KEY) [default: none; they are reported as not run].")
-@click.option("--models", "model_specs", multiple=True, metavar="SPEC",
-              help="Several base models in one run (the paper's Table 5), repeatable: engine=NAME,model=M[,base-url=URL,"
-                   "preset=P,temperature=T,…]. Each runs the whole comparison into OUT/<model>/; OUT/models.md sets "
-                   "them side by side. Overrides --engine/--model.")
-@click.option("--kv-model", default="qwen3.5-9b", show_default=True,
+@click.option("--kv-model", default="qwen3.5-9b@80", show_default=True, metavar="MODEL[@GIB]",
               help="The report's KV-cache footprint per session: a shipped configuration (qwen3.5-9b, qwen3.5-27b, "
-                   "qwen3.5-397b-a17b, llama-3.1-8b) or a model's config.json.")
-@click.option("--gpu-memory-gib", default=80.0, show_default=True, type=click.FloatRange(min=1),
-              help="GPU memory the sessions share with the weights, for how many sessions fit.")
-@click.option("--gpu-cost", default="qwen3.5-27b@h200:32", show_default=True, metavar="MODEL@GPU:BATCH",
+                   "qwen3.5-397b-a17b, llama-3.1-8b) or a model's config.json; @GIB: the GPU memory the sessions share "
+                   "with the weights, for how many sessions fit.")
+@click.option("--gpu-cost", default="qwen3.5-27b@h200:32", show_default=True, metavar="MODEL@GPU:BATCH[,w=W]",
               help="The report's prefill-equivalent tokens (PET): a roofline of a shipped model with compute figures "
                    "(qwen3.5-9b, qwen3.5-27b, qwen3.5-35b-a3b, qwen3.5-397b-a17b, llama-3.1-8b) on a GPU (h200, h100) "
-                   "at a batch of decoding sessions.")
-@click.option("--decode-weight", default=None, type=click.FloatRange(min=0, min_open=True),
-              help="PET's weight of a decoded token in prefilled tokens, over the roofline's (e.g. 3).")
+                   "at a batch of decoding sessions; w=W: a decoded token's weight in prefilled tokens instead of the "
+                   "roofline's (e.g. w=3).")
 @click.option("--trace", default=None, type=click.Path(dir_okay=False),
               help="Record every model call (its messages and output length) into this file, to replay on a server "
                    "with `flowstate bench trace`.")
@@ -87,23 +87,27 @@ def _progress(line: str) -> None:
 def evaluate(
     suites: str, suite_options: tuple[str, ...], strategy_names: str, policies: str | None, tasks: int, depths: str, seed: int, concurrency: int, out: Path,
     db: str | None, tau2_data: str | None, replay: str | None, count_tokens: str, trials: int, user_spec: str | None,
-    judge_spec: str | None, model_specs: tuple[str, ...], kv_model: str, gpu_memory_gib: float,
-    gpu_cost: str, decode_weight: float | None, trace: str | None, max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str, layout: str,
-    mcp: tuple[str, ...], mcp_scope: str, mcp_timeout: float, **engine_opts: Any,
+    judge_spec: str | None, engine_specs: tuple[str, ...], kv_model: str, gpu_cost: str,
+    trace: str | None, max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str,
+    layout: str, mcp: tuple[str, ...], mcp_scope: str, mcp_timeout: float,
 ) -> None:
     """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed."""
+    from engine.spec import label
     from flowstate.eval.campaign import run_campaign
-    from flowstate.eval.models import folder, label, parse_spec
+    from flowstate.eval.models import folder
     from flowstate.eval.runner import EvalConfig
     from flowstate.eval.sweep import numbers, points
 
     with errors():
+        kv_model, gpu_memory_gib = _kv_budget(kv_model)
+        gpu_cost, decode_weight = _decode_weight(gpu_cost)
         names, strategy_list = _checked(suites, strategy_names, layout, kv_model, gpu_cost, decode_weight)
-        policy_list, policy = _policies(policies, model_specs)
-        specs = [{**engine_opts, **parse_spec(m)} for m in model_specs] or [engine_opts]
+        compare = len(engine_specs) > 1
+        policy_list, policy = _policies(policies, compare)
+        specs = [_role(spec, "--engine", "FLOWSTATE_ENGINE_API_KEY") for spec in engine_specs or (engines.DEFAULT,)]
         grid = points(numbers(depths, "--depth"), _sizes(suite_options), list(dict.fromkeys(policy_list)) or [None])
-        roles = {"user": _role(user_spec, "--user", "FLOWSTATE_USER_API_KEY"),
-                 "judge": _role(judge_spec, "--judge", "FLOWSTATE_JUDGE_API_KEY")}
+        roles = {"user": _role(user_spec, "--user", "FLOWSTATE_USER_API_KEY", needs_model=True) if user_spec else None,
+                 "judge": _role(judge_spec, "--judge", "FLOWSTATE_JUDGE_API_KEY", needs_model=True) if judge_spec else None}
         user, judge = (engines.load(**spec) if spec else None for spec in roles.values())
         base = EvalConfig(
             suites=names, strategies=strategy_list, tasks=tasks, depth=grid[0].depth, out=out, seed=seed,
@@ -122,26 +126,54 @@ def evaluate(
                 click.echo("", err=True)
 
         # several --base-url servers: one routing engine (engines.load), each task's calls on one server
-        summaries = run_campaign(base, grid, specs, compare=bool(model_specs), load=None if policy else lambda opts: engines.load(**opts),
+        summaries = run_campaign(base, grid, specs, compare=compare, load=None if policy else lambda opts: engines.load(**opts),
                                  loop=loop, decoding=decoding, progress=_progress, done=done, user=user, judge=judge)
         if len(grid) > 1:
             for name, _ in summaries:
-                click.echo((out / folder(name) if model_specs else out).joinpath("sweep.md").read_text())
-        _written(out, summaries, bool(model_specs), len(grid) == 1)
+                click.echo((out / folder(name) if compare else out).joinpath("sweep.md").read_text())
+        _written(out, summaries, compare, len(grid) == 1)
 
 
-def _role(spec: str | None, option: str, key_env: str) -> dict[str, Any] | None:
-    """A τ³ role's engine (``--user``, ``--judge``) from its spec, its API key from the environment."""
+def _role(spec: str, option: str, key_env: str, *, needs_model: bool = False) -> dict[str, Any]:
+    """An engine's options from its spec (``--engine``, ``--user``, ``--judge``), its API key from the environment."""
     import os
 
-    from flowstate.eval.models import parse_spec
+    from engine.spec import SCRIPTED, parse
 
-    if not spec:
-        return None
-    opts = parse_spec(spec, option)
-    if "api_key" not in opts and os.environ.get(key_env):
+    opts = parse(spec, option)
+    if needs_model and not opts.get("model") and opts["name"] != SCRIPTED:
+        raise ValueError(f"{option} needs a model: NAME:MODEL[@URL] (got {spec!r})")
+    if opts["name"] == "openai" and "api_key" not in opts and os.environ.get(key_env):
         opts["api_key"] = os.environ[key_env]
     return opts
+
+
+def _decode_weight(value: str) -> tuple[str, float | None]:
+    """``--gpu-cost MODEL@GPU:BATCH[,w=W]``: the roofline and the decode weight given instead of its own."""
+    spec, comma, weight = value.partition(",")
+    if not comma:
+        return value, None
+    key, eq, number = weight.partition("=")
+    try:
+        if key.strip() != "w" or not eq:
+            raise ValueError
+        return spec, float(number)
+    except ValueError:
+        raise ValueError(f"--gpu-cost takes MODEL@GPU:BATCH[,w=W] with a number W, not {value!r}") from None
+
+
+def _kv_budget(value: str) -> tuple[str, float]:
+    """``--kv-model MODEL[@GIB]``: the model and the GPU memory its sessions share with the weights (80 GiB)."""
+    model, at, gib = value.rpartition("@")
+    if not at:
+        return value, 80.0
+    try:
+        memory = float(gib)
+    except ValueError:
+        return value, 80.0  # an @ inside a path
+    if memory < 1:
+        raise ValueError(f"--kv-model's GPU memory is at least 1 GiB, not {gib!r}")
+    return model, memory
 
 
 def _written(out: Path, summaries: list[tuple[str, dict[str, Any]]], models: bool, one_point: bool) -> None:
@@ -178,15 +210,15 @@ def _checked(suites: str, strategy_names: str, layout: str, kv_model: str, gpu_c
     return names, strategy_list
 
 
-def _policies(policies: str | None, model_specs: tuple[str, ...]) -> tuple[list[str], str | None]:
+def _policies(policies: str | None, compare: bool) -> tuple[list[str], str | None]:
     """The reference policies ``--policy`` names, and the first (none: a model runs)."""
     from flowstate.eval.runner import POLICIES
 
     policy_list = [p.strip() for p in policies.split(",") if p.strip()] if policies else []
     if policies is not None and (not policy_list or any(p not in POLICIES for p in policy_list)):
         raise ValueError(f"--policy takes {', '.join(POLICIES)} or a comma-separated list of them, not {policies!r}")
-    if model_specs and policy_list:
-        raise ValueError("--models compares models; a reference policy (--policy) runs no model")
+    if compare and policy_list:
+        raise ValueError("several --engine compare models; a reference policy (--policy) runs no model")
     return policy_list, policy_list[0] if policy_list else None
 
 

@@ -3,6 +3,7 @@ lives — and the objects they build; each default stated once, in the object th
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -16,6 +17,7 @@ import click
 import engine as engines
 from engine.errors import EngineError
 from engine.presets import PRESETS
+from engine.spec import parse as parse_spec
 from flowstate import limits
 from flowstate.config import LoopConfig
 from flowstate.constrain import GrammarMode
@@ -79,7 +81,8 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The options that choose and configure a model backend (defaults live in each backend)."""
     options = [
         click.option("--engine", "name", default=engines.DEFAULT, show_default=True,
-                     help=f"Model backend: {', '.join(sorted(engines.BACKENDS))}."),
+                     help=f"Model backend: {', '.join(sorted(engines.BACKENDS))}; or the whole engine as one value, "
+                          "NAME:MODEL[@URL][,KEY=VALUE…] as `flowstate eval --engine` takes it (docs/engines.md)."),
         click.option("--model", default=None, help="llamacpp: a .gguf file; transformers: local HF folder or .gguf [both default to the embedded "
                           "SmolLM2-135M-Instruct]; vllm: folder; openai: served model name."),
         click.option("--script", type=click.Path(dir_okay=False), default=None, help="scripted: outputs to replay (JSON Lines, key \"text\")."),
@@ -104,9 +107,18 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="vllm: any vLLM engine argument, repeatable, e.g. tensor_parallel_size=8, "
                           "kv_cache_dtype=fp8, max_num_seqs=256 (VALUE as JSON when it parses, else text)."),
     ]
+    @functools.wraps(fn)
+    def command(**kwargs: Any) -> Any:
+        name = kwargs.get("name") or ""
+        if any(mark in name for mark in ":@="):  # a spec: it fills what the flags leave unset
+            with errors():
+                given = {k: v for k, v in kwargs.items() if v is not None and k != "name"}
+                kwargs = {**kwargs, **parse_spec(name, "--engine"), **given}
+        return fn(**kwargs)
+
     for option in reversed(options):
-        fn = option(fn)
-    return fn
+        command = option(command)
+    return command
 
 
 def loop_options(max_steps: int = LoopConfig.max_steps) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -2,7 +2,7 @@
 set them side by side (``sweep.md`` per model over its points, ``models.md`` over the models).
 
 ``flowstate eval`` builds one ``EvalConfig`` from its options and hands it here with the grid (depths × suite
-options × reference policies, ``flowstate.eval.sweep``) and the models (``--models``, else the one engine). Each
+options × reference policies, ``flowstate.eval.sweep``) and the models (each ``--engine``). Each
 model is loaded once, its loop configuration built once, and closed before the next one loads.
 """
 
@@ -13,8 +13,9 @@ from dataclasses import replace
 from typing import Any
 
 from engine.base import Engine
+from engine.spec import label
 from flowstate.config import LoopConfig
-from flowstate.eval.models import folder, label, write_models
+from flowstate.eval.models import folder, write_models
 from flowstate.eval.report import write_report
 from flowstate.eval.runner import EvalConfig, Progress, run_eval
 from flowstate.eval.sweep import Point, write_sweep
@@ -29,7 +30,7 @@ def run_campaign(base: EvalConfig, grid: Sequence[Point], models: Sequence[dict[
                  judge: Engine | None = None) -> list[tuple[str, Summary]]:
     """Every model (its engine options) over every point of the grid; each model's name and last point's summary.
 
-    ``compare``: the models are compared (``--models``), each in its own folder, and ``models.md`` written;
+    ``compare``: the models are compared (several ``--engine``), each in its own folder, and ``models.md`` written;
     ``load`` makes a model's engine (None: a reference policy runs, no model); ``loop`` its loop configuration;
     ``decoding`` the engine options that are part of a run's identity; ``done`` is called after each run."""
     summaries = []

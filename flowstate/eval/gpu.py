@@ -13,7 +13,7 @@ The roofline: prefilling is compute-bound, ``2·active parameters`` FLOPs a toke
 step at batch B reads the weights once for its B tokens (an MoE's experts: those B tokens' routes touch
 ``1 − (1 − k/E)^B`` of them), plus each session's fixed linear-attention state; attention at decode reads
 ``bytes_per_token`` of KV cache per context token. Peak figures, no efficiency factors: real prefill runs
-below peak FLOPs, which makes ``w`` smaller, so ``--decode-weight`` sets it outright.
+below peak FLOPs, which makes ``w`` smaller, so ``--gpu-cost MODEL@GPU:BATCH,w=W`` sets it outright.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def load(spec: str = DEFAULT, decode_weight: float | None = None) -> GPUCost:
     if not at or not colon or gpu not in GPUS or not batch_text.isdigit() or int(batch_text) < 1:
         raise ValueError(f"--gpu-cost {spec!r}: expected MODEL@GPU:BATCH, e.g. {DEFAULT} (GPUs: {', '.join(GPUS)})")
     if decode_weight is not None and decode_weight <= 0:
-        raise ValueError(f"--decode-weight must be positive, not {decode_weight}")
+        raise ValueError(f"--gpu-cost's decode weight w must be positive, not {decode_weight}")
     model = load_kv(model_name)
     w, kappa = roofline(model, _compute(model_name), gpu, int(batch_text))
     label = f"{model_name} on {gpu.upper()} at batch {batch_text}"

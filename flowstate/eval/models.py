@@ -1,6 +1,6 @@
 """The same comparison across base models (the paper's Table 5 / Fig. 3 shape).
 
-``flowstate eval --models SPEC --models SPEC …`` runs the whole comparison once per model, each into its own
+``flowstate eval --engine SPEC --engine SPEC …`` runs the whole comparison once per model, each into its own
 folder (``OUT/<model>/``, resumable on its own, with its own settings as its identity), then writes
 ``OUT/models.md`` and ``OUT/models.json``: SR and tokens per task for every model × strategy in each suite,
 with, per row, the mean of the per-suite Δs against the same model's full context and the Δ of the summed
@@ -16,33 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from flowstate.eval.report import _table, against_baseline, save_tokens_vs_sr, settings
-
-KEYS = {"engine": "name", "model": "model", "base-url": "base_url", "preset": "preset", "dtype": "dtype",
-        "temperature": "temperature", "top-p": "top_p", "max-tokens": "max_tokens", "script": "script",
-        "api-key": "api_key", "max-model-len": "max_model_len", "tensor-parallel-size": "tensor_parallel_size"}
-NUMBERS = {"temperature": float, "top_p": float, "max_tokens": int, "max_model_len": int, "tensor_parallel_size": int}
-
-
-def parse_spec(text: str, option: str = "--models") -> dict[str, Any]:
-    """``engine=openai,model=Qwen/Qwen3.5-27B,base-url=http://…`` as engine options (engine and model required);
-    the one form of an engine given as one value (``--models``, ``--user``, ``--judge``)."""
-    out: dict[str, Any] = {}
-    for item in (i.strip() for i in text.split(",") if i.strip()):
-        key, eq, value = item.partition("=")
-        if not eq or key.strip() not in KEYS:
-            raise ValueError(f"{option} takes KEY=VALUE pairs ({', '.join(KEYS)}), not {item!r} in {text!r}")
-        name = KEYS[key.strip()]
-        try:
-            out[name] = NUMBERS[name](value.strip()) if name in NUMBERS else value.strip()
-        except ValueError as exc:
-            raise ValueError(f"{option}: {key} takes a number, not {value!r}") from exc
-    if "name" not in out or ("model" not in out and out["name"] not in ("scripted",)):
-        raise ValueError(f"{option} needs engine= and model= (got {text!r})")
-    return out
-
-
-def label(spec: dict[str, Any]) -> str:
-    return f"{spec['name']}:{spec.get('model') or spec.get('script') or 'default'}"
 
 
 def folder(name: str) -> str:

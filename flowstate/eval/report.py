@@ -217,7 +217,7 @@ def _session_section(pairs: list[dict[str, Any]], base: dict[str, Any] | None) -
     return [f"What a session holds on a GPU, for {first['model']} ({first['bytes_per_token']:,} KV bytes per token of "
             f"context) on {first['gpu_gib']:g} GiB beside its weights: context per call, peak context per session "
             "(mean over tasks, and the largest), its ratio to full-context, the KV cache at the mean peak, and how "
-            "many sessions of that peak fit (`--kv-model`, `--gpu-memory-gib`):", "",
+            "many sessions of that peak fit (`--kv-model MODEL@GIB`):", "",
             _table(["strategy", "context/call", "peak context", "largest peak", "peak ×FC", "KV GiB/session",
                     "sessions that fit"], rows), ""]
 

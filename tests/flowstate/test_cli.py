@@ -65,6 +65,17 @@ def test_run_then_inspect(tmp_path: Path) -> None:
     assert "kn_prices (knowledge)" in text and "--derives--> obs_r1_s1_1" in text
 
 
+def test_run_takes_the_engine_as_one_value_and_flags_win(tmp_path: Path) -> None:
+    said = write_script(tmp_path / "a.jsonl", [output(content="from the spec")])
+    flag = write_script(tmp_path / "b.jsonl", [output(content="from the flag")])
+    result = flowstate("run", "hello", "--db", tmp_path / "m.db", "--engine", f"scripted:{said}")
+    assert result.returncode == 0 and "from the spec" in result.stdout, result.stderr
+    result = flowstate("run", "hello", "--db", tmp_path / "m.db", "--engine", f"scripted:{said}", "--script", flag)
+    assert result.returncode == 0 and "from the flag" in result.stdout, result.stderr
+    bad = flowstate("run", "hello", "--db", tmp_path / "m.db", "--engine", "scripted,colour=red")
+    assert bad.returncode == 1 and bad.stderr.startswith("error: --engine takes NAME[:MODEL][@URL]"), bad.stderr
+
+
 def test_default_db_comes_from_the_environment(tmp_path: Path) -> None:
     script = write_script(tmp_path / "s.jsonl", [output(content="hi")])
     result = flowstate("run", "hello", "--engine", "scripted", "--script", script, env={"FLOWSTATE_DB": str(tmp_path / "env.db")})
@@ -94,7 +105,9 @@ def test_default_db_comes_from_the_environment(tmp_path: Path) -> None:
     ("eval: unknown strategy", "unknown strategy 'magic'; valid strategies:"),
     ("eval: too deep", "bundle tasks have at most 16 subtasks"),
     ("eval: unknown GPU", "--gpu-cost 'qwen3.5-27b@a100:8': expected MODEL@GPU:BATCH"),
-    ("eval: a judge without a model", "--judge needs engine= and model= (got 'engine=openai')"),
+    ("eval: a judge without a model", "--judge needs a model: NAME:MODEL[@URL] (got 'openai')"),
+    ("eval: a bad decode weight", "--gpu-cost takes MODEL@GPU:BATCH[,w=W] with a number W"),
+    ("eval: a KV budget under 1 GiB", "--kv-model's GPU memory is at least 1 GiB"),
     ("bench capacity: no KV budget", "give the KV budget once: --kv-tokens N or --kv-gib G"),
 ])
 def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expected: str) -> None:
@@ -132,7 +145,10 @@ def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expect
         "eval: too deep": ["eval", "--policy", "oracle", "--suite", "bundle", "--depth", "17", "--out", tmp_path / "ev"],
         "eval: unknown GPU": ["eval", "--policy", "oracle", "--gpu-cost", "qwen3.5-27b@a100:8", "--out", tmp_path / "ev"],
         "eval: a judge without a model": ["eval", "--policy", "oracle", "--suite", "tau3-airline", "--judge",
-                                          "engine=openai", "--out", tmp_path / "ev"],
+                                          "openai", "--out", tmp_path / "ev"],
+        "eval: a bad decode weight": ["eval", "--policy", "oracle", "--gpu-cost", "qwen3.5-27b@h200:32,w=x",
+                                      "--out", tmp_path / "ev"],
+        "eval: a KV budget under 1 GiB": ["eval", "--policy", "oracle", "--kv-model", "qwen3.5-9b@0.5", "--out", tmp_path / "ev"],
         "bench capacity: no KV budget": ["bench", "capacity", tmp_path / "trace.jsonl"],
     }[case]
     if case == "unknown session":
@@ -174,8 +190,8 @@ def test_eval_across_models_writes_the_table_5_shape(tmp_path: Path) -> None:
     second = write_script(tmp_path / "b.jsonl", [two % "still no idea"] * 20)
     out = tmp_path / "ev"
     result = flowstate("eval", "--suite", "hotel,chain", "--strategy", "full-context,bm25", "--tasks", "1", "--depth", "1",
-                       "--out", out, "--models", f"engine=scripted,script={first}",
-                       "--models", f"engine=scripted,script={second}")
+                       "--out", out, "--engine", f"scripted:{first}",
+                       "--engine", f"engine=scripted,script={second}")
     assert result.returncode == 0, result.stderr
     table = (out / "models.md").read_text()
     sr_table, ps_table = table.split("PS % per suite")
@@ -185,8 +201,18 @@ def test_eval_across_models_writes_the_table_5_shape(tmp_path: Path) -> None:
     assert "Δ of totals (SR, tokens)" in table and table.count("- scripted:") == 2 and f"script={second}" in table
     folders = sorted(p.name for p in out.iterdir() if p.is_dir())
     assert len(folders) == 2 and all((out / f / "report.md").exists() for f in folders)  # each model's own report
-    bad = flowstate("eval", "--suite", "hotel", "--out", tmp_path / "x", "--models", "engine=scripted,colour=red")
-    assert bad.returncode == 1 and "--models takes KEY=VALUE" in bad.stderr
+    bad = flowstate("eval", "--suite", "hotel", "--out", tmp_path / "x", "--engine", "scripted,colour=red")
+    assert bad.returncode == 1 and "--engine takes NAME[:MODEL][@URL] then KEY=VALUE pairs" in bad.stderr
+
+
+def test_eval_reads_the_kv_budget_and_decode_weight_from_their_values(tmp_path: Path) -> None:
+    out = tmp_path / "ev"
+    result = flowstate("eval", "--policy", "oracle", "--suite", "hotel", "--strategy", "flowstate", "--tasks", "1",
+                       "--depth", "1", "--kv-model", "qwen3.5-9b@40", "--gpu-cost", "qwen3.5-27b@h200:32,w=3", "--out", out)
+    assert result.returncode == 0, result.stderr
+    config = json.loads((out / "summary.json").read_text())["config"]
+    assert (config["kv_model"], config["gpu_memory_gib"], config["decode_weight"]) == ("qwen3.5-9b", 40.0, 3.0)
+    assert "w = 3 (given)" in (out / "report.md").read_text()
 
 
 def test_eval_runs_both_bounds_side_by_side(tmp_path: Path) -> None:

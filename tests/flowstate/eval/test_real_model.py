@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 def test_eval_on_the_embedded_model_writes_report_and_figures(tmp_path: Path) -> None:
     out = tmp_path / "eval"
     cmd = [sys.executable, "-m", "flowstate.cli", "eval", "--suite", "chain", "--strategy", "flowstate,full-context",
-           "--tasks", "1", "--depth", "2", "--max-steps", "2", "--max-tokens", "160", "--out", str(out)]
+           "--tasks", "1", "--depth", "2", "--max-steps", "2", "--engine", "llamacpp,max-tokens=160", "--out", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
