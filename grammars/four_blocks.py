@@ -177,6 +177,14 @@ def _json_rule(name: str, schema: dict[str, Any]) -> str:
     return f"{name}: %json {json.dumps({**schema, 'x-guidance': WHITESPACE})}"
 
 
+def json_reply(schema: dict[str, Any]) -> str:
+    """One JSON value as a whole grammar (a memory method's own calls): a pydantic model's schema made as the
+    blocks' are — refs inlined, annotations dropped, every field emitted, compact whitespace."""
+    out = _inline(copy.deepcopy(schema), schema.get("$defs", {}))
+    _require_all(out)
+    return _json_rule("start", out)
+
+
 ALL_BLOCKS = ("state_focus", "state_delta", "tool_calls", "assistant_message")
 
 

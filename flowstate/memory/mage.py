@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from engine.base import Generation, Message
 from flowstate import tags
 from flowstate.active import ActiveState
@@ -70,10 +72,24 @@ Check an agent's execution trajectory (its earlier segments on the active path, 
 did the newest segment go wrong — a wrong action, a fact contradicted by a tool result, an error left \
 unhandled? Reply with JSON only: {{"valid": true or false, "note": "what is wrong, if anything"}}."""
 
-SUMMARY_GRAMMAR = ('start: %json {"type": "object", "properties": {"summary": {"type": "string", "maxLength": 2000}}, '
-                   '"required": ["summary"], "additionalProperties": false}')
-CHECK_GRAMMAR = ('start: %json {"type": "object", "properties": {"valid": {"type": "boolean"}, "note": {"type": "string", '
-                 '"maxLength": 400}}, "required": ["valid", "note"], "additionalProperties": false}')
+
+class Summary(BaseModel):
+    """Compress's reply."""
+
+    model_config = ConfigDict(extra="forbid")
+    summary: str = Field(max_length=2000)
+
+
+class Check(BaseModel):
+    """Maintain's reply: is the summary (or the trajectory) sound, and what is wrong if not."""
+
+    model_config = ConfigDict(extra="forbid")
+    valid: bool
+    note: str = Field(default="", max_length=400)
+
+
+SUMMARY_GRAMMAR = memory_calls.grammar(Summary)
+CHECK_GRAMMAR = memory_calls.grammar(Check)
 REVISE_TOOL = {
     "name": REVISE, "description": "Continue from the boundary before an earlier summarized step that went wrong.",
     "parameters": {"type": "object", "additionalProperties": False, "required": ["step", "reason"],
@@ -205,8 +221,8 @@ class Mage(Strategy):
         summary: str | None = None
         if self.compress:
             out = ctx.call_model(COMPRESS_PROMPT, tags.block(tags.SEGMENT, segment)[:-1], SUMMARY_GRAMMAR)
-            found = (memory_calls.json_object(out.text) or {}).get("summary")
-            summary = found if isinstance(found, str) else None
+            compressed = memory_calls.reply(out.text, Summary)
+            summary = compressed.summary if compressed is not None else None
             calls.append(memory_calls.record(out, "summary", None if summary is not None else "no summary"))
             if summary is None:
                 return Finish(tuple(nodes), tuple(calls))
@@ -214,11 +230,10 @@ class Mage(Strategy):
         if self.maintain:
             check = self._check(ctx, segment, summary, tree.revised(parent, 0, "") if revised != UNSET else tree,
                                 {n.id: n for n in session if n.is_observation})
-            verdict = memory_calls.json_object(check.text)
-            valid = verdict.get("valid") if verdict is not None else None
-            calls.append(memory_calls.record(check, "check", None if isinstance(valid, bool) else "no verdict"))
-            if isinstance(valid, bool):
-                trusted, note = valid, str(verdict.get("note", ""))[:400] if verdict is not None else ""
+            verdict = memory_calls.reply(check.text, Check)
+            calls.append(memory_calls.record(check, "check", None if verdict is not None else "no verdict"))
+            if verdict is not None:
+                trusted, note = verdict.valid, verdict.note
             else:  # Maintain fails closed: a summary it could not judge is not trusted
                 trusted, note = False, "Maintain's check did not parse; not trusted"
         step = max([*tree.summaries, 0]) + 1

@@ -23,7 +23,9 @@ import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.base import Message
 from flowstate import tags
@@ -64,8 +66,16 @@ with their results, and its response), extract the facts that later requests may
 numbers, choices made, requirements, results. Write each fact as one self-contained sentence that names \
 what it is about. Reply with JSON only: {{"facts": ["..."]}}."""
 
-FACTS_GRAMMAR = ('start: %json {"type": "object", "properties": {"facts": {"type": "array", "maxItems": 16, '
-                 '"items": {"type": "string", "maxLength": 400}}}, "required": ["facts"], "additionalProperties": false}')
+
+
+class Facts(BaseModel):
+    """The extraction's reply: the facts later requests may need."""
+
+    model_config = ConfigDict(extra="forbid")
+    facts: list[Annotated[str, Field(max_length=400)]] = Field(max_length=16)
+
+
+FACTS_GRAMMAR = memory_calls.grammar(Facts)
 
 
 UPDATE_PROMPT = f"""{UPDATE}
@@ -75,11 +85,25 @@ for each new fact: ADD it as a new memory; UPDATE a stored memory whose informat
 it is already remembered. Reply with JSON only: {{"memory": [{{"event": "ADD" | "UPDATE" | "DELETE" | \
 "NONE", "id": "<a stored memory's id, or new>", "text": "..."}}]}}."""
 
-UPDATE_GRAMMAR = ('start: %json {"type": "object", "properties": {"memory": {"type": "array", "maxItems": 32, "items": '
-                  '{"type": "object", "properties": {"event": {"enum": ["ADD", "UPDATE", "DELETE", "NONE"]}, "id": '
-                  '{"type": "string", "maxLength": 64}, "text": {"type": "string", "maxLength": 400}}, "required": '
-                  '["event", "id", "text"], "additionalProperties": false}}}, "required": ["memory"], '
-                  '"additionalProperties": false}')
+
+
+class MemoryEvent(BaseModel):
+    """One decision of the update phase: a new fact added, a stored memory updated or deleted, or nothing."""
+
+    model_config = ConfigDict(extra="forbid")
+    event: Literal["ADD", "UPDATE", "DELETE", "NONE"]
+    id: str = Field(default="", max_length=64)
+    text: str = Field(default="", max_length=400)
+
+
+class MemoryUpdate(BaseModel):
+    """The update phase's reply."""
+
+    model_config = ConfigDict(extra="forbid")
+    memory: list[MemoryEvent] = Field(max_length=32)
+
+
+UPDATE_GRAMMAR = memory_calls.grammar(MemoryUpdate)
 
 
 def rank(documents: Sequence[str], query: str, k: int = TOP_K) -> list[int]:
@@ -238,18 +262,27 @@ def _events(text: str, known: set[str]) -> tuple[list[dict[str, str]] | None, st
     items = (memory_calls.json_object(text) or {}).get("memory")
     if not isinstance(items, list):
         return None, f"not the JSON {{\"memory\": [...]}} asked for: {text[:120]!r}"
-    events = [{"event": str(e.get("event", "")).upper(), "id": str(e.get("id", "")), "text": str(e.get("text", ""))}
-              for e in items if isinstance(e, dict)]
+    events = [e.model_dump() for e in map(_event, items) if e is not None]
     kept = [e for e in events if e["event"] in ("ADD", "NONE") or e["event"] in ("UPDATE", "DELETE") and e["id"] in known]
     return kept, None if len(kept) == len(items) else f"{len(items) - len(kept)} decision(s) dropped: unknown event or id"
 
 
+def _event(item: Any) -> MemoryEvent | None:
+    """One decision as ``MemoryEvent`` reads it (its event in any case), or None: the decision is dropped."""
+    if not isinstance(item, dict):
+        return None
+    try:
+        return MemoryEvent.model_validate({**item, "event": str(item.get("event", "")).upper()})
+    except ValidationError:
+        return None
+
+
 def _facts(text: str, limits: Limits) -> tuple[list[str], str | None]:
     """The extracted facts, or none and why (an extraction that is not the JSON asked for keeps nothing)."""
-    facts = (memory_calls.json_object(text) or {}).get("facts")
-    if not isinstance(facts, list) or not all(isinstance(f, str) for f in facts):
+    extracted = memory_calls.reply(text, Facts)
+    if extracted is None:
         return [], f"not the JSON {{\"facts\": [...]}} asked for: {text[:120]!r}"
-    return [f.strip()[: limits.value_text] for f in facts if f.strip()][:16], None
+    return [f.strip()[: limits.value_text] for f in extracted.facts if f.strip()], None
 
 
 BM25: Strategy = BM25Memory()

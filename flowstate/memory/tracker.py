@@ -15,7 +15,9 @@ chunked as ``bm25`` chunks it, shown beside the tracked state.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from engine.base import Message
 from flowstate import tags
@@ -43,10 +45,18 @@ request, the newest tool results, or the agent's final response), write the new 
 identifiers, numbers, results, choices made — keep earlier facts unless they changed), constraints (the \
 user's requirements). Reply with JSON only: {{"goal": "...", "world": {{...}}, "constraints": ["..."]}}."""
 
-STATE_GRAMMAR = ('start: %json {"type": "object", "properties": {"goal": {"type": "string", "maxLength": 2000}, '
-                 '"world": {"type": "object"}, "constraints": {"type": "array", "maxItems": 32, "items": '
-                 '{"type": "string", "maxLength": 400}}}, "required": ["goal", "world", "constraints"], '
-                 '"additionalProperties": false}')
+
+
+class TrackedState(BaseModel):
+    """The tracker's reply: the new state of the task."""
+
+    model_config = ConfigDict(extra="forbid")
+    goal: str = Field(default="", max_length=2000)
+    world: dict[str, Any]
+    constraints: list[Annotated[str, Field(max_length=400)]] = Field(default=[], max_length=32)
+
+
+STATE_GRAMMAR = memory_calls.grammar(TrackedState)
 
 
 def tracked(state: ActiveState) -> dict[str, Any]:
@@ -113,11 +123,10 @@ class StateTracker(Strategy):
 
 
 def _state(text: str) -> tuple[dict[str, Any] | None, str | None]:
-    value = memory_calls.json_object(text)
-    if value is None or not isinstance(value.get("world"), dict):
+    state = memory_calls.reply(text, TrackedState)
+    if state is None:
         return None, f"not the state JSON asked for: {text[:120]!r}"
-    return {"goal": str(value.get("goal", "")), "world": value["world"],
-            "constraints": [str(c) for c in value.get("constraints", []) if isinstance(c, str)]}, None
+    return state.model_dump(), None
 
 
 RETRIEVAL_RULES = RULES + """ The earlier requests' histories (each its query, tool calls with results, \
