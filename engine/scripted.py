@@ -11,7 +11,6 @@ cache would serve: the longest common token prefix with the previous call's prom
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 from engine.base import ALL_SAMPLING, Capabilities, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import check_options
 from engine.errors import EngineConfigError, EngineError
+from engine.jsonl import objects
 from engine.text import common_prefix, flatten, tokenize
 
 
@@ -51,19 +51,9 @@ class ScriptedEngine(Engine):
     def from_file(cls, path: str | Path, *, grammar: bool = False) -> ScriptedEngine:
         """Load a JSON Lines script: one ``{"text": ...}`` object per model call."""
         p = Path(path)
-        try:
-            lines = p.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise EngineConfigError(f"cannot read script {p}: {exc.strerror or exc}") from exc
         outputs: list[tuple[str, str | None, str]] = []
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise EngineConfigError(f"script {p} line {number}: not JSON ({exc.msg})") from exc
-            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+        for number, obj in objects(p, "script", EngineConfigError):
+            if not isinstance(obj.get("text"), str):
                 raise EngineConfigError(f'script {p} line {number}: expected an object with a string "text"')
             when = obj.get("when")
             if when is not None and not isinstance(when, str):

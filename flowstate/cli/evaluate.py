@@ -10,7 +10,7 @@ import click
 
 import engine as engines
 from engine.spec import KEYS
-from flowstate.cli.options import errors, layout_option, loop_config, loop_options, mcp_options
+from flowstate.cli.options import LoopOptions, McpOptions, errors, layout_option, loop_options, mcp_options
 
 
 def _progress(line: str) -> None:
@@ -88,8 +88,7 @@ def evaluate(
     suites: str, suite_options: tuple[str, ...], strategy_names: str, policies: str | None, tasks: int, depths: str, seed: int, concurrency: int, out: Path,
     db: str | None, tau2_data: str | None, replay: str | None, count_tokens: str, trials: int, user_spec: str | None,
     judge_spec: str | None, engine_specs: tuple[str, ...], kv_model: str, gpu_cost: str,
-    trace: str | None, max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, grammar_mode: str,
-    layout: str, mcp: tuple[str, ...], mcp_scope: str, mcp_timeout: float,
+    trace: str | None, loop: LoopOptions, layout: str, mcp: McpOptions,
 ) -> None:
     """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed."""
     from engine.spec import label
@@ -113,13 +112,11 @@ def evaluate(
             suites=names, strategies=strategy_list, tasks=tasks, depth=grid[0].depth, out=out, seed=seed,
             concurrency=concurrency, tau2_data=tau2_data, db=db, replay=replay, count_tokens=count_tokens,
             kv_model=kv_model, gpu_memory_gib=gpu_memory_gib, gpu_cost=gpu_cost, decode_weight=decode_weight,
-            trace=trace, mcp=mcp, mcp_scope=mcp_scope, mcp_timeout=mcp_timeout, trials=trials,
+            trace=trace, mcp=mcp.mcp, mcp_scope=mcp.mcp_scope, mcp_timeout=mcp.mcp_timeout, trials=trials,
             user=label(roles["user"]) if roles["user"] else "", judge=label(roles["judge"]) if roles["judge"] else "")
 
-        def loop(engine: Any, opts: dict[str, Any]) -> Any:
-            return loop_config(engine, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
-                               limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode,
-                               max_tokens=opts.get("max_tokens"))
+        def configured(engine: Any, opts: dict[str, Any]) -> Any:
+            return loop.config(engine, max_tokens=opts.get("max_tokens"))
 
         def done() -> None:
             if sys.stderr.isatty():
@@ -127,7 +124,7 @@ def evaluate(
 
         # several --base-url servers: one routing engine (engines.load), each task's calls on one server
         summaries = run_campaign(base, grid, specs, compare=compare, load=None if policy else lambda opts: engines.load(**opts),
-                                 loop=loop, decoding=decoding, progress=_progress, done=done, user=user, judge=judge)
+                                 loop=configured, decoding=decoding, progress=_progress, done=done, user=user, judge=judge)
         if len(grid) > 1:
             for name, _ in summaries:
                 click.echo((out / folder(name) if compare else out).joinpath("sweep.md").read_text())

@@ -3,12 +3,14 @@ lives — and the objects they build; each default stated once, in the object th
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +123,41 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+@dataclass(frozen=True)
+class LoopOptions:
+    """What ``loop_options`` gave: the command's loop settings, turned into a ``LoopConfig`` once its engine is
+    known (the limits profile depends on it)."""
+
+    max_steps: int
+    max_protocol_errors: int
+    limits_name: str
+    on_budget: str
+    grammar_mode: str
+
+    def config(self, engine: Any, max_tokens: int | None = None) -> LoopConfig:
+        return LoopConfig(
+            max_steps=self.max_steps, max_protocol_errors=self.max_protocol_errors, max_tokens=max_tokens,
+            grammar=GrammarMode(self.grammar_mode), limits=limits.for_engine(engine, self.limits_name),
+            on_budget="fail" if self.on_budget == "fail" else "persist",
+        )
+
+
+def _grouped(fn: Callable[..., Any], options: list[Any], group: type[Any], name: str) -> Callable[..., Any]:
+    """``fn`` with ``options``, which it receives as one ``group`` object called ``name``."""
+    fields = [f.name for f in dataclasses.fields(group)]
+
+    @functools.wraps(fn)
+    def command(**kwargs: Any) -> Any:
+        return fn(**{k: v for k, v in kwargs.items() if k not in fields}, **{name: group(**{f: kwargs[f] for f in fields})})
+
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 def loop_options(max_steps: int = LoopConfig.max_steps) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The options of a request's loop: step budget, protocol errors, protocol limits, what the budget does."""
+    """The options of a request's loop — step budget, protocol errors, protocol limits, what the budget does —
+    given to the command as one ``loop: LoopOptions``."""
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         options = [
             click.option("--max-steps", default=max_steps, show_default=True, type=click.IntRange(min=1),
@@ -140,9 +175,7 @@ def loop_options(max_steps: int = LoopConfig.max_steps) -> Callable[[Callable[..
                          type=click.Choice(["persist", "fail"]),
                          help="At the step budget: persist the request as unfinished, or fail and persist nothing."),
         ]
-        for option in reversed(options):
-            fn = option(fn)
-        return fn
+        return _grouped(fn, options, LoopOptions, "loop")
     return decorate
 
 
@@ -152,8 +185,26 @@ layout_option = click.option(
          "results) or append (each call extends the previous one: every tool result and output stays in view).")
 
 
+@dataclass(frozen=True)
+class McpOptions:
+    """What ``mcp_options`` gave: the MCP servers and how to hold them."""
+
+    mcp: tuple[str, ...]
+    mcp_scope: str
+    mcp_timeout: float
+
+    def tools(self, tools_ref: str | None = None) -> ToolSet:
+        """The Python tools named ``module:attribute`` and the MCP servers' tools, as one set (started now)."""
+        base = load_tools(tools_ref) if tools_ref else ToolSet()
+        if not self.mcp:
+            return base
+        from flowstate.mcp import connect
+
+        return connect(self.mcp, self.mcp_scope, self.mcp_timeout, base)
+
+
 def mcp_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Tools from MCP servers (docs/mcp.md)."""
+    """Tools from MCP servers (docs/mcp.md), given to the command as one ``mcp: McpOptions``."""
     options = [
         click.option("--mcp", "mcp", multiple=True, metavar="NAME=COMMAND|URL",
                      help="An MCP server whose tools the agent gets (repeatable): a command line (stdio), e.g. "
@@ -164,26 +215,4 @@ def mcp_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--mcp-timeout", default=CALL_TIMEOUT_S, show_default=True, type=click.FloatRange(min=0.1),
                      help="Seconds an MCP tool call may take; beyond, the model is told and the server restarted."),
     ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
-
-
-def tool_set(tools_ref: str | None, mcp: tuple[str, ...], mcp_scope: str, mcp_timeout: float) -> ToolSet:
-    """The Python tools named ``module:attribute`` and the MCP servers' tools, as one set (started now)."""
-    base = load_tools(tools_ref) if tools_ref else ToolSet()
-    if not mcp:
-        return base
-    from flowstate.mcp import connect
-
-    return connect(mcp, mcp_scope, mcp_timeout, base)
-
-
-def loop_config(engine: Any, *, max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str,
-                grammar_mode: str, max_tokens: int | None = None) -> LoopConfig:
-    """The loop configuration the options describe, its limits resolved for ``engine``."""
-    return LoopConfig(
-        max_steps=max_steps, max_protocol_errors=max_protocol_errors, max_tokens=max_tokens,
-        grammar=GrammarMode(grammar_mode), limits=limits.for_engine(engine, limits_name),
-        on_budget="fail" if on_budget == "fail" else "persist",
-    )
+    return _grouped(fn, options, McpOptions, "mcp")

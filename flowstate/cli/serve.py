@@ -9,16 +9,7 @@ import click
 
 import engine as engines
 from flowstate import memory
-from flowstate.cli.options import (
-    default_db,
-    engine_options,
-    errors,
-    layout_option,
-    loop_config,
-    loop_options,
-    mcp_options,
-    tool_set,
-)
+from flowstate.cli import options
 from flowstate.store.repository import Repository
 from serving.server import HEADER_TIMEOUT_S
 from serving.services import STREAM_ANSWERS, ServerConfig
@@ -32,13 +23,13 @@ _INGRESS = IngressLimits()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; without API keys keep it loopback.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--db", default=None, help="The memory: a SQLite file or a postgresql:// URL [default: as for run].")
-@engine_options
+@options.engine_options
 @click.option("--api-key", "api_keys", multiple=True, help="A client key (repeatable) [default: $FLOWSTATE_API_KEYS, comma-separated; none].")
 @click.option("--metrics-key", "metrics_keys", multiple=True,
               help="A key that reads the whole server's /metrics (repeatable) [default: $FLOWSTATE_METRICS_KEYS, "
                    "comma-separated]; with API keys, a client key reads only its own turns' figures.")
 @click.option("--tools", "tools_ref", default=None, help="Server-side tools as module:attribute, besides each request's client tools.")
-@mcp_options
+@options.mcp_options
 @click.option("--model-id", default=_SERVER["model_id"].default, show_default=True, help="The model name clients send and /v1/models lists.")
 @click.option("--max-live-sessions", default=_SERVER["max_live_sessions"].default, show_default=True, type=click.IntRange(min=1),
               help="Idle sessions kept in memory; others reload from the database on their next call.")
@@ -56,32 +47,31 @@ _INGRESS = IngressLimits()
               type=click.Choice(STREAM_ANSWERS),
               help="Stream the answer token by token: auto = when decoding under a grammar (the streamed answer is "
                    "then the final one); always = also without one.")
-@loop_options()
+@options.loop_options()
 @click.option("--strategy", "strategy_name", default="flowstate", show_default=True,
               help=f"The memory method every session runs: {', '.join(memory.METHODS)} (flowstate-paged:N: an index "
                    f"budget of N tokens; a state method{memory.APPEND}: the append-only layout, as --layout append).")
-@layout_option
+@options.layout_option
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(
     host: str, port: int, db: str | None, api_keys: tuple[str, ...], metrics_keys: tuple[str, ...],
     tools_ref: str | None, model_id: str,
-    max_steps: int, max_protocol_errors: int, limits_name: str, on_budget: str, log_level: str, grammar_mode: str,
-    max_live_sessions: int, session_memory_mb: float, max_body_mb: float, body_timeout: float, header_timeout: float, stream_answers: str,
-    strategy_name: str, layout: str, mcp: tuple[str, ...], mcp_scope: str, mcp_timeout: float, **engine_opts: Any,
+    loop: options.LoopOptions, log_level: str, max_live_sessions: int, session_memory_mb: float, max_body_mb: float,
+    body_timeout: float, header_timeout: float, stream_answers: str, strategy_name: str, layout: str, mcp: options.McpOptions,
+    **engine_opts: Any,
 ) -> None:
     """Serve an OpenAI-compatible Chat Completions endpoint whose model remembers (FastAPI on uvicorn)."""
     from serving.server import serve as run_server
 
-    with errors():
+    with options.errors():
         keys = list(api_keys) or _listed("FLOWSTATE_API_KEYS")
         operators = list(metrics_keys) or _listed("FLOWSTATE_METRICS_KEYS")
         strategy = memory.get(*memory.laid_out((strategy_name,), layout))
-        tools = tool_set(tools_ref, mcp, mcp_scope, mcp_timeout)
+        tools = mcp.tools(tools_ref)
         try:
             model = engines.load(**engine_opts)
-            repo = Repository.open(db or default_db())
-            config = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
-                                 limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode)
+            repo = Repository.open(db or options.default_db())
+            config = loop.config(model)
             ingress = IngressLimits(max_body_bytes=int(max_body_mb * (1 << 20)), body_timeout_s=body_timeout)
             server = ServerConfig(engine=model, repo=repo, keys=keys, metrics_keys=operators, tools=tools, loop=config,
                                   strategy=strategy, model_id=model_id, max_live_sessions=max_live_sessions,

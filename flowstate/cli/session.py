@@ -13,14 +13,14 @@ import engine as engines
 from flowstate import memory
 from flowstate.agent import Agent
 from flowstate.cli.options import (
+    LoopOptions,
+    McpOptions,
     default_db,
     engine_options,
     errors,
     layout_option,
-    loop_config,
     loop_options,
     mcp_options,
-    tool_set,
 )
 from flowstate.errors import FlowStateError, RequestFailed
 from flowstate.loop import require_query
@@ -42,20 +42,18 @@ from flowstate.store.repository import Repository
 @layout_option
 @click.option("--json", "as_json", is_flag=True, help="Print the full run record as JSON.")
 def run(
-    query: str, session: str, db: str | None, tools_ref: str | None, policy: str, max_steps: int,
-    max_protocol_errors: int, limits_name: str, on_budget: str, layout: str, as_json: bool, grammar_mode: str,
-    mcp: tuple[str, ...], mcp_scope: str, mcp_timeout: float, **engine_opts: Any,
+    query: str, session: str, db: str | None, tools_ref: str | None, policy: str, loop: LoopOptions, layout: str,
+    as_json: bool, mcp: McpOptions, **engine_opts: Any,
 ) -> None:
     """Run one request QUERY in a session and print the final response."""
     with errors():
         require_query(query)  # bad input fails before anything touches the database
         strategy = memory.get(*memory.laid_out((memory.DEFAULT,), layout))
-        tools = tool_set(tools_ref, mcp, mcp_scope, mcp_timeout)
+        tools = mcp.tools(tools_ref)
         try:
             model = engines.load(**engine_opts)
             with Repository.open(db or default_db()) as repo:
-                config = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
-                                     limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode)
+                config = loop.config(model)
                 agent = Agent(model, repository=repo, session=session, tools=tools, task_policy=policy,
                               config=config, strategy=strategy)
                 record = agent.run(query)
@@ -98,8 +96,7 @@ def inspect(session: str, db: str | None, as_json: bool) -> None:
 @click.option("--session", default="hotel-demo", show_default=True, help="Session name in the database.")
 @click.option("--json", "as_json", is_flag=True, help="Print the three run records as JSON.")
 def demo(
-    db: str | None, session: str, as_json: bool, max_steps: int, max_protocol_errors: int, limits_name: str,
-    on_budget: str, grammar_mode: str, **engine_opts: Any,
+    db: str | None, session: str, as_json: bool, loop: LoopOptions, **engine_opts: Any,
 ) -> None:
     """The hotel case of the paper's Figure 1: three requests, then the state graph.
 
@@ -112,8 +109,7 @@ def demo(
         if engine_opts["name"] == "scripted" and engine_opts["script"] is None:
             engine_opts["script"] = str(hotel.script_path())
         model = engines.load(**engine_opts)
-        config = loop_config(model, max_steps=max_steps, max_protocol_errors=max_protocol_errors,
-                             limits_name=limits_name, on_budget=on_budget, grammar_mode=grammar_mode)
+        config = loop.config(model)
         with tempfile.TemporaryDirectory() as tmp:
             repo = Repository.open(db or Path(tmp) / "demo.db")
             try:

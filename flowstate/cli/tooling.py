@@ -12,7 +12,7 @@ import click
 
 import engine as engines
 from engine.base import Engine
-from flowstate.cli.options import engine_options, errors, loop_config, loop_options
+from flowstate.cli.options import LoopOptions, engine_options, errors, loop_options
 from flowstate.config import LoopConfig
 from flowstate.eval.trace import read as read_trace
 
@@ -186,13 +186,12 @@ Rows = list[dict[str, Any]]
 def _on_engine(options: dict[str, Any], out: Path | None, render: Callable[[Rows], str],
                measure: Callable[[Engine, LoopConfig, Callable[[str], None]], Rows], with_max_tokens: bool = False) -> None:
     """A benchmark on one engine under the loop options: load it, measure, close it, print the table (and JSON)."""
-    loop_names = ("max_steps", "max_protocol_errors", "limits_name", "on_budget", "grammar_mode")
-    loop_opts = {k: options.pop(k) for k in loop_names}
+    loop: LoopOptions = options.pop("loop")
     with errors():
         model = engines.load(**options)
-        loop = loop_config(model, **loop_opts, max_tokens=options.get("max_tokens") if with_max_tokens else None)
+        config = loop.config(model, max_tokens=options.get("max_tokens") if with_max_tokens else None)
         try:
-            rows = measure(model, loop, lambda line: click.echo(line, err=True))
+            rows = measure(model, config, lambda line: click.echo(line, err=True))
         finally:
             model.close()
         click.echo(render(rows))

@@ -20,12 +20,12 @@ measures is the prompts each memory builds over these sessions (tokens, PET), no
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from engine.base import Engine, Message
+from engine.jsonl import objects
 from flowstate.eval.task import Answer, Call, Decision, Facts, Score, Task
 from flowstate.tools import ToolSet
 
@@ -106,13 +106,7 @@ def read(path: str | Path | None, tasks: int, judge: Engine | None = None) -> li
     if not p.is_file():
         raise ValueError(f"no MemoryArena data at {p}")
     out = []
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{p}, line {n}: not JSON ({exc.msg})") from exc
+    for n, row in objects(p, "MemoryArena data"):
         questions, answers = row.get("questions"), row.get("answers")
         backgrounds = row.get("backgrounds") or [None] * len(questions or [])
         if not (isinstance(questions, list) and isinstance(answers, list) and questions

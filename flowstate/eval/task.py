@@ -13,9 +13,10 @@ of earlier subtasks a subtask depends on, so a policy can ask memory for them at
 
 from __future__ import annotations
 
+import random
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,3 +128,16 @@ def numbers(text: str | None) -> list[int]:
 
 def says(text: str | None, word: str) -> bool:
     return bool(re.search(rf"\b{re.escape(word)}\b", text or "", re.IGNORECASE))
+
+
+def seeded(suite: str, seed: int, tasks: int) -> Iterator[tuple[int, random.Random]]:
+    """Each task's index and its own random generator (the same tasks for the same suite, seed and index)."""
+    for i in range(tasks):
+        yield i, random.Random(f"{suite}:{seed}:{i}")
+
+
+def at_most(suite: str, depth: int, most: int) -> None:
+    """Never a silent cap: a depth the suite cannot generate is refused (a report would say a depth the tasks do
+    not have)."""
+    if depth > most:
+        raise ValueError(f"{suite} tasks have at most {most} subtasks")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.base import Engine, Generation, Message, OnText, Sampling
+from engine.jsonl import objects
 
 
 class TraceWriter:
@@ -103,12 +104,4 @@ def read(path: str | Path) -> dict[str, dict[str, list[TracedCall]]]:
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: line {n} is not JSON ({exc.msg})") from exc
-    return out
+    return [line for _, line in objects(path, "trace")]

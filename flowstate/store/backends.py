@@ -14,7 +14,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -181,22 +181,26 @@ class PostgresBackend:
             self.close()
             raise
 
-    @contextmanager
-    def read(self) -> Iterator[Conn]:
-        try:
-            with self._pool.connection() as conn:
-                yield _Pg(conn)
-        except self._errors as exc:
-            raise StorageError(f"database {self.label}: {exc}") from exc
+    def read(self) -> AbstractContextManager[Conn]:
+        return self._connection(None)
+
+    def write(self, what: str) -> AbstractContextManager[Conn]:
+        """A transaction in pipeline mode: statements whose results are not read go out without a round trip each."""
+        return self._connection(what)
 
     @contextmanager
-    def write(self, what: str) -> Iterator[Conn]:
-        """A transaction in pipeline mode: statements whose results are not read go out without a round trip each."""
+    def _connection(self, transaction: str | None) -> Iterator[Conn]:
+        """A pooled connection, inside a transaction when it is one (``transaction`` says what it does)."""
         try:
-            with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
-                yield _Pg(conn)
+            with self._pool.connection() as conn:
+                if transaction is None:
+                    yield _Pg(conn)
+                else:
+                    with conn.pipeline(), conn.transaction():
+                        yield _Pg(conn)
         except self._errors as exc:
-            raise StorageError(f"database {self.label}: {what}: {exc}") from exc
+            doing = f"{transaction}: " if transaction is not None else ""
+            raise StorageError(f"database {self.label}: {doing}{exc}") from exc
 
     @contextmanager
     def session_lock(self, session: str) -> Iterator[None]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-# Migrations whose text is the same in both dialects but for these words
+# The parts whose text is the same in both dialects (but for the words each fills in)
 _PENDING = """
         -- A request waiting on its client's tool results, by session name: what it built so far (a JSON
         -- snapshot), so that any server, or this one after a restart, can go on with it. The one row that
@@ -34,16 +34,13 @@ _TRANSCRIPTS = """
         );
         """
 
-MIGRATIONS: list[tuple[str, str]] = [
-    (
-        "0001_initial",
-        """
+_TABLES = """
         CREATE TABLE sessions (
-            id INTEGER PRIMARY KEY,
+            id {key},
             name TEXT NOT NULL UNIQUE
         );
         CREATE TABLE requests (
-            session_id INTEGER NOT NULL REFERENCES sessions(id),
+            session_id {id_type} NOT NULL REFERENCES sessions(id),
             idx INTEGER NOT NULL,
             query TEXT NOT NULL,
             response TEXT,
@@ -51,8 +48,8 @@ MIGRATIONS: list[tuple[str, str]] = [
             PRIMARY KEY (session_id, idx)
         );
         CREATE TABLE nodes (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            session_id INTEGER NOT NULL REFERENCES sessions(id),
+            seq {seq},
+            session_id {id_type} NOT NULL REFERENCES sessions(id),
             node_id TEXT NOT NULL,
             kind TEXT NOT NULL CHECK (kind IN ('state', 'observation')),
             type TEXT NOT NULL,
@@ -63,7 +60,7 @@ MIGRATIONS: list[tuple[str, str]] = [
             FOREIGN KEY (session_id, request_idx) REFERENCES requests(session_id, idx)
         );
         CREATE TABLE relations (
-            session_id INTEGER NOT NULL REFERENCES sessions(id),
+            session_id {id_type} NOT NULL REFERENCES sessions(id),
             source_id TEXT NOT NULL,
             position INTEGER NOT NULL,
             rel TEXT NOT NULL,
@@ -73,6 +70,34 @@ MIGRATIONS: list[tuple[str, str]] = [
             FOREIGN KEY (session_id, target_id) REFERENCES nodes(session_id, node_id)
         );
         CREATE INDEX relations_target ON relations(session_id, target_id);
+        """
+_UNFINISHED = """
+        -- A request that ran out of its step budget is persisted with what it had; this says why it
+        -- has no response (NULL for every answered request).
+        ALTER TABLE requests ADD COLUMN unfinished TEXT;
+        """
+_FORGETTING = """
+        -- Deleting a whole session is the one way to forget, and it is explicit: rows may go only
+        -- while their session is marked as being forgotten (Repository.delete_session).
+        ALTER TABLE sessions ADD COLUMN forgetting INTEGER NOT NULL DEFAULT 0;
+"""
+_IN_ORDER = """
+        -- A session's requests are numbered 1, 2, 3, ...: the database refuses any other next index, so two
+        -- writers finishing the same request of one session can never both succeed. (MAX, not COUNT: an
+        -- index seek, whatever the session's length; requests are only ever deleted with their session.)
+"""
+_MARKS = """
+        -- A memory method marks the nodes it makes itself (MAGE's summaries and pointers, Mem0-style facts, the
+        -- ZipAct state, no-isu's rule-built response) with a declared kind, which no model output can write,
+        -- instead of an id prefix a model could write too. Nodes stored before are marked once by those
+        -- prefixes (the one time history is rewritten, inside this migration).
+"""
+
+MIGRATIONS: list[tuple[str, str]] = [
+    (
+        "0001_initial",
+        _TABLES.format(key="INTEGER PRIMARY KEY", seq="INTEGER PRIMARY KEY AUTOINCREMENT", id_type="INTEGER")
+        + """
         -- Historical nodes, their relations and finished requests are never changed or deleted.
         CREATE TRIGGER nodes_no_update BEFORE UPDATE ON nodes
             BEGIN SELECT RAISE(ABORT, 'historical nodes are immutable'); END;
@@ -88,10 +113,8 @@ MIGRATIONS: list[tuple[str, str]] = [
     ),
     (
         "0002_forget_sessions",
-        """
-        -- Deleting a whole session is the one way to forget, and it is explicit: rows may go only
-        -- while their session is marked as being forgotten (Repository.delete_session).
-        ALTER TABLE sessions ADD COLUMN forgetting INTEGER NOT NULL DEFAULT 0;
+        _FORGETTING
+        + """
         DROP TRIGGER nodes_no_delete;
         DROP TRIGGER relations_no_delete;
         CREATE TRIGGER nodes_no_delete BEFORE DELETE ON nodes
@@ -105,20 +128,11 @@ MIGRATIONS: list[tuple[str, str]] = [
             BEGIN SELECT RAISE(ABORT, 'finished requests are immutable'); END;
         """,
     ),
-    (
-        "0003_unfinished_requests",
-        """
-        -- A request that ran out of its step budget is persisted with what it had; this says why it
-        -- has no response (NULL for every answered request).
-        ALTER TABLE requests ADD COLUMN unfinished TEXT;
-        """,
-    ),
+    ("0003_unfinished_requests", _UNFINISHED),
     (
         "0004_requests_in_order",
-        """
-        -- A session's requests are numbered 1, 2, 3, ...: the database refuses any other next index, so two
-        -- writers finishing the same request of one session can never both succeed. (MAX, not COUNT: an
-        -- index seek, whatever the session's length; requests are only ever deleted with their session.)
+        _IN_ORDER
+        + """
         CREATE TRIGGER requests_in_order BEFORE INSERT ON requests
             WHEN NEW.idx != COALESCE((SELECT MAX(idx) FROM requests WHERE session_id = NEW.session_id), 0) + 1
             BEGIN SELECT RAISE(ABORT, 'request index out of order'); END;
@@ -128,11 +142,8 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("0006_transcripts", _TRANSCRIPTS.format(id_type="INTEGER")),
     (
         "0007_node_marks",
-        """
-        -- A memory method marks the nodes it makes itself (MAGE's summaries and pointers, Mem0-style facts, the
-        -- ZipAct state, no-isu's rule-built response) with a declared kind, which no model output can write,
-        -- instead of an id prefix a model could write too. Nodes stored before are marked once by those
-        -- prefixes (the one time history is rewritten, inside this migration).
+        _MARKS
+        + """
         ALTER TABLE nodes ADD COLUMN mark TEXT;
         DROP TRIGGER nodes_no_update;
         UPDATE nodes SET mark = CASE
@@ -152,42 +163,8 @@ MIGRATIONS: list[tuple[str, str]] = [
 POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
     (
         "0001_initial",
-        """
-        CREATE TABLE sessions (
-            id BIGSERIAL PRIMARY KEY,
-            name TEXT NOT NULL UNIQUE
-        );
-        CREATE TABLE requests (
-            session_id BIGINT NOT NULL REFERENCES sessions(id),
-            idx INTEGER NOT NULL,
-            query TEXT NOT NULL,
-            response TEXT,
-            record TEXT NOT NULL,
-            PRIMARY KEY (session_id, idx)
-        );
-        CREATE TABLE nodes (
-            seq BIGSERIAL PRIMARY KEY,
-            session_id BIGINT NOT NULL REFERENCES sessions(id),
-            node_id TEXT NOT NULL,
-            kind TEXT NOT NULL CHECK (kind IN ('state', 'observation')),
-            type TEXT NOT NULL,
-            summary TEXT NOT NULL,
-            value TEXT NOT NULL,
-            request_idx INTEGER NOT NULL,
-            UNIQUE (session_id, node_id),
-            FOREIGN KEY (session_id, request_idx) REFERENCES requests(session_id, idx)
-        );
-        CREATE TABLE relations (
-            session_id BIGINT NOT NULL REFERENCES sessions(id),
-            source_id TEXT NOT NULL,
-            position INTEGER NOT NULL,
-            rel TEXT NOT NULL,
-            target_id TEXT NOT NULL,
-            PRIMARY KEY (session_id, source_id, position),
-            FOREIGN KEY (session_id, source_id) REFERENCES nodes(session_id, node_id),
-            FOREIGN KEY (session_id, target_id) REFERENCES nodes(session_id, node_id)
-        );
-        CREATE INDEX relations_target ON relations(session_id, target_id);
+        _TABLES.format(key="BIGSERIAL PRIMARY KEY", seq="BIGSERIAL PRIMARY KEY", id_type="BIGINT")
+        + """
         -- Historical nodes, their relations and finished requests are never changed or deleted.
         CREATE FUNCTION flowstate_immutable() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN RAISE EXCEPTION '%', TG_ARGV[0]; END $$;
@@ -201,10 +178,8 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
     ),
     (
         "0002_forget_sessions",
-        """
-        -- Deleting a whole session is the one way to forget, and it is explicit: rows may go only
-        -- while their session is marked as being forgotten (Repository.delete_session).
-        ALTER TABLE sessions ADD COLUMN forgetting INTEGER NOT NULL DEFAULT 0;
+        _FORGETTING
+        + """
         DROP TRIGGER nodes_immutable ON nodes;
         DROP TRIGGER relations_immutable ON relations;
         CREATE FUNCTION flowstate_forgettable() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -226,20 +201,11 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
             FOR EACH ROW EXECUTE FUNCTION flowstate_forgettable('finished requests are immutable');
         """,
     ),
-    (
-        "0003_unfinished_requests",
-        """
-        -- A request that ran out of its step budget is persisted with what it had; this says why it
-        -- has no response (NULL for every answered request).
-        ALTER TABLE requests ADD COLUMN unfinished TEXT;
-        """,
-    ),
+    ("0003_unfinished_requests", _UNFINISHED),
     (
         "0004_requests_in_order",
-        """
-        -- A session's requests are numbered 1, 2, 3, ...: the database refuses any other next index, so two
-        -- writers finishing the same request of one session can never both succeed. (MAX, not COUNT: an
-        -- index seek, whatever the session's length; requests are only ever deleted with their session.)
+        _IN_ORDER
+        + """
         CREATE FUNCTION flowstate_requests_in_order() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN
                 IF NEW.idx != COALESCE((SELECT MAX(idx) FROM requests WHERE session_id = NEW.session_id), 0) + 1 THEN
@@ -255,11 +221,8 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
     ("0006_transcripts", _TRANSCRIPTS.format(id_type="BIGINT")),
     (
         "0007_node_marks",
-        """
-        -- A memory method marks the nodes it makes itself (MAGE's summaries and pointers, Mem0-style facts, the
-        -- ZipAct state, no-isu's rule-built response) with a declared kind, which no model output can write,
-        -- instead of an id prefix a model could write too. Nodes stored before are marked once by those
-        -- prefixes (the one time history is rewritten, inside this migration).
+        _MARKS
+        + """
         ALTER TABLE nodes ADD COLUMN mark TEXT;
         DROP TRIGGER nodes_no_update ON nodes;
         UPDATE nodes SET mark = CASE

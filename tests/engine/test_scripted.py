@@ -65,7 +65,7 @@ def test_load_by_name(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("content", "message"), [
     ("", "holds no outputs"),
-    ("[1, 2]\n", 'expected an object with a string "text"'),
+    ("[1, 2]\n", "line 1: not a JSON object"),
     ('{"text": 3}\n', 'expected an object with a string "text"'),
     ('{"text": "ok"}\n{oops\n', "line 2: not JSON"),
     ('{"text": "ok", "when": 1}\n', '"when" must be a string'),

@@ -7,10 +7,9 @@ connector of the item bought in subtask k−1. SR: the whole bundle fits.
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
-from flowstate.eval.task import Answer, Call, Decision, Facts, Need, Score, Task
+from flowstate.eval.task import Answer, Call, Decision, Facts, Need, Score, Task, at_most, seeded
 from flowstate.tools import Tool, ToolSet
 
 CATEGORIES = ["camera", "lens", "adapter", "filter", "flash", "grip", "monitor", "recorder", "microphone", "cage",
@@ -84,11 +83,9 @@ class BundleTask(Task):
 
 
 def generate(tasks: int, depth: int, seed: int) -> list[Task]:
-    if depth > len(CATEGORIES):
-        raise ValueError(f"bundle tasks have at most {len(CATEGORIES)} subtasks")
+    at_most("bundle", depth, len(CATEGORIES))
     out: list[Task] = []
-    for i in range(tasks):
-        rng = random.Random(f"bundle:{seed}:{i}")
+    for i, rng in seeded("bundle", seed, tasks):
         first = f"{CATEGORIES[0]}-{rng.randint(100, 999)}"
         outputs = {first: rng.choice(CONNECTORS)}
         options: list[dict[str, str]] = [{}]

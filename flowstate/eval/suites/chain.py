@@ -6,10 +6,9 @@ the subtask that took it.
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
-from flowstate.eval.task import Answer, Call, Decision, Facts, Need, Score, Task, numbers
+from flowstate.eval.task import Answer, Call, Decision, Facts, Need, Score, Task, at_most, numbers, seeded
 from flowstate.tools import Tool, ToolSet
 
 SAMPLES = ["amber", "basalt", "cobalt", "dolomite", "emerald", "flint", "garnet", "halite", "iolite", "jasper",
@@ -66,11 +65,9 @@ class ChainTask(Task):
 
 
 def generate(tasks: int, depth: int, seed: int) -> list[Task]:
-    if depth > len(SAMPLES):  # never a silent cap: the report would say a depth the tasks do not have
-        raise ValueError(f"chain tasks have at most {len(SAMPLES)} subtasks")
+    at_most("chain", depth, len(SAMPLES))
     out: list[Task] = []
-    for i in range(tasks):
-        rng = random.Random(f"chain:{seed}:{i}")
+    for i, rng in seeded("chain", seed, tasks):
         samples = rng.sample(SAMPLES, depth)
         out.append(ChainTask(f"chain-{seed}-{i}", samples, [rng.randint(11, 97) for _ in samples]))
     return out

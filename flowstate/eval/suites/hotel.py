@@ -4,11 +4,10 @@ told once, by the ``book`` call that made it."""
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from typing import Any
 
-from flowstate.eval.task import Answer, Call, Decision, Facts, Need, Score, Task, says
+from flowstate.eval.task import Answer, Call, Decision, Facts, Need, Score, Task, says, seeded
 from flowstate.tools import Tool, ToolSet
 
 HOTELS = ["Alder", "Birch", "Cedar", "Dune", "Elm", "Fjord", "Grove", "Heath"]
@@ -89,8 +88,7 @@ class HotelTask(Task):
 
 def generate(tasks: int, depth: int, seed: int) -> list[Task]:
     out: list[Task] = []
-    for i in range(tasks):
-        rng = random.Random(f"hotel:{seed}:{i}")
+    for i, rng in seeded("hotel", seed, tasks):
         names = rng.sample(HOTELS, 5)
         rates = {h: (rng.randrange(150, 301, 10), rng.randrange(20, 101, 10)) for h in names}
         first = names[0]

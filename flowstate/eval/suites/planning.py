@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flowstate.eval.suites.pages import words
-from flowstate.eval.task import Answer, Call, Decision, Facts, Need, Score, Task
+from flowstate.eval.task import Answer, Call, Decision, Facts, Need, Score, Task, at_most, seeded
 from flowstate.tools import Tool, ToolSet
 
 NAMES = ["Ana", "Ben", "Chloe", "Dev", "Eva", "Femi", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lea", "Milo", "Nia", "Omar",
@@ -102,30 +102,30 @@ class PlanningTask(Task):
             """Every restaurant in a city with a table free on a date (YYYY-MM-DD)."""
             return {"city": city, "date": date, "restaurants": self._offered(self.restaurants, city, date)}
 
+        def booked(rows: Any, field: str, value: str, missing: str) -> dict[str, Any]:
+            """The row whose ``field`` is ``value``, booked for the day (or why it cannot be)."""
+            row: dict[str, Any] | None = next((r for r in rows if r[field] == value), None)
+            if row is None:
+                raise ValueError(missing)
+            env["booked"][env["day"]] = value
+            return row
+
         def book_flight(flight_number: str, traveller: str) -> dict[str, Any]:
             """Book a flight for a traveller; the confirmation gives its times."""
-            row = next((r for rows in self.flights.values() for r in rows if r["flight_number"] == flight_number), None)
-            if row is None:
-                raise ValueError(f"no flight {flight_number!r}")
-            env["booked"][env["day"]] = flight_number
+            row = booked((r for rows in self.flights.values() for r in rows), "flight_number", flight_number,
+                         f"no flight {flight_number!r}")
             return {"traveller": traveller, "flight_number": flight_number, "departs": row["dep_time"],
                     "arrives": row["arr_time"], "price": row["price"], "confirmation": f"FL-{env['day']:02d}{flight_number[-3:]}"}
 
         def book_accommodation(name: str, traveller: str) -> dict[str, Any]:
             """Book an accommodation for a traveller; the confirmation gives its room type and review rate."""
-            row = next((r for r in self.stays.get(env["day"], []) if r["name"] == name), None)
-            if row is None:
-                raise ValueError(f"no accommodation {name!r} with a room free that day")
-            env["booked"][env["day"]] = name
+            row = booked(self.stays.get(env["day"], []), "name", name, f"no accommodation {name!r} with a room free that day")
             return {"traveller": traveller, "name": name, "room_type": row["room_type"],
                     "review_rate": row["review_rate"], "price": row["price"], "confirmation": f"AC-{env['day']:02d}"}
 
         def reserve_restaurant(name: str, traveller: str) -> dict[str, Any]:
             """Reserve dinner at a restaurant for a traveller; the confirmation gives its main cuisine."""
-            row = next((r for r in self.restaurants.get(env["day"], []) if r["name"] == name), None)
-            if row is None:
-                raise ValueError(f"no restaurant {name!r} with a table free that day")
-            env["booked"][env["day"]] = name
+            row = booked(self.restaurants.get(env["day"], []), "name", name, f"no restaurant {name!r} with a table free that day")
             return {"traveller": traveller, "restaurant": name, "main_cuisine": row["cuisines"].split(", ")[0],
                     "average_cost": row["average_cost"], "confirmation": f"RS-{env['day']:02d}"}
 
@@ -347,10 +347,8 @@ def _build(rng: random.Random, task_id: str, depth: int, flights: int, stays: in
 
 
 def generate(tasks: int, depth: int, seed: int, flights: int = 12, stays: int = 20, restaurants: int = 20) -> list[Task]:
-    if depth > len(NAMES):
-        raise ValueError(f"planning tasks have at most {len(NAMES)} subtasks")
+    at_most("planning", depth, len(NAMES))
     out: list[Task] = []
-    for i in range(tasks):
-        rng = random.Random(f"planning:{seed}:{i}")
+    for i, rng in seeded("planning", seed, tasks):
         out.append(_build(rng, f"planning-{seed}-{i}", depth, flights, stays, restaurants))
     return out

@@ -13,12 +13,11 @@ reasoning subtasks carry long derivations that play the same part in a full-cont
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from flowstate.eval.arith import evaluate
 from flowstate.eval.suites.pages import words
-from flowstate.eval.task import Answer, Call, Decision, Facts, Need, Score, Task
+from flowstate.eval.task import Answer, Call, Decision, Facts, Need, Score, Task, seeded
 from flowstate.tools import Tool, ToolSet
 
 MATERIALS = ["aluminium", "brass", "bronze", "copper", "gold", "granite", "ice", "iron", "lead", "marble", "nickel",
@@ -147,8 +146,7 @@ def generate(tasks: int, depth: int, seed: int, rows: int = 30) -> list[Task]:
     if rows < 2 or rows > len(MATERIALS):
         raise ValueError(f"reasoning tables have 2 to {len(MATERIALS)} rows")
     out: list[Task] = []
-    for i in range(tasks):
-        rng = random.Random(f"reasoning:{seed}:{i}")
+    for i, rng in seeded("reasoning", seed, tasks):
         temps = rng.sample(range(250, 900, 5), depth)
         steps = [("density", "", 0, temps[0])]
         steps += [(rng.choice(list(TOPICS)), "", rng.randint(1, k - 1), temps[k - 1]) for k in range(2, depth + 1)]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowstate.eval.suites.pages import code, prose, sentence, words
-from flowstate.eval.task import Answer, Call, Decision, Facts, Need, Score, Task
+from flowstate.eval.task import Answer, Call, Decision, Facts, Need, Score, Task, at_most, seeded
 from flowstate.tools import Tool, ToolSet
 
 CATEGORIES = ["camera", "lens", "flash", "tripod", "gimbal", "microphone", "monitor", "recorder", "battery", "charger",
@@ -174,13 +174,11 @@ def _product(rng: random.Random, category: str, fit: str, compatible: str, bulle
 
 def generate(tasks: int, depth: int, seed: int, results: int = 10, bullets: int = 5,
              description_words: int = 150) -> list[Task]:
-    if depth > len(CATEGORIES):
-        raise ValueError(f"shopping tasks have at most {len(CATEGORIES)} subtasks")
+    at_most("shopping", depth, len(CATEGORIES))
     if results < 2:
         raise ValueError("shopping needs at least 2 results per page (one fits, the rest do not)")
     out: list[Task] = []
-    for i in range(tasks):
-        rng = random.Random(f"shopping:{seed}:{i}")
+    for i, rng in seeded("shopping", seed, tasks):
         correct: list[Product] = []
         shelves: list[list[Product]] = []
         depends: list[int] = []

@@ -4,10 +4,9 @@ satisfied need; PS counts correct subtasks over all subtasks (as MemoryArena doe
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
-from flowstate.eval.task import Answer, Call, Decision, Facts, Need, Score, Task
+from flowstate.eval.task import Answer, Call, Decision, Facts, Need, Score, Task, at_most, seeded
 from flowstate.tools import Tool, ToolSet
 
 FEATURES = ["pool", "pets", "quiet", "gym", "view", "parking", "garden", "spa"]
@@ -86,11 +85,9 @@ class TravelTask(Task):
 
 
 def generate(tasks: int, depth: int, seed: int) -> list[Task]:
-    if depth > len(NAMES):
-        raise ValueError(f"travel tasks have at most {len(NAMES)} subtasks")
+    at_most("travel", depth, len(NAMES))
     out: list[Task] = []
-    for i in range(tasks):
-        rng = random.Random(f"travel:{seed}:{i}")
+    for i, rng in seeded("travel", seed, tasks):
         travellers = rng.sample(NAMES[:8] if depth <= 8 else NAMES, depth)  # depth ≤ 8: the tasks of old
         target = rng.sample(FEATURES, 4)
         needs = {t: target[j % 4] if j < 4 else rng.choice(target) for j, t in enumerate(travellers)}
