@@ -88,6 +88,11 @@ class OpenAIEngine(RemoteEngine):
                 raise EngineConfigError(f"server {self.base_url} refused the request ({exc.status_code}): {detail}") from exc
         raise AssertionError("unreachable")
 
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        """The server's ``/v1/embeddings`` of ``texts``, in their order (an embedding model's server)."""
+        reply = self._call(self.client.embeddings.create, model=self.model, input=texts)
+        return [list(d.embedding) for d in sorted(reply.data, key=lambda d: d.index)]
+
     def _first_model(self) -> str:
         models = self._call(self.client.models.list)
         if not models.data:

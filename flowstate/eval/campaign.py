@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from engine.base import Engine
+from engine.embeddings import Embedder
 from engine.spec import label
 from flowstate.config import LoopConfig
 from flowstate.eval.models import folder, write_models
@@ -27,7 +28,7 @@ def run_campaign(base: EvalConfig, grid: Sequence[Point], models: Sequence[dict[
                  load: Callable[[dict[str, Any]], Engine] | None, loop: Callable[[Engine | None, dict[str, Any]], LoopConfig],
                  decoding: Callable[[dict[str, Any]], dict[str, Any]], progress: Progress = lambda _: None,
                  done: Callable[[], None] = lambda: None, user: Engine | None = None,
-                 judge: Engine | None = None) -> list[tuple[str, Summary]]:
+                 judge: Engine | None = None, embedder: Embedder | None = None) -> list[tuple[str, Summary]]:
     """Every model (its engine options) over every point of the grid; each model's name and last point's summary.
 
     ``compare``: the models are compared (several ``--engine``), each in its own folder, and ``models.md`` written;
@@ -45,7 +46,7 @@ def run_campaign(base: EvalConfig, grid: Sequence[Point], models: Sequence[dict[
             for point in grid:
                 where = model_out / point.label if len(grid) > 1 else model_out
                 run = replace(config, depth=point.depth, policy=point.policy, sizes=point.sizes, out=where)
-                rows = run_eval(run, loaded, progress, user=user, judge=judge)
+                rows = run_eval(run, loaded, progress, user=user, judge=judge, embedder=embedder)
                 done()
                 swept.append((point, write_report(rows, run)))
         finally:

@@ -15,6 +15,7 @@ from flowstate.eval import gpu, kv, metrics
 from flowstate.eval.kv import footprint
 from flowstate.eval.runner import EvalConfig, config_dict
 from flowstate.eval.suites import TAU3, generate
+from flowstate.memory import EMBEDDING
 
 BASELINE = "full-context"
 
@@ -77,6 +78,16 @@ def settings(c: dict[str, Any]) -> str:
     return "Settings: " + ", ".join(parts) + "."
 
 
+def _ranking(c: dict[str, Any]) -> str:
+    """What the methods whose sources embed ranked by here: ``--embed``'s vectors, or BM25 standing in."""
+    named = [s for s in c["strategies"] if s in EMBEDDING]
+    if not named:
+        return ""
+    if c.get("embed"):
+        return f" {' and '.join(named)} rank by the embeddings of {c['embed']}, as their sources do."
+    return (f" {' and '.join(named)}: BM25 stands in for the embeddings their sources rank by (no --embed).")
+
+
 def markdown(summary: dict[str, Any]) -> str:
     c = summary["config"]
     out = [
@@ -90,7 +101,8 @@ def markdown(summary: dict[str, Any]) -> str:
            f"{c.get('user') or 'scripted'}, judge {c.get('judge') or 'none'}." if set(c["suites"]) & set(TAU3) else "")
         + (f" memoryarena: graded by the judge {c['judge']} with MemoryArena's prompt." if c.get("judge") else
            " memoryarena: graded by exact match after normalisation (no --judge; MemoryArena grades with a judge "
-           "model)." if "memoryarena" in c["suites"] else ""),
+           "model)." if "memoryarena" in c["suites"] else "")
+        + _ranking(c),
     ]
     out += ["", settings(c), *_bounds(c)]
     if len(c["suites"]) > 1 or len(c["strategies"]) > 2:

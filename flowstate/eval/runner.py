@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from engine.base import Engine, Message
+from engine.embeddings import Embedder
 from engine.text import tokenize
 from flowstate.agent import Agent
 from flowstate.config import LoopConfig
@@ -34,7 +35,7 @@ from flowstate.eval.tau3.users import tau2_guidelines
 from flowstate.eval.trace import Traced, TraceWriter
 from flowstate.limits import STANDARD, Limits
 from flowstate.mcp import connect
-from flowstate.memory import get
+from flowstate.memory import embedded, get
 from flowstate.memory.base import Strategy
 from flowstate.store.repository import Repository
 from flowstate.tools import ToolSet
@@ -72,6 +73,7 @@ class EvalConfig:
     trials: int = 1  # τ³ suites: runs of each task (pass^k)
     user: str = ""  # τ³ suites: a label of the user simulator's engine ("" = the scripted user)
     judge: str = ""  # τ³ suites: a label of the judge engine of NL assertions ("" = none)
+    embed: str = ""  # a label of the embedder the methods whose sources embed rank by ("" = BM25 stands in)
     db: str | None = None  # the memory: a path or postgresql:// URL shared by several runs (default: out/memory.db)
     count_tokens: str = "words"  # reference policies: tokens counted as words and punctuation, or "embedded" (SmolLM2's)
     decoding: dict[str, Any] = field(default_factory=dict)  # the engine settings that change outputs (preset, sampling…)
@@ -100,7 +102,8 @@ class EvalConfig:
                 **({"count_tokens": self.count_tokens} if self.count_tokens != "words" else {}),
                 **({"trials": self.trials, "user": self.user, "judge": self.judge} if self.trials != 1 or self.user
                    or self.judge else {}),
-                **({"mcp": list(self.mcp), "mcp_scope": self.mcp_scope} if self.mcp else {})}
+                **({"mcp": list(self.mcp), "mcp_scope": self.mcp_scope} if self.mcp else {}),
+                **({"embed": self.embed} if self.embed else {})}
 
 
 class Results:
@@ -179,13 +182,13 @@ Progress = Callable[[str], None]
 
 
 def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress = lambda _: None,
-             user: Engine | None = None, judge: Engine | None = None) -> list[dict[str, Any]]:
+             user: Engine | None = None, judge: Engine | None = None, embedder: Embedder | None = None) -> list[dict[str, Any]]:
     """Run what ``results.jsonl`` does not hold yet; return the rows of this configuration.
 
     ``user`` and ``judge``: the τ³ suites' user simulator and NL-assertion judge engines (None: the
-    scripted user; no judge).
+    scripted user; no judge); ``embedder``: what the methods whose sources embed rank by (None: BM25).
     """
-    strategies = [get(name) for name in config.strategies]
+    strategies = [embedded(get(name), embedder) for name in config.strategies]
     check_options(config.suites, config.sizes)
     if config.count_tokens not in COUNTS:
         raise ValueError(f"unknown token count {config.count_tokens!r}; valid: {', '.join(COUNTS)}")

@@ -8,10 +8,11 @@ ablations); the seam they implement is ``base``.
 from __future__ import annotations
 
 import importlib
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from engine.embeddings import Embedder
     from flowstate.memory.base import Strategy
 
 # name -> "module:attribute"
@@ -32,6 +33,7 @@ METHODS: dict[str, str] = {
     "mage-no-revise": "flowstate.memory.mage:MAGE_NO_REVISE",
 }
 DEFAULT = "flowstate"
+EMBEDDING = ("mem0-style", "reasoningbank")  # the methods whose sources rank by embeddings (--embed)
 STATE_METHODS = ("flowstate", "flowstate-paged", "no-psa", "no-isu")
 
 
@@ -64,6 +66,15 @@ def get(name: str) -> Strategy:
     return replace(method, **changes) if changes else method  # type: ignore[type-var]
 
 
+def embedded(strategy: Strategy, embedder: Embedder | None) -> Strategy:
+    """``strategy`` ranking by ``embedder``'s vectors where its source embeds (``EMBEDDING``); else as it is."""
+    if embedder is None or "ranker" not in {f.name for f in fields(strategy)}:  # type: ignore[arg-type]
+        return strategy
+    from flowstate.memory.ranking import Embeddings
+
+    return replace(strategy, ranker=Embeddings(embedder))  # type: ignore[type-var]
+
+
 def laid_out(names: tuple[str, ...], layout: str) -> tuple[str, ...]:
     """Strategy names in ``layout`` (``--layout``): ``append`` moves every state method into the append-only layout
     (other methods keep their own); it is refused where no state method is named."""
@@ -78,4 +89,4 @@ def laid_out(names: tuple[str, ...], layout: str) -> tuple[str, ...]:
     return tuple(n + APPEND if n in state and not n.endswith(APPEND) else n for n in names)
 
 
-__all__ = ["APPEND", "DEFAULT", "LAYOUTS", "METHODS", "STATE_METHODS", "get", "laid_out"]
+__all__ = ["APPEND", "DEFAULT", "EMBEDDING", "LAYOUTS", "METHODS", "STATE_METHODS", "embedded", "get", "laid_out"]

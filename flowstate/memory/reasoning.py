@@ -27,7 +27,8 @@ from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
 from flowstate.memory import calls as memory_calls
 from flowstate.memory.base import Finish, MemoryContext, Start, StepInput, Strategy, interaction
-from flowstate.memory.retrieval import TWO_BLOCKS, okapi
+from flowstate.memory.ranking import Embeddings, okapi
+from flowstate.memory.retrieval import TWO_BLOCKS
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.serializer import layout
 from flowstate.store.repository import SessionView
@@ -113,6 +114,7 @@ class ReasoningBank(Strategy):
     name: str = "reasoningbank"
     blocks: tuple[str, ...] = TWO_BLOCKS
     rules: ClassVar[str] = RULES
+    ranker: Embeddings | None = None  # MemoryArena embeds the trajectories (--embed); without, BM25 stands in
 
     def start(self, session: SessionView) -> Start:
         k = session.request_count() + 1
@@ -125,7 +127,8 @@ class ReasoningBank(Strategy):
 
     def prompt(self, step: StepInput) -> list[Message]:
         keys = step.start.data.get("keys", ())  # by the query, once per request, as wrap_user_prompt retrieves
-        chosen = "".join(step.start.documents[i] for i in okapi(keys, step.query, TOP_K))
+        ranked = self.ranker.top(keys, step.query, TOP_K) if self.ranker is not None else okapi(keys, step.query, TOP_K)
+        chosen = "".join(step.start.documents[i] for i in ranked)
         user = layout(step.query, memory=(tags.STRATEGY_MEMORY, chosen or "none\n"), state=None,
                       trajectory=step.trajectory, feedback=step.feedback, observation=step.observation)
         return [Message("system", step.system), Message("user", user)]

@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
@@ -34,6 +33,7 @@ from flowstate.history import HistoricalIndex
 from flowstate.limits import Limits
 from flowstate.memory import calls as memory_calls
 from flowstate.memory.base import Finish, MemoryContext, Start, StepInput, Strategy, interaction, transcript
+from flowstate.memory.ranking import BM25_TOP_K, Embeddings, okapi
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.serializer import layout
 from flowstate.store.repository import RequestRow, SessionView
@@ -43,7 +43,6 @@ FACT = "mem0.fact"  # the mark of an extracted fact's node
 DELETED = "mem0.deleted"  # the mark of a node that deletes a memory
 SIMILAR = 5  # stored memories compared with each new fact (Mem0's released code: search(..., limit=5) per fact)
 TOP_K = 5  # memories shown by mem0-style (MAGE's comparison fixes 5)
-BM25_TOP_K = 3  # MemoryArena's RAGMemorySystem(top_k=3)
 ENTRY_TOKENS = 2_048  # MemoryArena's RAGMemorySystem(max_tokens=2048): an entry longer than this is split
 CHARS_PER_TOKEN = 4
 TWO_BLOCKS = ("tool_calls", "assistant_message")
@@ -137,11 +136,6 @@ def _index(documents: tuple[str, ...]) -> Any:
     return retriever
 
 
-def words(text: str) -> list[str]:
-    """MemoryArena's BM25 tokens: lower-cased runs of ASCII letters and digits."""
-    return re.findall(r"[a-z0-9]+", text.lower())
-
-
 def entries(requests: Sequence[RequestRow], nodes: Sequence[Node], tokens: int = ENTRY_TOKENS) -> tuple[str, ...]:
     """One memory entry per earlier request (its transcript), an entry past ``tokens`` cut into pieces of that
     many (as MemoryArena's ``_split_chunk`` cuts, wherever the boundary falls)."""
@@ -151,23 +145,6 @@ def entries(requests: Sequence[RequestRow], nodes: Sequence[Node], tokens: int =
         text = transcript([r], nodes)
         out += [text[i:i + size] for i in range(0, len(text), size)] if len(text) > size else [text]
     return tuple(e for e in out if e.strip())
-
-
-def okapi(documents: Sequence[str], query: str, k: int = BM25_TOP_K) -> list[int]:
-    """The ``k`` documents BM25Okapi scores highest for ``query``, best first (ties: the older first), whatever
-    their score; none when the query has no words."""
-    terms = words(query)
-    if not documents or not terms:
-        return []
-    scores = _okapi(tuple(documents)).get_scores(terms)
-    return sorted(range(len(documents)), key=lambda i: -float(scores[i]))[:k]
-
-
-@functools.lru_cache(maxsize=32)
-def _okapi(documents: tuple[str, ...]) -> Any:
-    from rank_bm25 import BM25Okapi
-
-    return BM25Okapi([words(d) for d in documents])
 
 
 @dataclass(frozen=True)
@@ -197,6 +174,11 @@ class ExtractedMemory(Strategy):
     name: str = "mem0-style"
     blocks: tuple[str, ...] = TWO_BLOCKS
     rules: ClassVar[str] = MEM0_RULES
+    ranker: Embeddings | None = None  # Mem0 searches by embeddings (--embed); without, BM25 stands in
+
+    def nearest(self, documents: Sequence[str], query: str, k: int) -> list[int]:
+        """The ``k`` stored memories nearest ``query``, in the order they were stored."""
+        return sorted(self.ranker.top(documents, query, k)) if self.ranker is not None else rank(documents, query, k)
 
     def start(self, session: SessionView) -> Start:
         k = session.request_count() + 1
@@ -205,7 +187,7 @@ class ExtractedMemory(Strategy):
                            for n in live_memories(session.nodes())))
 
     def prompt(self, step: StepInput) -> list[Message]:
-        chosen = "".join(step.start.documents[i] for i in rank(step.start.documents, step.query))  # as Mem0's search
+        chosen = "".join(step.start.documents[i] for i in self.nearest(step.start.documents, step.query, TOP_K))
         user = layout(step.query, memory=(tags.MEMORIES, chosen or "none\n"), state=None, trajectory=step.trajectory,
                       feedback=step.feedback, observation=step.observation)
         return [Message("system", step.system), Message("user", user)]
@@ -221,7 +203,7 @@ class ExtractedMemory(Strategy):
         calls = [memory_calls.record(generation, "facts", error)]
         stored = {n.id: str(n.value.get("fact", "")) for n in live_memories(ctx.session.nodes())}
         ids = list(stored)
-        similar = sorted({ids[i] for fact in facts for i in rank(list(stored.values()), fact, SIMILAR)}, key=ids.index)
+        similar = sorted({ids[i] for fact in facts for i in self.nearest(list(stored.values()), fact, SIMILAR)}, key=ids.index)
         events: list[dict[str, str]] = [{"event": "ADD", "id": "new", "text": f} for f in facts]
         if facts and similar:
             user = (tags.block(tags.SIMILAR_MEMORIES, "".join(canonical_json({"memory_id": i, "fact": stored[i]}) + "\n"

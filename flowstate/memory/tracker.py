@@ -147,7 +147,7 @@ class TrackerWithRetrieval(StateTracker):
         return replace(tracked_start, documents=entries(session.requests(), session.nodes()))
 
     def prompt(self, step: StepInput) -> list[Message]:
-        from flowstate.memory.retrieval import okapi
+        from flowstate.memory.ranking import okapi
 
         chosen = "".join(step.start.documents[i] for i in okapi(step.start.documents, step.query))
         user = layout(step.query, memory=(tags.TRACKED_STATE, canonical_json(tracked(step.state)) + "\n"), state=None,

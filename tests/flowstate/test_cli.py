@@ -108,6 +108,7 @@ def test_default_db_comes_from_the_environment(tmp_path: Path) -> None:
     ("eval: a judge without a model", "--judge needs a model: NAME:MODEL[@URL] (got 'openai')"),
     ("eval: a bad decode weight", "--gpu-cost takes MODEL@GPU:BATCH[,w=W] with a number W"),
     ("eval: a KV budget under 1 GiB", "--kv-model's GPU memory is at least 1 GiB"),
+    ("eval: an embedder that is not one", "--embed takes openai:MODEL@URL or llamacpp[:FILE.gguf], not 'vllm:x'"),
     ("bench capacity: no KV budget", "give the KV budget once: --kv-tokens N or --kv-gib G"),
 ])
 def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expected: str) -> None:
@@ -149,6 +150,7 @@ def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expect
         "eval: a bad decode weight": ["eval", "--policy", "oracle", "--gpu-cost", "qwen3.5-27b@h200:32,w=x",
                                       "--out", tmp_path / "ev"],
         "eval: a KV budget under 1 GiB": ["eval", "--policy", "oracle", "--kv-model", "qwen3.5-9b@0.5", "--out", tmp_path / "ev"],
+        "eval: an embedder that is not one": ["eval", "--policy", "oracle", "--embed", "vllm:x", "--out", tmp_path / "ev"],
         "bench capacity: no KV budget": ["bench", "capacity", tmp_path / "trace.jsonl"],
     }[case]
     if case == "unknown session":
@@ -213,6 +215,15 @@ def test_eval_reads_the_kv_budget_and_decode_weight_from_their_values(tmp_path: 
     config = json.loads((out / "summary.json").read_text())["config"]
     assert (config["kv_model"], config["gpu_memory_gib"], config["decode_weight"]) == ("qwen3.5-9b", 40.0, 3.0)
     assert "w = 3 (given)" in (out / "report.md").read_text()
+
+
+def test_eval_ranks_by_the_embedded_models_vectors_with_embed(tmp_path: Path) -> None:
+    out = tmp_path / "ev"
+    result = flowstate("eval", "--policy", "oracle", "--suite", "hotel", "--strategy", "reasoningbank,mem0-style",
+                       "--tasks", "1", "--depth", "2", "--embed", "llamacpp", "--out", out)
+    assert result.returncode == 0, result.stderr
+    assert "reasoningbank and mem0-style rank by the embeddings of llamacpp:embedded" in (out / "report.md").read_text()
+    assert json.loads((out / "summary.json").read_text())["config"]["embed"] == "llamacpp:embedded"
 
 
 def test_eval_runs_both_bounds_side_by_side(tmp_path: Path) -> None:

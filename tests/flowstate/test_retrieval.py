@@ -10,7 +10,8 @@ from engine.scripted import ScriptedEngine
 from flowstate import Agent, Repository
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.memory.chat import FULL_CONTEXT
-from flowstate.memory.retrieval import BM25, EXTRACT, MEM0_STYLE, TOP_K, entries, okapi, rank, words
+from flowstate.memory.ranking import okapi, words
+from flowstate.memory.retrieval import BM25, EXTRACT, MEM0_STYLE, TOP_K, entries, rank
 
 
 def output(content: str) -> str:
