@@ -26,8 +26,6 @@ SEGMENT = "segment"  # a finished segment (MAGE's Compress and Maintain)
 SUMMARY = "summary"  # the summary Maintain checks
 NEW_OBSERVATION = "new_observation"  # the newest tool results (the ZipAct tracker)
 RESPONSE = "response"  # the request's final response (the ZipAct tracker at the end)
-NEW_FACTS = "new_facts"  # facts just extracted (mem0-style's update)
-SIMILAR_MEMORIES = "similar_memories"  # the stored memories most similar to them (mem0-style's update)
 
 # a memory call's system message starts with its marker
 EXTRACT = "<extract_memories>"

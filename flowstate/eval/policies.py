@@ -22,6 +22,7 @@ from engine.text import common_prefix, flatten, tokenize
 from flowstate import tags
 from flowstate.eval.task import Answer, Call, Decision, Need, Task
 from flowstate.limits import STANDARD, Limits
+from flowstate.memory import mem0
 from flowstate.memory.base import Strategy
 from flowstate.nodes import OBSERVATION_PREFIX, PAGE_PREFIX
 from flowstate.protocol import ModelOutput, render_output
@@ -365,10 +366,9 @@ class Policy:
     @staticmethod
     def update(user: str) -> str:
         """Mem0's update phase: a fact already remembered word for word is NONE; every other fact is ADDed."""
-        parts = sections(user)
-        known = {str(m.get("fact")) for m in parts.get(tags.SIMILAR_MEMORIES, [])}
-        return json.dumps({"memory": [{"event": "NONE" if str(f.get("fact")) in known else "ADD", "id": "new",
-                                       "text": str(f.get("fact", ""))} for f in parts.get(tags.NEW_FACTS, [])]})
+        shown, facts = mem0.read_update_input(user)
+        return json.dumps({"memory": [{"id": str(shown.index(f)) if f in shown else "new", "text": f,
+                                       "event": "NONE" if f in shown else "ADD", "old_memory": ""} for f in facts]})
 
     @staticmethod
     def distill(user: str) -> str:

@@ -32,12 +32,12 @@ from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
 from flowstate.limits import Limits
 from flowstate.memory import calls as memory_calls
+from flowstate.memory import mem0
 from flowstate.memory.base import Finish, MemoryContext, Start, StepInput, Strategy, interaction, transcript
 from flowstate.memory.ranking import BM25_TOP_K, Embeddings, okapi
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.serializer import layout
 from flowstate.store.repository import RequestRow, SessionView
-from flowstate.tags import EXTRACT, UPDATE
 
 FACT = "mem0.fact"  # the mark of an extracted fact's node
 DELETED = "mem0.deleted"  # the mark of a node that deletes a memory
@@ -59,12 +59,6 @@ MEM0_RULES = f"""\
 Facts remembered from earlier requests of this session, the {TOP_K} most relevant to this request, are in \
 <memories>. This request's earlier tool results are in <trajectory>, the newest in <latest_observation>."""
 
-EXTRACT_PROMPT = f"""{EXTRACT}
-You maintain the memory of an agent. From the interaction below (a user request, the agent's tool calls \
-with their results, and its response), extract the facts that later requests may need: identifiers, \
-numbers, choices made, requirements, results. Write each fact as one self-contained sentence that names \
-what it is about. Reply with JSON only: {{"facts": ["..."]}}."""
-
 
 
 class Facts(BaseModel):
@@ -77,22 +71,16 @@ class Facts(BaseModel):
 FACTS_GRAMMAR = memory_calls.grammar(Facts)
 
 
-UPDATE_PROMPT = f"""{UPDATE}
-You manage an agent's memory. Compare the new facts with the stored memories most similar to them and decide \
-for each new fact: ADD it as a new memory; UPDATE a stored memory whose information it changes or completes \
-(that memory's id, and the merged text); DELETE a stored memory it contradicts (that memory's id); NONE when \
-it is already remembered. Reply with JSON only: {{"memory": [{{"event": "ADD" | "UPDATE" | "DELETE" | \
-"NONE", "id": "<a stored memory's id, or new>", "text": "..."}}]}}."""
-
 
 
 class MemoryEvent(BaseModel):
     """One decision of the update phase: a new fact added, a stored memory updated or deleted, or nothing."""
 
     model_config = ConfigDict(extra="forbid")
-    event: Literal["ADD", "UPDATE", "DELETE", "NONE"]
     id: str = Field(default="", max_length=64)
     text: str = Field(default="", max_length=400)
+    event: Literal["ADD", "UPDATE", "DELETE", "NONE"]
+    old_memory: str = Field(default="", max_length=400)  # what an UPDATE replaces, as Mem0's reply carries it
 
 
 class MemoryUpdate(BaseModel):
@@ -198,19 +186,18 @@ class ExtractedMemory(Strategy):
     def finish(self, ctx: MemoryContext) -> Finish:
         """Extraction (one model call: the request's facts), then the update phase against similar memories."""
         done = interaction(ctx.query, ctx.state.observations, ctx.response)
-        generation = ctx.call_model(EXTRACT_PROMPT, tags.block(tags.INTERACTION, done)[:-1], FACTS_GRAMMAR)
+        generation = ctx.call_model(mem0.extraction_prompt(), mem0.extraction_input(tags.block(tags.INTERACTION, done)[:-1]),
+                                    FACTS_GRAMMAR)
         facts, error = _facts(generation.text, ctx.limits)
         calls = [memory_calls.record(generation, "facts", error)]
         stored = {n.id: str(n.value.get("fact", "")) for n in live_memories(ctx.session.nodes())}
         ids = list(stored)
         similar = sorted({ids[i] for fact in facts for i in self.nearest(list(stored.values()), fact, SIMILAR)}, key=ids.index)
         events: list[dict[str, str]] = [{"event": "ADD", "id": "new", "text": f} for f in facts]
-        if facts and similar:
-            user = (tags.block(tags.SIMILAR_MEMORIES, "".join(canonical_json({"memory_id": i, "fact": stored[i]}) + "\n"
-                                                               for i in similar))
-                    + tags.block(tags.NEW_FACTS, "".join(canonical_json({"fact": f}) + "\n" for f in facts)))[:-1]
-            decided = ctx.call_model(UPDATE_PROMPT, user, UPDATE_GRAMMAR)
-            chosen, why = _events(decided.text, set(similar))
+        if facts:  # Mem0 decides every new fact against the memories found for them (none: an empty memory)
+            decided = ctx.call_model(mem0.UPDATE_PROMPT, mem0.update_input([stored[i] for i in similar], facts),
+                                     UPDATE_GRAMMAR)
+            chosen, why = _events(decided.text, similar)
             calls.append(memory_calls.record(decided, "memory", why))
             if chosen is not None:  # an update reply that is not the JSON asked for adds every fact: nothing is lost
                 events = chosen
@@ -239,13 +226,20 @@ def live_memories(nodes: Sequence[Node]) -> list[Node]:
     return [n for n in nodes if n.mark == FACT and n.id not in retired]
 
 
-def _events(text: str, known: set[str]) -> tuple[list[dict[str, str]] | None, str | None]:
-    """The update phase's decisions, or None and why; a decision naming a memory that was not shown is dropped."""
+def _events(text: str, shown: Sequence[str]) -> tuple[list[dict[str, str]] | None, str | None]:
+    """The update phase's decisions, their temporary ids ("0", "1", …: the memories ``shown``, in order) mapped back
+    to the memories' own; or None and why. A decision naming a memory that was not shown is dropped."""
     items = (memory_calls.json_object(text) or {}).get("memory")
     if not isinstance(items, list):
         return None, f"not the JSON {{\"memory\": [...]}} asked for: {text[:120]!r}"
     events = [e.model_dump() for e in map(_event, items) if e is not None]
-    kept = [e for e in events if e["event"] in ("ADD", "NONE") or e["event"] in ("UPDATE", "DELETE") and e["id"] in known]
+    kept = []
+    for e in events:
+        if e["event"] in ("UPDATE", "DELETE"):
+            if not (e["id"].isdigit() and int(e["id"]) < len(shown)):
+                continue
+            e["id"] = shown[int(e["id"])]
+        kept.append(e)
     return kept, None if len(kept) == len(items) else f"{len(items) - len(kept)} decision(s) dropped: unknown event or id"
 
 

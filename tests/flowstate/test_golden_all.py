@@ -5,7 +5,8 @@ prompt, in call order, and each task's success and per-call token counts).
 The recording was made on the code before the one-driver redesign and rewritten when the baselines were made
 faithful to their sources (issue 22: BM25 chunks, Mem0's update phase, ZipAct tracking the query and the response,
 MAGE's gates and ablations, the ReasoningBank and ZipAct+BM25 rows; flowstate, full-context, no-psa and no-isu
-unchanged); ``FLOWSTATE_REGEN_GOLDEN=1`` rewrites it (only for a change that means to change prompts or figures,
+unchanged), and again for each baseline made to run as MemoryArena's code runs it (bm25, reasoningbank,
+mem0-style with Mem0's released prompts); ``FLOWSTATE_REGEN_GOLDEN=1`` rewrites it (only for a change that means to change prompts or figures,
 said so in its commit)."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from engine.text import flatten
 from flowstate.eval import runner
 from flowstate.eval.policies import PolicyEngine
 from flowstate.eval.runner import EvalConfig, run_eval
-from flowstate.memory import METHODS
+from flowstate.memory import METHODS, mem0
 from tests.optional import available
 
 GOLDEN = Path(__file__).parent / "golden" / "prompts.json"
@@ -49,6 +50,7 @@ def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         return engines[-1]
 
     monkeypatch.setattr(runner, "PolicyEngine", make)
+    monkeypatch.setattr(mem0, "today", lambda: "2026-01-01")  # Mem0's extraction prompt states the day it runs
     config = EvalConfig(suites=SUITES, strategies=STRATEGIES, tasks=2, depth=4, out=tmp_path / "ev", policy="oracle")
     rows = run_eval(config, [])
     by_task = {f"{r['suite']}/{r['strategy']}/{r['task']}": r for r in rows}

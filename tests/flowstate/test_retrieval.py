@@ -11,7 +11,8 @@ from flowstate import Agent, Repository
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.memory.chat import FULL_CONTEXT
 from flowstate.memory.ranking import okapi, words
-from flowstate.memory.retrieval import BM25, EXTRACT, MEM0_STYLE, TOP_K, entries, rank
+from flowstate.memory.retrieval import BM25, MEM0_STYLE, TOP_K, entries, rank
+from flowstate.tags import EXTRACT, UPDATE
 
 
 def output(content: str) -> str:
@@ -86,8 +87,9 @@ def test_bm25_shows_only_the_retrieved_chunks_fewer_than_full_context(tmp_path: 
 
 
 def test_mem0_style_extracts_with_a_model_call_that_counts_and_keeps_only_its_facts(tmp_path: Path) -> None:
+    added = '{"memory": [{"id": "0", "text": "Hotel Alder was booked at 120 per night.", "event": "ADD"}]}'
     engine = ScriptedEngine([
-        output(content="Booked Alder at 120."), '{"facts": ["Hotel Alder was booked at 120 per night."]}',
+        output(content="Booked Alder at 120."), '{"facts": ["Hotel Alder was booked at 120 per night."]}', added,
         output(content="It was 120."), "not JSON at all",
     ])
     with Repository.open(tmp_path / "m.db") as repo:
@@ -95,24 +97,29 @@ def test_mem0_style_extracts_with_a_model_call_that_counts_and_keeps_only_its_fa
         first = agent.run("Book Alder.")
         second = agent.run("What did the hotel cost?")
         nodes = repo.nodes("s")
-    assert [c.raw for c in first.memory_calls] == ['{"facts": ["Hotel Alder was booked at 120 per night."]}']
+    assert [c.raw for c in first.memory_calls] == ['{"facts": ["Hotel Alder was booked at 120 per night."]}', added]
     assert engine.prompts[1][0].content.startswith(EXTRACT)  # the extraction call, after the answer
+    assert "Personal Information Organizer" in engine.prompts[1][0].content  # Mem0's released prompt
+    assert engine.prompts[1][1].content.startswith("Input:\n")
+    assert engine.prompts[2][0].content.startswith(UPDATE) and "Current memory is empty." in engine.prompts[2][1].content
     assert first.usage.prompt_tokens == sum(s.usage.prompt_tokens for s in (*first.steps, *first.memory_calls))
-    assert "Hotel Alder was booked at 120 per night." in engine.prompts[2][1].content  # in <memories> next time
+    assert "Hotel Alder was booked at 120 per night." in engine.prompts[3][1].content  # in <memories> next time
     assert [n.id for n in nodes] == ["mem_r1_1"]  # no tool results, no states: only memories cross requests
     assert second.memory_calls[0].protocol_error is not None and second.persisted_states == ()
 
 
 def test_mem0_update_phase_adds_updates_deletes_and_fails_open(tmp_path: Path) -> None:
-    from flowstate.memory.retrieval import UPDATE, live_memories
+    from flowstate.memory.retrieval import live_memories
 
     def update(*events: tuple[str, str, str]) -> str:
         return json.dumps({"memory": [{"event": e, "id": i, "text": t} for e, i, t in events]})
 
     engine = ScriptedEngine([
         output("ok"), '{"facts": ["Alder costs 120.", "The user likes quiet rooms."]}',
+        update(("ADD", "0", "Alder costs 120."), ("ADD", "1", "The user likes quiet rooms.")),
         output("ok"), '{"facts": ["Alder costs 140 now.", "The user no longer cares about noise."]}',
-        update(("UPDATE", "mem_r1_1", "Alder costs 140."), ("DELETE", "mem_r1_2", ""), ("ADD", "new", "x")),
+        # Mem0's temporary ids: "0" and "1" are the memories shown, in order; "7" was not shown (dropped)
+        update(("UPDATE", "0", "Alder costs 140."), ("DELETE", "1", ""), ("ADD", "new", "x"), ("DELETE", "7", "")),
         output("ok"), '{"facts": ["Birch costs 90."]}', "no JSON here",
         output("ok"), '{"facts": []}',
     ])
@@ -123,9 +130,10 @@ def test_mem0_update_phase_adds_updates_deletes_and_fails_open(tmp_path: Path) -
         third = agent.run("Birch?")
         agent.run("What do you remember?")
         live = {n.value["fact"] for n in live_memories(repo.nodes("s"))}
-    assert len(first.memory_calls) == 1  # nothing stored yet: every fact is added without the update call
-    assert len(second.memory_calls) == 2 and engine.prompts[4][0].content.startswith(UPDATE)
-    assert '"memory_id":"mem_r1_1"' in engine.prompts[4][1].content  # the similar stored memories are compared
+    assert len(first.memory_calls) == 2 and "Current memory is empty." in engine.prompts[2][1].content
+    assert len(second.memory_calls) == 2 and engine.prompts[5][0].content.startswith(UPDATE)
+    assert '{"id": "0", "text": "Alder costs 120."}' in engine.prompts[5][1].content  # the similar memories, as Mem0 shows them
+    assert second.memory_calls[1].protocol_error["message"] == "1 decision(s) dropped: unknown event or id"
     assert third.memory_calls[1].protocol_error is not None  # an unreadable update adds the facts: nothing is lost
     assert live == {"Alder costs 140.", "x", "Birch costs 90."}
     shown = engine.prompts[-2][1].content.split("<memories>")[1]
@@ -137,10 +145,10 @@ def test_memory_calls_count_in_the_evaluation(tmp_path: Path) -> None:
                                policy="oracle"), [])
     by = {r["strategy"]: r for r in rows}
     # extraction; then, once memories are stored, the update phase's call too
-    assert [s["memory_calls"] for s in by["mem0-style"]["subtasks"]] == [1, 2, 2]
+    assert [s["memory_calls"] for s in by["mem0-style"]["subtasks"]] == [2, 2, 2]
     assert all(s["memory_calls"] == 0 for s in by["bm25"]["subtasks"])
     mem0 = by["mem0-style"]["subtasks"][0]
-    assert len(mem0["calls"]) == mem0["steps"] + 1  # the extraction call is one more call, with its tokens
+    assert len(mem0["calls"]) == mem0["steps"] + 2  # the extraction and update calls are two more, with their tokens
 
 
 def test_zipact_tracks_the_query_every_tool_result_and_the_final_response(tmp_path: Path) -> None:
