@@ -75,17 +75,16 @@ def test_vllm_in_process(model_dir: Path) -> None:
         assert config.scheduler_config.max_num_seqs == 4 and config.model_config.max_model_len == 4096
         assert engine.max_model_len == 4096
         check_two_calls(engine)
-        # calls from concurrent threads (sessions of a server, tasks of an eval) join vLLM's running batch
+        # calls from concurrent threads (sessions of a server, tasks of an eval) join vLLM's running batch; each
+        # cut at 24 tokens (CI's budget: whole outputs are checked above), a cut call says so
         first, second, grammar = prompts()
         pieces: list[str] = []
         with ThreadPoolExecutor(4) as pool:
-            gens = list(pool.map(lambda p: engine.generate(p[0], grammar=grammar, on_text=p[1]),
+            gens = list(pool.map(lambda p: engine.generate(p[0], grammar=grammar, on_text=p[1], max_tokens=24),
                                  [(first, pieces.append), (second, None), (first, None), (second, None)]))
-        for gen in gens:
-            parse_output(gen.text, limits=COMPACT)
+        assert all(gen.truncated and 0 < gen.usage.completion_tokens <= 24 for gen in gens)
         assert engine.max_in_flight >= 2 and engine.in_flight == 0
         assert "".join(pieces) == gens[0].text and len(pieces) > 1  # streamed as decoded
-        assert engine.generate(first, max_tokens=3).truncated  # a call cut at its budget says so
         with pytest.raises(EngineConfigError, match="refused"):
             engine.generate(first, grammar='start: %json {"type": "object", "propertyNames": {}}')
         with pytest.raises(ContextOverflow, match="context of 4096"):  # a prompt past max_model_len: not retryable
