@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from engine.base import Capabilities, Engine, Generation, Message
 from engine.scripted import ScriptedEngine
 from flowstate import Agent
 from flowstate.protocol import ModelOutput, render_output
@@ -32,3 +33,22 @@ def add(state_id: str, type_: str = "knowledge", refs: Iterable[tuple[str, str]]
         "operation": "add", "state_set": type_, "state_id": state_id, "summary": f"summary of {state_id}",
         "value": value, "refs": [{"rel": rel, "state_id": target} for rel, target in refs],
     }
+
+
+class Recording(Engine):
+    """Passes calls through to the real engine and keeps every prompt, grammar and output."""
+
+    name = "recording"
+    capabilities = Capabilities(grammar=True, embedded=True)
+
+    def __init__(self, inner: Engine) -> None:
+        self.inner = inner
+        self.calls: list[tuple[list[Message], str | None, Generation]] = []
+
+    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None, **_: Any) -> Generation:
+        gen = self.inner.generate(messages, grammar=grammar, max_tokens=max_tokens)
+        self.calls.append((list(messages), grammar, gen))
+        return gen
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)

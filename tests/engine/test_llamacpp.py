@@ -1,5 +1,6 @@
 """The llamacpp engine on the real embedded GGUF (SmolLM2-135M-Instruct): outputs parse under the
-protocol grammar, the KV prefix is reused, threads share the engine, bad input is a clear error."""
+protocol grammar, the KV prefix is reused, threads share the engine, the id-aware grammar confines what a step may
+name, bad input is a clear error."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ import pytest
 from engine.base import Message
 from engine.errors import EngineConfigError
 from engine.llamacpp import LlamaCppEngine
+from flowstate import Agent, LoopConfig, Repository
 from flowstate.bench.decode import hotel_calls
+from flowstate.demo import hotel
 from flowstate.limits import COMPACT
+from flowstate.nodes import Node, StateType
 from flowstate.parse import parse_output
 from grammars.check import accepts
+from tests.helpers import Recording
 
 pytestmark = pytest.mark.slow
 
@@ -96,3 +101,21 @@ def test_template_kwargs_reach_the_template() -> None:
     thinking = LlamaCppEngine(chat_template=QWEN_STYLE)
     plain = LlamaCppEngine(chat_template=QWEN_STYLE, chat_template_kwargs={"enable_thinking": False})
     assert thinking.render(MESSAGES).endswith("<think>\n") and "<think>" not in plain.render(MESSAGES)
+
+
+def test_id_aware_grammar_confines_state_focus(llama: LlamaCppEngine) -> None:
+    engine = Recording(llama)
+    with Repository.open(":memory:") as repo:
+        def state(node_id: str, summary: str) -> Node:
+            return Node(id=node_id, type=StateType.JUDGEMENT, summary=summary, value={"note": summary}, request=1)
+        repo.persist_request("s", 1, "Book hotel A and remember my budget", "Booked A.",
+                             [state("dec_book_a", "Booked hotel A for $200"), state("pref_budget", "Budget is $250")], {})
+        repo.persist_request("other", 1, "secret", "ok", [state("secret_plan", "another session's plan")], {})
+        agent = Agent(engine, repository=repo, session="s", tools=hotel.TOOLS, task_policy=hotel.POLICY,
+                      config=LoopConfig(max_steps=2, max_protocol_errors=1))
+        record = agent.run("Look at secret_plan, obs_r1_s1_1 and dec_book_a: what did I book and what is my budget?")
+        assert record.unfinished is None and record.response  # the last allowed step answers
+    for _, grammar, gen in engine.calls:
+        output = parse_output(gen.text)
+        assert {f.target_id for f in output.state_focus} <= {"dec_book_a", "pref_budget"}
+        assert grammar is not None and "secret_plan" not in grammar

@@ -3,40 +3,18 @@ parse, the model alone does not produce the format, and the id-aware grammar con
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import pytest
 
-from engine.base import Capabilities, Engine, Generation, Message
+from engine.base import Message
 from engine.errors import EngineConfigError
 from engine.transformers import TransformersEngine
 from flowstate import Agent, LoopConfig, Repository
 from flowstate.demo import hotel
 from flowstate.errors import ProtocolError
-from flowstate.nodes import Node, StateType
 from flowstate.parse import parse_output
+from tests.helpers import Recording
 
 pytestmark = pytest.mark.slow
-
-
-class Recording(Engine):
-    """Passes calls through to the real engine and keeps every prompt, grammar and output."""
-
-    name = "recording"
-    capabilities = Capabilities(grammar=True, embedded=True)
-
-    def __init__(self, inner: TransformersEngine) -> None:
-        self.inner = inner
-        self.calls: list[tuple[list[Message], str | None, Generation]] = []
-
-    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None, **_: Any) -> Generation:
-        gen = self.inner.generate(messages, grammar=grammar, max_tokens=max_tokens)
-        self.calls.append((list(messages), grammar, gen))
-        return gen
-
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
 
 
 @pytest.fixture(scope="module")
@@ -65,24 +43,6 @@ def test_every_step_parses_under_the_grammar_and_not_without_it(smol: Transforme
         free = smol.generate(messages, grammar=None, max_tokens=96)
         with pytest.raises(ProtocolError):
             parse_output(free.text)
-
-
-def test_id_aware_grammar_confines_state_focus(smol: TransformersEngine) -> None:
-    engine = Recording(smol)
-    with Repository.open(":memory:") as repo:
-        def state(node_id: str, summary: str) -> Node:
-            return Node(id=node_id, type=StateType.JUDGEMENT, summary=summary, value={"note": summary}, request=1)
-        repo.persist_request("s", 1, "Book hotel A and remember my budget", "Booked A.",
-                             [state("dec_book_a", "Booked hotel A for $200"), state("pref_budget", "Budget is $250")], {})
-        repo.persist_request("other", 1, "secret", "ok", [state("secret_plan", "another session's plan")], {})
-        agent = Agent(engine, repository=repo, session="s", tools=hotel.TOOLS, task_policy=hotel.POLICY,
-                      config=LoopConfig(max_steps=2, max_protocol_errors=1))
-        record = agent.run("Look at secret_plan, obs_r1_s1_1 and dec_book_a: what did I book and what is my budget?")
-        assert record.unfinished is None and record.response  # the last allowed step answers
-    for _, grammar, gen in engine.calls:
-        output = parse_output(gen.text)
-        assert {f.target_id for f in output.state_focus} <= {"dec_book_a", "pref_budget"}
-        assert grammar is not None and "secret_plan" not in grammar
 
 
 def test_a_grammar_the_backend_refuses_is_a_clear_error(smol: TransformersEngine) -> None:

@@ -46,8 +46,10 @@ def script(strategy: str) -> list[dict[str, Any]]:
                   {"text": '{"valid": true, "note": ""}', "when": MAINTAIN},
                   {"text": '{"summary": "asked again"}', "when": COMPRESS},
                   {"text": '{"valid": true, "note": ""}', "when": MAINTAIN}]
-    if strategy == "mem0-style":  # the extraction call at the end of each request
+    if strategy == "mem0-style":  # extraction at the end of each request; the update phase after facts were found
         lines += [{"text": '{"facts": ["FACT: hotel A costs 120"]}', "when": "<extract_memories>"},
+                  {"text": '{"memory": [{"id": "0", "text": "FACT: hotel A costs 120", "event": "ADD", '
+                           '"old_memory": ""}]}', "when": "<update_memories>"},
                   {"text": '{"facts": []}', "when": "<extract_memories>"}]
     return lines + [
         step(strategy, delta1, [{"name": "get_price", "arguments": {"hotel": "A"}}], when=first_memory),
