@@ -106,10 +106,10 @@ def evaluate(
         names, strategy_list = _checked(suites, strategy_names, layout, kv_model, gpu_cost, decode_weight)
         compare = len(engine_specs) > 1
         policy_list, policy = _policies(policies, compare)
-        specs = [_role(spec, "--engine", "FLOWSTATE_ENGINE_API_KEY") for spec in engine_specs or (engines.DEFAULT,)]
+        specs = [_engine_spec(spec, "--engine", "FLOWSTATE_ENGINE_API_KEY") for spec in engine_specs or (engines.DEFAULT,)]
         grid = points(numbers(depths, "--depth"), _sizes(suite_options), list(dict.fromkeys(policy_list)) or [None])
-        roles = {"user": _role(user_spec, "--user", "FLOWSTATE_USER_API_KEY", needs_model=True) if user_spec else None,
-                 "judge": _role(judge_spec, "--judge", "FLOWSTATE_JUDGE_API_KEY", needs_model=True) if judge_spec else None}
+        roles = {"user": _engine_spec(user_spec, "--user", "FLOWSTATE_USER_API_KEY", needs_model=True) if user_spec else None,
+                 "judge": _engine_spec(judge_spec, "--judge", "FLOWSTATE_JUDGE_API_KEY", needs_model=True) if judge_spec else None}
         user, judge = (engines.load(**spec) if spec else None for spec in roles.values())
         embedder = _embedder(embed_spec)
         base = EvalConfig(
@@ -137,7 +137,7 @@ def evaluate(
         _written(out, summaries, compare, len(grid) == 1)
 
 
-def _role(spec: str, option: str, key_env: str, *, needs_model: bool = False) -> dict[str, Any]:
+def _engine_spec(spec: str, option: str, key_env: str, *, needs_model: bool = False) -> dict[str, Any]:
     """An engine's options from its spec (``--engine``, ``--user``, ``--judge``), its API key from the environment."""
     import os
 
