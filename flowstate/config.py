@@ -30,6 +30,7 @@ class LoopConfig:
 
     max_steps: int = 16
     max_protocol_errors: int = 3  # consecutive unparsable outputs before the request fails
+    max_repeats: int = 2  # calls refused as repeats (same tool, same arguments) before the request ends as a loop
     max_tokens: int | None = None  # per model call; None leaves it to the engine
     grammar: GrammarMode = GrammarMode.STEP  # for engines that support grammars
     limits: Limits | None = None  # protocol limits; None: the profile that fits the engine (compact for tiny models)
@@ -40,6 +41,8 @@ class LoopConfig:
             raise ValueError("max_steps must be at least 1")
         if self.max_protocol_errors < 1:
             raise ValueError("max_protocol_errors must be at least 1")
+        if self.max_repeats < 0:
+            raise ValueError("max_repeats must be at least 0")
         if self.on_budget not in ("persist", "fail"):
             raise ValueError(f"on_budget must be persist or fail, not {self.on_budget!r}")
 

@@ -3,15 +3,18 @@ per-step id-aware grammar built from the Active State (what the rules of B.4 adm
 
 from __future__ import annotations
 
+import string
 from collections.abc import Mapping, Sequence
 from enum import Enum
 from typing import Any
 
 from flowstate.active import ActiveState
 from flowstate.limits import STANDARD, Limits
+from flowstate.nodes import OBSERVATION_PREFIX, PAGE_PREFIX
 from flowstate.protocol import BLOCKS, block_schemas
 from flowstate.request_options import RequestOptions
 from grammars.four_blocks import StepIds, ToolBounds, protocol_grammar
+from grammars.ids import IdShape, unused_id_pattern
 
 
 class GrammarMode(str, Enum):
@@ -20,14 +23,20 @@ class GrammarMode(str, Enum):
     STEP = "step"
 
 
+ID_SHAPE = IdShape(string.ascii_lowercase, string.ascii_lowercase + string.digits + "_", 48)
+"""``nodes.ID_PATTERN`` as a shape (a test checks that the two agree)."""
+
+
 def step_ids(state: ActiveState) -> StepIds:
-    """The ids state_focus, update/remove and refs may name at this step."""
+    """The ids state_focus, update/remove and refs may name at this step, and those an add may still take."""
     visible = state.visible_ids()
     tool_refs = state.tool_refs()
+    used = sorted(state.history_ids | {n.id for n in state.current})
     return StepIds(
         focus=tuple(sorted((state.index_ids | tool_refs) - visible)),
         own=tuple(n.id for n in state.current),
         refs=tuple(sorted(state.ref_targets())),
+        new=unused_id_pattern(ID_SHAPE, used, (OBSERVATION_PREFIX, PAGE_PREFIX)),
     )
 
 
@@ -46,7 +55,7 @@ class Grammars:
         self._schemas = block_schemas(limits)
         self._bounds = ToolBounds(limits.tool_text, limits.tool_items)
         self.static = self._build(None) if mode is GrammarMode.STATIC else None
-        self._static_final: str | None = None
+        self._static: dict[tuple[bool, bool], str] = {}  # the static grammar of a final or holding step
 
     def validate(self) -> None:
         """Raise ``grammars.check.GrammarError`` unless llguidance compiles this configuration's grammar."""
@@ -54,21 +63,22 @@ class Grammars:
 
         validate(self.static or self._build(None))
 
-    def _build(self, ids: StepIds | None, final: bool = False) -> str:
+    def _build(self, ids: StepIds | None, final: bool = False, hold: bool = False) -> str:
         o = self.options
         return protocol_grammar(self._schemas, self._tools, ids, self.blocks, self._bounds, require_tools=o.required,
                                 max_calls=None if o.parallel_tool_calls else 1, answer_schema=o.answer_schema,
-                                final=final)
+                                final=final, hold=hold)
 
-    def for_step(self, state: ActiveState, final: bool = False) -> str | None:
+    def for_step(self, state: ActiveState, final: bool = False, hold: bool = False) -> str | None:
         """The grammar of the next step; ``final``: the request's last allowed step, which must decide (answer,
-        or where tools are required call them)."""
+        or where tools are required call them); ``hold``: the step after one whose calls were all refused as
+        repeats, which calls nothing (it answers, or records and asks for state) unless tools are required."""
         if self.mode is GrammarMode.NONE:
             return None
         if self.mode is GrammarMode.STATIC:
-            if not final:
+            if not final and not hold:
                 return self.static
-            if self._static_final is None:
-                self._static_final = self._build(None, final=True)
-            return self._static_final
-        return self._build(step_ids(state), final)
+            if (final, hold) not in self._static:
+                self._static[(final, hold)] = self._build(None, final, hold)
+            return self._static[(final, hold)]
+        return self._build(step_ids(state), final, hold)

@@ -29,7 +29,7 @@ from flowstate.memory.base import Finish, MemoryContext, Observed, StepInput, St
 from flowstate.nodes import Node, StateType, canonical_json, observation_id
 from flowstate.parse import parse_output
 from flowstate.protocol import ModelOutput, ToolCall
-from flowstate.records import FAILED, RunRecord, StepRecord, ToolCallRecord
+from flowstate.records import BUDGET, FAILED, LOOPING, RunRecord, StepRecord, ToolCallRecord
 from flowstate.request_options import RequestOptions
 from flowstate.store.repository import Repository, Transcript
 from flowstate.update import apply_delta
@@ -72,6 +72,8 @@ def _observation_node(call: ToolCallRecord, request: int) -> Node:
     args = ", ".join(f"{k}={canonical_json(v)}" for k, v in sorted(call.arguments.items()))
     summary = f"{call.name}({args if len(args) <= 120 else args[:119] + '…'})"
     value: dict[str, Any] = {"tool": call.name, "arguments": call.arguments}
+    if call.repeat_of is not None:  # not run again: the earlier call's outcome, shown once more
+        value["repeat_of"] = call.repeat_of
     if call.error is None:
         value["result"] = call.result
     else:
@@ -209,7 +211,13 @@ class RequestRun:
         """Run the pending calls of the method's and the configuration's tools; the client's wait."""
         client: dict[str, int] = {}
         done: dict[int, ToolCallRecord] = {}
+        earlier = {c.key: c for s in self.steps[:-1] for c in s.tool_calls if c.repeat_of is None}
         for i, call in enumerate(self.pending):
+            record = ToolCallRecord(call.name, dict(call.arguments), self.observation_id(i + 1))
+            first = earlier.setdefault(record.key, record)
+            if first is not record:  # the same call again: refused, its earlier outcome shown once more
+                done[i] = replace(record, result=first.result, error=first.error, repeat_of=first.observation_id)
+                continue
             if call.name in self.client_tools:
                 client[self.client_call_id(i)] = i
                 continue
@@ -220,6 +228,10 @@ class RequestRun:
             return None
         self.progress.waiting = Waiting(client, done)
         return self.progress.waiting
+
+    def repeated(self) -> int:
+        """Calls of this request refused as repeats of an earlier call with the same arguments."""
+        return sum(s.repeated for s in self.steps)
 
     def _call_tool(self, call: ToolCall) -> tuple[Any, str | None]:
         own = self.strategy.call_tool(self.memory_context(), call.name, dict(call.arguments))  # the method's first
@@ -282,8 +294,12 @@ class RequestRun:
             raise RuntimeError("the request is finished")
         p = self.progress
         t = len(p.steps) + 1
+        if self.repeated() > self.config.max_repeats:
+            self._over_budget(transcript, f"{LOOPING}{self.repeated()} calls repeated an earlier call of the request "
+                                          "with the same arguments")
+            return None
         if t > self.config.max_steps:
-            self._over_budget(transcript)
+            self._over_budget(transcript, f"{BUDGET} of {self.config.max_steps} steps")
             return None
         if t == 1:
             try:
@@ -298,7 +314,12 @@ class RequestRun:
         started = time.perf_counter()
         grammars = self.wiring.grammars
         # the last allowed step decides: a final answer, or the calls a tool choice requires
-        grammar = grammars.for_step(p.state, final=t == self.config.max_steps) if grammars is not None else None
+        # the step after one whose every call was refused as a repeat holds (it answers or records, calling nothing);
+        # once max_repeats were refused, the next step decides as the budget's last one does
+        last = p.steps[-1] if p.steps else None
+        hold = last is not None and bool(last.tool_calls) and last.repeated == len(last.tool_calls)
+        final = t == self.config.max_steps or (self.repeated() >= self.config.max_repeats > 0 and hold)
+        grammar = grammars.for_step(p.state, final=final, hold=hold) if grammars is not None else None
         grammar_ms = (time.perf_counter() - started) * 1000
         try:
             generation = self._generate(messages, grammar, on_text)
@@ -342,10 +363,9 @@ class RequestRun:
             self._persist(record.final_response, transcript)
         return record
 
-    def _over_budget(self, transcript: Transcript | None) -> None:
-        """The step budget is spent: persist the request unfinished, or fail it (``on_budget``, or a contract
-        the budget message would break)."""
-        reason = f"no final response within the step budget of {self.config.max_steps} steps"
+    def _over_budget(self, transcript: Transcript | None, reason: str) -> None:
+        """The step budget is spent, or the request loops: persist it unfinished, or fail it (``on_budget``, or a
+        contract the budget message would break)."""
         if self.options.contract is not None:
             raise self.failed(f"{reason}, and the request's {self.options.contract} admits no budget message")
         if self.config.on_budget == "fail":
@@ -384,6 +404,7 @@ class RequestRun:
         if len(calls) != len(p.pending):
             raise ValueError(f"{len(p.pending)} tool calls are pending, got {len(calls)} results")
         p.steps[-1] = replace(p.steps[-1], tool_calls=list(calls))
+        p.feedback = p.steps[-1].feedback()  # with the calls refused as repeats
         p.observation = tuple(_observation_node(c, self.index_k) for c in calls)
         p.state = p.state.with_observations(p.observation)
         p.pending = ()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,10 +17,12 @@ class ToolCallRecord:
     observation_id: str
     result: Any = None
     error: str | None = None
+    repeat_of: str | None = None  # refused, not run: the observation id of the same call made earlier in the request
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ToolCallRecord:
-        return cls(d["name"], dict(d["arguments"]), d["observation_id"], d.get("result"), d.get("error"))
+        return cls(d["name"], dict(d["arguments"]), d["observation_id"], d.get("result"), d.get("error"),
+                   d.get("repeat_of"))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "arguments": self.arguments, "observation_id": self.observation_id}
@@ -27,7 +30,14 @@ class ToolCallRecord:
             out["result"] = self.result
         else:
             out["error"] = self.error
+        if self.repeat_of is not None:
+            out["repeat_of"] = self.repeat_of
         return out
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What makes two calls the same call: the tool and its arguments (in canonical JSON)."""
+        return self.name, json.dumps(self.arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -76,7 +86,17 @@ class StepRecord:
             return [{"kind": "protocol_error", "step": t, **self.protocol_error}]
         return [*({"kind": "malformed", "step": t, **m} for m in self.malformed),
                 *({"kind": "rejected", "step": t, **r} for r in self.rejected),
-                *({"kind": "refused_access", "step": t, **r} for r in self.refused)]
+                *({"kind": "refused_access", "step": t, **r} for r in self.refused),
+                *({"kind": "repeated_call", "step": t, "tool": c.name, "observation_id": c.observation_id,
+                   "message": f"not run: the same call with the same arguments was made before ({c.repeat_of}); "
+                              "its result is shown again in the observation. Use it (record what you need), call "
+                              "with other arguments, or answer"}
+                  for c in self.tool_calls if c.repeat_of is not None)]
+
+    @property
+    def repeated(self) -> int:
+        """Calls of this step refused as repeats of an earlier call of the request."""
+        return sum(c.repeat_of is not None for c in self.tool_calls)
 
     @property
     def decision(self) -> str:
@@ -141,6 +161,8 @@ class RunRecord:
 
 
 FAILED = "failed: "  # how the reason of a request that failed (not one that ran out of steps) begins
+LOOPING = "looping: "  # of one that ended because it kept repeating calls
+BUDGET = "no final response within the step budget"  # of one that ran out of steps
 
 
 def unfinished_message(reason: str | None, kept: Sequence[str]) -> str:

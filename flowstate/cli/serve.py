@@ -52,13 +52,14 @@ _INGRESS = IngressLimits()
               help=f"The memory method every session runs: {', '.join(memory.METHODS)} (flowstate-paged:N: an index "
                    f"budget of N tokens; a state method{memory.APPEND}: the append-only layout, as --layout append).")
 @options.layout_option
+@options.embed_option
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(
     host: str, port: int, db: str | None, api_keys: tuple[str, ...], metrics_keys: tuple[str, ...],
     tools_ref: str | None, model_id: str,
     loop: options.LoopOptions, log_level: str, max_live_sessions: int, session_memory_mb: float, max_body_mb: float,
     body_timeout: float, header_timeout: float, stream_answers: str, strategy_name: str, layout: str, mcp: options.McpOptions,
-    **engine_opts: Any,
+    embed_spec: str | None, **engine_opts: Any,
 ) -> None:
     """Serve an OpenAI-compatible Chat Completions endpoint whose model remembers (FastAPI on uvicorn)."""
     from serving.server import serve as run_server
@@ -66,7 +67,8 @@ def serve(
     with options.errors():
         keys = list(api_keys) or _listed("FLOWSTATE_API_KEYS")
         operators = list(metrics_keys) or _listed("FLOWSTATE_METRICS_KEYS")
-        strategy = memory.get(*memory.laid_out((strategy_name,), layout))
+        embedder = options.load_embedder(embed_spec)  # what mem0-style and reasoningbank rank by (None: BM25)
+        strategy = memory.embedded(memory.get(*memory.laid_out((strategy_name,), layout)), embedder)
         tools = mcp.tools(tools_ref)
         try:
             model = engines.load(**engine_opts)
@@ -83,6 +85,8 @@ def serve(
                 repo.close()
         finally:
             tools.close()
+            if embedder is not None:
+                embedder.close()
 
 
 def _listed(variable: str) -> list[str]:

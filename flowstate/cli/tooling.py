@@ -12,6 +12,8 @@ import click
 
 import engine as engines
 from engine.base import Engine
+from flowstate.bench.real_model import STRATEGIES as REAL_STRATEGIES
+from flowstate.bench.real_model import SUITES as REAL_SUITES
 from flowstate.cli.options import LoopOptions, engine_options, errors, loop_options
 from flowstate.config import LoopConfig
 from flowstate.eval.trace import read as read_trace
@@ -62,6 +64,51 @@ def bench_decode_cmd(calls: int | None, out: Path | None, fast_forward: str, **e
         click.echo(render_table(rows))
         if out is not None:
             out.write_text(json.dumps({"engines": names, "rows": rows}, indent=2))
+
+
+@bench.command("decision")
+@click.option("--model", required=True, type=click.Path(dir_okay=False, exists=True), help="A GGUF instruct model.")
+def bench_decision_cmd(model: str) -> None:
+    """Where a model decides to act or answer: its next-token mass on [ and [] at each block of a first step."""
+    from flowstate.bench.decision import bench_decision
+    from flowstate.bench.table import table
+
+    with errors():
+        engine = engines.load("llamacpp", model=model)
+        try:
+            rows = bench_decision(engine)
+        finally:
+            engine.close()
+        click.echo(table(["prompt", "block", "P(non-empty)", "P([])"], rows))
+
+
+@bench.command("real-model")
+@click.option("--model", required=True, type=click.Path(dir_okay=False, exists=True),
+              help="A GGUF instruct model (e.g. the one ../shared/models/qwen2.5-coder-1.5b.sh assembles).")
+@click.option("--tasks", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Tasks per suite (a later run with more resumes: done tasks are kept).")
+@click.option("--depth", default=3, show_default=True, type=click.IntRange(min=1), help="Subtasks per task.")
+@click.option("--suite", "suites", default=",".join(REAL_SUITES), show_default=True, help="Suites, comma-separated.")
+@click.option("--strategy", "strategies", default=",".join(REAL_STRATEGIES), show_default=True,
+              help="Methods, comma-separated.")
+@click.option("--max-steps", default=16, show_default=True, type=click.IntRange(min=1), help="Step budget per request.")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="The evaluation's folder (results.jsonl, report.md) and the table (real-model.md).")
+def bench_real_model_cmd(model: str, tasks: int, depth: int, suites: str, strategies: str, max_steps: int,
+                         out: Path) -> None:
+    """What a real GGUF model does with every method: SR/PS with Wilson intervals, tool use, rejections, repeats."""
+    from flowstate.bench.real_model import render, run
+
+    with errors():
+        rows = run(model, tasks, depth, out, _names(suites), _names(strategies), max_steps,
+                   progress=lambda line: click.echo(line, err=True))
+        text = render(rows)
+        (out / "real-model.md").write_text(text + "\n")
+        click.echo(text)
+
+
+def _names(listed: str) -> list[str]:
+    return [n.strip() for n in listed.split(",") if n.strip()]
 
 
 @bench.command("trace")
@@ -231,8 +278,9 @@ def bench_repo_cmd(sizes: str, pg_url: str | None, samples: int, out: Path | Non
 @click.option("--suite", default="hotel", show_default=True, type=click.Choice(["hotel", "reasoning"]),
               help="A suite without a depth cap.")
 @click.option("--policy", default="oracle", show_default=True, type=click.Choice(["oracle", "realistic"]))
-@click.option("--count-tokens", "tokens", default="words", show_default=True, type=click.Choice(["words", "embedded"]),
-              help="Count tokens as words and punctuation, or with the embedded model's vocabulary (SmolLM2's BPE).")
+@click.option("--count-tokens", "tokens", default="words", show_default=True, metavar="words|embedded|FILE.gguf",
+              help="Count tokens as words and punctuation, with the embedded model's vocabulary (SmolLM2's BPE), or "
+                   "with a GGUF file's vocabulary.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
 def bench_index_cmd(requests: int, index_budget: int, prompt_budget: int, suite: str, policy: str, tokens: str,
                     out: Path | None) -> None:

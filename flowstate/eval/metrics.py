@@ -9,6 +9,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from flowstate.records import BUDGET, LOOPING
+
 Row = dict[str, Any]
 
 
@@ -98,6 +100,7 @@ def cost(rows: Sequence[Row]) -> dict[str, Any]:
     subtasks = [s for r in rows for s in r["subtasks"]]
     totals = {key: sum(int(s["usage"][key]) for s in subtasks) for key in ("prompt_tokens", "cached_tokens", "completion_tokens")}
     n = max(len(rows), 1)
+    counted = bool(subtasks) and all("tool_calls" in s for s in subtasks)
     return {
         **totals,
         "total_tokens": totals["prompt_tokens"] + totals["completion_tokens"],
@@ -113,6 +116,13 @@ def cost(rows: Sequence[Row]) -> dict[str, Any]:
         "truncations": sum(int(s.get("truncations", 0)) for s in subtasks),
         "rejected_operations": sum(int(s["rejected"]) for s in subtasks),
         "failed_requests": sum(s["response"] is None for s in subtasks),
+        # what the model did: tool calls and the share of subtasks with one (None for rows of older runs), calls
+        # refused as repeats, requests ended as loops or at the step budget
+        "tool_calls": sum(int(s["tool_calls"]) for s in subtasks) if counted else None,
+        "tool_use": sum(int(s["tool_calls"]) > 0 for s in subtasks) / max(len(subtasks), 1) if counted else None,
+        "repeated_calls": sum(int(s.get("repeated_calls", 0)) for s in subtasks),
+        "loops": sum((s.get("error") or "").startswith(LOOPING) for s in subtasks),
+        "budget_ends": sum((s.get("error") or "").startswith(BUDGET) for s in subtasks),
     }
 
 

@@ -145,7 +145,8 @@ def _suite_section(suite: str, pairs: list[dict[str, Any]]) -> list[str]:
     base = next((p for p in pairs if p["strategy"] == BASELINE), None)
     soft = any("sPS" in p["quality"] for p in pairs)
     header = ["strategy", "SR", "PS", *(["sPS"] if soft else []), "tokens/task", "nAUC", "DR", "steps/subtask",
-              "cached", "parse failures", "truncated", "rejected ops", "failed requests"]
+              "cached", "parse failures", "truncated", "rejected ops", "failed requests", "tool use", "repeated calls",
+              "loops"]
     rows = []
     for p in pairs:
         q, k = p["quality"], p["cost"]
@@ -159,6 +160,7 @@ def _suite_section(suite: str, pairs: list[dict[str, Any]]) -> list[str]:
             f"{k['tokens_per_task']:.0f}" + (_delta_pct(k["tokens_per_task"], bk["tokens_per_task"]) if bk else ""),
             _f(q["nAUC"]), _f(q["DR"]), f"{k['steps_per_subtask']:.2f}", f"{100 * k['cached_share']:.0f}%",
             str(k["parse_failures"]), str(k["truncations"]), str(k["rejected_operations"]), str(k["failed_requests"]),
+            "–" if k.get("tool_use") is None else f"{100 * k['tool_use']:.0f}%", str(k.get("repeated_calls", 0)), str(k.get("loops", 0)),
         ])
     depth = max((len(p["quality"]["Acc_k"]) for p in pairs), default=0)
     acc_rows = [[p["strategy"], *(_f(a) for a in p["quality"]["Acc_k"])] for p in pairs]
@@ -168,8 +170,9 @@ def _suite_section(suite: str, pairs: list[dict[str, Any]]) -> list[str]:
     out = _tau3_section(pairs, base) if suite in TAU3 else []
     out += [
         "Quality in % (Δ against full-context in points), tokens = prompt + completion per task "
-        "(Δ in %), nAUC and DR over R_k = 100·Acc_k/Acc_1.", "",
-        _table(header, rows), "",
+        "(Δ in %), nAUC and DR over R_k = 100·Acc_k/Acc_1; tool use = subtasks with a tool call, repeated calls "
+        "= calls refused as repeats of an earlier call of the request, loops = requests ended for repeating.", "",
+        _table(header, rows), "", *_idle_note(pairs),
         "What a GPU pays, per task: prompt tokens split into those a prefix cache holds (cached, over the "
         "session's previous call) and those it must compute (uncached); U′, uncached with the deployment's fixed "
         "prefix (the system message) shared across sessions; completion tokens decoded one step each and forced by "
@@ -187,6 +190,15 @@ def _suite_section(suite: str, pairs: list[dict[str, Any]]) -> list[str]:
         _table(["strategy", "tasks/min", "req/s", "output tok/s", "total tok/s", "TTFT", "TPOT", "E2EL"], speed_rows),
     ]
     return out
+
+
+def _idle_note(pairs: list[dict[str, Any]]) -> list[str]:
+    """A method that called no tool did none of the work: its cost figures are not savings."""
+    idle = [p["strategy"] for p in pairs if p["cost"].get("tool_calls") == 0]
+    if not idle:
+        return []
+    return [f"Note: {', '.join(idle)} made no tool call in any subtask: {'its' if len(idle) == 1 else 'their'} "
+            "token figures are those of a method that did not do the work, not savings.", ""]
 
 
 def _paid_row(p: dict[str, Any], base: dict[str, Any] | None) -> list[str]:

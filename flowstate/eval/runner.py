@@ -75,7 +75,7 @@ class EvalConfig:
     judge: str = ""  # τ³ suites: a label of the judge engine of NL assertions ("" = none)
     embed: str = ""  # a label of the embedder the methods whose sources embed rank by ("" = BM25 stands in)
     db: str | None = None  # the memory: a path or postgresql:// URL shared by several runs (default: out/memory.db)
-    count_tokens: str = "words"  # reference policies: tokens counted as words and punctuation, or "embedded" (SmolLM2's)
+    count_tokens: str = "words"  # reference policies: tokens as words and punctuation, "embedded" (SmolLM2's), or a .gguf's
     decoding: dict[str, Any] = field(default_factory=dict)  # the engine settings that change outputs (preset, sampling…)
     kv_model: str = "qwen3.5-9b"  # the report's KV-cache footprint: a shipped configuration or a config.json
     gpu_memory_gib: float = 80.0  # ... and the GPU memory its sessions share with the weights
@@ -154,6 +154,8 @@ def _subtask_row(k: int, response: str | None, steps: Sequence[dict[str, Any]], 
         "rejected": sum(len(s["rejected"]) + len(s["refused"]) + len(s.get("malformed", ())) for s in steps),
         "usage": usage, "memory_calls": len(memory_calls),
         "disclosure_steps": sum(s.get("decision") == "defer" for s in steps),  # steps that only waited for history
+        "tool_calls": sum(len(s.get("tool_calls", ())) for s in steps),
+        "repeated_calls": sum(bool(c.get("repeat_of")) for s in steps for c in s.get("tool_calls", ())),
         "calls": [[s["usage"].get(key, 0) for key in CALL_FIELDS] for s in calls],
     }
 
@@ -190,8 +192,7 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress =
     """
     strategies = [embedded(get(name), embedder) for name in config.strategies]
     check_options(config.suites, config.sizes)
-    if config.count_tokens not in COUNTS:
-        raise ValueError(f"unknown token count {config.count_tokens!r}; valid: {', '.join(COUNTS)}")
+    check_count(config.count_tokens)
     if config.policy is not None and config.policy not in POLICIES:
         raise ValueError(f"unknown reference policy {config.policy!r}; valid: {', '.join(POLICIES)}")
     if config.policy in ("memoryless", "realistic") and any(s in TAU3 for s in config.suites):
@@ -294,12 +295,20 @@ COUNTS = ("words", "embedded")
 
 
 def token_counter(name: str) -> Callable[[str], Sequence[Any]]:
-    """How the reference policies' tokens are counted: words and punctuation, or the embedded model's BPE."""
-    if name == "embedded":
+    """How the reference policies' tokens are counted: words and punctuation, the embedded model's BPE, or the
+    vocabulary of a GGUF file (``name`` ending in .gguf; no weights loaded)."""
+    if name == "embedded" or name.endswith(".gguf"):
         from engine.llamacpp import vocabulary
 
-        return vocabulary()
+        return vocabulary(None if name == "embedded" else name)
+    check_count(name)
     return tokenize
+
+
+def check_count(name: str) -> None:
+    """Raise ``ValueError`` unless ``name`` says how tokens can be counted."""
+    if name not in COUNTS and not name.endswith(".gguf"):
+        raise ValueError(f"unknown token count {name!r}; valid: {', '.join(COUNTS)} or a .gguf file")
 
 
 def _tasks(config: EvalConfig, suite: str, judge: Engine | None = None) -> list[Task]:
@@ -323,7 +332,9 @@ def _check_identity(config: EvalConfig) -> None:
 
 def loop_dict(loop: LoopConfig) -> dict[str, Any]:
     """A request's limits as a run records them."""
-    return {"max_steps": loop.max_steps, "max_protocol_errors": loop.max_protocol_errors, "max_tokens": loop.max_tokens,
+    repeats = {"max_repeats": loop.max_repeats} if loop.max_repeats != LoopConfig.max_repeats else {}  # earlier runs'
+    return {"max_steps": loop.max_steps, "max_protocol_errors": loop.max_protocol_errors, **repeats,
+            "max_tokens": loop.max_tokens,
             "grammar": loop.grammar.value, "limits": loop.limits.name if loop.limits else "auto",
             "on_budget": loop.on_budget}
 

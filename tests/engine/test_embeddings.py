@@ -1,5 +1,6 @@
-"""Embeddings (``engine/embeddings.py``): the embedded GGUF on llama.cpp, and any ``/v1/embeddings`` server read with
-the official ``openai`` client — here a loopback server that serves the llama.cpp vectors."""
+"""Embeddings (``engine/embeddings.py``): all-MiniLM-L6-v2 in process (``minilm``, a real embedding model), the
+embedded GGUF on llama.cpp, and any ``/v1/embeddings`` server read with the official ``openai`` client — here a
+loopback server that serves the MiniLM vectors."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from engine.embeddings import BATCH, LlamaCppEmbedder, ServerEmbedder, load
+from engine.embeddings import BATCH, LlamaCppEmbedder, SentenceEmbedder, ServerEmbedder, load
 from engine.errors import EngineConfigError, EngineError, EngineUnavailable
 from tests.engine.openai_stub import send
 
@@ -26,23 +27,45 @@ def cosine(a: list[float], b: list[float]) -> float:
 
 
 @pytest.fixture(scope="module")
-def local() -> Iterator[LlamaCppEmbedder]:
-    embedder = LlamaCppEmbedder()
+def local() -> Iterator[SentenceEmbedder]:
+    embedder = SentenceEmbedder()
     yield embedder
     embedder.close()
 
 
-def test_the_embedded_model_embeds_unit_vectors_nearer_for_nearer_texts(local: LlamaCppEmbedder) -> None:
+def test_minilm_embeds_unit_vectors_by_meaning(local: SentenceEmbedder) -> None:
     vectors = local.embed(TEXTS)
-    assert len(vectors) == 3 and len({len(v) for v in vectors}) == 1 and len(vectors[0]) > 100
-    assert all(math.isclose(cosine(v, v), 1.0, rel_tol=1e-6) for v in vectors)
+    assert len(vectors) == 3 and {len(v) for v in vectors} == {384}  # all-MiniLM-L6-v2's dimension
+    assert all(math.isclose(cosine(v, v), 1.0, rel_tol=1e-5) for v in vectors)
     assert cosine(vectors[0], vectors[1]) > cosine(vectors[0], vectors[2])  # the two kettles
-    assert cosine(local.embed(TEXTS[:1])[0], vectors[0]) > 0.9999  # the same text, alone or in a batch
-    assert local.label == "llamacpp:embedded" and load("llamacpp").label == "llamacpp:embedded"
+    assert cosine(local.embed(TEXTS[:1])[0], vectors[0]) > 0.9999  # the same text, alone or in a batch (padding)
+    # paraphrases that share no content word: nearer each other than either is to an unrelated text
+    cancel, call_off, kettle = local.embed(["I need to cancel my flight", "please call off my plane trip",
+                                            "the kettle on the stove is blue"])
+    assert cosine(cancel, call_off) > cosine(cancel, kettle) + 0.2 and cosine(cancel, call_off) > 0.5
+    assert local.label == "minilm" and isinstance(load("minilm"), SentenceEmbedder)
+
+
+def test_minilm_cuts_long_texts_as_sentence_transformers_does(local: SentenceEmbedder) -> None:
+    long = "the blue kettle " * 400  # 1,200 words: past the 256-token window
+    (vector,) = local.embed([long])
+    assert len(vector) == 384 and math.isclose(cosine(vector, vector), 1.0, rel_tol=1e-5)
+
+
+def test_a_gguf_embeds_in_process_too() -> None:
+    """llama.cpp mean-pools a GGUF's token vectors (the embedded SmolLM2: a test instrument, not an embedding model)."""
+    gguf = LlamaCppEmbedder()
+    try:
+        vectors = gguf.embed(TEXTS)
+        assert len(vectors) == 3 and len(vectors[0]) > 100
+        assert all(math.isclose(cosine(v, v), 1.0, rel_tol=1e-6) for v in vectors)
+        assert gguf.label == "llamacpp:embedded"
+    finally:
+        gguf.close()
 
 
 @pytest.fixture(scope="module")
-def server(local: LlamaCppEmbedder) -> Iterator[dict[str, Any]]:
+def server(local: SentenceEmbedder) -> Iterator[dict[str, Any]]:
     seen: dict[str, Any] = {"batches": [], "fail": None}
 
     class Handler(BaseHTTPRequestHandler):
@@ -79,7 +102,7 @@ def server(local: LlamaCppEmbedder) -> Iterator[dict[str, Any]]:
     httpd.shutdown()
 
 
-def test_a_server_embeds_as_the_model_does_in_batches_and_in_order(server: dict[str, Any], local: LlamaCppEmbedder) -> None:
+def test_a_server_embeds_as_the_model_does_in_batches_and_in_order(server: dict[str, Any], local: SentenceEmbedder) -> None:
     embedder = load(f"openai@{server['url']}")  # the model: the server's first
     assert embedder.label == "openai:embedder"
     texts = [f"text number {i}" for i in range(BATCH + 3)]
@@ -105,7 +128,9 @@ def test_server_errors_are_engine_errors(server: dict[str, Any]) -> None:
 @pytest.mark.parametrize(("spec", "message"), [
     ("openai:m", "needs --base-url"),
     ("llamacpp@http://x/v1", "takes no URL"),
-    ("vllm:/models/e", "takes openai:MODEL@URL or llamacpp"),
+    ("vllm:/models/e", "takes openai:MODEL@URL, minilm"),
+    ("minilm@http://x/v1", "takes no URL"),
+    ("minilm:/nowhere", "cannot load a sentence-transformers model"),
     ("openai:m@http://x/v1,temperature=0.5", "takes a model and a URL only"),
 ])
 def test_a_bad_embed_spec_says_why(spec: str, message: str) -> None:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,7 +109,7 @@ def test_default_db_comes_from_the_environment(tmp_path: Path) -> None:
     ("eval: a judge without a model", "--judge needs a model: NAME:MODEL[@URL] (got 'openai')"),
     ("eval: a bad decode weight", "--gpu-cost takes MODEL@GPU:BATCH[,w=W] with a number W"),
     ("eval: a KV budget under 1 GiB", "--kv-model's GPU memory is at least 1 GiB"),
-    ("eval: an embedder that is not one", "--embed takes openai:MODEL@URL or llamacpp[:FILE.gguf], not 'vllm:x'"),
+    ("eval: an embedder that is not one", "--embed takes openai:MODEL@URL, minilm[:DIR] or llamacpp[:FILE.gguf], not 'vllm:x'"),
     ("bench capacity: no KV budget", "give the KV budget once: --kv-tokens N or --kv-gib G"),
 ])
 def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expected: str) -> None:
@@ -217,13 +218,13 @@ def test_eval_reads_the_kv_budget_and_decode_weight_from_their_values(tmp_path: 
     assert "w = 3 (given)" in (out / "report.md").read_text()
 
 
-def test_eval_ranks_by_the_embedded_models_vectors_with_embed(tmp_path: Path) -> None:
+def test_eval_ranks_by_minilms_vectors_with_embed(tmp_path: Path) -> None:
     out = tmp_path / "ev"
     result = flowstate("eval", "--policy", "oracle", "--suite", "hotel", "--strategy", "reasoningbank,mem0-style",
-                       "--tasks", "1", "--depth", "2", "--embed", "llamacpp", "--out", out)
+                       "--tasks", "1", "--depth", "2", "--embed", "minilm", "--out", out)
     assert result.returncode == 0, result.stderr
-    assert "reasoningbank and mem0-style rank by the embeddings of llamacpp:embedded" in (out / "report.md").read_text()
-    assert json.loads((out / "summary.json").read_text())["config"]["embed"] == "llamacpp:embedded"
+    assert "reasoningbank and mem0-style rank by the embeddings of minilm" in (out / "report.md").read_text()
+    assert json.loads((out / "summary.json").read_text())["config"]["embed"] == "minilm"
 
 
 def test_eval_runs_both_bounds_side_by_side(tmp_path: Path) -> None:
@@ -273,3 +274,23 @@ def test_serve_help_names_every_strategy_the_registry_has() -> None:
     text = " ".join(CliRunner().invoke(main, ["serve", "--help"]).output.split())
     missing = [name for name in METHODS if name not in text.replace("- ", "-")]
     assert missing == []
+
+
+def test_serve_ranks_by_minilm_with_embed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """flowstate serve --embed minilm: a served mem0-style ranks by MiniLM's vectors (the strategy the server is
+    given carries the embedder); a method whose source does not embed is served as it is."""
+    from click.testing import CliRunner
+
+    import serving.server
+    from flowstate.cli import main
+    from flowstate.memory.ranking import Embeddings
+
+    given: list[Any] = []
+    monkeypatch.setattr(serving.server, "serve", lambda config, **_: given.append(config.strategy))
+    for strategy in ("mem0-style", "flowstate"):
+        result = CliRunner().invoke(main, ["serve", "--engine", "scripted", "--strategy", strategy, "--embed", "minilm",
+                                           "--db", str(tmp_path / "m.db")])
+        assert result.exit_code == 0, result.output
+    mem0, flow = given
+    assert isinstance(mem0.ranker, Embeddings) and mem0.ranker.embedder.label == "minilm"
+    assert not hasattr(flow, "ranker")

@@ -135,7 +135,8 @@ def test_step_ids_follow_the_rules_of_psa_and_isu() -> None:
     hist = Node(id="dec_a", type=StateType.JUDGEMENT, summary="s", value={}, request=1,
                 refs=(Ref(rel=Relation.SUPPORTS, state_id="obs_r1_s1_1"),))
     state = ActiveState(request=2, history_ids=frozenset({"dec_a", "pref_b", "obs_r1_s1_1"}), index_ids=frozenset({"dec_a", "pref_b"}))
-    assert step_ids(state) == StepIds(focus=("dec_a", "pref_b"), own=(), refs=("dec_a", "pref_b"))
+    ids = step_ids(state)
+    assert (ids.focus, ids.own, ids.refs) == (("dec_a", "pref_b"), (), ("dec_a", "pref_b"))
     from flowstate.active import Disclosed
 
     state = state.with_disclosed(Disclosed(hist))
@@ -146,3 +147,33 @@ def test_step_ids_follow_the_rules_of_psa_and_isu() -> None:
 def test_a_refused_grammar_is_a_clear_error() -> None:
     with pytest.raises(GrammarError, match="grammar refused"):
         validate("start: %json {\"type\": \"object\", \"propertyNames\": {\"pattern\": \"a\"}}")
+
+
+def test_the_per_step_grammar_refuses_an_add_of_a_used_or_reserved_id() -> None:
+    """B.4: an Add needs an unused id — decoded out, not rejected after (a small model copies its last step's add)."""
+    state = ActiveState(request=2, history_ids=frozenset({"dec_a", "obs_r1_s1_1"}), index_ids=frozenset({"dec_a"}))
+    state = state.with_added(Node(id="kn_mine", type=StateType.KNOWLEDGE, summary="s", value={}, request=2))
+    grammar = protocol_grammar(block_schemas(), hotel.TOOLS.specs(), step_ids(state))
+    for used in ("dec_a", "kn_mine", "obs_r1_s1_1", "obs_new", "page_1"):
+        assert not accepts(grammar, output(delta=[add(used)])), used
+    for fresh in ("kn_mine2", "dec", "dec_ab", "k", "obs", "pag", "x" * 48):
+        assert accepts(grammar, output(delta=[add(fresh)])), fresh
+    assert not accepts(grammar, raw(delta=[add("x" * 49)], content="x"))  # still the protocol's shape
+    assert not accepts(grammar, raw(delta=[add("Kn_upper")], content="x"))
+
+
+def test_the_id_shape_is_the_protocols_pattern() -> None:
+    import random
+    import re
+
+    from flowstate.constrain import ID_SHAPE
+    from flowstate.nodes import ID_PATTERN
+    from grammars.ids import unused_id_pattern
+
+    shape = re.compile(unused_id_pattern(ID_SHAPE, []))
+    pattern = re.compile(ID_PATTERN)
+    rng = random.Random(0)
+    alphabet = "abz019_A-é"
+    for _ in range(5000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.choice([0, 1, 2, 5, 47, 48, 49])))
+        assert bool(shape.match(text)) == bool(pattern.match(text)), text

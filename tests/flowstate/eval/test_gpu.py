@@ -117,3 +117,22 @@ def test_the_perfect_prefix_cache_holds_the_previous_output_too() -> None:
     engine.generate(first)
     rewritten = [*first, Message("assistant", "ALPHA beta"), Message("user", "more")]
     assert engine.generate(rewritten).usage.cached_tokens == len(tokenize(flatten(first)))
+
+
+def test_tokens_are_counted_in_a_gguf_files_vocabulary(tmp_path: Path) -> None:
+    """--count-tokens FILE.gguf counts with that file's vocabulary alone: the embedded model's file named by its path
+    counts as 'embedded' does, and both differ from counting words; an unknown name is refused."""
+    from pathlib import Path as _Path
+
+    import pytest as _pytest
+
+    from engine.transformers import embedded_model
+    from flowstate.eval.runner import token_counter
+
+    folder, name = embedded_model()
+    text = "Hotel A (Baixa) costs $200 from 2026-09-20; cancellation_fee_usd=80."
+    by_file = token_counter(str(_Path(folder) / name))(text)
+    assert list(by_file) == list(token_counter("embedded")(text))
+    assert len(by_file) != len(token_counter("words")(text))
+    with _pytest.raises(ValueError, match="unknown token count"):
+        token_counter("tiktoken")
