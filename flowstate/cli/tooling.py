@@ -82,6 +82,23 @@ def bench_decision_cmd(model: str) -> None:
         click.echo(table(["prompt", "block", "P(non-empty)", "P([])"], rows))
 
 
+@bench.command("calibrate")
+@click.argument("real", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("realistic", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--count-tokens", "tokens", default="words", show_default=True, metavar="words|embedded|FILE.gguf",
+              help="The vocabulary both runs' tokens are counted in (the real model's GGUF, to compare like with like).")
+@click.option("--strategy", default="flowstate", show_default=True, help="The method whose requests are compared.")
+def bench_calibrate_cmd(real: Path, realistic: Path, tokens: str, strategy: str) -> None:
+    """The realistic policy against a real model: two eval folders of the same tasks, figure by figure."""
+    from flowstate.bench.calibration import compare
+    from flowstate.bench.table import table
+    from flowstate.eval.runner import token_counter
+
+    with errors():
+        rows = compare(real, realistic, token_counter(tokens), strategy)
+        click.echo(table(["figure", "real model", "realistic policy", "real / realistic"], rows))
+
+
 @bench.command("real-model")
 @click.option("--model", required=True, type=click.Path(dir_okay=False, exists=True),
               help="A GGUF instruct model (e.g. the one ../shared/models/qwen2.5-coder-1.5b.sh assembles).")

@@ -136,3 +136,24 @@ def test_tokens_are_counted_in_a_gguf_files_vocabulary(tmp_path: Path) -> None:
     assert len(by_file) != len(token_counter("words")(text))
     with _pytest.raises(ValueError, match="unknown token count"):
         token_counter("tiktoken")
+
+
+def test_the_calibration_reads_two_runs_figure_by_figure(tmp_path: Path) -> None:
+    """bench calibrate: the realistic policy against itself is 1.00 on every figure it measures; against the oracle
+    (which records more, discloses less) the ratios differ from 1 and are read from the records."""
+    from flowstate.bench.calibration import FIGURES, _records, compare, figures
+    from flowstate.eval.runner import EvalConfig, run_eval
+
+    folders = {}
+    for policy in ("realistic", "oracle"):
+        folders[policy] = tmp_path / policy
+        run_eval(EvalConfig(suites=("hotel",), strategies=("flowstate",), tasks=2, depth=3, out=folders[policy],
+                            policy=policy), [])
+    same = compare(folders["realistic"], folders["realistic"], str.split)
+    assert [r["figure"] for r in same] == list(FIGURES)
+    assert {r["real / realistic"] for r in same if r["realistic policy"] not in ("–", "0.00")} == {"1.00"}
+    real = figures(_records(folders["realistic"], "flowstate"), str.split)
+    assert real["states per request"] is not None and real["states per request"] > 0
+    assert real["decoded tokens per step"] is not None and real["decoded tokens per step"] > 0
+    other = compare(folders["oracle"], folders["realistic"], str.split)
+    assert any(r["real / realistic"] not in ("1.00", "–") for r in other)
