@@ -96,7 +96,7 @@ def _no_prefix_reuse(engine: Engine) -> None:
     log.warning(
         "the %s engine reported 0 cached prompt tokens for a call whose prompt repeats the previous call's prefix: "
         "prefix caching is off or ineffective (vLLM: --enable-prefix-caching, and --enable-prompt-tokens-details for "
-        "the count; hybrid-attention models such as Qwen3.5: see the README)", engine.name)
+        "the count; hybrid-attention models such as Qwen3.5: see docs/deployment.md)", engine.name)
 
 
 def require_query(query: str) -> None:

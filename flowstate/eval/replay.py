@@ -120,7 +120,7 @@ def parse(conversation: Sequence[dict[str, Any]]) -> tuple[str, list[Turn]]:
 def load(path: str | Path) -> list[dict[str, Any]]:
     p = Path(path)
     if not p.is_file():
-        raise ValueError(f"--replay {p}: no such file (τ-bench's historical_trajectories/*.json: see the README)")
+        raise ValueError(f"--replay {p}: no such file (τ-bench's historical_trajectories/*.json: see docs/evaluation.md)")
     data = json.loads(p.read_text(encoding="utf-8"))
     if not isinstance(data, list) or not all(isinstance(e, dict) and isinstance(e.get("traj"), list) for e in data):
         raise ValueError(f"--replay {p}: expected a list of {{task_id, traj: [messages]}}")
