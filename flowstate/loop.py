@@ -99,6 +99,27 @@ def _no_prefix_reuse(engine: Engine) -> None:
         "the count; hybrid-attention models such as Qwen3.5: see docs/deployment.md)", engine.name)
 
 
+def _repeated(history: Sequence[ToolCallRecord], call: ToolCallRecord) -> ToolCallRecord | None:
+    """The earlier call that ``call`` repeats: one with the same tool and arguments after which no other call was
+    made (a call after a different one may see a changed world: a reservation read again after its update)."""
+    for earlier in reversed(history):
+        if earlier.key != call.key:
+            return None
+        if earlier.repeat_of is None:
+            return earlier
+    return None
+
+
+def _same_step_again(steps: Sequence[StepRecord], calls: Sequence[ToolCallRecord]) -> dict[tuple[str, str], ToolCallRecord]:
+    """Where a step of several calls makes exactly the calls of the latest step that made any (a loop of parallel
+    calls), those earlier calls by key; else nothing."""
+    latest = next((s.tool_calls for s in reversed(steps) if s.tool_calls), [])
+    if len(calls) < 2 or sorted(c.key for c in calls) != sorted(c.key for c in latest):
+        return {}
+    ran = {c.observation_id: c for s in steps for c in s.tool_calls if c.repeat_of is None}
+    return {c.key: ran.get(c.repeat_of, c) if c.repeat_of else c for c in latest}
+
+
 def require_query(query: str) -> None:
     """A request needs a non-blank query."""
     if not query.strip():
@@ -211,12 +232,16 @@ class RequestRun:
         """Run the pending calls of the method's and the configuration's tools; the client's wait."""
         client: dict[str, int] = {}
         done: dict[int, ToolCallRecord] = {}
-        earlier = {c.key: c for s in self.steps[:-1] for c in s.tool_calls if c.repeat_of is None}
-        for i, call in enumerate(self.pending):
-            record = ToolCallRecord(call.name, dict(call.arguments), self.observation_id(i + 1))
-            first = earlier.setdefault(record.key, record)
-            if first is not record:  # the same call again: refused, its earlier outcome shown once more
+        history = [c for s in self.steps[:-1] for c in s.tool_calls]  # this request's calls, in order
+        records = [ToolCallRecord(c.name, dict(c.arguments), self.observation_id(i + 1))
+                   for i, c in enumerate(self.pending)]
+        again = _same_step_again(self.steps[:-1], records)
+        for i, (call, record) in enumerate(zip(self.pending, records, strict=True)):
+            first = again.get(record.key) if again else _repeated(history, record)
+            history.append(record)
+            if first is not None:  # the same call again: refused, its earlier outcome shown once more
                 done[i] = replace(record, result=first.result, error=first.error, repeat_of=first.observation_id)
+                history[-1] = done[i]
                 continue
             if call.name in self.client_tools:
                 client[self.client_call_id(i)] = i

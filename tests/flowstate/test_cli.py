@@ -287,9 +287,11 @@ def test_serve_ranks_by_minilm_with_embed(tmp_path: Path, monkeypatch: pytest.Mo
 
     given: list[Any] = []
     monkeypatch.setattr(serving.server, "serve", lambda config, **_: given.append(config.strategy))
+    from flowstate.demo import hotel
+
     for strategy in ("mem0-style", "flowstate"):
-        result = CliRunner().invoke(main, ["serve", "--engine", "scripted", "--strategy", strategy, "--embed", "minilm",
-                                           "--db", str(tmp_path / "m.db")])
+        result = CliRunner().invoke(main, ["serve", "--engine", "scripted", "--script", str(hotel.script_path()),
+                                           "--strategy", strategy, "--embed", "minilm", "--db", str(tmp_path / "m.db")])
         assert result.exit_code == 0, result.output
     mem0, flow = given
     assert isinstance(mem0.ranker, Embeddings) and mem0.ranker.embedder.label == "minilm"

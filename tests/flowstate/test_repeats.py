@@ -48,6 +48,23 @@ def test_a_repeated_call_is_not_run_and_the_next_step_is_told(make_agent: AgentF
     assert '"kind":"repeated_call"' not in engine.prompts[3][1].content  # told once, about that step only
 
 
+def test_a_call_after_a_different_call_runs_again(make_agent: AgentFactory) -> None:
+    """A, B, A: the world may have changed in between (a reservation read again after its update): run."""
+    agent, _ = make_agent([output(tools=[call("A")]), output(tools=[call("B")]), output(tools=[call("A")]),
+                           output(content="done")], tools=[book])
+    record = agent.run("q")
+    assert RUNS == [{"hotel": "A"}, {"hotel": "B"}, {"hotel": "A"}] and record.steps[2].repeated == 0
+
+
+def test_a_loop_of_parallel_calls_is_refused(make_agent: AgentFactory) -> None:
+    """[A, B], [A, B], [A, B]: each later step is refused whole, its outcome the first step's."""
+    agent, _ = make_agent([output(tools=[call("A"), call("B")])] * 3 + [output(content="done")], tools=[book])
+    record = agent.run("q")
+    assert RUNS == [{"hotel": "A"}, {"hotel": "B"}]
+    assert [s.repeated for s in record.steps[:3]] == [0, 2, 2]
+    assert [c.repeat_of for c in record.steps[2].tool_calls] == ["obs_r1_s1_1", "obs_r1_s1_2"]
+
+
 def test_a_duplicate_within_one_step_runs_once(make_agent: AgentFactory) -> None:
     agent, _ = make_agent([output(tools=[call("A"), call("A")]), output(content="done")], tools=[book])
     record = agent.run("book A")

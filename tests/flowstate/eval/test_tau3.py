@@ -280,8 +280,9 @@ def test_ten_tool_errors_end_the_conversation_with_reward_0(tmp_path: Path) -> N
         return render_output(ModelOutput.model_validate({"tool_calls": [], "assistant_message": {"content": None},
                                                          **blocks}), TWO_BLOCKS)
 
-    bad = {"name": "get_reservation_details", "arguments": {"reservation_id": "NOPE"}}
-    script = [out(tool_calls=[bad] * 5), out(tool_calls=[bad] * 5), out(assistant_message={"content": "Sorry."}),
+    # ten different failing calls (the same call repeated would be refused as a repeat, not run: flowstate.loop)
+    bad = [{"name": "get_reservation_details", "arguments": {"reservation_id": f"NOPE{i}"}} for i in range(10)]
+    script = [out(tool_calls=bad[:5]), out(tool_calls=bad[5:]), out(assistant_message={"content": "Sorry."}),
               out(assistant_message={"content": "Done."})]
     task = fixture_task(WRITES)
     with Repository.open(tmp_path / "m.db") as repo:
