@@ -74,8 +74,8 @@ _BLOCK_EXAMPLES = {
 }
 _COUNT = {2: "two", 3: "three", 4: "four"}
 
-# Worked steps of another task, shown in every strategy's protocol (its blocks only): a step that starts the work, one
-# that acts on a tool result, one that answers, and a later request's step that asks for an earlier state. Without them, instruct models that see blocks filled with [] first continue the
+# Two worked steps of another task, shown in every strategy's protocol (its blocks only): a step that starts the work
+# and one that acts on a tool result. Without them, instruct models that see blocks filled with [] first continue the
 # pattern into an empty tool_calls and answer at once (docs/results/real-model.md).
 _EXAMPLE_STEPS = (
     {
@@ -102,32 +102,20 @@ _EXAMPLE_STEPS = (
         "tool_calls": "[]",
         "assistant_message": '{"content": "Ordered 2 boxes of green tea (order O-58, $24), delivered to the office."}',
     },
-    {
-        "state_focus": '[{"target_id": "tea_order", "reason": "the earlier order\'s product and quantity, to repeat '
-                       'it"}]',
-        "state_delta": "[]",
-        "tool_calls": "[]",
-        "assistant_message": '{"content": null}',
-    },
 )
 
 
 def example_steps(blocks: Sequence[str] = BLOCKS) -> str:
-    """The protocol's worked example in ``blocks``: the three steps of another task, from its start to its answer,
-    and (where the protocol has state_focus) a later request's first step asking for an earlier state."""
+    """The protocol's worked example in ``blocks``: the three steps of another task, from its start to its answer."""
     states = "state_delta" in blocks
     first, then, last = ((" records the requirement and", " records what the order needs, citing the result, and",
                           " records the order and") if states else ("", "", ""))
-    step1, step2, step3, step4 = ("\n".join(f"<{b}>\n{step[b]}\n</{b}>" for b in blocks) for step in _EXAMPLE_STEPS)
-    text = (f"Example (another task; its tools are not yours). Asked to order two boxes of green tea for the office, "
+    step1, step2, step3 = ("\n".join(f"<{b}>\n{step[b]}\n</{b}>" for b in blocks) for step in _EXAMPLE_STEPS)
+    return (f"Example (another task; its tools are not yours). Asked to order two boxes of green tea for the office, "
             f"with nothing known yet, the first step{first} calls a tool:\n{step1}\n"
             f"Its result comes as obs_r1_s1_1; the next step{then} acts on it:\n{step2}\n"
             f"The order's result (obs_r1_s2_1) confirms it: the request is done, so the last step{last} answers, "
             f"calling nothing again:\n{step3}")
-    if "state_focus" not in blocks:
-        return text
-    return (f"{text}\nA later request asks to order the same again: the Historical State Index lists tea_order, "
-            f"whose content is not visible, so its first step asks for it and waits:\n{step4}")
 
 
 def output_protocol(blocks: Sequence[str] = BLOCKS, limits: Limits = STANDARD) -> str:
