@@ -248,6 +248,10 @@ class RequestRun:
                 continue
             result, error = self._call_tool(call)
             done[i] = ToolCallRecord(call.name, dict(call.arguments), self.observation_id(i + 1), result, error)
+        ran = {r.observation_id: r for r in done.values() if r.repeat_of is None}
+        for i, r in list(done.items()):  # a duplicate within this step: the outcome of the call it repeats, now run
+            if r.repeat_of in ran:
+                done[i] = replace(r, result=ran[r.repeat_of].result, error=ran[r.repeat_of].error)
         if not client:
             self.observe([done[i] for i in range(len(self.pending))])
             return None
@@ -319,7 +323,7 @@ class RequestRun:
             raise RuntimeError("the request is finished")
         p = self.progress
         t = len(p.steps) + 1
-        if self.repeated() > self.config.max_repeats:
+        if self.repeated() > self.config.max_repeats and self.wiring.grammars is None:  # a grammar forces an answer
             self._over_budget(transcript, f"{LOOPING}{self.repeated()} calls repeated an earlier call of the request "
                                           "with the same arguments")
             return None
@@ -343,7 +347,8 @@ class RequestRun:
         # once max_repeats were refused, the next step decides as the budget's last one does
         last = p.steps[-1] if p.steps else None
         hold = last is not None and bool(last.tool_calls) and last.repeated == len(last.tool_calls)
-        final = t == self.config.max_steps or (self.repeated() >= self.config.max_repeats > 0 and hold)
+        final = t == self.config.max_steps or (self.repeated() >= self.config.max_repeats > 0 and (
+            hold or self.repeated() > self.config.max_repeats))
         grammar = grammars.for_step(p.state, final=final, hold=hold) if grammars is not None else None
         grammar_ms = (time.perf_counter() - started) * 1000
         try:

@@ -70,6 +70,7 @@ def test_a_duplicate_within_one_step_runs_once(make_agent: AgentFactory) -> None
     record = agent.run("book A")
     assert RUNS == [{"hotel": "A"}]
     assert [c.repeat_of for c in record.steps[0].tool_calls] == [None, "obs_r1_s1_1"]
+    assert record.steps[0].tool_calls[1].result == {"booking": "BK-A-1"}  # the outcome of the call it repeats
 
 
 def test_a_request_that_keeps_repeating_ends_unfinished_as_a_loop(make_agent: AgentFactory, repo: Repository) -> None:
@@ -171,3 +172,18 @@ def test_after_max_repeats_refused_the_next_step_must_answer(repo: Repository) -
     wait = output(delta=[dict(note, state_id="other")])
     assert accepts(last, output(content="ok")) and not accepts(last, wait) and not accepts(last, output(tools=[call("C")]))
     assert accepts(engine.calls[2]["grammar"], wait)  # after the first refused repeat it could still record
+
+
+def test_under_a_grammar_a_loop_is_answered_not_ended(repo: Repository) -> None:
+    """Past max_repeats under a grammar the request is not cut off: its next step must answer (a step of a
+    new call and a repeat is not held, so repeats can pass max_repeats before a step holds)."""
+    from engine.scripted import ScriptedEngine
+    from flowstate import Agent, LoopConfig
+    from grammars.check import accepts
+
+    engine = ScriptedEngine([output(tools=[call("A"), call("A")]), output(tools=[call("A"), call("A")]),
+                             output(content="A is booked")], grammar=True)
+    agent = Agent(engine, repository=repo, session="s", tools=[book], config=LoopConfig(max_repeats=2))
+    record = agent.run("book A")
+    assert record.response == "A is booked" and record.unfinished is None and RUNS == [{"hotel": "A"}]
+    assert not accepts(engine.calls[-1]["grammar"], output(tools=[call("C")]))  # the answer was forced
