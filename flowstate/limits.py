@@ -31,6 +31,7 @@ class Limits:
     value_text: int  # one string inside a state's value
     tool_text: int | None  # bound given to tool-argument strings whose schema has none (None: the schema alone)
     tool_items: int | None  # likewise for arrays
+    examples: bool = True  # the protocol's worked steps in the prompt (a tiny model copies them into its outputs)
 
     def __post_init__(self) -> None:
         for name in ("focus", "ops", "tool_calls", "refs", "text", "content", "value_items", "value_text"):
@@ -59,7 +60,7 @@ STANDARD = Limits(
 )
 COMPACT = Limits(
     name="compact", focus=3, ops=4, tool_calls=4, refs=4, text=96, content=480,
-    value_depth=1, value_items=6, value_text=96, tool_text=96, tool_items=6,
+    value_depth=1, value_items=6, value_text=96, tool_text=96, tool_items=6, examples=False,
 )
 PROFILES: dict[str, Limits] = {p.name: p for p in (STANDARD, COMPACT)}
 AUTO = "auto"

@@ -131,7 +131,7 @@ def output_protocol(blocks: Sequence[str] = BLOCKS, limits: Limits = STANDARD) -
         f"Return exactly these {_COUNT[len(blocks)]} blocks, in order, JSON inside each, nothing outside:\n{examples}\n"
         'Use [] for an unused block and "content": null unless you answer the user; at least one block is '
         f"non-empty. Never tool calls and a final answer in one step. Make {together} together in one step.\n"
-        f"{limits.describe(blocks)}\n{example_steps(blocks)}"
+        f"{limits.describe(blocks)}" + (f"\n{example_steps(blocks)}" if limits.examples else "")
     )
 
 
