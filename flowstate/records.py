@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.base import Usage
+from flowstate.nodes import canonical_json
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class ToolCallRecord:
     @property
     def key(self) -> tuple[str, str]:
         """What makes two calls the same call: the tool and its arguments (in canonical JSON)."""
-        return self.name, json.dumps(self.arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return self.name, canonical_json(self.arguments)
 
 
 @dataclass(frozen=True)

@@ -40,13 +40,12 @@ def figures(records: Sequence[dict[str, Any]], count: Callable[[str], Sequence[A
     """The behaviour figures of one run's request records, tokens counted with ``count`` (None: nothing to
     measure, e.g. no state cites a tool result)."""
     steps = [s for r in records for s in r["steps"] if s.get("protocol_error") is None]
+    results = {c["observation_id"]: c.get("result") for s in steps for c in s.get("tool_calls", ())}
     decoded, delta, summaries, kept = [], [], [], []
     for s in steps:
         decoded.append(len(count(s["raw"])))
         block = _DELTA.search(s["raw"])
         delta.append(len(count(block.group(1))) if block and block.group(1).strip() != "[]" else 0)
-        results = {c["observation_id"]: c.get("result") for r in records for st in r["steps"]
-                   for c in st.get("tool_calls", ())}
         for op in s["committed"]:
             if op.get("summary"):
                 summaries.append(len(count(op["summary"])))
