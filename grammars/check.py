@@ -29,8 +29,9 @@ def validate(grammar: str) -> None:
         raise GrammarError(f"grammar refused: {error}")
 
 
-def accepts(grammar: str, text: str) -> bool:
-    """True iff ``text`` is a complete sentence of the grammar (byte-level, no model needed)."""
+def accepts(grammar: str, text: str, *, prefix: bool = False) -> bool:
+    """True iff ``text`` is a complete sentence of the grammar (byte-level, no model needed); with ``prefix``, iff it
+    is the start of one (what an output cut at its token budget must be)."""
     import llguidance
 
     tok = _byte_tokenizer()
@@ -40,4 +41,4 @@ def accepts(grammar: str, text: str) -> bool:
     for token in tok.tokenize_str(text):
         if not matcher.consume_token(token):
             return False
-    return matcher.is_accepting() and not matcher.is_error()
+    return (prefix or matcher.is_accepting()) and not matcher.is_error()

