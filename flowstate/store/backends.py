@@ -158,6 +158,10 @@ class PostgresBackend:
 
         self._errors = (psycopg.Error,)
         self.label = redact(url)
+        try:  # one connection first: the server's own error at once (refused, authentication, no such database),
+            psycopg.connect(url, autocommit=True).close()  # where the pool would only time out
+        except psycopg.Error as exc:
+            raise StorageError(f"cannot open database {self.label}: {str(exc).strip()}") from exc
         try:
             self._pool = ConnectionPool(url, min_size=1, max_size=pool_size, kwargs={"autocommit": True},
                                         open=False, name="flowstate")
