@@ -34,6 +34,31 @@ _TRANSCRIPTS = """
         );
         """
 
+_RESPONSES = """
+        -- The Responses API's stored responses (serving/responses): by id, the caller's key namespace, the session
+        -- the response belongs to (by name, like pending_requests: a response that ends in the client's tool calls
+        -- exists before its request is persisted) and where it ends in that session's transcript (a later
+        -- response continues from there). The response object and its input items, as JSON. Removed one by one
+        -- (DELETE /v1/responses/{{id}}: the session's memory stays) or with their session.
+        CREATE TABLE responses (
+            id TEXT PRIMARY KEY,
+            namespace TEXT NOT NULL,
+            session TEXT NOT NULL,
+            position INTEGER NOT NULL,
+            body TEXT NOT NULL,
+            input_items TEXT NOT NULL,
+            created_at {id_type} NOT NULL
+        );
+        CREATE INDEX responses_session ON responses(session);
+        -- The Responses API's conversations are sessions; what a conversation has beyond its session: its metadata
+        -- and when it was created (a session used as a conversation without being created has neither)
+        CREATE TABLE conversations (
+            session TEXT PRIMARY KEY,
+            metadata TEXT NOT NULL,
+            created_at {id_type} NOT NULL
+        );
+        """
+
 _TABLES = """
         CREATE TABLE sessions (
             id {key},
@@ -157,6 +182,7 @@ MIGRATIONS: list[tuple[str, str]] = [
             BEGIN SELECT RAISE(ABORT, 'historical nodes are immutable'); END;
         """,
     ),
+    ("0008_responses", _RESPONSES.format(id_type="INTEGER")),
 ]
 
 
@@ -236,6 +262,7 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
             FOR EACH ROW EXECUTE FUNCTION flowstate_immutable('historical nodes are immutable');
         """,
     ),
+    ("0008_responses", _RESPONSES.format(id_type="BIGINT")),
 ]
 MIGRATION_LOCK = 0x466C6F77  # the advisory lock that serializes migrations across processes
 

@@ -37,6 +37,19 @@ class Transcript:
 
 
 @dataclass(frozen=True)
+class StoredResponse:
+    """A response of the Responses API as stored: whose it is (key namespace, session), where it ends in the
+    session's transcript, the response object and its input items."""
+
+    id: str
+    namespace: str
+    session: str
+    position: int
+    body: dict[str, Any]
+    input_items: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
 class SessionView:
     """Read access to one session's M: what PSA's Disclose and a memory method's ``start`` see (never the other
     sessions of the repository)."""
@@ -116,21 +129,62 @@ class Repository:
             return [r[0] for r in rows]
 
     def delete_session(self, session: str) -> bool:
-        """Forget a whole session: its requests, nodes and relations, in one transaction.
-
-        The only deletion there is; returns False when the session does not exist.
+        """Forget a whole session: its requests, nodes and relations, its stored responses and conversation, in one
+        transaction. The only deletion of history there is; returns False when the session does not exist.
         """
         with self._write(f"cannot delete session {session!r}") as conn:
             waiting = conn.execute("SELECT 1 FROM pending_requests WHERE name = ?", (session,)).fetchone()
             conn.execute("DELETE FROM pending_requests WHERE name = ?", (session,))
+            conn.execute("DELETE FROM responses WHERE session = ?", (session,))  # by name: stored before any request
+            created = conn.execute("DELETE FROM conversations WHERE session = ? RETURNING session", (session,)).fetchone()
             sid = self._session_id(conn, session)
             if sid is None:
-                return waiting is not None
+                return waiting is not None or created is not None
             conn.execute("UPDATE sessions SET forgetting = 1 WHERE id = ?", (sid,))
             for table in ("relations", "nodes", "transcripts", "requests", "sessions"):
                 column = "id" if table == "sessions" else "session_id"
                 conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (sid,))
         return True
+
+    # -- the Responses API's stored responses -------------------------------------------------
+
+    def save_response(self, response: StoredResponse, created_at: int) -> None:
+        with self._write(f"cannot store response {response.id!r}") as conn:
+            conn.execute(
+                "INSERT INTO responses (id, namespace, session, position, body, input_items, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (response.id, response.namespace, response.session, response.position, canonical_json(response.body),
+                 canonical_json(response.input_items), created_at),
+            )
+
+    def response(self, response_id: str, namespace: str) -> StoredResponse | None:
+        """The stored response with this id, if it is the namespace's (another key's response is not found)."""
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT session, position, body, input_items FROM responses WHERE id = ? AND namespace = ?",
+                (response_id, namespace)).fetchone()
+        if row is None:
+            return None
+        return StoredResponse(response_id, namespace, row[0], int(row[1]), json.loads(row[2]), json.loads(row[3]))
+
+    def delete_response(self, response_id: str, namespace: str) -> bool:
+        """Forget a stored response (not what its request left in the session's memory); False if there is none."""
+        with self._write(f"cannot delete response {response_id!r}") as conn:
+            done = conn.execute("DELETE FROM responses WHERE id = ? AND namespace = ? RETURNING id", (response_id, namespace))
+            return done.fetchone() is not None
+
+    def save_conversation(self, session: str, metadata: dict[str, str], created_at: int) -> None:
+        """A conversation's metadata (its session need not exist yet); ``created_at`` is kept from the first save."""
+        with self._write(f"cannot keep conversation {session!r}") as conn:
+            conn.execute("INSERT INTO conversations (session, metadata, created_at) VALUES (?, ?, ?) ON CONFLICT "
+                         "(session) DO UPDATE SET metadata = excluded.metadata", (session, canonical_json(metadata),
+                                                                                created_at))
+
+    def conversation(self, session: str) -> tuple[dict[str, str], int] | None:
+        """A created conversation's metadata and creation time."""
+        with self._read() as conn:
+            row = conn.execute("SELECT metadata, created_at FROM conversations WHERE session = ?", (session,)).fetchone()
+        return None if row is None else (json.loads(row[0]), int(row[1]))
 
     # -- a request waiting on client tool results (the one mutable row of a session) -------------
 
