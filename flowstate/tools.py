@@ -134,7 +134,13 @@ class SchemaTool(Tool):
 
 
 class ToolSource(Protocol):
-    """What holds a tool set's remote tools open (an MCP server): per-session resources, and the whole."""
+    """What holds a tool set's remote tools open (an MCP server): its name and tools' specs, per-session resources,
+    and the whole."""
+
+    specs: list[dict[str, Any]]
+
+    @property
+    def name(self) -> str: ...
 
     def release(self, session: str) -> None: ...
 

@@ -1,4 +1,4 @@
-"""The FastAPI app: Chat Completions that remember, model list, health, metrics, memory inspection.
+"""The FastAPI app: Chat Completions and Responses that remember, model list, health, metrics, memory inspection.
 
 Routes live on a module-level router; what they serve (engine, repository, sessions, turns,
 metrics) sits on ``app.state.services``, built by ``create_app`` for one server.
@@ -14,7 +14,6 @@ from typing import Any
 import anyio
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
-from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
@@ -25,8 +24,10 @@ from serving.chat import IDEMPOTENCY_HEADER, ChatService
 from serving.errors import APIError, bad_request
 from serving.graph import render_html
 from serving.naming import SESSION_HEADER, SessionKey
+from serving.responses.conversations import Conversations
+from serving.responses.service import ResponsesService
 from serving.services import ServerConfig, Services, build
-from serving.wire import ChatRequest, IngressLimits, loads
+from serving.wire import ChatRequest, IngressLimits, loads, validated
 
 log = logging.getLogger("flowstate.serving")
 
@@ -36,6 +37,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     app = FastAPI(title="FlowState", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.services = build(config)
     app.state.chat = ChatService(app.state.services)
+    app.state.responses = ResponsesService(app.state.services, app.state.chat)
+    app.state.conversations = Conversations(app.state.services)
     app.include_router(router)
     app.add_exception_handler(APIError, _api_error)  # type: ignore[arg-type]
     app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
@@ -107,9 +110,81 @@ async def list_models(request: Request) -> dict[str, Any]:
 async def chat(request: Request) -> JSONResponse | StreamingResponse:
     s = _services(request)
     ns = s.namespace(request)
-    body = _parse(await _read(request, s.config.ingress))
+    body = validated(ChatRequest, _json(await _read(request, s.config.ingress)))
     chat: ChatService = request.app.state.chat
     return await chat.complete(ns, body, request.headers.get(SESSION_HEADER), request.headers.get(IDEMPOTENCY_HEADER))
+
+
+@router.post("/v1/responses", response_model=None)
+async def create_response(request: Request) -> JSONResponse | StreamingResponse:
+    s = _services(request)
+    ns = s.namespace(request)
+    data = _json(await _read(request, s.config.ingress))
+    responses: ResponsesService = request.app.state.responses
+    return await responses.create(ns, data, request.headers.get(SESSION_HEADER), request.headers.get(IDEMPOTENCY_HEADER))
+
+
+@router.get("/v1/responses/{response_id}")
+async def get_response(response_id: str, request: Request) -> dict[str, Any]:
+    responses: ResponsesService = request.app.state.responses
+    return (await responses.stored(_services(request).namespace(request), response_id)).body
+
+
+@router.delete("/v1/responses/{response_id}")
+async def delete_response(response_id: str, request: Request) -> dict[str, Any]:
+    responses: ResponsesService = request.app.state.responses
+    return await responses.delete(_services(request).namespace(request), response_id)
+
+
+@router.get("/v1/responses/{response_id}/input_items")
+async def input_items(response_id: str, request: Request, after: str | None = None, limit: int = 20,
+                      order: str = "desc") -> dict[str, Any]:
+    responses: ResponsesService = request.app.state.responses
+    return await responses.input_items(_services(request).namespace(request), response_id, after, limit, order)
+
+
+@router.post("/v1/responses/{response_id}/cancel")
+async def cancel_response(response_id: str, request: Request) -> dict[str, Any]:
+    _services(request).namespace(request)
+    raise bad_request("only background responses can be cancelled, and this server runs none: a response runs to "
+                      "its end within its request", "response_id", "unsupported_parameter")
+
+
+def _conversations(request: Request) -> tuple[Conversations, str]:
+    conversations: Conversations = request.app.state.conversations
+    return conversations, _services(request).namespace(request)
+
+
+@router.post("/v1/conversations")
+async def create_conversation(request: Request) -> dict[str, Any]:
+    conversations, ns = _conversations(request)
+    return await conversations.create(ns, _json(await _read(request, _services(request).config.ingress)))
+
+
+@router.get("/v1/conversations/{conversation_id}")
+async def get_conversation(conversation_id: str, request: Request) -> dict[str, Any]:
+    conversations, ns = _conversations(request)
+    return await conversations.retrieve(ns, unicodedata.normalize("NFC", conversation_id))
+
+
+@router.post("/v1/conversations/{conversation_id}")
+async def update_conversation(conversation_id: str, request: Request) -> dict[str, Any]:
+    conversations, ns = _conversations(request)
+    data = _json(await _read(request, _services(request).config.ingress))
+    return await conversations.update(ns, unicodedata.normalize("NFC", conversation_id), data)
+
+
+@router.delete("/v1/conversations/{conversation_id}")
+async def delete_conversation(conversation_id: str, request: Request) -> dict[str, Any]:
+    conversations, ns = _conversations(request)
+    return await conversations.delete(ns, unicodedata.normalize("NFC", conversation_id))
+
+
+@router.get("/v1/conversations/{conversation_id}/items")
+async def conversation_items(conversation_id: str, request: Request, after: str | None = None, limit: int = 20,
+                             order: str = "desc") -> dict[str, Any]:
+    conversations, ns = _conversations(request)
+    return await conversations.items(ns, unicodedata.normalize("NFC", conversation_id), after, limit, order)
 
 
 @router.get("/v1/sessions")
@@ -158,14 +233,7 @@ async def graph(session_id: str, request: Request) -> HTMLResponse:
 @router.delete("/v1/sessions/{session_id}")
 async def delete_session(session_id: str, request: Request) -> dict[str, Any]:
     s, key = _session(request, session_id)
-    await s.sessions.enter(key.full)
-    try:
-        live = s.sessions.peek(key.full)
-        deleted = await anyio.to_thread.run_sync(s.config.repo.delete_session, key.full)
-        s.sessions.forget(key.full)
-    finally:
-        s.sessions.leave(key.full)
-    if not deleted and (live is None or live.run is None):
+    if not await s.forget(key.full):
         raise _unknown(key.name)
     return {"id": key.name, "object": "session.deleted", "deleted": True}
 
@@ -190,19 +258,14 @@ async def _read(request: Request, limits: IngressLimits) -> bytes:
     return b"".join(chunks)
 
 
-def _parse(raw: bytes) -> ChatRequest:
+def _json(raw: bytes) -> dict[str, Any]:
     try:
         data = loads(raw)
     except ValueError as exc:  # not JSON, not UTF-8, NaN, huge integers, deep nesting, lone surrogates
         raise bad_request(f"the body is not valid JSON: {exc}", code="invalid_json") from exc
     if not isinstance(data, dict):
         raise bad_request("the body must be a JSON object", code="invalid_json")
-    try:
-        return ChatRequest.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise bad_request(f"{where}: {first['msg']}" if where else first["msg"], where or None) from exc
+    return data
 
 
 def _internal(exc: Exception) -> APIError:

@@ -14,12 +14,12 @@ import anyio
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from flowstate.request_options import RequestOptions
+from serving.completions import completion, replayed, stream
 from serving.errors import APIError, bad_request
 from serving.history import fingerprint, new_messages, relate
 from serving.live import Live, reply_message
 from serving.messages import AssistantMessage, Delta
 from serving.naming import SESSION_HEADER, SessionKey, header_text, session_name
-from serving.responses import completion, replayed, stream
 from serving.services import Services
 from serving.turns import TurnResult, check_pending
 from serving.wire import ChatRequest, canonical_message, check_tools
@@ -36,6 +36,27 @@ class Prepared:
     conversation: list[dict[str, Any]]
     client_tools: list[dict[str, Any]]
     options: RequestOptions
+
+
+class Moved(Exception):
+    """The session's transcript is not where the request continues from (another turn came in between)."""
+
+    def __init__(self, length: int) -> None:
+        super().__init__(f"the session's transcript has {length} messages")
+        self.length = length
+
+
+@dataclass
+class Begun:
+    """A call's turn as set going in its session: the reply an identical earlier call got (nothing runs; it ends at
+    ``earlier_at`` in the transcript), or the running turn and the deltas it streams."""
+
+    session: SessionKey
+    extension: dict[str, Any]
+    earlier: AssistantMessage | None = None
+    earlier_at: int = 0
+    task: asyncio.Task[TurnResult] | None = None
+    deltas: asyncio.Queue[Delta] | None = None
 
 
 class ChatService:
@@ -70,12 +91,28 @@ class ChatService:
 
 
     async def complete(self, ns: str, body: ChatRequest, session_header: str | None,
-                           idempotency_header: str | None) -> JSONResponse | StreamingResponse:
+                       idempotency_header: str | None) -> JSONResponse | StreamingResponse:
         """One chat completion call: the session's next turn, or the reply an identical earlier call got."""
-        s = self.s
         p = self.prepare(body)
         named = session_name(header_text(session_header, SESSION_HEADER), body.user)
-        idem = header_text(idempotency_header, IDEMPOTENCY_HEADER)
+        begun = await self.begin(ns, p, named, header_text(idempotency_header, IDEMPOTENCY_HEADER), bool(body.stream))
+        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        if begun.earlier is not None:  # an exact resend of an answered turn: the same answer, nothing run again
+            return replayed(completion_id, body.model, begun.earlier, begun.extension, bool(body.stream))
+        assert begun.task is not None
+        if not body.stream:
+            result = await asyncio.shield(begun.task)
+            return JSONResponse(completion(completion_id, body.model, result, begun.extension))
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return StreamingResponse(stream(completion_id, body.model, begun.task, begun.extension, include_usage,
+                                        begun.deltas), media_type="text/event-stream")
+
+    async def begin(self, ns: str, p: Prepared, named: str | None, idem: str | None, streamed: bool,
+                    continue_at: int | None = None) -> Begun:
+        """Find the call's session (``named``, else by the conversation's fingerprint) and set its turn going, or
+        find the reply an identical earlier call got. With ``continue_at`` the conversation is only the new
+        messages of a session whose transcript must have that length (``Moved`` otherwise)."""
+        s = self.s
         if named is not None:
             session = SessionKey(ns, named)
             await s.sessions.enter(session.full)
@@ -84,30 +121,27 @@ class ChatService:
             session = SessionKey(ns, full[len(ns):])
         try:
             live = await s.sessions.live(session.full)
-            earlier = _earlier_reply(live, idem, p.conversation, resent_history=len(p.conversation) > 1)
+            if continue_at is not None and len(live.transcript) != continue_at:
+                raise Moved(len(live.transcript))
+            earlier = _earlier_reply(live, idem, p.conversation,
+                                     resent_history=continue_at is None and len(p.conversation) > 1)
             if earlier is None:
-                kind, new = check_pending(live, new_messages(p.conversation, live.transcript).new)
+                fresh = p.conversation if continue_at is not None else new_messages(p.conversation, live.transcript).new
+                kind, new = check_pending(live, fresh)
                 if idem is not None:
                     live.running.add(idem)  # a retry under this key that resolves meanwhile waits for this turn
         except BaseException:
             s.sessions.leave(session.full)
             raise
         extension = {"session": session.name, "namespace_keyed": bool(ns)}
-        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-        if earlier is not None:  # an exact resend of an answered turn: the same answer, nothing run again
+        if earlier is not None:
             s.sessions.leave(session.full)
-            return replayed(completion_id, body.model, earlier, extension, bool(body.stream))
-        deltas: asyncio.Queue[Delta] | None = asyncio.Queue() if body.stream else None
+            return Begun(session, extension, earlier=reply_message(live.transcript[earlier]), earlier_at=earlier + 1)
+        deltas: asyncio.Queue[Delta] | None = asyncio.Queue() if streamed else None
         task = asyncio.create_task(self._turn(session, live, p, kind, new, idem, _feed(deltas)))
         s.running.add(task)  # runs to the end even if the client goes away
         task.add_done_callback(s.running.discard)
-        if not body.stream:
-            result = await asyncio.shield(task)
-            return JSONResponse(completion(completion_id, body.model, result, extension))
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return StreamingResponse(stream(completion_id, body.model, task, extension, include_usage, deltas),
-                                 media_type="text/event-stream")
-
+        return Begun(session, extension, task=task, deltas=deltas)
 
     async def _turn(self, session: SessionKey, live: Live, p: Prepared, kind: str, new: list[Any],
                         idem: str | None, on_delta: Callable[[Delta], None] | None) -> TurnResult:
@@ -143,11 +177,9 @@ def _feed(deltas: asyncio.Queue[Delta] | None) -> Callable[[Delta], None] | None
     return on_delta
 
 
-def _earlier_reply(
-    live: Live, key: str | None, conversation: list[dict[str, Any]], resent_history: bool,
-) -> AssistantMessage | None:
-    """The reply already given to this exact request: by its Idempotency-Key, or (for a client that resends
-    its history) because the conversation ends where an answered turn of the transcript ends."""
+def _earlier_reply(live: Live, key: str | None, conversation: list[dict[str, Any]], resent_history: bool) -> int | None:
+    """Where in the transcript the reply already given to this exact request is: by its Idempotency-Key, or (for a
+    client that resends its history) because the conversation ends where an answered turn of the transcript ends."""
     if key is not None and key in live.replies and live.replies[key] < len(live.transcript):
         at = live.replies[key]
         last = max((i for i, m in enumerate(conversation) if m["role"] == "assistant"), default=-1)
@@ -156,9 +188,9 @@ def _earlier_reply(
             raise APIError(422, f"Idempotency-Key {key!r} was used for a different request in this session: a retry "
                                 "must resend the same messages; use a new key for a new request",
                            type="invalid_request_error", param="Idempotency-Key", code="idempotency_key_reused")
-        return reply_message(live.transcript[at])
+        return at
     if resent_history:
         found = relate(conversation, live.transcript)
         if found.kind == "replay":
-            return reply_message(live.transcript[found.at])
+            return found.at
     return None

@@ -130,6 +130,26 @@ def replayed(
     return StreamingResponse(chunks(), media_type="text/event-stream")
 
 
+async def turn_deltas(task: asyncio.Future[Any], deltas: asyncio.Queue[Delta] | None) -> AsyncIterator[Delta | None]:
+    """What a running turn streams: its deltas as they come while ``task`` runs (None when a keep-alive is due: none
+    came for KEEPALIVE_S), then those still queued when it ends."""
+    while not task.done():
+        waiting: set[asyncio.Future[Any]] = {task}
+        getter = asyncio.ensure_future(deltas.get()) if deltas is not None else None
+        if getter is not None:
+            waiting.add(getter)
+        done, _ = await asyncio.wait(waiting, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED)
+        if getter is not None and getter in done:
+            yield getter.result()
+            continue
+        if getter is not None:
+            getter.cancel()
+        if not task.done():
+            yield None
+    while deltas is not None and not deltas.empty():
+        yield deltas.get_nowait()
+
+
 async def stream(
     completion_id: str, model: str, task: asyncio.Task[TurnResult], base: dict[str, Any], include_usage: bool,
     deltas: asyncio.Queue[Delta] | None = None,
@@ -145,24 +165,10 @@ async def stream(
         return Chunk(id=completion_id, created=created, model=model, choices=choices, **extra).sse()
 
     yield chunk(Delta(role="assistant", content=""))
-    while not task.done():
-        waiting: set[asyncio.Future[Any]] = {task}
-        getter = asyncio.ensure_future(deltas.get()) if deltas is not None else None
-        if getter is not None:
-            waiting.add(getter)
-        done, _ = await asyncio.wait(waiting, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED)
-        if getter is not None and getter in done:
-            delta = getter.result()
-            sent.append(delta.content or "")
-            tools_streamed = tools_streamed or delta.tool_calls is not None
-            yield chunk(delta)
-            continue
-        if getter is not None:
-            getter.cancel()
-        if not task.done():
+    async for delta in turn_deltas(task, deltas):
+        if delta is None:
             yield ": keep-alive\n\n"
-    while deltas is not None and not deltas.empty():
-        delta = deltas.get_nowait()
+            continue
         sent.append(delta.content or "")
         tools_streamed = tools_streamed or delta.tool_calls is not None
         yield chunk(delta)

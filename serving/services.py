@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 from starlette.requests import Request
@@ -19,7 +20,7 @@ from flowstate.tools import ToolSet
 from serving.metrics import TenantMetrics
 from serving.naming import Keys
 from serving.registry import Registry
-from serving.turns import TurnResult, Turns
+from serving.turns import Turns
 from serving.wire import IngressLimits
 
 STREAM_ANSWERS = ("auto", "always", "never")
@@ -56,10 +57,22 @@ class Services:
     metrics: TenantMetrics
     limiter: anyio.CapacityLimiter
     models: set[str]
-    running: set[asyncio.Task[TurnResult]] = field(default_factory=set)
+    running: set[asyncio.Task[Any]] = field(default_factory=set)  # turns, and responses being stored
 
     def namespace(self, request: Request) -> str:
         return self.keys.namespace(request.headers.get("authorization"))
+
+    async def forget(self, session: str) -> bool:
+        """Delete a session (``DELETE /v1/sessions/{id}``, and a conversation's): from the database and from memory,
+        once no turn holds it; False if there was none."""
+        await self.sessions.enter(session)
+        try:
+            live = self.sessions.peek(session)
+            deleted = await anyio.to_thread.run_sync(self.config.repo.delete_session, session)
+            self.sessions.forget(session)
+        finally:
+            self.sessions.leave(session)
+        return deleted or (live is not None and live.run is not None)
 
 
 def build(config: ServerConfig) -> Services:

@@ -42,6 +42,7 @@ class TurnResult:
     request: int
     finished: bool  # the request ended and was persisted
     unfinished: str | None = None  # why it ended without a final answer (the step budget; the message says so)
+    at: int = 0  # the session's transcript length after this turn: where the session's next turn continues
 
     @property
     def finish_reason(self) -> str:
@@ -134,7 +135,7 @@ class Turns:
                 live.abandon()
             raise
         if waiting is not None:
-            return self._result(run, first, self._wait(live, run, waiting, key))
+            return self._result(run, first, self._wait(live, run, waiting, key), len(live.transcript))
         assert run.record is not None
         response = run.record.response
         if response is None:  # the step budget ran out: say so, with what was kept
@@ -144,7 +145,7 @@ class Turns:
         live.finished, live.run = len(live.transcript), None
         live.requests += 1
         self._unsuspend(live)
-        return self._result(run, first, AssistantMessage(content=response))
+        return self._result(run, first, AssistantMessage(content=response), len(live.transcript))
 
     def _unsuspend(self, live: Live) -> None:
         """The waiting request ended (answered, failed or dropped): its stored snapshot goes."""
@@ -217,11 +218,11 @@ class Turns:
         return AssistantMessage(tool_calls=calls)
 
     @staticmethod
-    def _result(run: RequestRun, first: int, message: AssistantMessage) -> TurnResult:
+    def _result(run: RequestRun, first: int, message: AssistantMessage, at: int) -> TurnResult:
         steps = tuple(run.steps[first:])
         usage = sum((s.usage for s in steps), Usage())
         unfinished = run.record.unfinished if run.record is not None else None
-        return TurnResult(message, usage, steps, run.index_k, not message.tool_calls, unfinished)
+        return TurnResult(message, usage, steps, run.index_k, not message.tool_calls, unfinished, at)
 
 
 def _failure(exc: RequestFailed, steps: tuple[StepRecord, ...]) -> APIError:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.base import Sampling
 from flowstate.nodes import canonical_json
@@ -17,17 +17,17 @@ from serving.errors import bad_request
 TOOL_NAME = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
 
 
-class _Ingress(BaseModel):
+class Ingress(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class FunctionSpec(_Ingress):
+class FunctionSpec(Ingress):
     name: str = Field(pattern=TOOL_NAME)
     description: str = ""
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
-class ToolSpec(_Ingress):
+class ToolSpec(Ingress):
     type: Literal["function"]
     function: FunctionSpec
 
@@ -37,18 +37,18 @@ class ToolSpec(_Ingress):
                 "parameters": self.function.parameters}
 
 
-class FunctionCall(_Ingress):
+class FunctionCall(Ingress):
     name: str
     arguments: str
 
 
-class ToolCallIn(_Ingress):
+class ToolCallIn(Ingress):
     id: str
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
-class ChatMessage(_Ingress):
+class ChatMessage(Ingress):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
     tool_calls: list[ToolCallIn] | None = None
@@ -68,11 +68,11 @@ class ChatMessage(_Ingress):
         return "".join(parts)
 
 
-class StreamOptions(_Ingress):
+class StreamOptions(Ingress):
     include_usage: bool = False
 
 
-class ChatRequest(_Ingress):
+class ChatRequest(Ingress):
     model: str
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[ToolSpec] | None = None
@@ -126,6 +126,19 @@ class ChatRequest(_Ingress):
         schema = fmt["json_schema"].get("schema", {"type": "object"})
         _check_schema(schema, "response_format.json_schema.schema")
         return dict(schema)
+
+
+def validated(model: type[BaseModel], data: Any, names: Mapping[str, str] | None = None) -> Any:
+    """``data`` as ``model``, or a 400 naming the first field that is wrong (``names``: how the client calls a field
+    the server translated)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        for ours, theirs in (names or {}).items():
+            where = where.replace(ours, theirs)
+        raise bad_request(f"{where}: {first['msg']}" if where else first["msg"], where or None) from exc
 
 
 def canonical_message(message: ChatMessage, where: str) -> dict[str, Any]:

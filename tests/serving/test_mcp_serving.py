@@ -3,6 +3,7 @@ other request; a client tool may not take an MCP tool's name."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -45,3 +46,32 @@ def test_serve_refuses_to_start_when_an_mcp_server_cannot(server: Server) -> Non
     with pytest.raises(RuntimeError, match="did not start"):
         server.start([], "--mcp", f"records={sys.executable} {SERVER} --fail-start")
     assert "cannot open the database" in server.log.read_text()
+
+
+def test_a_response_names_a_configured_mcp_server_and_shows_its_calls(server: Server) -> None:
+    """Responses' ``mcp`` tool selects a server the operator runs (``--mcp``): its tools listed and its calls shown
+    as ``mcp_list_tools`` and ``mcp_call`` items, streamed or not; a label it does not run, or an approval, is a
+    400 — a request's server_url is never dialled."""
+    script = lines("[mcp-r]", [
+        output(tools=[{"name": "lookup", "arguments": {"key": "k7"}}]), output(content="k7 is on record."),
+        output(tools=[{"name": "lookup", "arguments": {"key": "k8"}}]), output(content="k8 is on record."),
+    ])
+    url = server.start(script, "--mcp", f"records={sys.executable} {SERVER}")
+    api = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
+    records = {"type": "mcp", "server_label": "records", "server_url": "http://127.0.0.1:9/never",
+               "require_approval": "never"}
+    r = api.responses.create(model="flowstate", conversation="mcp", input="[mcp-r] Is k7 on record?", tools=[records])
+    listed, call, answer = r.output
+    assert listed.type == "mcp_list_tools" and "lookup" in [t.name for t in listed.tools]
+    assert (call.type, call.server_label, call.name, call.status) == ("mcp_call", "records", "lookup", "completed")
+    assert json.loads(call.arguments) == {"key": "k7"} and json.loads(call.output)["key"] == "k7"
+    assert answer.type == "message" and r.output_text == "k7 is on record."
+    with api.responses.stream(model="flowstate", conversation="mcp", input="[mcp-r] And k8?", tools=[records]) as s:
+        kinds = [e.type for e in s]
+        final = s.get_final_response()
+    assert [i.type for i in final.output] == ["mcp_list_tools", "mcp_call", "message"]
+    assert kinds.count("response.output_item.done") == 3 and kinds[-1] == "response.completed"
+    for bad, match in (({**records, "server_label": "elsewhere"}, "no MCP server 'elsewhere'"),
+                       ({k: v for k, v in records.items() if k != "require_approval"}, "approvals")):
+        with pytest.raises(openai.BadRequestError, match=match):
+            api.responses.create(model="flowstate", input="[mcp-r] x", tools=[bad])

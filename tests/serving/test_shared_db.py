@@ -140,3 +140,26 @@ def test_tool_results_may_reach_another_server_than_the_call(tmp_path: Path, sha
     finally:
         a.stop()
         b.stop()
+
+
+@pytest.mark.slow
+def test_one_chain_of_responses_across_two_servers(tmp_path: Path, shared_db: str) -> None:
+    """The Responses API's state is the database's: a response stored by one server is continued, retrieved and
+    deleted at another."""
+    from tests.serving.test_responses import PRICE_TOOL, answer_call
+
+    a, url_a = start(tmp_path / "a", shared_db, lines("[chain]", [output(tools=[{"name": "get_price",
+                                                                                 "arguments": {"hotel": "A"}}])]))
+    b, url_b = start(tmp_path / "b", shared_db, lines("[chain]", [output(content="Hotel A costs 120.")]))
+    try:
+        first = client(url_a).responses.create(model="flowstate", input="[chain] What does A cost?", tools=[PRICE_TOOL])
+        answer = client(url_b).responses.create(model="flowstate", previous_response_id=first.id,
+                                                input=answer_call(first), tools=[PRICE_TOOL])
+        assert answer.output_text == "Hotel A costs 120."
+        assert client(url_a).responses.retrieve(answer.id).previous_response_id == first.id
+        client(url_a).responses.delete(answer.id)
+        with pytest.raises(Exception, match="404"):
+            client(url_b).responses.retrieve(answer.id)
+    finally:
+        a.stop()
+        b.stop()

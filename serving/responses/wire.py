@@ -1,0 +1,196 @@
+"""The Responses API's request, and its translation into the chat service's request: input items to messages, flat
+function tools to chat tools, ``text.format`` to ``response_format``. Item types and tools FlowState does not run
+are accepted and left out; what it cannot honour is a 400."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Literal
+
+from pydantic import Field
+
+from serving.errors import bad_request
+from serving.wire import Ingress
+
+ROLES = ("user", "assistant", "system", "developer")
+TEXT_PARTS = ("input_text", "output_text", "text")
+
+
+class ResponsesRequest(Ingress):
+    model: str
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    text: dict[str, Any] | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    metadata: dict[str, str] | None = None
+    store: bool | None = None  # None: true, as OpenAI's default
+    stream: bool = False
+    user: str | None = None
+    previous_response_id: str | None = None
+    conversation: str | dict[str, Any] | None = None
+    background: bool | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+
+    def conversation_id(self) -> str | None:
+        if isinstance(self.conversation, dict):
+            cid = self.conversation.get("id")
+            if not isinstance(cid, str):
+                raise bad_request('conversation must be an id or {"id": …}', "conversation")
+            return cid
+        return self.conversation
+
+    def check(self) -> None:
+        """What the endpoint refuses outright, before any session is touched."""
+        if self.background:
+            raise bad_request("background responses are not supported by this server; send background: false",
+                              "background", "unsupported_parameter")
+        if self.previous_response_id is not None and self.conversation is not None:
+            raise bad_request("previous_response_id and conversation cannot be used together", "previous_response_id")
+        if self.metadata is not None and (len(self.metadata) > 16 or any(
+                len(k) > 64 or len(v) > 512 for k, v in self.metadata.items())):
+            raise bad_request("metadata is up to 16 pairs, keys up to 64 and values up to 512 characters", "metadata")
+
+    def mcp(self) -> list[tuple[int, str]]:
+        """The ``mcp`` tools' (position, server_label): servers the operator configured (``--mcp``) run their tools
+        server-side, never a ``server_url`` the request names; approvals and tool filters are not built yet."""
+        out = []
+        for i, tool in enumerate(self.tools or []):
+            if tool.get("type") != "mcp":
+                continue
+            if not isinstance(tool.get("server_label"), str):
+                raise bad_request(f"tools[{i}]: an mcp tool needs server_label", f"tools[{i}].server_label")
+            if tool.get("require_approval") != "never":
+                raise bad_request(f"tools[{i}]: approvals of MCP calls are not supported yet: send require_approval: "
+                                  '"never" (the server\'s MCP tools then run as its own tools do)',
+                                  f"tools[{i}].require_approval", "unsupported_parameter")
+            if tool.get("allowed_tools") is not None:
+                raise bad_request(f"tools[{i}]: allowed_tools is not supported yet: every tool of the server stays "
+                                  "available", f"tools[{i}].allowed_tools", "unsupported_parameter")
+            out.append((i, tool["server_label"]))
+        return out
+
+    def items(self) -> list[dict[str, Any]]:
+        """The input as items, each with an id (a string input is one user message)."""
+        raw = ([{"type": "message", "role": "user", "content": [{"type": "input_text", "text": self.input}]}]
+               if isinstance(self.input, str) else self.input)
+        out = []
+        for i, item in enumerate(raw):
+            kind = item.get("type", "message" if "role" in item else None)
+            if not isinstance(kind, str):
+                raise bad_request(f"input[{i}]: an item needs a type", f"input[{i}]")
+            item = {**item, "type": kind}
+            if kind == "message":
+                item = _message_item(item, i)
+            item.setdefault("id", f"{_PREFIX.get(kind, 'item')}_{uuid.uuid4().hex}")
+            out.append(item)
+        return out
+
+    def chat(self, items: list[dict[str, Any]]) -> dict[str, Any]:
+        """The chat service's request (its JSON) for these input items."""
+        messages = ([{"role": "system", "content": self.instructions}] if self.instructions else []) + _messages(items)
+        if not any(m["role"] in ("user", "tool") for m in messages):
+            raise bad_request("the input holds no user message and no function_call_output", "input")
+        tools, choice = _tools(self.tools or [], self.tool_choice)
+        body: dict[str, Any] = {
+            "model": self.model, "messages": messages, "tools": tools or None, "tool_choice": choice,
+            "stream": self.stream, "user": self.user, "temperature": self.temperature, "top_p": self.top_p,
+            "max_tokens": self.max_output_tokens, "parallel_tool_calls": self.parallel_tool_calls,
+            "response_format": _format(self.text),
+        }
+        return body
+
+
+_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+
+
+def _message_item(item: dict[str, Any], i: int) -> dict[str, Any]:
+    """A message item in the full shape (``content`` a list of parts), its role and parts checked."""
+    if item.get("role") not in ROLES:
+        raise bad_request(f"input[{i}]: role must be one of {', '.join(ROLES)}", f"input[{i}].role")
+    content = item.get("content")
+    if isinstance(content, str):
+        part = "output_text" if item["role"] == "assistant" else "input_text"
+        content = [{"type": part, "text": content, **({"annotations": []} if part == "output_text" else {})}]
+    if not isinstance(content, list):
+        raise bad_request(f"input[{i}]: content must be a string or a list of parts", f"input[{i}].content")
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") not in (*TEXT_PARTS, "refusal"):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise bad_request(f"input[{i}].content[{j}]: only text parts are supported, got {kind!r}",
+                              f"input[{i}].content")
+        if not isinstance(part.get("text", part.get("refusal")), str):
+            raise bad_request(f"input[{i}].content[{j}]: a text part needs its text", f"input[{i}].content")
+    return {**item, "content": content, "status": item.get("status", "completed")}
+
+
+def _text(parts: list[dict[str, Any]]) -> str:
+    return "".join(str(p.get("text", p.get("refusal", ""))) for p in parts)
+
+
+def _messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages of the input items: consecutive function calls are one assistant message with tool calls, a
+    function call's output a tool message; other item types (reasoning, references, hosted tools' items) carry
+    nothing the model's next request needs from the client, and are left out."""
+    out: list[dict[str, Any]] = []
+    for i, item in enumerate(items):
+        kind = item["type"]
+        if kind == "message":
+            role = "system" if item["role"] == "developer" else item["role"]
+            out.append({"role": role, "content": _text(item["content"])})
+        elif kind == "function_call":
+            for field in ("call_id", "name", "arguments"):
+                if not isinstance(item.get(field), str):
+                    raise bad_request(f"input[{i}]: a function_call needs {field}", f"input[{i}].{field}")
+            call = {"id": item["call_id"], "type": "function",
+                    "function": {"name": item["name"], "arguments": item["arguments"]}}
+            if out and out[-1]["role"] == "assistant" and out[-1].get("tool_calls"):
+                out[-1]["tool_calls"].append(call)
+            else:
+                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            if not isinstance(item.get("call_id"), str) or not isinstance(output, str | list):
+                raise bad_request(f"input[{i}]: a function_call_output needs call_id and output", f"input[{i}]")
+            out.append({"role": "tool", "tool_call_id": item["call_id"],
+                        "content": output if isinstance(output, str) else _text(output)})
+    return out
+
+
+def _tools(tools: list[dict[str, Any]], choice: str | dict[str, Any] | None) -> tuple[list[dict[str, Any]], Any]:
+    """Chat tools of the flat function tools (other tool types are not run by the client and are left out), and the
+    chat tool_choice."""
+    out: list[dict[str, Any]] = []
+    for tool in tools:
+        if tool.get("type") != "function":  # mcp tools: ResponsesRequest.mcp; hosted tools are not run here
+            continue
+        function = {k: tool[k] for k in ("name", "description", "parameters") if tool.get(k) is not None}
+        out.append({"type": "function", "function": function})
+    if isinstance(choice, dict):
+        kind = choice.get("type")
+        if kind == "function":
+            return out, {"type": "function", "function": {"name": choice.get("name")}}
+        if kind == "allowed_tools":
+            allowed = {t.get("name") for t in choice.get("tools") or [] if isinstance(t, dict)}
+            mode = choice.get("mode", "auto")
+            return [t for t in out if t["function"].get("name") in allowed], mode
+        raise bad_request(f"tool_choice of type {kind!r} is not supported: use auto, none, required, a function or "
+                          "allowed_tools", "tool_choice")
+    return out, choice
+
+
+def _format(text: dict[str, Any] | None) -> dict[str, Any] | None:
+    fmt = (text or {}).get("format")
+    if not isinstance(fmt, dict) or fmt.get("type") in (None, "text"):
+        return None
+    if fmt.get("type") == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": fmt.get("name", "answer"),
+                                                       "schema": fmt.get("schema", {"type": "object"})}}
+    if fmt.get("type") == "json_object":
+        return {"type": "json_object"}
+    raise bad_request('text.format must be {"type": "text" | "json_object"} or {"type": "json_schema", "name": …, '
+                      '"schema": {…}}', "text.format")
