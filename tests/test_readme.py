@@ -78,11 +78,11 @@ def test_the_python_quickstart_and_the_endpoint_run_as_printed(tmp_path: Path) -
             assert time.monotonic() < deadline, "the server did not come up"
             time.sleep(1)
         client = python[1].replace("127.0.0.1:8000", f"127.0.0.1:{port}")
-        client += "\nreply = client.chat.completions.create(model='flowstate', user='alice', " \
-                  "messages=[{'role': 'user', 'content': 'Book hotel A'}])\nprint(reply.choices[0].message.role)"
         asked = subprocess.run([sys.executable, "-c", client], capture_output=True, text=True, timeout=600)
         assert asked.returncode == 0, asked.stderr[-2000:]
-        assert asked.stdout.strip().endswith("assistant")
+        # the chained response ran (answered, or said why not) and the first one is stored
+        status = asked.stdout.split()[0]
+        assert status in ("completed", "incomplete") and asked.stdout.strip().endswith("True"), asked.stdout
     finally:
         server.terminate()
         server.wait(30)

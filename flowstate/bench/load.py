@@ -19,11 +19,7 @@ from typing import Any
 
 from flowstate.bench.server import output, serve, stop
 from flowstate.bench.table import table
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+from flowstate.eval.metrics import percentile
 
 
 def measure(db: str, label: str, sessions: int, turns: int, source: str | None,
@@ -59,7 +55,7 @@ def measure(db: str, label: str, sessions: int, turns: int, source: str | None,
             stop(proc)
     progress(f"{label}: {len(latencies)} turns in {wall:.1f} s")
     return {"database": label, "source": source or "this checkout", "sessions": sessions, "turns": turns,
-            "p50_ms": round(1000 * statistics.median(latencies), 1), "p99_ms": round(1000 * _percentile(latencies, 0.99), 1),
+            "p50_ms": round(1000 * statistics.median(latencies), 1), "p99_ms": round(1000 * percentile(latencies, 99), 1),
             "max_ms": round(1000 * max(latencies), 1), "turns_per_s": round(len(latencies) / wall, 1),
             "stored_exactly": len(mine) == sessions and all(n == turns for n in mine.values())}
 

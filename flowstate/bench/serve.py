@@ -63,8 +63,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _through_flowstate(recorder: Recorder, n: int, loop: Any) -> tuple[float, int, int]:
-    """N sessions, one turn each, through a real server; (wall seconds, output tokens, failed turns)."""
+APIS = ("chat", "responses")
+
+
+def _through_flowstate(recorder: Recorder, n: int, loop: Any, api: str = "chat") -> tuple[float, int, int]:
+    """N sessions, one turn each, through a real server's ``api`` (Chat Completions or Responses); (wall seconds,
+    output tokens, failed turns)."""
     import openai
     import uvicorn
 
@@ -83,10 +87,14 @@ def _through_flowstate(recorder: Recorder, n: int, loop: Any) -> tuple[float, in
             time.sleep(0.05)
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=3600)
 
-        def session(i: int) -> bool:
+        def session(i: int) -> bool:  # the same prompt through either API: the same model calls to compare
+            text = f"#s{n}x{i} Greet guest {i} of the hotel in one short sentence."
             try:
-                client.chat.completions.create(model="flowstate", user=f"bench-{n}-{i}", messages=[
-                    {"role": "user", "content": f"#s{n}x{i} Greet guest {i} of the hotel in one short sentence."}])
+                if api == "responses":
+                    client.responses.create(model="flowstate", conversation=f"bench-{api}-{n}-{i}", input=text)
+                else:
+                    client.chat.completions.create(model="flowstate", user=f"bench-{api}-{n}-{i}",
+                                                   messages=[{"role": "user", "content": text}])
                 return True
             except openai.APIStatusError:  # the model failed the turn: its calls still count, on both sides
                 return False
@@ -123,35 +131,41 @@ def _direct(engine: Engine, calls: list[_Call], n: int) -> tuple[float, int]:
 
 
 def bench_serve(engine: Engine, sessions: Sequence[int], loop: Any,
-                progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """Rows per N: wall time and output tok/s through FlowState and direct, and their ratio (``loop``: the
-    server's ``LoopConfig``)."""
+                progress: Callable[[str], None] | None = None, apis: Sequence[str] = ("chat",)) -> list[dict[str, Any]]:
+    """Rows per N and API: wall time and output tok/s through FlowState and direct, and their ratio (``loop``: the
+    server's ``LoopConfig``); several APIs are measured one after the other at each N, so their rows compare."""
+    unknown = set(apis) - set(APIS)
+    if unknown:
+        raise ValueError(f"unknown API {sorted(unknown)[0]!r}; valid: {', '.join(APIS)}")
     recorder = Recorder(engine)
     def reset() -> None:
         if engine.capabilities.prefix_cache_reset:
             engine.reset_prefix_cache()
 
+    reset()
+    _through_flowstate(recorder, 1, loop, apis[0])  # untimed: the engine warm, the request's grammar compiled
     rows = []
     for n in sessions:
-        reset()
-        first = len(recorder.calls)
-        fs_wall, fs_tokens, failed = _through_flowstate(recorder, n, loop)
-        calls = recorder.calls[first:]
-        reset()
-        direct_wall, direct_tokens = _direct(engine, calls, n)
-        fs_rate, direct_rate = fs_tokens / fs_wall, direct_tokens / direct_wall
-        rows.append({
-            "sessions": n, "model_calls": len(calls), "failed_turns": failed,
-            "flowstate_s": round(fs_wall, 2), "flowstate_tokens": fs_tokens, "flowstate_tok_s": round(fs_rate, 1),
-            "direct_s": round(direct_wall, 2), "direct_tokens": direct_tokens, "direct_tok_s": round(direct_rate, 1),
-            "ratio": round(fs_rate / direct_rate, 3) if direct_rate else None,
-        })
-        if progress is not None:
-            progress(f"{n} sessions: flowstate {fs_rate:.1f} tok/s, direct {direct_rate:.1f} tok/s")
+        for api in apis:
+            reset()
+            first = len(recorder.calls)
+            fs_wall, fs_tokens, failed = _through_flowstate(recorder, n, loop, api)
+            calls = recorder.calls[first:]
+            reset()
+            direct_wall, direct_tokens = _direct(engine, calls, n)
+            fs_rate, direct_rate = fs_tokens / fs_wall, direct_tokens / direct_wall
+            rows.append({
+                "api": api, "sessions": n, "model_calls": len(calls), "failed_turns": failed,
+                "flowstate_s": round(fs_wall, 2), "flowstate_tokens": fs_tokens, "flowstate_tok_s": round(fs_rate, 1),
+                "direct_s": round(direct_wall, 2), "direct_tokens": direct_tokens,
+                "direct_tok_s": round(direct_rate, 1), "ratio": round(fs_rate / direct_rate, 3) if direct_rate else None,
+            })
+            if progress is not None:
+                progress(f"{n} sessions, {api}: flowstate {fs_rate:.1f} tok/s, direct {direct_rate:.1f} tok/s")
     return rows
 
 
-HEAD = ["sessions", "model_calls", "failed_turns", "flowstate_s", "flowstate_tokens", "flowstate_tok_s", "direct_s", "direct_tokens",
+HEAD = ["api", "sessions", "model_calls", "failed_turns", "flowstate_s", "flowstate_tokens", "flowstate_tok_s", "direct_s", "direct_tokens",
         "direct_tok_s", "ratio"]
 
 

@@ -221,14 +221,20 @@ def _strategies(traces: dict[str, Any], wanted: str | None) -> dict[str, Any]:
 @bench.command("serve")
 @engine_options
 @click.option("--sessions", default="8,32", show_default=True, help="Concurrent sessions, comma-separated.")
+@click.option("--api", "apis", default="chat", show_default=True,
+              help="The endpoint's API: chat (Chat Completions), responses, or both comma-separated (side by side).")
 @loop_options(max_steps=2)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
-def bench_serve_cmd(sessions: str, out: Path | None, **options: Any) -> None:
+def bench_serve_cmd(sessions: str, apis: str, out: Path | None, **options: Any) -> None:
     """Output tok/s of N concurrent sessions through flowstate serve vs the same calls sent to the engine directly."""
-    from flowstate.bench.serve import bench_serve, render_table
+    from flowstate.bench.serve import APIS, bench_serve, render_table
 
     counts = [int(x) for x in sessions.split(",") if x.strip()]
-    _on_engine(options, out, render_table, lambda model, loop, progress: bench_serve(model, counts, loop, progress))
+    chosen = [a.strip() for a in apis.split(",") if a.strip()]
+    if not chosen or set(chosen) - set(APIS):
+        raise click.BadParameter(f"one or more of {', '.join(APIS)}", param_hint="--api")
+    _on_engine(options, out, render_table,
+               lambda model, loop, progress: bench_serve(model, counts, loop, progress, chosen))
 
 
 @bench.command("contracts")
@@ -328,6 +334,26 @@ def bench_sessions_cmd(sessions: int, result_mb: float, budgets: str, out: Path 
         except ValueError:
             raise ValueError(f"--session-memory takes MiB values or 'unbounded', not {budgets!r}") from None
         rows = bench_sessions(sessions, result_mb, settings, progress=lambda line: click.echo(line, err=True))
+        click.echo(render_table(rows))
+        if out is not None:
+            out.write_text(json.dumps({"rows": rows}, indent=2))
+
+
+@bench.command("responses")
+@click.option("--chain", default=1000, show_default=True, type=click.IntRange(min=1),
+              help="Stored responses, each continuing the one before.")
+@click.option("--reads", default=1000, show_default=True, type=click.IntRange(min=1),
+              help="GET and input_items calls on random responses of the chain.")
+@click.option("--postgres", "pg_url", default=None, envvar="FLOWSTATE_BENCH_PG",
+              help="A PostgreSQL database to run beside SQLite [default: $FLOWSTATE_BENCH_PG; without one, SQLite only].")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
+def bench_responses_cmd(chain: int, reads: int, pg_url: str | None, out: Path | None) -> None:
+    """A chain of stored responses through the openai client: create, GET and input_items latency p50/p99."""
+    from flowstate.bench.stored import bench_stored, render_table
+
+    with errors():
+        databases = [("sqlite", ""), *([("postgresql", pg_url)] if pg_url else [])]
+        rows = bench_stored(chain, reads, databases, progress=lambda line: click.echo(line, err=True))
         click.echo(render_table(rows))
         if out is not None:
             out.write_text(json.dumps({"rows": rows}, indent=2))

@@ -13,15 +13,21 @@ from tests.helpers import output
 
 def test_bench_serve_replays_the_recorded_calls_directly() -> None:
     engine = ScriptedEngine([output(content="Welcome!")] * 40)
-    rows = bench_serve(engine, [3, 5], LoopConfig(max_steps=2))
-    assert [r["sessions"] for r in rows] == [3, 5]
+    rows = bench_serve(engine, [3, 5], LoopConfig(max_steps=2), apis=("chat", "responses"))
+    assert [(r["sessions"], r["api"]) for r in rows] == [(3, "chat"), (3, "responses"), (5, "chat"), (5, "responses")]
     for r in rows:
         assert r["model_calls"] == r["sessions"] and r["failed_turns"] == 0  # one call per one-step turn
         assert r["flowstate_tokens"] == r["direct_tokens"] > 0  # the same calls on both sides
-        assert r["ratio"] is not None and r["ratio"] > 0
-    assert engine.remaining == 40 - 2 * (3 + 5)
-    assert render_table(rows).count("\n") == 3
-
+        # the ratio is FlowState's rate over the direct one (not inverted), and each rate is tokens over seconds
+        assert r["ratio"] == pytest.approx(r["flowstate_tok_s"] / r["direct_tok_s"], rel=0.02, abs=0.0006)  # 3 places
+        assert r["ratio"] < 1  # the scripted engine answers at once: the endpoint costs more than it
+        s_low, s_high = r["flowstate_s"] - 0.005, r["flowstate_s"] + 0.005  # seconds rounded to 2 places
+        assert r["flowstate_tokens"] / s_high <= r["flowstate_tok_s"] + 0.05
+        assert s_low <= 0 or r["flowstate_tok_s"] - 0.05 <= r["flowstate_tokens"] / s_low
+    assert engine.remaining == 40 - 1 - 2 * 2 * (3 + 5)  # one untimed warm-up turn, then both sides of each row
+    assert render_table(rows).count("\n") == 5
+    with pytest.raises(ValueError, match="unknown API"):
+        bench_serve(engine, [1], LoopConfig(), apis=("grpc",))
 
 
 @pytest.mark.slow
@@ -33,3 +39,15 @@ def test_bench_load_runs_sessions_at_once_and_checks_what_was_stored(db_target: 
     (row,) = bench_load(3, 2, [(label, db_target if label == "postgresql" else "")], [None], progress=lambda _: None)
     assert row["database"] == label and row["stored_exactly"] and (row["sessions"], row["turns"]) == (3, 2)
     assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["max_ms"] and row["turns_per_s"] > 0
+
+
+def test_bench_responses_stores_a_chain_and_reads_it_back() -> None:
+    """``flowstate bench responses`` on SQLite: a chain of stored responses, each read back by GET and input_items
+    (the bench asserts every read returns what it asked for), latencies ordered."""
+    from flowstate.bench.stored import bench_stored, render_table
+
+    (row,) = bench_stored(12, 20, [("sqlite", "")], progress=lambda _: None)
+    assert (row["database"], row["chain"], row["reads"]) == ("sqlite", 12, 20)
+    for kind in ("create", "get", "input_items"):
+        assert 0 < row[f"{kind}_p50_ms"] <= row[f"{kind}_p99_ms"]
+    assert render_table([row]).count("\n") == 2
