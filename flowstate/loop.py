@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -85,14 +86,14 @@ def _observation_node(call: ToolCallRecord, request: int) -> Node:
 
 
 log = logging.getLogger("flowstate.loop")
-_WARNED: set[int] = set()
+_WARNED: weakref.WeakSet[Engine] = weakref.WeakSet()  # engines warned about (gone with them)
 
 
 def _no_prefix_reuse(engine: Engine) -> None:
     """Warn once per engine: a call whose prompt repeats the previous call's prefix got nothing from the cache."""
-    if id(engine) in _WARNED:
+    if engine in _WARNED:
         return
-    _WARNED.add(id(engine))
+    _WARNED.add(engine)
     log.warning(
         "the %s engine reported 0 cached prompt tokens for a call whose prompt repeats the previous call's prefix: "
         "prefix caching is off or ineffective (vLLM: --enable-prefix-caching, and --enable-prompt-tokens-details for "

@@ -68,7 +68,7 @@ class ChatService:
 
     def prepare(self, body: ChatRequest) -> Prepared:
         """Every check a request can fail before a session is touched or a stream starts (4xx, never an error
-        event)."""
+        event). It compiles the grammar of tools it has not seen: run it in a worker thread."""
         s = self.s
         if body.model not in s.models:
             raise APIError(404, f"model {body.model!r} does not exist; this server serves {s.config.model_id!r}",
@@ -93,7 +93,7 @@ class ChatService:
     async def complete(self, ns: str, body: ChatRequest, session_header: str | None,
                        idempotency_header: str | None) -> JSONResponse | StreamingResponse:
         """One chat completion call: the session's next turn, or the reply an identical earlier call got."""
-        p = self.prepare(body)
+        p = await anyio.to_thread.run_sync(self.prepare, body)  # new tools' grammar compiles: off the event loop
         named = session_name(header_text(session_header, SESSION_HEADER), body.user)
         begun = await self.begin(ns, p, named, header_text(idempotency_header, IDEMPOTENCY_HEADER), bool(body.stream))
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"

@@ -3,7 +3,6 @@ or by the cosine of their embeddings (``Embeddings``, where a method's source em
 
 from __future__ import annotations
 
-import functools
 import re
 import threading
 from collections import OrderedDict
@@ -11,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.embeddings import Embedder
+from flowstate.memory.cache import IndexCache
 
 BM25_TOP_K = 3  # MemoryArena's RAGMemorySystem(top_k=3)
 CACHED = 8192  # texts whose vectors an embedding ranker keeps
@@ -31,11 +31,13 @@ def okapi(documents: Sequence[str], query: str, k: int = BM25_TOP_K) -> list[int
     return sorted(range(len(documents)), key=lambda i: -float(scores[i]))[:k]
 
 
-@functools.lru_cache(maxsize=32)
-def _okapi(documents: tuple[str, ...]) -> Any:
+def _build_okapi(documents: tuple[str, ...]) -> Any:
     from rank_bm25 import BM25Okapi
 
     return BM25Okapi([words(d) for d in documents])
+
+
+_okapi: IndexCache[Any] = IndexCache(_build_okapi)
 
 
 class Embeddings:

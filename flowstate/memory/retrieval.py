@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
@@ -34,6 +33,7 @@ from flowstate.limits import Limits
 from flowstate.memory import calls as memory_calls
 from flowstate.memory import mem0
 from flowstate.memory.base import Finish, MemoryContext, Start, StepInput, Strategy, interaction, transcript
+from flowstate.memory.cache import IndexCache
 from flowstate.memory.ranking import BM25_TOP_K, Embeddings, okapi
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.serializer import layout
@@ -114,14 +114,15 @@ def retrieve(chunks: Sequence[str], probe: str, k: int = TOP_K) -> str:
     return "".join(chunks[i] for i in rank(chunks, probe, k))
 
 
-@functools.lru_cache(maxsize=32)
-def _index(documents: tuple[str, ...]) -> Any:
-    """The BM25 index of a request's documents, built once for all its steps (they stay the same)."""
+def _build_index(documents: tuple[str, ...]) -> Any:
     import bm25s
 
     retriever = bm25s.BM25()
     retriever.index(bm25s.tokenize(list(documents), stopwords="en", show_progress=False), show_progress=False)
     return retriever
+
+
+_index: IndexCache[Any] = IndexCache(_build_index)  # a request's documents' index, built once for all its steps
 
 
 def entries(requests: Sequence[RequestRow], nodes: Sequence[Node], tokens: int = ENTRY_TOKENS) -> tuple[str, ...]:

@@ -41,7 +41,8 @@ class ResponsesService:
         body: ResponsesRequest = validated(ResponsesRequest, data)
         body.check()
         items = body.items()
-        p = self.chat.prepare(validated(ChatRequest, body.chat(items), CHAT_NAMES))
+        chat = validated(ChatRequest, body.chat(items), CHAT_NAMES)
+        p = await anyio.to_thread.run_sync(self.chat.prepare, chat)  # off the event loop, as on chat
         draft = Draft(body, mcp=self._mcp(body))
         continue_at: int | None = None
         if body.previous_response_id is not None:

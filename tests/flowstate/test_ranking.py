@@ -98,3 +98,21 @@ def test_an_embedder_that_fails_fails_the_request_and_the_evaluation_goes_on(tmp
     assert len(rows) == 2  # both tasks ran to their end
     errors = [s.get("error") or "" for r in rows for s in r["subtasks"]]
     assert any("embedding server down" in e for e in errors), errors
+
+
+def test_kept_indexes_are_bounded_by_their_texts() -> None:
+    """The indexes a server keeps for the sessions it ranks over: built once per texts, the least recently used
+    dropped past the bound, one larger than the bound never kept."""
+    from flowstate.memory.cache import IndexCache
+
+    built: list[tuple[str, ...]] = []
+    cache: IndexCache[int] = IndexCache(lambda texts: built.append(texts) or len(built), max_chars=10)
+    a, b, c = ("aaaa",), ("bbbb",), ("cccc",)
+    assert cache(a) == 1 and cache(a) == 1 and built == [a]  # once per texts
+    cache(b)
+    cache(a)  # a is now the most recently used
+    cache(c)  # 12 characters > 10: b goes
+    assert len(cache) == 2 and cache.chars == 8
+    assert cache(a) == 1 and cache(b) == 4 and built == [a, b, c, b]
+    cache(("x" * 11,))
+    assert ("x" * 11,) not in cache._kept and cache.chars <= 10
