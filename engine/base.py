@@ -30,6 +30,7 @@ class Usage:
     decode_s: float = 0.0
     shared_tokens: int = 0  # the prompt's fixed deployment prefix (its system message), where the engine counts it
     forced_tokens: int = 0  # completion tokens the grammar forced, appended without a decode step each
+    mask_s: float = 0.0  # of decode_s, the time computing and applying the grammar's token masks (where measured)
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -40,6 +41,7 @@ class Usage:
             decode_s=self.decode_s + other.decode_s,
             shared_tokens=self.shared_tokens + other.shared_tokens,
             forced_tokens=self.forced_tokens + other.forced_tokens,
+            mask_s=self.mask_s + other.mask_s,
         )
 
     def to_dict(self) -> dict[str, float | int]:
@@ -51,6 +53,7 @@ class Usage:
             "decode_s": round(self.decode_s, 6),
             **({"shared_tokens": self.shared_tokens} if self.shared_tokens else {}),
             **({"forced_tokens": self.forced_tokens} if self.forced_tokens else {}),
+            **({"mask_s": round(self.mask_s, 6)} if self.mask_s else {}),
         }
 
 

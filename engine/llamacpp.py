@@ -197,6 +197,7 @@ class _Logits:
         self.matcher = matcher  # advanced by the generation loop after every sampled token
         self.penalty = penalty
         self.bitmask = np.zeros(((vocab + 31) // 32,), dtype=np.int32)
+        self.mask_s = 0.0  # computing and applying the masks, over the call
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         np = self._np
@@ -207,9 +208,12 @@ class _Logits:
             scores[seen] = np.where(picked > 0, picked / self.penalty, picked * self.penalty)
         if self.matcher is None:
             return scores
+        started = time.perf_counter()
         self.matcher.unsafe_compute_mask_ptr(self.bitmask.ctypes.data, self.bitmask.nbytes)
         allowed = np.unpackbits(self.bitmask.view(np.uint8), bitorder="little")[: len(scores)].astype(bool)
-        return np.where(allowed, scores, -np.inf).astype(scores.dtype, copy=False)
+        masked = np.where(allowed, scores, -np.inf).astype(scores.dtype, copy=False)
+        self.mask_s += time.perf_counter() - started
+        return masked
 
 
 class LlamaCppEngine(Engine):
@@ -345,9 +349,10 @@ class LlamaCppEngine(Engine):
                 self._threads = threads
         budget = completion_budget(max_tokens or self.max_tokens, len(prompt), self.context)
         cached = min(common_prefix(self.llm.input_ids[: self.llm.n_tokens].tolist(), prompt), len(prompt) - 1)
-        processors = None
+        processors, logits = None, None
         if matcher is not None or self.repetition_penalty != 1.0:
-            processors = llama_cpp.LogitsProcessorList([_Logits(matcher, self._vocab, self.repetition_penalty)])
+            logits = _Logits(matcher, self._vocab, self.repetition_penalty)
+            processors = llama_cpp.LogitsProcessorList([logits])
         run = _Output(self.llm, matcher if self.fast_forward else None, budget, on_text)
         started = time.perf_counter()
         try:
@@ -362,7 +367,8 @@ class LlamaCppEngine(Engine):
         first = first or end
         text = self.llm.detokenize(run.tokens, special=False).decode("utf-8", errors="replace")
         usage = Usage(prompt_tokens=len(prompt), cached_tokens=max(cached, 0), completion_tokens=len(run.tokens),
-                      ttft_s=first - started, decode_s=end - first, forced_tokens=run.forced)
+                      ttft_s=first - started, decode_s=end - first, forced_tokens=run.forced,
+                      mask_s=logits.mask_s if logits is not None else 0.0)
         return Generation(text=text, usage=usage, finish_reason=finish)
 
     def _decode(self, prompt: list[int], run: _Output, matcher: Any, temperature: float, top_p: float,

@@ -61,6 +61,7 @@ class ModeResult:
     completion_tokens: int = 0
     forced_tokens: int = 0  # of them, appended without a decode step (engines that fast-forward)
     decode_s: float = 0.0
+    mask_s: float = 0.0  # of decode_s, the grammar's token masks (engines that measure it)
     prefilled: int = 0  # prompt tokens not served from the cache
     prompt_tokens: int = 0
     cached_tokens: int = 0
@@ -73,6 +74,7 @@ class ModeResult:
         self.completion_tokens += u.completion_tokens
         self.forced_tokens += u.forced_tokens
         self.decode_s += u.decode_s
+        self.mask_s += u.mask_s
         self.prompt_tokens += u.prompt_tokens
         self.cached_tokens += u.cached_tokens
         self.prefilled += u.prompt_tokens - u.cached_tokens
@@ -100,6 +102,10 @@ class ModeResult:
             "completion_tokens": self.completion_tokens,
             "forced_share": round(self.forced_tokens / self.completion_tokens, 3) if self.completion_tokens else 0.0,
             "decode_tok_s": round(self.decode_tok_s, 2),
+            # one mask per sampled token (forced tokens are appended without one)
+            "mask_ms_per_token": round(1000 * self.mask_s / sampled, 3) if (sampled := self.completion_tokens
+                                                                              - self.forced_tokens) else 0.0,
+            "mask_share": round(self.mask_s / self.decode_s, 3) if self.decode_s else 0.0,
             "s_per_call": round((ttft + self.decode_s) / self.calls, 2) if self.calls else 0.0,
             "vs_plain": round(self.decode_tok_s / plain.decode_tok_s, 3) if plain and plain.decode_tok_s else None,
             "prefill_tok_s": round(self.prefilled / ttft, 1) if ttft else 0.0,
@@ -142,7 +148,8 @@ def bench_decode(
 
 
 HEAD = ["engine", "mode", "limits", "calls", "parsed_share", "truncated", "completion_tokens", "forced_share",
-        "decode_tok_s", "vs_plain", "s_per_call", "prefill_tok_s", "cached_share", "ttft_mean_s", "grammar_ms_mean"]
+        "decode_tok_s", "mask_ms_per_token", "mask_share", "vs_plain", "s_per_call", "prefill_tok_s", "cached_share",
+        "ttft_mean_s", "grammar_ms_mean"]
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:

@@ -40,6 +40,7 @@ def test_outputs_parse_under_the_grammar_and_the_prefix_is_reused(llama: LlamaCp
         # whole output parses
         check_under_grammar(grammar or "", gen, COMPACT)
         assert gen.usage.completion_tokens > 0 and gen.usage.ttft_s > 0 and gen.usage.decode_s > 0
+        assert gen.usage.mask_s > 0  # the grammar's masks, timed (flowstate bench decode reports them per token)
     # calls 2 and 3 continue the request: their prompts start with the previous call's prompt
     assert gens[1].usage.cached_tokens > 1000 and gens[2].usage.cached_tokens > 1000
     assert gens[1].usage.cached_tokens < gens[1].usage.prompt_tokens
@@ -70,6 +71,7 @@ def test_a_call_cut_at_its_budget_is_truncation(llama: LlamaCppEngine, calls) ->
     messages, grammar = calls[0]
     gen = llama.generate(messages, grammar=grammar, max_tokens=5)
     assert gen.truncated and gen.usage.completion_tokens == 5
+    assert llama.generate(messages, max_tokens=5).usage.mask_s == 0  # no grammar, no mask
 
 
 def test_threads_share_the_engine_safely(llama: LlamaCppEngine, calls) -> None:
