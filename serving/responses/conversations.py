@@ -12,6 +12,7 @@ from flowstate.errors import SessionNotFound
 from serving.errors import APIError, bad_request
 from serving.naming import SessionKey, check_name
 from serving.responses.objects import new_id, page, transcript_items
+from serving.responses.wire import check_metadata
 from serving.services import Services
 from serving.wire import Ingress, validated
 
@@ -22,10 +23,7 @@ class ConversationBody(Ingress):
 
 
 def _metadata(body: ConversationBody) -> dict[str, str]:
-    metadata = body.metadata or {}
-    if len(metadata) > 16 or any(len(k) > 64 or len(v) > 512 for k, v in metadata.items()):
-        raise bad_request("metadata is up to 16 pairs, keys up to 64 and values up to 512 characters", "metadata")
-    return metadata
+    return check_metadata(body.metadata or {})
 
 
 def _object(cid: str, metadata: dict[str, str], created_at: int) -> dict[str, Any]:

@@ -51,9 +51,7 @@ class ResponsesRequest(Ingress):
                               "background", "unsupported_parameter")
         if self.previous_response_id is not None and self.conversation is not None:
             raise bad_request("previous_response_id and conversation cannot be used together", "previous_response_id")
-        if self.metadata is not None and (len(self.metadata) > 16 or any(
-                len(k) > 64 or len(v) > 512 for k, v in self.metadata.items())):
-            raise bad_request("metadata is up to 16 pairs, keys up to 64 and values up to 512 characters", "metadata")
+        check_metadata(self.metadata or {})
 
     def mcp(self) -> list[tuple[int, str]]:
         """The ``mcp`` tools' (position, server_label): servers the operator configured (``--mcp``) run their tools
@@ -103,6 +101,13 @@ class ResponsesRequest(Ingress):
             "response_format": _format(self.text),
         }
         return body
+
+
+def check_metadata(metadata: dict[str, str]) -> dict[str, str]:
+    """A response's or conversation's metadata, within OpenAI's bounds (else a 400)."""
+    if len(metadata) > 16 or any(len(k) > 64 or len(v) > 512 for k, v in metadata.items()):
+        raise bad_request("metadata is up to 16 pairs, keys up to 64 and values up to 512 characters", "metadata")
+    return metadata
 
 
 _PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}

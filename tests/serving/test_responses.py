@@ -24,9 +24,7 @@ PRICE_TOOL: Any = {
 }
 
 
-def round_trip(marker: str) -> list[dict[str, Any]]:
-    """Request 1: a client tool call, a state-only step, an answer. Request 2: access that state, answer."""
-    return round_trip_script(marker)
+round_trip = round_trip_script  # request 1: a client tool call, a state-only step, an answer; request 2: memory
 
 
 def answer_call(response: Any) -> list[dict[str, Any]]:
