@@ -16,6 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from grammars.check import GrammarError
+from grammars.refs import SchemaRefError, inline, lift_defs, subschemas, walk
+
 WHITESPACE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 _DROP = {"title", "description", "default", "discriminator"}
 
@@ -30,30 +33,20 @@ class StepIds:
     new: str | None = None  # add's ids: an anchored regex of the ids still unused (None: the protocol's own pattern)
 
 
-def _inline(node: Any, defs: Mapping[str, Any]) -> Any:
-    """Resolve local $refs and drop annotation-only keywords (the models hold no recursion)."""
-    if isinstance(node, list):
-        return [_inline(x, defs) for x in node]
-    if not isinstance(node, dict):
-        return node
-    if "$ref" in node:
-        target = _inline(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
-        rest = {k: _inline(v, defs) for k, v in node.items() if k != "$ref" and k not in _DROP}
-        return {**target, **rest}
-    return {k: _inline(v, defs) for k, v in node.items() if k not in _DROP and k != "$defs"}
+def _inline(schema: Any, prefix: str = "") -> Any:
+    """``schema`` with its local $refs resolved (recursion kept as hoisted ``$defs``) and annotations dropped."""
+    try:
+        return inline(copy.deepcopy(schema), _DROP, prefix)
+    except SchemaRefError as exc:
+        raise GrammarError(str(exc)) from None
 
 
 def _require_all(node: Any, keep_optional: Sequence[str] = ()) -> None:
     """Make every property required (the model always emits the full shape), except ``keep_optional``."""
-    if isinstance(node, list):
-        for x in node:
-            _require_all(x, keep_optional)
-    elif isinstance(node, dict):
-        props = node.get("properties")
+    for schema in walk(node):
+        props = schema.get("properties")
         if isinstance(props, dict):
-            node["required"] = [k for k in props if k not in keep_optional or k in node.get("required", [])]
-        for v in node.values():
-            _require_all(v, keep_optional)
+            schema["required"] = [k for k in props if k not in keep_optional or k in schema.get("required", [])]
 
 
 def _ids(ids: Sequence[str]) -> dict[str, Any]:
@@ -104,19 +97,11 @@ class ToolBounds:
 def _arguments(node: Any, bounds: ToolBounds) -> Any:
     """A tool's argument schema as strict mode decodes it: objects closed to their declared properties,
     and unbounded strings and arrays given ``bounds``."""
-    if isinstance(node, list):
-        return [_arguments(x, bounds) for x in node]
     if not isinstance(node, dict):
         return node
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if key in ("enum", "const", "default", "examples"):
-            out[key] = value
-        elif key == "properties" and isinstance(value, dict):
-            out[key] = {name: _arguments(sub, bounds) for name, sub in value.items()}
-            out.setdefault("additionalProperties", False)
-        else:
-            out[key] = _arguments(value, bounds)
+    out = subschemas(node, lambda sub: _arguments(sub, bounds))
+    if isinstance(out.get("properties"), dict):
+        out.setdefault("additionalProperties", False)
     kind = out.get("type")
     if kind == "string" and bounds.text and "maxLength" not in out and "enum" not in out and "const" not in out:
         out["maxLength"] = bounds.text
@@ -132,19 +117,22 @@ def strict_arguments(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _tools_schema(schema: dict[str, Any], tools: Sequence[Mapping[str, Any]], bounds: ToolBounds) -> dict[str, Any]:
+    defs: dict[str, Any] = {}
     calls = [
         {
             "type": "object",
             "properties": {
                 "name": {"const": t["name"]},
-                "arguments": _arguments(_inline(t["parameters"], t["parameters"].get("$defs", {})), bounds),
+                "arguments": lift_defs(_arguments(_inline(t["parameters"], f"t{i}_"), bounds), defs),
             },
             "required": ["name", "arguments"],
             "additionalProperties": False,
         }
-        for t in tools
+        for i, t in enumerate(tools)
     ]
-    out = {"type": "array", "items": {"anyOf": calls}}
+    out: dict[str, Any] = {"type": "array", "items": {"anyOf": calls}}
+    if defs:
+        out["$defs"] = defs  # the tools' recursive definitions, at the root of the block's document
     if "maxItems" in schema:
         out["maxItems"] = schema["maxItems"]
     return out
@@ -155,7 +143,7 @@ def block_json_schemas(
     bounds: ToolBounds = ToolBounds(),
 ) -> dict[str, dict[str, Any]]:
     """The tightened schema of each block (``ids=None``: the static, id-agnostic grammar)."""
-    out = {name: _inline(copy.deepcopy(s), s.get("$defs", {})) for name, s in schemas.items()}
+    out = {name: _inline(s) for name, s in schemas.items()}
     _require_all(out["state_focus"])
     _require_all(out["state_delta"])
     _require_all(out["assistant_message"])
@@ -183,7 +171,7 @@ def _json_rule(name: str, schema: dict[str, Any]) -> str:
 def json_reply(schema: dict[str, Any]) -> str:
     """One JSON value as a whole grammar (a memory method's own calls): a pydantic model's schema made as the
     blocks' are — refs inlined, annotations dropped, every field emitted, compact whitespace."""
-    out = _inline(copy.deepcopy(schema), schema.get("$defs", {}))
+    out = _inline(schema)
     _require_all(out)
     return _json_rule("start", out)
 
@@ -261,10 +249,13 @@ def protocol_grammar(
         b["tool_calls"]["maxItems"] = max_calls
     message = b["assistant_message"]
     answer = copy.deepcopy(message)
+    defs: dict[str, Any] = {}
     answer["properties"]["content"] = (
-        _inline(copy.deepcopy(answer_schema), answer_schema.get("$defs", {})) if answer_schema is not None
+        lift_defs(_inline(answer_schema, "answer_"), defs) if answer_schema is not None
         else {"type": "string", "minLength": 1, "maxLength": _max_content(message)}
     )
+    if defs:
+        answer["$defs"] = defs
 
     rules: dict[str, dict[str, Any]] = {
         "focus_json": b["state_focus"], "delta_json": b["state_delta"], "answer_json": answer,

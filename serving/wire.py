@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.base import Sampling
 from flowstate.nodes import canonical_json
+from grammars.refs import SchemaRefError, inline
 from flowstate.request_options import RequestOptions
 from serving.errors import bad_request
 
@@ -214,37 +215,10 @@ def _check_schema(schema: Any, where: str, owner: str = "") -> None:
         validator_for(schema).check_schema(schema)
     except SchemaError as exc:
         raise bad_request(f"{owner}{where} is not a valid JSON Schema: {exc.message}", where) from None
-    for ref in _refs(schema):
-        if _resolve(schema, ref) is None:
-            raise bad_request(f"{owner}{where} has a $ref that resolves to nothing in the schema: {ref!r} (only "
-                              "local references, '#/...', are followed)", where, "unresolved_ref")
-
-
-def _refs(node: Any) -> Iterator[Any]:
-    """Every ``$ref`` value in a schema, at any depth."""
-    if isinstance(node, dict):
-        if "$ref" in node:
-            yield node["$ref"]
-        for value in node.values():
-            yield from _refs(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _refs(value)
-
-
-def _resolve(schema: dict[str, Any], ref: Any) -> Any:
-    """What a local ``$ref`` ('#', '#/$defs/x', JSON Pointer escapes ~0 ~1) points at in ``schema``, or None."""
-    if not isinstance(ref, str) or not ref.startswith("#"):
-        return None
-    node: Any = schema
-    for part in [p.replace("~1", "/").replace("~0", "~") for p in ref[1:].split("/")[1:]]:
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
+    try:
+        inline(schema)  # every $ref followed, any recursion finite: what the grammar builder will do
+    except SchemaRefError as exc:
+        raise bad_request(f"{owner}{where}: {exc}", where, exc.code) from None
 
 
 def check_tools(tools: list[ToolSpec], limits: IngressLimits) -> None:
