@@ -134,10 +134,16 @@ class SchemaTool(Tool):
 
 
 class ToolSource(Protocol):
-    """What holds a tool set's remote tools open (an MCP server): its name and tools' specs, per-session resources,
+    """What holds a tool set's remote tools open (an MCP server): its name and tools' specs, per-session resources
+    (``live`` connections, ``released`` to keep within a bound, never one of a session ``busy`` says a turn holds),
     and the whole."""
 
     specs: list[dict[str, Any]]
+    busy: Callable[[str], bool]
+    released: int
+
+    @property
+    def live(self) -> int: ...
 
     @property
     def name(self) -> str: ...
@@ -182,6 +188,11 @@ class ToolSet(Mapping[str, Tool]):
         """What the tools hold for ``session`` (a session-scoped MCP server) is let go."""
         for source in self.sources:
             source.release(session)
+
+    def hold_while(self, busy: Callable[[str], bool]) -> None:
+        """Sessions ``busy`` names (a running turn holds them) keep what the sources hold for them."""
+        for source in self.sources:
+            source.busy = busy
 
     def close(self) -> None:
         for source in self.sources:

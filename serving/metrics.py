@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector
 
 from engine.base import Engine
 from flowstate.records import StepRecord
+from flowstate.tools import ToolSource
 from serving.turns import TurnResult
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -21,10 +22,12 @@ LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 class Metrics:
     """One registry per app, so several servers in one process never share counts."""
 
-    def __init__(self, engine: Engine | None = None) -> None:
+    def __init__(self, engine: Engine | None = None, sources: Sequence[ToolSource] = ()) -> None:
         self.registry = r = CollectorRegistry()
         if engine is not None and engine.capabilities.stats:
             r.register(_ServerCollector(engine))
+        if sources:
+            r.register(_SourcesCollector(sources))
         self.turns = Counter("flowstate_turns", "Chat completion calls by outcome", ["outcome"], registry=r)
         self.requests = Counter("flowstate_requests_finished", "Agent requests answered and persisted", registry=r)
         self.model_calls = Counter("flowstate_model_calls", "Model calls (agent steps)", registry=r)
@@ -74,8 +77,8 @@ class TenantMetrics:
     """The server's counts, and each key namespace's own: a key's holder sees only its turns; the operator (a
     metrics key, or everyone on a server without keys) the whole server's, per-server engine figures included."""
 
-    def __init__(self, engine: Engine | None = None) -> None:
-        self.total = Metrics(engine)
+    def __init__(self, engine: Engine | None = None, sources: Sequence[ToolSource] = ()) -> None:
+        self.total = Metrics(engine, sources)
         self._tenants: dict[str, Metrics] = {}
         self._lock = threading.Lock()
 
@@ -119,3 +122,20 @@ class _ServerCollector(Collector):
             for key, family in families.items():
                 family.add_metric([url], figures[key])
         yield from families.values()
+
+
+class _SourcesCollector(Collector):
+    """Live connections of each tool source (an MCP server), and those ended to keep within its bound."""
+
+    def __init__(self, sources: Sequence[ToolSource]) -> None:
+        self.sources = sources
+
+    def collect(self) -> Any:
+        live = GaugeMetricFamily("flowstate_mcp_connections", "Live MCP connections, per server", labels=["server"])
+        released = GaugeMetricFamily("flowstate_mcp_released", "Per-session MCP connections ended to keep within "
+                                     "--mcp-sessions, per server", labels=["server"])
+        for source in self.sources:
+            live.add_metric([source.name], source.live)
+            released.add_metric([source.name], source.released)
+        yield live
+        yield released

@@ -111,6 +111,12 @@ class Registry:
         """Whether a turn holds the session or waits for it."""
         return name in self._entries
 
+    def running(self, name: str) -> bool:
+        """Whether a turn holds the session, waits for it, or its request waits on tool results (safe to call from a
+        worker thread: it only reads)."""
+        live = self._live.get(name)
+        return name in self._entries or (live is not None and live.run is not None)
+
     async def resolve(self, base: str, conversation: list[dict[str, Any]], key: str | None) -> str:
         """The session of a conversation that names none (``base``: its fingerprint, namespaced) — the one whose
         history it continues, or whose answered turn it resends (with a reply already given, or under an

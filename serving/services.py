@@ -77,13 +77,15 @@ class Services:
 
 def build(config: ServerConfig) -> Services:
     """The services of one server."""
+    sessions = Registry(config.repo, config.max_live_sessions, config.tools.release,
+                        int(config.session_memory_mb * (1 << 20)))
+    config.tools.hold_while(sessions.running)  # a bounded MCP source never ends a connection a turn is using
     return Services(
-        config=config, keys=Keys(config.keys), sessions=Registry(config.repo, config.max_live_sessions, config.tools.release,
-                                                                int(config.session_memory_mb * (1 << 20))),
+        config=config, keys=Keys(config.keys), sessions=sessions,
         turns=Turns(config.engine, config.repo, AgentConfig(config.engine, strategy=config.strategy, tools=config.tools,
                                                             policy=config.policy, loop=config.loop),
                     config.stream_answers),
-        metrics=TenantMetrics(config.engine),
+        metrics=TenantMetrics(config.engine, config.tools.sources),
         limiter=anyio.CapacityLimiter(config.max_concurrency),
         models={config.model_id, config.engine.model_name or config.model_id},
     )

@@ -123,7 +123,8 @@ def evaluate(
             concurrency=concurrency, tau2_data=_tau2_data(data), db=db, replay=data if data and not Path(data).is_dir() else None,
             count_tokens=count_tokens,
             kv_model=kv_model, gpu_memory_gib=gpu_memory_gib, gpu_cost=gpu_cost, decode_weight=decode_weight,
-            trace=trace, mcp=mcp.mcp, mcp_scope=mcp.mcp_scope, mcp_timeout=mcp.mcp_timeout, trials=trials,
+            trace=trace, mcp=mcp.mcp, mcp_scope=mcp.mcp_scope, mcp_timeout=mcp.mcp_timeout,
+            mcp_sessions=mcp.mcp_sessions, trials=trials,
             user=label(roles["user"]) if roles["user"] else "", judge=label(roles["judge"]) if roles["judge"] else "",
             embed=embedder.label if embedder is not None else "")
 

@@ -24,7 +24,7 @@ from flowstate import limits
 from flowstate.config import LoopConfig
 from flowstate.constrain import GrammarMode
 from flowstate.errors import FlowStateError
-from flowstate.mcp import CALL_TIMEOUT_S, SCOPES
+from flowstate.mcp import CALL_TIMEOUT_S, MAX_SESSIONS, SCOPES
 from flowstate.tools import ToolSet, load_tools
 
 
@@ -88,6 +88,9 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--model", default=None, help="llamacpp: a .gguf file; transformers: local HF folder or .gguf [both default to the embedded "
                           "SmolLM2-135M-Instruct]; vllm: folder; openai: served model name."),
         click.option("--script", type=click.Path(dir_okay=False), default=None, help="scripted: outputs to replay (JSON Lines, key \"text\")."),
+        click.option("--script-grammar", "grammar", is_flag=True, default=None,
+                     help="scripted: take grammars as a constraining engine does (each request's built and checked; "
+                          "the replay is not held to them), so the endpoint pays what it pays for a real model's."),
         click.option("--dtype", default=None, type=click.Choice(["bfloat16", "float32", "float16"]), help="transformers/vllm weights dtype [default: bfloat16]."),
         click.option("--temperature", default=None, type=float, help="Sampling temperature [default: 0, greedy]."),
         click.option("--top-p", default=None, type=float, help="Nucleus sampling [default: 1.0]."),
@@ -212,6 +215,7 @@ class McpOptions:
     mcp: tuple[str, ...]
     mcp_scope: str
     mcp_timeout: float
+    mcp_sessions: int
 
     def tools(self, tools_ref: str | None = None) -> ToolSet:
         """The Python tools named ``module:attribute`` and the MCP servers' tools, as one set (started now)."""
@@ -220,7 +224,7 @@ class McpOptions:
             return base
         from flowstate.mcp import connect
 
-        return connect(self.mcp, self.mcp_scope, self.mcp_timeout, base)
+        return connect(self.mcp, self.mcp_scope, self.mcp_timeout, base, self.mcp_sessions)
 
 
 def mcp_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -234,5 +238,9 @@ def mcp_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                           "server then keeps each session's state apart)."),
         click.option("--mcp-timeout", default=CALL_TIMEOUT_S, show_default=True, type=click.FloatRange(min=0.1),
                      help="Seconds an MCP tool call may take; beyond, the model is told and the server restarted."),
+        click.option("--mcp-sessions", default=MAX_SESSIONS, show_default=True, type=click.IntRange(min=1),
+                     help="With --mcp-scope session: per-session server processes live at once, per server; past it the "
+                          "least recently used idle one ends (its session's next call starts a fresh one, so a stateful "
+                          "server's state for that session is lost)."),
     ]
     return _grouped(fn, options, McpOptions, "mcp")

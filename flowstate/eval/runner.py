@@ -86,6 +86,7 @@ class EvalConfig:
     mcp: tuple[str, ...] = ()  # τ³ suites: MCP servers (NAME=COMMAND|URL) whose tools replace the domain's own
     mcp_scope: str = "server"  # ... one server for every task, or one per task's session
     mcp_timeout: float = 60.0  # ... seconds a tool call may take (not identity)
+    mcp_sessions: int = 64  # ... per-session servers live at once (not identity)
 
     @property
     def namespace(self) -> str:
@@ -214,7 +215,7 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress =
     run = uuid.uuid4().hex[:12]
     tokens = token_counter(config.count_tokens) if config.policy is not None else tokenize
     trace = TraceWriter(config.trace) if config.trace else None
-    tools = connect(config.mcp, config.mcp_scope, config.mcp_timeout) if config.mcp else None
+    tools = connect(config.mcp, config.mcp_scope, config.mcp_timeout, max_sessions=config.mcp_sessions) if config.mcp else None
     with Repository.open(config.db or config.out / "memory.db") as repo:
         try:
             for suite, tasks in suites.items():

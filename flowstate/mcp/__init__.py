@@ -6,6 +6,6 @@ grammar see them as they see Python tools (their input schemas, objects closed).
 """
 
 from flowstate.mcp.connection import Server
-from flowstate.mcp.source import CALL_TIMEOUT_S, SCOPES, McpSource, connect
+from flowstate.mcp.source import CALL_TIMEOUT_S, MAX_SESSIONS, SCOPES, McpSource, connect
 
-__all__ = ["CALL_TIMEOUT_S", "SCOPES", "McpSource", "Server", "connect"]
+__all__ = ["CALL_TIMEOUT_S", "MAX_SESSIONS", "SCOPES", "McpSource", "Server", "connect"]

@@ -2,7 +2,10 @@
 
 Scope ``server`` (the default): one connection serves every session. Scope ``session``: each session gets a
 connection of its own, started on its first call and ended when the session is released — a stateful server
-(one database per process, as τ³'s) then keeps one state per session. A call that times out, or finds its
+(one database per process, as τ³'s) then keeps one state per session. At most ``max_sessions`` such connections
+live at once: opening one past the bound first ends the least recently used that no call and no running turn
+(``busy``) holds — that session's next call starts a fresh server, so a stateful server's state for it is lost —
+and where every live one is held, the call is a tool error that says so. A call that times out, or finds its
 connection gone (the server exited, hung, broke the protocol), is a tool error the model is told; that
 connection is closed and the next call starts a new one, so nothing waits on a dead server.
 """
@@ -12,7 +15,8 @@ from __future__ import annotations
 import importlib.util
 import threading
 import time
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from flowstate.errors import ToolLoadError
@@ -23,20 +27,29 @@ from flowstate.tools import SchemaTool, Tool, ToolError, ToolSet
 SCOPES = ("server", "session")
 CALL_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 60.0
+# per-session server processes held at once: a small Python MCP server holds ~70 MB, so 64 stay under 5 GB
+MAX_SESSIONS = 64
 
 
 class McpSource:
     """The tools of one MCP ``server``; ``start()`` lists them, ``tools()`` gives them as ``SchemaTool``s."""
 
     def __init__(self, server: Server | str, scope: str = "server", timeout: float = CALL_TIMEOUT_S,
-                 start_timeout: float = START_TIMEOUT_S) -> None:
+                 start_timeout: float = START_TIMEOUT_S, max_sessions: int = MAX_SESSIONS) -> None:
         if scope not in SCOPES:
             raise ValueError(f"unknown MCP scope {scope!r}; valid: {', '.join(SCOPES)}")
+        if max_sessions < 1:
+            raise ValueError(f"max_sessions must be at least 1, not {max_sessions}")
         self.server = Server.parse(server) if isinstance(server, str) else server
         self.scope, self.timeout, self.start_timeout = scope, timeout, start_timeout
+        self.max_sessions = max_sessions
+        self.busy: Callable[[str], bool] = lambda _: False  # a session a running turn holds (the server sets it)
         self.specs: list[dict[str, Any]] = []
         self.restarts = 0  # connections started after the first of their key (a server that died or hung)
-        self._live: dict[str, Connection] = {}
+        self.released = 0  # per-session connections ended to keep within max_sessions
+        self._live: OrderedDict[str, Connection] = OrderedDict()  # least recently used first
+        self._calls: dict[str, int] = {}  # calls in flight per key
+        self._opening: set[str] = set()  # keys whose connection is starting (they count against the bound)
         self._opened: set[str] = set()
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -98,19 +111,57 @@ class McpSource:
         with lock:
             with self._lock:
                 live = self._live.get(key)
+                if live is not None:
+                    self._live.move_to_end(key)
             if live is not None and live.alive:
                 return live
             if live is not None:
                 self._stop(live)
-            connection, _ = self._open()
+            if self.scope == "session":
+                self._make_room(key)
+            try:
+                connection, _ = self._open()
+            finally:
+                with self._lock:
+                    self._opening.discard(key)
             with self._lock:
                 self.restarts += key in self._opened
                 self._opened.add(key)
                 self._live[key] = connection
             return connection
 
+    def _make_room(self, key: str) -> None:
+        """End least recently used per-session connections until one more fits ``max_sessions``; never one a call
+        or a running turn holds (``ToolError`` where every live one is held)."""
+        while True:
+            with self._lock:
+                others = [k for k in self._live if k != key]
+                if len(others) + len(self._opening - {key}) < self.max_sessions:
+                    self._opening.add(key)
+                    return
+                idle = next((k for k in others if not self._calls.get(k) and not self.busy(k)), None)
+                if idle is None:
+                    raise ToolError(f"MCP server {self.name!r}: all {len(others)} per-session connections (the bound, "
+                                    "--mcp-sessions) are held by running turns; call again when one ends")
+                connection = self._live.pop(idle)
+                self._opened.discard(idle)  # its next start is a fresh one, not a restart
+                self.released += 1
+            self._stop(connection, wait=False)
+
     def call(self, tool: str, arguments: dict[str, Any], session: str = "") -> Any:
         """A tool's observation; ``ToolError`` for its error, a timeout or a lost connection (then closed)."""
+        key = self._key(session)
+        with self._lock:
+            self._calls[key] = self._calls.get(key, 0) + 1
+        try:
+            return self._call(tool, arguments, session)
+        finally:
+            with self._lock:
+                self._calls[key] -= 1
+                if not self._calls[key]:
+                    del self._calls[key]
+
+    def _call(self, tool: str, arguments: dict[str, Any], session: str) -> Any:
         connection = self.connection(session)
         started = time.monotonic()
         try:
@@ -171,7 +222,7 @@ class McpSource:
 
 
 def connect(servers: Sequence[Server | str], scope: str = "server", timeout: float = CALL_TIMEOUT_S,
-            base: ToolSet | None = None) -> ToolSet:
+            base: ToolSet | None = None, max_sessions: int = MAX_SESSIONS) -> ToolSet:
     """``base``'s tools and every server's, as one tool set that holds the servers open (close it when done).
 
     Each server is started and its tools listed now; a server that cannot start, or a tool name that two
@@ -184,7 +235,7 @@ def connect(servers: Sequence[Server | str], scope: str = "server", timeout: flo
     owner = {name: "the Python tools" for name in base}
     try:
         for server in servers:
-            source = McpSource(server, scope, timeout)
+            source = McpSource(server, scope, timeout, max_sessions=max_sessions)
             if any(s.name == source.name for s in sources):
                 raise ToolLoadError(f"two MCP sources are named {source.name!r}")
             sources.append(source.start())

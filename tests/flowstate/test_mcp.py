@@ -163,6 +163,25 @@ def test_session_scope_keeps_one_server_per_session_and_server_scope_one_for_all
         assert tools.call("count", {}, "b")[0]["result"] == 4
 
 
+def test_per_session_servers_stay_within_the_bound_least_recently_used_released_first() -> None:
+    with connect([f"t={COMMAND}"], scope="session", timeout=20, max_sessions=2) as tools:
+        source = tools.sources[0]
+        assert [tools.call("count", {}, s)[0]["result"] for s in ("a", "b", "a")] == [1, 1, 2]
+        assert tools.call("count", {}, "c")[0]["result"] == 1  # b was the least recently used: it ends
+        assert source.live <= 2 and source.released == 1
+        assert tools.call("count", {}, "a")[0]["result"] == 3  # a kept its server
+        assert tools.call("count", {}, "b")[0]["result"] == 1  # b's next call works, on a fresh server
+        assert source.released == 2 and source.restarts == 0  # released, not restarted: nothing died
+
+        tools.hold_while(lambda s: s == "a")  # a turn of a runs: its server is not the one to go
+        assert tools.call("count", {}, "d")[0]["result"] == 1  # a is the oldest, but held: b goes instead
+        assert tools.call("count", {}, "a")[0]["result"] == 4
+        tools.hold_while(lambda s: True)  # every live session in a running turn: nothing may end
+        result, error = tools.call("count", {}, "e")
+        assert result is None and error is not None and "held by running turns" in error and "--mcp-sessions" in error
+        assert source.live == 2
+
+
 def test_each_session_of_the_loop_reaches_its_own_server(tmp_path: Path) -> None:
     with connect([f"t={COMMAND}"], scope="session", timeout=20) as tools:
         repo = Repository.open(tmp_path / "m.db")
