@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from flowstate.errors import SessionNotFound
-from flowstate.store.inspection import session_dump
+from flowstate.inspection import session_dump
 from flowstate.store.repository import Repository
 from serving.chat import IDEMPOTENCY_HEADER, ChatService
 from serving.errors import APIError, bad_request

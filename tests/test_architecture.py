@@ -102,6 +102,13 @@ def test_arrows_point_down_only() -> None:
     assert upward == []
 
 
+def test_storage_knows_nothing_of_the_method_above_it() -> None:
+    # within the core layer, storage is the floor: the repository holds nodes, never the index or the loop
+    above = sorted(f"{m} imports {d}" for m, deps in GRAPH.items() if m.startswith("flowstate.store")
+                   for d in deps if not d.startswith(("flowstate.store", "flowstate.errors", "flowstate.nodes")))
+    assert above == []
+
+
 def test_engine_and_grammars_know_nothing_above() -> None:
     for m, deps in GRAPH.items():
         if layer(m) <= 1:
@@ -152,3 +159,16 @@ def test_the_architecture_pages_layout_table_matches_the_tree() -> None:
                     and f"{p.name}/`" not in layout:
                 unlisted.append(f"{p.relative_to(ROOT)}/")
     assert unlisted == []  # every module and sub-package is in the table
+    rows = layout.splitlines()
+    unnamed = []
+    for pkg in PACKAGES:
+        for p in (ROOT / pkg).rglob("*.py"):
+            folder = p.parent.relative_to(ROOT)
+            if folder.parent == Path(".") or p.stem in ("__init__", "__main__"):
+                continue  # a top-level package's modules: checked above
+            # the rows of its sub-package (or of a sub-package above it) name the module
+            ups = [up for up in (folder, *folder.parents) if up.parent != Path(".") and up != Path(".")]
+            own = [r for r in rows for up in ups if f"`{up}/" in r]
+            if not any(f"`{p.name}`" in r or f"{p.relative_to(ROOT)}`" in r for r in own):
+                unnamed.append(str(p.relative_to(ROOT)))
+    assert unnamed == []  # every module of every sub-package is named in its package's row

@@ -25,7 +25,7 @@ from flowstate.cli.options import (
 from flowstate.errors import FlowStateError, RequestFailed
 from flowstate.loop import require_query
 from flowstate.records import RunRecord, unfinished_message
-from flowstate.store.inspection import render_graph, session_dump
+from flowstate.inspection import render_graph, session_dump
 from flowstate.store.repository import Repository
 
 
