@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from flowstate.bench.table import table
+from flowstate.eval.metrics import percentile
+from flowstate.eval.steptime import Step, StepTime
 from flowstate.eval.trace import TracedCall
 
 Tokenize = Callable[[TracedCall], list[int]]
@@ -54,6 +56,50 @@ def tokenizer(model_dir: str | Path) -> Tokenize:
         return list(tok.encode(str(text), add_special_tokens=False))
 
     return ids
+
+
+class Timing:
+    """The simulated clock of one run: each step's roofline time, and every request's submit, first token and end."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.compute_bound = 0
+        self.steps = 0
+        self._submitted: dict[str, float] = {}
+        self._first: dict[str, float] = {}
+        self.latency: list[float] = []  # per call: submit to last token
+        self.ttft: list[float] = []  # per call: submit to first token
+
+    def submitted(self, rid: str) -> None:
+        self._submitted[rid] = self.now
+
+    def step(self, clock: StepTime, scheduled: dict[str, int], requests: dict[str, Any], sampling: list[str]) -> None:
+        work = Step()
+        for rid, n in scheduled.items():
+            req = requests[rid]
+            after = req.num_computed_tokens  # the scheduler advanced it when it scheduled the step
+            before = after - n
+            decode = int(n == 1 and before >= req.num_prompt_tokens)
+            work = Step(work.prefill + n - decode, work.decode + decode, work.context + after,
+                        work.attended + n * before + n * (n + 1) // 2, work.sequences + 1)
+        self.now += clock.seconds(work)
+        self.steps += 1
+        compute, memory = clock.roofs(work)
+        self.compute_bound += compute >= memory
+        for rid in sampling:
+            if rid not in self._first:
+                self._first[rid] = self.now
+                self.ttft.append(self.now - self._submitted[rid])
+
+    def finished(self, rid: str) -> None:
+        self.latency.append(self.now - self._submitted.pop(rid))
+        self._first.pop(rid, None)
+
+    def figures(self, sessions: int) -> dict[str, Any]:
+        return {"seconds": round(self.now, 2), "sessions_per_hour": round(sessions * 3600 / self.now, 1) if self.now else None,
+                "call_p50_s": round(percentile(self.latency, 50), 2), "call_p99_s": round(percentile(self.latency, 99), 2),
+                "ttft_p50_s": round(percentile(self.ttft, 50), 3), "ttft_p99_s": round(percentile(self.ttft, 99), 3),
+                "compute_bound_steps": round(self.compute_bound / max(self.steps, 1), 3)}
 
 
 class Simulation:
@@ -93,8 +139,9 @@ class Simulation:
         return Scheduler(vllm_config=self.config, kv_cache_config=kv, block_size=self.budget.block_size,
                          structured_output_manager=StructuredOutputManager(self.config), log_stats=True)
 
-    def run(self, sessions: Sequence[Sequence[tuple[list[int], int]]]) -> dict[str, Any]:
-        """Sessions (each its calls' prompt ids and output lengths, in order) all at once; what the scheduler did."""
+    def run(self, sessions: Sequence[Sequence[tuple[list[int], int]]], clock: StepTime | None = None) -> dict[str, Any]:
+        """Sessions (each its calls' prompt ids and output lengths, in order) all at once; what the scheduler did,
+        and with ``clock`` how long it took (each step's roofline time, summed)."""
         from vllm.sampling_params import SamplingParams
         from vllm.v1.outputs import ModelRunnerOutput
         from vllm.v1.request import Request
@@ -107,9 +154,11 @@ class Simulation:
         queues = [list(calls) for calls in sessions]
         live: dict[str, tuple[int, Any]] = {}
         made = 0
+        timing = Timing()
 
         def submit(session: int) -> None:
             nonlocal made
+            timing.submitted(f"{session}-{made}")
             ids, n = queues[session].pop(0)
             n = max(n, 1)
             req = Request(request_id=f"{session}-{made}", prompt_token_ids=ids, pooling_params=None,
@@ -137,6 +186,9 @@ class Simulation:
                     and len(sched.running) < self.budget.max_num_seqs:
                 kv_waits += 1
             sampled = [[PLACEHOLDER] if live[r][1].num_computed_tokens >= live[r][1].num_tokens else [] for r in ids_]
+            if clock is not None:
+                timing.step(clock, plan.num_scheduled_tokens, {r: live[r][1] for r in ids_},
+                            [r for r, out in zip(ids_, sampled, strict=True) if out])
             result = sched.update_from_output(plan, ModelRunnerOutput(
                 req_ids=ids_, req_id_to_index={r: j for j, r in enumerate(ids_)}, sampled_token_ids=sampled))
             for out in result.values():
@@ -145,6 +197,7 @@ class Simulation:
                     hits, queries = hits + stats.hits, queries + stats.queries
             for rid, (session, req) in list(live.items()):
                 if req.is_finished():
+                    timing.finished(rid)
                     del live[rid]
                     preemptions += req.num_preemptions
                     output += req.num_output_tokens
@@ -152,11 +205,13 @@ class Simulation:
                         submit(session)
         return {"sessions": len(sessions), "calls": made, "steps": steps, "computed_tokens": computed,
                 "output_tokens": output, "peak_kv_usage": round(peak_usage, 3), "peak_waiting": peak_waiting,
-                "kv_wait_steps": kv_waits, "prefix_hit_rate": round(hits / queries, 3) if queries else None, "preemptions": preemptions}
+                "kv_wait_steps": kv_waits, "prefix_hit_rate": round(hits / queries, 3) if queries else None, "preemptions": preemptions,
+                **(timing.figures(len(sessions)) if clock is not None else {})}
 
 
 def bench_capacity(traces: dict[str, dict[str, list[TracedCall]]], tokenize: Tokenize, simulation: Simulation,
-                   concurrency: Sequence[int], progress: Callable[[str], None] = lambda _: None) -> list[dict[str, Any]]:
+                   concurrency: Sequence[int], progress: Callable[[str], None] = lambda _: None,
+                   clock: StepTime | None = None) -> list[dict[str, Any]]:
     """Each method's first N sessions at once, for each N (no more than the trace holds), on a fresh scheduler."""
     rows = []
     for strategy, sessions in traces.items():
@@ -166,7 +221,7 @@ def bench_capacity(traces: dict[str, dict[str, list[TracedCall]]], tokenize: Tok
                 progress(f"{strategy}: the trace holds {len(calls)} sessions, not {n}")
                 continue
             progress(f"{strategy}: {n} sessions at once")
-            rows.append({"strategy": strategy, **simulation.run(calls[:n])})
+            rows.append({"strategy": strategy, **simulation.run(calls[:n], clock)})
     return rows
 
 
@@ -183,10 +238,29 @@ def sustained(rows: list[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
+def best(rows: list[dict[str, Any]], slo_s: float | None = None) -> dict[str, tuple[int, float]]:
+    """Per method, the N whose sessions per hour are highest, and that rate (with ``slo_s``: among the N whose p99
+    time per call is within it — the goodput; (0, 0.0) where none is)."""
+    out: dict[str, tuple[int, float]] = {}
+    for strategy in dict.fromkeys(r["strategy"] for r in rows):
+        timed = [r for r in rows if r["strategy"] == strategy and r.get("sessions_per_hour") is not None
+                 and (slo_s is None or r["call_p99_s"] <= slo_s)]
+        top = max(timed, key=lambda r: r["sessions_per_hour"], default=None)
+        out[strategy] = (top["sessions"], top["sessions_per_hour"]) if top else (0, 0.0)
+    return out
+
+
 HEAD = ["strategy", "sessions", "calls", "steps", "computed_tokens", "output_tokens", "peak_kv_usage", "peak_waiting",
         "kv_wait_steps", "prefix_hit_rate", "preemptions"]
+TIMED = ["seconds", "sessions_per_hour", "call_p50_s", "call_p99_s", "ttft_p50_s", "ttft_p99_s", "compute_bound_steps"]
 
 
-def render_table(rows: list[dict[str, Any]]) -> str:
+def render_table(rows: list[dict[str, Any]], slo_s: float = 10.0) -> str:
     most = ", ".join(f"{s} {n}" for s, n in sustained(rows).items())
-    return table(HEAD, rows) + f"\n\nMost sessions at once, none preempted or kept waiting for KV: {most}"
+    timed = any("seconds" in r for r in rows)
+    out = table(HEAD + TIMED if timed else HEAD, rows) + f"\n\nMost sessions at once, none preempted or kept waiting for KV: {most}"
+    if timed:
+        top = ", ".join(f"{s} {v:g} (N = {n})" for s, (n, v) in best(rows).items())
+        good = ", ".join(f"{s} {v:g} (N = {n})" for s, (n, v) in best(rows, slo_s).items())
+        out += f"\nMost sessions per GPU-hour: {top}\nGoodput, p99 time per call within {slo_s:g} s: {good}"
+    return out

@@ -197,5 +197,21 @@ def test_vllms_own_scheduler_decides_how_many_sessions_fit_a_kv_budget(model_dir
     assert four["kv_wait_steps"] + four["preemptions"] > 0 and rows[3]["kv_wait_steps"] == rows[3]["preemptions"] == 0
     assert four["computed_tokens"] > 4 * one["computed_tokens"]  # what was evicted or preempted is computed again
     assert sustained(rows) == {"long": 1, "short": 4}
+    # timed by a roofline: four short sessions at once finish more sessions per hour than one, each call's first
+    # token comes before its last, and what long sessions recompute costs them time
+    from flowstate.bench.capacity import best
+    from flowstate.eval import steptime
+
+    clock = steptime.load("qwen3.5-9b@h200")
+    timed = bench_capacity(traces, tokenize, simulation, [1, 4], clock=clock)
+    for r in timed:
+        assert r["seconds"] > 0 and r["sessions_per_hour"] == pytest.approx(r["sessions"] * 3600 / r["seconds"], rel=0.01)
+        assert 0 < r["ttft_p50_s"] <= r["call_p50_s"] <= r["call_p99_s"] and r["ttft_p99_s"] <= r["call_p99_s"] + 1e-9
+        assert r["seconds"] >= r["steps"] * clock.overhead_s
+    by = {(r["strategy"], r["sessions"]): r for r in timed}
+    assert by[("short", 4)]["sessions_per_hour"] > 2 * by[("short", 1)]["sessions_per_hour"]
+    assert by[("long", 4)]["seconds"] > by[("short", 4)]["seconds"]
+    assert best(timed)["short"] == (4, by[("short", 4)]["sessions_per_hour"])
+    assert best(timed, slo_s=1e-9) == {"long": (0, 0.0), "short": (0, 0.0)}  # no call meets a nanosecond
     with pytest.raises(ValueError, match="raise --kv-tokens"):
         Simulation(model_dir, Budget(kv_tokens=256)).run([[(tokenize(traces["long"]["l0"][0]), 40)]])
