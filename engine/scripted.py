@@ -29,7 +29,7 @@ class ScriptedEngine(Engine):
     name = "scripted"
     # replays each output token by token to on_text; sampling is recorded in ``calls`` (a replay samples nothing)
     capabilities = Capabilities(streams=True, sampling=ALL_SAMPLING)
-    options = frozenset({"script"})
+    options = frozenset({"script", "grammar"})
 
     def __init__(self, outputs: Iterable[str | tuple[str, str | None] | tuple[str, str | None, str]], *,
                  grammar: bool = False, record: bool = True) -> None:

@@ -175,19 +175,34 @@ def bench_trace_cmd(trace_file: str, base_url: str, sessions: str, model_name: s
 @click.option("--max-num-batched-tokens", default=8192, show_default=True, type=click.IntRange(min=1),
               help="vLLM's --max-num-batched-tokens (the chunked-prefill budget of one step).")
 @click.option("--strategy", "strategies", default=None, help="Only these methods' traces, comma-separated.")
+@click.option("--gpu-cost", "gpu_cost", default=None, metavar="MODEL@GPU",
+              help="Time each step by the roofline of this model on this GPU (e.g. qwen3.5-27b@h200): sessions per "
+                   "GPU-hour, time per call, TTFT, goodput. Without a KV budget, the KV cache is the GPU's.")
+@click.option("--gpu-gib", default=None, type=click.FloatRange(min=1), help="With --gpu-cost: the GPU's memory "
+              "instead of its datasheet's (e.g. 80 for an 80 GB part).")
+@click.option("--step-overhead-ms", default=4.0, show_default=True, type=click.FloatRange(min=0),
+              help="With --gpu-cost: each step's fixed cost (scheduling, sampling, launches).")
+@click.option("--slo", "slo_s", default=10.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="With --gpu-cost: the latency objective of the goodput, p99 seconds per call.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
 def bench_capacity_cmd(trace_file: str, kv_tokens: int | None, kv_gib: float | None, sessions: str,
                        model_dir: str | None, block_size: int, max_num_batched_tokens: int, strategies: str | None,
+                       gpu_cost: str | None, gpu_gib: float | None, step_overhead_ms: float, slo_s: float,
                        out: Path | None) -> None:
     """How many sessions of each method fit in a KV budget at once: an evaluation's recorded calls (flowstate eval
-    --trace) fed to vLLM's own scheduler in process (no model runs): preemptions, peak KV use, prefix hits."""
+    --trace) fed to vLLM's own scheduler in process (no model runs): preemptions, peak KV use, prefix hits; with
+    --gpu-cost, each step timed by a roofline: sessions per GPU-hour, time per call and goodput."""
     from flowstate.bench.capacity import Budget, Simulation, bench_capacity, render_table, tokenizer
+    from flowstate.eval import steptime
     from flowstate.eval.kv import GIB, from_config
     from flowstate.eval.sweep import numbers
 
     with errors():
+        clock = steptime.load(gpu_cost, step_overhead_ms / 1000) if gpu_cost else None
+        if gpu_cost and kv_tokens is None and kv_gib is None:
+            kv_tokens = steptime.kv_tokens(gpu_cost, gpu_gib)
         if (kv_tokens is None) == (kv_gib is None):
-            raise ValueError("give the KV budget once: --kv-tokens N or --kv-gib G")
+            raise ValueError("give the KV budget once: --kv-tokens N or --kv-gib G (or --gpu-cost MODEL@GPU alone)")
         traces = _strategies(read_trace(trace_file), strategies)
         with tempfile.TemporaryDirectory() as tmp:
             if model_dir is None:
@@ -200,9 +215,11 @@ def bench_capacity_cmd(trace_file: str, kv_tokens: int | None, kv_gib: float | N
             assert kv_tokens is not None
             simulation = Simulation(model_dir, Budget(kv_tokens, block_size, max_num_batched_tokens))
             rows = bench_capacity(traces, tokenizer(model_dir), simulation, numbers(sessions, "--sessions"),
-                                  progress=lambda line: click.echo(line, err=True))
+                                  progress=lambda line: click.echo(line, err=True), clock=clock)
         click.echo(f"KV budget: {kv_tokens} tokens ({kv_tokens // block_size} blocks of {block_size})")
-        click.echo(render_table(rows))
+        if clock is not None:
+            click.echo(f"Step time: the roofline of {clock.label} at peak, {step_overhead_ms:g} ms a step")
+        click.echo(render_table(rows, slo_s))
         if out is not None:
             out.write_text(json.dumps({"trace": trace_file, "kv_tokens": kv_tokens, "rows": rows}, indent=2))
 
@@ -359,6 +376,25 @@ def bench_responses_cmd(chain: int, reads: int, pg_url: str | None, out: Path | 
             out.write_text(json.dumps({"rows": rows}, indent=2))
 
 
+@bench.command("mcp")
+@click.option("--sessions", default=1000, show_default=True, type=click.IntRange(min=1),
+              help="Sessions, one after another, each calling one tool of its own MCP server.")
+@click.option("--mcp-sessions", "bound", default=16, show_default=True, type=click.IntRange(min=1),
+              help="The server's bound on live per-session MCP servers.")
+@click.option("--again", default=100, show_default=True, type=click.IntRange(min=0),
+              help="The first sessions (released to keep the bound) then call once more.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the row as JSON.")
+def bench_mcp_cmd(sessions: int, bound: int, again: int, out: Path | None) -> None:
+    """Per-session MCP servers under --mcp-sessions: live connections and processes, and released sessions' calls."""
+    from flowstate.bench.mcp import bench_mcp, render_table
+
+    with errors():
+        row = bench_mcp(sessions, bound, again, progress=lambda line: click.echo(line, err=True))
+        click.echo(render_table([row]))
+        if out is not None:
+            out.write_text(json.dumps({"rows": [row]}, indent=2))
+
+
 @bench.command("load")
 @click.option("--sessions", default=64, show_default=True, type=click.IntRange(min=1), help="Sessions at once.")
 @click.option("--turns", default=10, show_default=True, type=click.IntRange(min=1), help="Turns of each.")
@@ -366,14 +402,19 @@ def bench_responses_cmd(chain: int, reads: int, pg_url: str | None, out: Path | 
               help="A PostgreSQL database to run beside SQLite [default: $FLOWSTATE_BENCH_PG; without one, SQLite only].")
 @click.option("--source", "sources", multiple=True, type=click.Path(file_okay=False),
               help="Also run the servers from this source tree (a checkout of another commit), repeatable.")
+@click.option("--tools", default="none", show_default=True,
+              help="Tools each turn sends, comma-separated side by side: none; same (one schema, its grammar cached); "
+                   "new (a schema no earlier turn sent, its grammar compiled on that turn).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
-def bench_load_cmd(sessions: int, turns: int, pg_url: str | None, sources: tuple[str, ...], out: Path | None) -> None:
+def bench_load_cmd(sessions: int, turns: int, pg_url: str | None, sources: tuple[str, ...], tools: str,
+                   out: Path | None) -> None:
     """N sessions × T turns at once through the openai client: turn latency p50/p99 on SQLite and PostgreSQL."""
     from flowstate.bench.load import bench_load, render_table
 
     with errors():
         databases = [("sqlite", ""), *([("postgresql", pg_url)] if pg_url else [])]
-        rows = bench_load(sessions, turns, databases, [*sources, None], progress=lambda line: click.echo(line, err=True))
+        rows = bench_load(sessions, turns, databases, [*sources, None], progress=lambda line: click.echo(line, err=True),
+                          tools=[t.strip() for t in tools.split(",") if t.strip()])
         click.echo(render_table(rows))
         if out is not None:
             out.write_text(json.dumps({"rows": rows}, indent=2))

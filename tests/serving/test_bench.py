@@ -36,9 +36,15 @@ def test_bench_load_runs_sessions_at_once_and_checks_what_was_stored(db_target: 
     from flowstate.bench.load import bench_load
 
     label = "postgresql" if db_target.startswith("postgresql") else "sqlite"
-    (row,) = bench_load(3, 2, [(label, db_target if label == "postgresql" else "")], [None], progress=lambda _: None)
-    assert row["database"] == label and row["stored_exactly"] and (row["sessions"], row["turns"]) == (3, 2)
-    assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["max_ms"] and row["turns_per_s"] > 0
+    none, new = bench_load(3, 2, [(label, db_target if label == "postgresql" else "")], [None], progress=lambda _: None,
+                           tools=("none", "new"))
+    for row in (none, new):
+        assert row["database"] == label and row["stored_exactly"] and (row["sessions"], row["turns"]) == (3, 2)
+        assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["max_ms"] and row["turns_per_s"] > 0
+        assert row["health_p99_ms"] is not None and row["health_p99_ms"] > 0  # the loop was probed throughout
+    assert (none["tools"], new["tools"]) == ("none", "new")
+    with pytest.raises(ValueError, match="--tools takes"):
+        bench_load(1, 1, [(label, "")], [None], progress=lambda _: None, tools=("all",))
 
 
 def test_bench_responses_stores_a_chain_and_reads_it_back() -> None:
@@ -51,3 +57,17 @@ def test_bench_responses_stores_a_chain_and_reads_it_back() -> None:
     for kind in ("create", "get", "input_items"):
         assert 0 < row[f"{kind}_p50_ms"] <= row[f"{kind}_p99_ms"]
     assert render_table([row]).count("\n") == 2
+
+
+@pytest.mark.slow
+def test_bench_mcp_stays_within_the_bound_and_released_sessions_call_again() -> None:
+    """``flowstate bench mcp``: a real server with per-session MCP servers, more sessions than its bound; live
+    connections and child processes never pass it, and every released session's next call works on a fresh server."""
+    pytest.importorskip("mcp")
+    from flowstate.bench.mcp import bench_mcp
+
+    row = bench_mcp(6, 2, 3, progress=lambda _: None)
+    # a released server closes in the background: one may still be exiting when the processes are counted
+    assert row["peak_live"] == 2 and row["peak_processes"] <= 3 and row["released"] == 6 + 3 - 2
+    assert row["first_calls_ok"] == 6  # every first call counted 1 on its own server
+    assert row["later_calls_ok"] == row["later_fresh"] == 3  # released sessions: a fresh server, counting from 1
