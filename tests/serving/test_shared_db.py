@@ -163,3 +163,42 @@ def test_one_chain_of_responses_across_two_servers(tmp_path: Path, shared_db: st
     finally:
         a.stop()
         b.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("earlier", [False, True], ids=["first turn", "later turn"])
+def test_a_retry_of_an_unnamed_conversation_at_another_server_is_recognised_while_the_first_runs(
+        tmp_path: Path, shared_db: str, earlier: bool) -> None:
+    """No user, no session header: the conversation is found by its history. The retry (same Idempotency-Key)
+    reaches server b while server a still runs the call; b gets a's reply, and nothing runs or is stored twice."""
+    opening = [output(content="hello")] if earlier else []
+    slow = [output(tools=[{"name": "pause", "arguments": {"seconds": 2.0}}]), output(content="booked")]
+    a, url_a = start(tmp_path / "a", shared_db, lines("[u]", [*opening, *slow]))
+    b, url_b = start(tmp_path / "b", shared_db, lines("[u]", [slow[0], output(content="ran twice")]))  # never, if right
+    history: list[dict[str, Any]] = [{"role": "system", "content": "You book rooms."}]
+    try:
+        if earlier:
+            history.append({"role": "user", "content": "[u] hi"})
+            r = httpx.post(url_a + "/chat/completions", timeout=60, json={"model": "flowstate", "messages": history})
+            history.append({"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]})
+        history.append({"role": "user", "content": "[u] book room 7"})
+        body = {"model": "flowstate", "messages": history}
+
+        def call(url: str, delay: float) -> dict[str, Any]:
+            time.sleep(delay)
+            r = httpx.post(url + "/chat/completions", timeout=60, headers={"Idempotency-Key": "k-7"}, json=body)
+            assert r.status_code == 200, r.text
+            return dict(r.json())
+
+        with ThreadPoolExecutor(2) as pool:
+            first, retry = pool.map(lambda args: call(*args), [(url_a, 0.0), (url_b, 0.7)])
+        assert first["choices"][0]["message"]["content"] == retry["choices"][0]["message"]["content"] == "booked"
+        assert first["id"] == retry["id"] or first["choices"] == retry["choices"]
+    finally:
+        a.stop()
+        b.stop()
+    with Repository.open(shared_db) as repo:
+        sessions = repo.sessions("")
+        assert len(sessions) == 1, sessions  # the retry found the conversation's session, not a new one
+        requests = repo.requests(sessions[0])
+        assert [r.query for r in requests] == [*(["[u] hi"] if earlier else []), "[u] book room 7"]
