@@ -9,8 +9,10 @@ embedded engines pick it automatically.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from engine.base import Engine
 
@@ -78,3 +80,15 @@ def for_engine(engine: Engine | None, name: str | None = None) -> Limits:
     if name is not None and name != AUTO:
         return get(name)
     return COMPACT if engine is not None and engine.capabilities.embedded else STANDARD
+
+
+def fit(value: Any, limits: Limits, depth: int = 0) -> Any:
+    """A JSON value cut to what a state's value may hold under ``limits``: containers to ``value_items`` members
+    and ``value_depth`` levels below the top object, strings to ``value_text`` characters."""
+    if isinstance(value, dict | list) and depth > limits.value_depth:
+        return json.dumps(value)[: limits.value_text]
+    if isinstance(value, dict):
+        return {str(k): fit(v, limits, depth + 1) for k, v in list(value.items())[: limits.value_items]}
+    if isinstance(value, list):
+        return [fit(v, limits, depth + 1) for v in value[: limits.value_items]]
+    return value[: limits.value_text] if isinstance(value, str) else value

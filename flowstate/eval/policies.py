@@ -21,7 +21,7 @@ from engine.base import Capabilities, Engine, Generation, Message, OnText, Sampl
 from engine.text import common_prefix, flatten, tokenize
 from flowstate import tags
 from flowstate.eval.task import Answer, Call, Decision, Need, Task
-from flowstate.limits import STANDARD, Limits
+from flowstate.limits import STANDARD, Limits, fit
 from flowstate.memory import mem0
 from flowstate.memory.base import Strategy
 from flowstate.nodes import OBSERVATION_PREFIX, PAGE_PREFIX
@@ -147,18 +147,6 @@ def gist(observation: dict[str, Any], size: int = 160) -> str:
 
 NAME_WORDS = 8
 """A string of at most this many words is a name (a title, an id, a code) rather than prose."""
-
-
-def fit(value: Any, limits: Limits, depth: int = 0) -> Any:
-    """A JSON value cut to what a state's value may hold under ``limits``: containers to ``value_items`` members
-    and ``value_depth`` levels below the top object, strings to ``value_text`` characters."""
-    if isinstance(value, dict | list) and depth > limits.value_depth:
-        return json.dumps(value)[: limits.value_text]
-    if isinstance(value, dict):
-        return {str(k): fit(v, limits, depth + 1) for k, v in list(value.items())[: limits.value_items]}
-    if isinstance(value, list):
-        return [fit(v, limits, depth + 1) for v in value[: limits.value_items]]
-    return value[: limits.value_text] if isinstance(value, str) else value
 
 
 def _remembered(item: dict[str, Any]) -> dict[str, Any]:
@@ -403,7 +391,9 @@ class Policy:
         if t == 1:
             self._seen = set()
         facts, new = self.facts(parts, k)
-        delta = self.record(parts.get(tags.LATEST_OBSERVATION, [])) if "state_delta" in self.strategy.blocks else []
+        # where the system records tool results as states, the policy leaves them to it
+        delta = (self.record(parts.get(tags.LATEST_OBSERVATION, []))
+                 if "state_delta" in self.strategy.blocks and not self.strategy.facts else [])
         decision = self.task.solve(k, facts)
         focus: list[str] = []
         if self.realistic and "state_focus" in self.strategy.blocks:

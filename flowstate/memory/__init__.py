@@ -1,6 +1,6 @@
 """The memory methods, chosen by name: the registry names each method's module and imports it only when asked.
 
-Families, one module each: ``state`` (flowstate, flowstate-paged, no-psa, no-isu), ``chat`` (full-context), ``retrieval`` (bm25,
+Families, one module each: ``state`` (flowstate, flowstate-paged, flowstate-facts, no-psa, no-isu), ``chat`` (full-context), ``retrieval`` (bm25,
 mem0-style), ``tracker`` (zipact, zipact-bm25), ``reasoning`` (reasoningbank), ``mage`` (mage and its
 ablations); the seam they implement is ``base``.
 """
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 METHODS: dict[str, str] = {
     "flowstate": "flowstate.memory.state:FLOWSTATE",
     "flowstate-paged": "flowstate.memory.state:FLOWSTATE_PAGED",
+    "flowstate-facts": "flowstate.memory.state:FLOWSTATE_FACTS",
     "full-context": "flowstate.memory.chat:FULL_CONTEXT",
     "no-psa": "flowstate.memory.state:NO_PSA",
     "no-isu": "flowstate.memory.state:NO_ISU",
@@ -34,7 +35,7 @@ METHODS: dict[str, str] = {
 }
 DEFAULT = "flowstate"
 EMBEDDING = ("mem0-style", "reasoningbank")  # the methods whose sources rank by embeddings (--embed)
-STATE_METHODS = ("flowstate", "flowstate-paged", "no-psa", "no-isu")
+STATE_METHODS = ("flowstate", "flowstate-paged", "flowstate-facts", "no-psa", "no-isu")
 
 
 APPEND = "+append"

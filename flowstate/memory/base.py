@@ -116,6 +116,7 @@ class Strategy(ABC):
     name: str
     blocks: tuple[str, ...]
     rules: ClassVar[str] = ""  # the method's section of the system prompt (what its memory shows and how)
+    facts: bool = False  # the system records each tool result as a knowledge state (the model need not)
 
     def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
         """The system message: the protocol of ``blocks``, the method's ``rules``, the policy, the tools."""

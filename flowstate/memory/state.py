@@ -9,6 +9,11 @@
 - ``no-isu``: PSA over states built by fixed rules when a request ends (one node holding the
   final response, linked to that request's raw tool results); the model makes no states
   (three blocks: no state_delta) and sees all of this request's tool results.
+- ``flowstate-facts``: FlowState where the system writes the knowledge: each tool result, once it is in,
+  becomes a knowledge state by rule (``fact_…``, its summary the call and its result, citing the raw result);
+  the model adds what only it can — preferences, judgements, attributes, artifacts — and the relations. A variant
+  measured beside the paper's ISU (where writing states is what a small model fails at, or what costs decode),
+  never in its place.
 """
 
 from __future__ import annotations
@@ -22,10 +27,10 @@ from flowstate import tags
 from flowstate.access import disclose
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex, build_index
-from flowstate.limits import COMPACT, STANDARD, Limits
+from flowstate.limits import COMPACT, STANDARD, Limits, fit
 from flowstate.memory.append import APPEND_RULE, appended
-from flowstate.memory.base import Start, StepInput, Strategy
-from flowstate.nodes import Node, Ref, Relation, StateType
+from flowstate.memory.base import MemoryContext, Observed, Start, StepInput, Strategy
+from flowstate.nodes import OBSERVATION_PREFIX, Node, Ref, Relation, StateType, canonical_json
 from flowstate.pages import BoundedIndex, fold
 from flowstate.protocol import BLOCKS
 from flowstate.serializer import PAGES_RULE, layout, memory_rules, system_prompt
@@ -43,6 +48,7 @@ class StateStrategy(Strategy):
     rule_states: bool = False  # Persist builds one state per request by fixed rules
     index_budget: int | None = None  # a bounded index: older requests folded into pages to stay under it (tokens)
     layout: Literal["latest", "append"] = "latest"  # append: each call extends the previous one (memory.append)
+    facts: bool = False  # each tool result becomes a knowledge state by rule, as it comes in
 
     def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
         memory = memory_rules(self.blocks, trajectory=self.trajectory)
@@ -50,6 +56,8 @@ class StateStrategy(Strategy):
             memory += "\n" + PAGES_RULE
         if self.layout == "append":
             memory += "\n" + APPEND_RULE
+        if self.facts:
+            memory += "\n" + FACTS_RULE
         return system_prompt(tools, policy, self.blocks, memory, limits)
 
     def start(self, session: SessionView) -> Start:
@@ -76,6 +84,16 @@ class StateStrategy(Strategy):
                       observation=step.observation)
         return [Message("system", step.system), Message("user", user)]
 
+    def observed(self, ctx: MemoryContext) -> Observed:
+        """flowstate-facts: each new tool result (not an error) recorded as a knowledge state citing it."""
+        if not self.facts:
+            return Observed()
+        state = ctx.state
+        for obs in ctx.observation:
+            if "result" in obs.value and not state.is_used(fact_id(obs.id)):
+                state = state.with_added(fact_node(obs, ctx.limits))
+        return Observed(state=state)
+
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
         """Persist's selection of nodes for M_{k+1} (``response`` None: the request ended unfinished)."""
         if self.rule_states:
@@ -96,7 +114,30 @@ def response_node(state: ActiveState, response: str | None) -> Node:
     )
 
 
+FACTS_RULE = ("- The system records each tool result as a knowledge state (fact_ ids, citing the result): do not "
+              "restate results; add what only you know — the user's preferences, your judgements, attributes, "
+              "artifacts — with relations to the facts.")
+
+
+def fact_id(observation_id: str) -> str:
+    return "fact_" + observation_id.removeprefix(OBSERVATION_PREFIX)
+
+
+def fact_node(obs: Node, limits: Limits) -> Node:
+    """flowstate-facts' rule-built state of one tool result: the call and its result as the summary (cut to the
+    index's line length), the result as the value (cut to what a state's value may hold), supported by the raw
+    observation."""
+    result = canonical_json(obs.value["result"])
+    summary = f"{obs.summary} → {result}"
+    short = COMPACT.text  # an index line stays short whatever the profile
+    return Node(id=fact_id(obs.id), mark="flowstate-facts.fact", type=StateType.KNOWLEDGE,
+                summary=summary if len(summary) <= short else summary[: short - 1] + "…",
+                value=fit({"tool": obs.value["tool"], "result": obs.value["result"]}, limits),
+                request=obs.request, refs=(Ref(rel=Relation.SUPPORTS, state_id=obs.id),))
+
+
 FLOWSTATE = StateStrategy("flowstate", BLOCKS, "index")
+FLOWSTATE_FACTS = StateStrategy("flowstate-facts", BLOCKS, "index", facts=True)
 PAGED_BUDGET = 4096
 """flowstate-paged's index budget (estimated tokens) unless its name gives one (``flowstate-paged:N``)."""
 FLOWSTATE_PAGED = StateStrategy("flowstate-paged", BLOCKS, "index", index_budget=PAGED_BUDGET)

@@ -142,7 +142,7 @@ def test_no_psa_inlines_every_historical_state_and_no_isu_builds_rule_states(rep
 
 
 def test_unknown_strategy_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match="valid strategies: flowstate, flowstate-paged, full-context, no-psa, no-isu"):
+    with pytest.raises(ValueError, match="valid strategies: flowstate, flowstate-paged, flowstate-facts, full-context, no-psa, no-isu"):
         get("magic")
     for bad in ("flowstate-paged:0", "flowstate-paged:x", "flowstate:4096"):  # only flowstate-paged takes a budget
         with pytest.raises(ValueError, match=r"flowstate-paged:N: an index budget of N tokens"):
@@ -151,3 +151,21 @@ def test_unknown_strategy_is_a_clear_error() -> None:
     assert paged.name == "flowstate-paged:8192" and paged.index_budget == 8192  # type: ignore[attr-defined]
 
 
+
+
+def test_flowstate_facts_records_each_tool_result_as_a_state_the_model_need_not_write(repo: Repository) -> None:
+    from flowstate.memory.state import FACTS_RULE, FLOWSTATE_FACTS
+
+    task, engine, firsts = run_oracle(repo, "chain", FLOWSTATE_FACTS, 3)
+    nodes = {n.id: n for n in repo.nodes("chain/flowstate-facts")}
+    fact = nodes["fact_r1_s1_1"]  # the first request's reading, recorded by rule as it came in
+    assert fact.mark == "flowstate-facts.fact" and fact.type.value == "knowledge" and fact.request == 1
+    assert [(r.rel.value, r.state_id) for r in fact.refs] == [("supports", "obs_r1_s1_1")] and "obs_r1_s1_1" in nodes
+    assert fact.value["tool"] == nodes["obs_r1_s1_1"].value["tool"]
+    assert fact.value["result"] == nodes["obs_r1_s1_1"].value["result"] and fact.summary.startswith("measure(")
+    # the step after the call shows the fact in the Active State; no output adds a knowledge state of its own
+    step2 = engine.calls[firsts[0] + 1][0]
+    assert FACTS_RULE in step2[0].content and '"state_id":"fact_r1_s1_1"' in step2[1].content
+    assert not any('"state_set": "knowledge"' in gen.text for _, _, gen in engine.calls)
+    # a later request reaches the facts through the index, as any state
+    assert '"state_id":"fact_r1_s1_1"' in engine.calls[firsts[-1]][0][1].content
