@@ -20,7 +20,7 @@ from grammars.check import GrammarError
 from grammars.refs import SchemaRefError, inline, lift_defs, subschemas, walk
 
 WHITESPACE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-_DROP = {"title", "description", "default", "discriminator"}
+_DROP = frozenset({"title", "description", "default", "discriminator"})
 
 
 @dataclass(frozen=True)

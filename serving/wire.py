@@ -11,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.base import Sampling
 from flowstate.nodes import canonical_json
-from grammars.refs import SchemaRefError, inline
 from flowstate.request_options import RequestOptions
+from grammars.refs import SchemaRefError, inline
 from serving.errors import bad_request
 
 TOOL_NAME = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"

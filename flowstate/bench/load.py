@@ -27,7 +27,6 @@ from flowstate.bench.server import output, serve, stop
 from flowstate.bench.table import table
 from flowstate.eval.metrics import percentile
 
-
 TOOLS = ("none", "same", "new")
 
 

@@ -23,9 +23,9 @@ from flowstate.cli.options import (
     mcp_options,
 )
 from flowstate.errors import FlowStateError, RequestFailed
+from flowstate.inspection import render_graph, session_dump
 from flowstate.loop import require_query
 from flowstate.records import RunRecord, unfinished_message
-from flowstate.inspection import render_graph, session_dump
 from flowstate.store.repository import Repository
 
 

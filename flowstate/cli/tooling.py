@@ -41,10 +41,31 @@ def bench() -> None:
     """Benchmarks that print figures."""
 
 
+OUT = click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                   help="Also write the rows as JSON.")
+
+
+def progress(line: str) -> None:
+    """A bench's progress line, on stderr (its table goes to stdout)."""
+    click.echo(line, err=True)
+
+
+def emit(table: str, out: Path | None, payload: dict[str, Any]) -> None:
+    """A bench's table on stdout, and with ``--out`` its rows (``payload``) as JSON."""
+    click.echo(table)
+    if out is not None:
+        out.write_text(json.dumps(payload, indent=2))
+
+
+def side_by_side(pg_url: str | None) -> list[tuple[str, str]]:
+    """SQLite (a fresh file), and PostgreSQL beside it where a URL is given."""
+    return [("sqlite", ""), *([("postgresql", pg_url)] if pg_url else [])]
+
+
 @bench.command("decode")
 @engine_options
 @click.option("--calls", default=None, type=click.IntRange(min=1), help="Use only the first N of the 8 hotel-case prompts.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
+@OUT
 @click.option("--fast-forward", "fast_forward", default="on", show_default=True, type=click.Choice(["on", "off", "both"]),
               help="llamacpp: append the tokens a grammar forces in one forward pass (on), decode them one by one "
                    "(off), or both side by side (both: each engine twice, the second named '… step-by-step').")
@@ -60,10 +81,8 @@ def bench_decode_cmd(calls: int | None, out: Path | None, fast_forward: str, **e
             "on": [("", {})], "off": [("", step_by_step)], "both": [("", {}), (" step-by-step", step_by_step)]}
         loaded = {n + suffix: engines.load(n, **engine_opts, **extra, max_tokens=None)
                   for n in names for suffix, extra in settings[fast_forward]}
-        rows = bench_decode(loaded, calls=calls, max_tokens=max_tokens, progress=lambda line: click.echo(line, err=True))
-        click.echo(render_table(rows))
-        if out is not None:
-            out.write_text(json.dumps({"engines": names, "rows": rows}, indent=2))
+        rows = bench_decode(loaded, calls=calls, max_tokens=max_tokens, progress=progress)
+        emit(render_table(rows), out, {"engines": names, "rows": rows})
 
 
 @bench.command("decision")
@@ -118,7 +137,7 @@ def bench_real_model_cmd(model: str, tasks: int, depth: int, suites: str, strate
 
     with errors():
         rows = run(model, tasks, depth, out, _names(suites), _names(strategies), max_steps,
-                   progress=lambda line: click.echo(line, err=True))
+                   progress=progress)
         text = render(rows)
         (out / "real-model.md").write_text(text + "\n")
         click.echo(text)
@@ -136,7 +155,7 @@ def _names(listed: str) -> list[str]:
 @click.option("--model", "model_name", default=None, help="The served model [default: the server's first].")
 @click.option("--strategy", "strategies", default=None, help="Only these methods' traces, comma-separated.")
 @click.option("--engine-api-key", default=None, envvar="FLOWSTATE_ENGINE_API_KEY", help="The server's API key.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
+@OUT
 def bench_trace_cmd(trace_file: str, base_url: str, sessions: str, model_name: str | None, strategies: str | None,
                     engine_api_key: str | None, out: Path | None) -> None:
     """Replay an evaluation's recorded model calls (flowstate eval --trace) on a server, each method side by side:
@@ -153,12 +172,10 @@ def bench_trace_cmd(trace_file: str, base_url: str, sessions: str, model_name: s
         try:
             model_name = model_name or client.models.list().data[0].id
             rows = bench_trace(traces, client, model_name, base_url, counts,
-                               progress=lambda line: click.echo(line, err=True))
+                               progress=progress)
         except OpenAIError as exc:
             raise ValueError(f"the server at {base_url} failed the replay: {exc}") from exc
-        click.echo(render_table(rows))
-        if out is not None:
-            out.write_text(json.dumps({"trace": trace_file, "model": model_name, "rows": rows}, indent=2))
+        emit(render_table(rows), out, {"trace": trace_file, "model": model_name, "rows": rows})
 
 
 @bench.command("capacity")
@@ -184,7 +201,7 @@ def bench_trace_cmd(trace_file: str, base_url: str, sessions: str, model_name: s
               help="With --gpu-cost: each step's fixed cost (scheduling, sampling, launches).")
 @click.option("--slo", "slo_s", default=10.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="With --gpu-cost: the latency objective of the goodput, p99 seconds per call.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
+@OUT
 def bench_capacity_cmd(trace_file: str, kv_tokens: int | None, kv_gib: float | None, sessions: str,
                        model_dir: str | None, block_size: int, max_num_batched_tokens: int, strategies: str | None,
                        gpu_cost: str | None, gpu_gib: float | None, step_overhead_ms: float, slo_s: float,
@@ -215,13 +232,11 @@ def bench_capacity_cmd(trace_file: str, kv_tokens: int | None, kv_gib: float | N
             assert kv_tokens is not None
             simulation = Simulation(model_dir, Budget(kv_tokens, block_size, max_num_batched_tokens))
             rows = bench_capacity(traces, tokenizer(model_dir), simulation, numbers(sessions, "--sessions"),
-                                  progress=lambda line: click.echo(line, err=True), clock=clock)
+                                  progress=progress, clock=clock)
         click.echo(f"KV budget: {kv_tokens} tokens ({kv_tokens // block_size} blocks of {block_size})")
         if clock is not None:
             click.echo(f"Step time: the roofline of {clock.label} at peak, {step_overhead_ms:g} ms a step")
-        click.echo(render_table(rows, slo_s))
-        if out is not None:
-            out.write_text(json.dumps({"trace": trace_file, "kv_tokens": kv_tokens, "rows": rows}, indent=2))
+        emit(render_table(rows, slo_s), out, {"trace": trace_file, "kv_tokens": kv_tokens, "rows": rows})
 
 
 def _strategies(traces: dict[str, Any], wanted: str | None) -> dict[str, Any]:
@@ -241,7 +256,7 @@ def _strategies(traces: dict[str, Any], wanted: str | None) -> dict[str, Any]:
 @click.option("--api", "apis", default="chat", show_default=True,
               help="The endpoint's API: chat (Chat Completions), responses, or both comma-separated (side by side).")
 @loop_options(max_steps=2)
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
+@OUT
 def bench_serve_cmd(sessions: str, apis: str, out: Path | None, **options: Any) -> None:
     """Output tok/s of N concurrent sessions through flowstate serve vs the same calls sent to the engine directly."""
     from flowstate.bench.serve import APIS, bench_serve, render_table
@@ -258,7 +273,7 @@ def bench_serve_cmd(sessions: str, apis: str, out: Path | None, **options: Any) 
 @engine_options
 @click.option("--tries", default=10, show_default=True, type=click.IntRange(min=1), help="Requests of each kind.")
 @loop_options(max_steps=3)
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
+@OUT
 def bench_contracts_cmd(tries: int, out: Path | None, **options: Any) -> None:
     """Whether replies keep what requests promise (JSON answer, named or required tool call) at a tight step budget."""
     from flowstate.bench.contracts import bench_contracts, render_table
@@ -278,12 +293,10 @@ def _on_engine(options: dict[str, Any], out: Path | None, render: Callable[[Rows
         model = engines.load(**options)
         config = loop.config(model, max_tokens=options.get("max_tokens") if with_max_tokens else None)
         try:
-            rows = measure(model, config, lambda line: click.echo(line, err=True))
+            rows = measure(model, config, progress)
         finally:
             model.close()
-        click.echo(render(rows))
-        if out is not None:
-            out.write_text(json.dumps({"engine": options["name"], "rows": rows}, indent=2))
+        emit(render(rows), out, {"engine": options["name"], "rows": rows})
 
 
 @bench.command("repo")
@@ -292,7 +305,7 @@ def _on_engine(options: dict[str, Any], out: Path | None, render: Callable[[Rows
               help="A PostgreSQL server (URL of a database whose user may create databases): each size gets a "
                    "fresh database there [default: $FLOWSTATE_BENCH_PG; without one, SQLite only].")
 @click.option("--samples", default=2000, show_default=True, type=click.IntRange(min=10), help="Disclosures timed per size.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
+@OUT
 def bench_repo_cmd(sizes: str, pg_url: str | None, samples: int, out: Path | None) -> None:
     """Persist rate, disclose latency (p50/p99) and index build time by size, SQLite and PostgreSQL side by side."""
     from flowstate.bench.repo import Databases, bench_repo, render_table
@@ -301,12 +314,10 @@ def bench_repo_cmd(sizes: str, pg_url: str | None, samples: int, out: Path | Non
         counts = [int(x) for x in sizes.split(",") if x.strip()]
         databases = Databases(tmp, pg_url)
         try:
-            rows = bench_repo(databases.targets(), counts, samples, progress=lambda line: click.echo(line, err=True))
+            rows = bench_repo(databases.targets(), counts, samples, progress=progress)
         finally:
             databases.close()
-        click.echo(render_table(rows))
-        if out is not None:
-            out.write_text(json.dumps({"rows": rows}, indent=2))
+        emit(render_table(rows), out, {"rows": rows})
 
 
 @bench.command("index")
@@ -321,7 +332,7 @@ def bench_repo_cmd(sizes: str, pg_url: str | None, samples: int, out: Path | Non
 @click.option("--count-tokens", "tokens", default="words", show_default=True, metavar="words|embedded|FILE.gguf",
               help="Count tokens as words and punctuation, with the embedded model's vocabulary (SmolLM2's BPE), or "
                    "with a GGUF file's vocabulary.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
+@OUT
 def bench_index_cmd(requests: int, index_budget: int, prompt_budget: int, suite: str, policy: str, tokens: str,
                     out: Path | None) -> None:
     """The per-call prompt against k (up to --requests) with the flat index and the bounded one, side by side."""
@@ -329,9 +340,7 @@ def bench_index_cmd(requests: int, index_budget: int, prompt_budget: int, suite:
 
     with errors():
         rows = run(requests, index_budget, prompt_budget, suite, policy, tokens)
-        click.echo(render(rows, prompt_budget))
-        if out is not None:
-            out.write_text(json.dumps({"rows": rows}, indent=2))
+        emit(render(rows, prompt_budget), out, {"rows": rows})
 
 
 @bench.command("sessions")
@@ -340,7 +349,7 @@ def bench_index_cmd(requests: int, index_budget: int, prompt_budget: int, suite:
 @click.option("--result-mb", default=5.0, show_default=True, type=click.FloatRange(min=0.001), help="Its size.")
 @click.option("--session-memory", "budgets", default="256,unbounded", show_default=True,
               help="Server settings side by side: --session-memory MiB values, or 'unbounded' (the count cap alone).")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
+@OUT
 def bench_sessions_cmd(sessions: int, result_mb: float, budgets: str, out: Path | None) -> None:
     """A server's resident memory with N idle sessions holding large tool results, and after deleting them."""
     from flowstate.bench.sessions import bench_sessions, render_table
@@ -350,10 +359,8 @@ def bench_sessions_cmd(sessions: int, result_mb: float, budgets: str, out: Path 
             settings = [None if b.strip() == "unbounded" else float(b) for b in budgets.split(",") if b.strip()]
         except ValueError:
             raise ValueError(f"--session-memory takes MiB values or 'unbounded', not {budgets!r}") from None
-        rows = bench_sessions(sessions, result_mb, settings, progress=lambda line: click.echo(line, err=True))
-        click.echo(render_table(rows))
-        if out is not None:
-            out.write_text(json.dumps({"rows": rows}, indent=2))
+        rows = bench_sessions(sessions, result_mb, settings, progress=progress)
+        emit(render_table(rows), out, {"rows": rows})
 
 
 @bench.command("responses")
@@ -363,17 +370,15 @@ def bench_sessions_cmd(sessions: int, result_mb: float, budgets: str, out: Path 
               help="GET and input_items calls on random responses of the chain.")
 @click.option("--postgres", "pg_url", default=None, envvar="FLOWSTATE_BENCH_PG",
               help="A PostgreSQL database to run beside SQLite [default: $FLOWSTATE_BENCH_PG; without one, SQLite only].")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
+@OUT
 def bench_responses_cmd(chain: int, reads: int, pg_url: str | None, out: Path | None) -> None:
     """A chain of stored responses through the openai client: create, GET and input_items latency p50/p99."""
     from flowstate.bench.stored import bench_stored, render_table
 
     with errors():
-        databases = [("sqlite", ""), *([("postgresql", pg_url)] if pg_url else [])]
-        rows = bench_stored(chain, reads, databases, progress=lambda line: click.echo(line, err=True))
-        click.echo(render_table(rows))
-        if out is not None:
-            out.write_text(json.dumps({"rows": rows}, indent=2))
+        databases = side_by_side(pg_url)
+        rows = bench_stored(chain, reads, databases, progress=progress)
+        emit(render_table(rows), out, {"rows": rows})
 
 
 @bench.command("mcp")
@@ -389,10 +394,8 @@ def bench_mcp_cmd(sessions: int, bound: int, again: int, out: Path | None) -> No
     from flowstate.bench.mcp import bench_mcp, render_table
 
     with errors():
-        row = bench_mcp(sessions, bound, again, progress=lambda line: click.echo(line, err=True))
-        click.echo(render_table([row]))
-        if out is not None:
-            out.write_text(json.dumps({"rows": [row]}, indent=2))
+        row = bench_mcp(sessions, bound, again, progress=progress)
+        emit(render_table([row]), out, {"rows": [row]})
 
 
 @bench.command("load")
@@ -405,16 +408,14 @@ def bench_mcp_cmd(sessions: int, bound: int, again: int, out: Path | None) -> No
 @click.option("--tools", default="none", show_default=True,
               help="Tools each turn sends, comma-separated side by side: none; same (one schema, its grammar cached); "
                    "new (a schema no earlier turn sent, its grammar compiled on that turn).")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the rows as JSON.")
+@OUT
 def bench_load_cmd(sessions: int, turns: int, pg_url: str | None, sources: tuple[str, ...], tools: str,
                    out: Path | None) -> None:
     """N sessions × T turns at once through the openai client: turn latency p50/p99 on SQLite and PostgreSQL."""
     from flowstate.bench.load import bench_load, render_table
 
     with errors():
-        databases = [("sqlite", ""), *([("postgresql", pg_url)] if pg_url else [])]
-        rows = bench_load(sessions, turns, databases, [*sources, None], progress=lambda line: click.echo(line, err=True),
+        databases = side_by_side(pg_url)
+        rows = bench_load(sessions, turns, databases, [*sources, None], progress=progress,
                           tools=[t.strip() for t in tools.split(",") if t.strip()])
-        click.echo(render_table(rows))
-        if out is not None:
-            out.write_text(json.dumps({"rows": rows}, indent=2))
+        emit(render_table(rows), out, {"rows": rows})

@@ -34,9 +34,9 @@ from typing import Any
 
 from engine.base import Message
 from flowstate import tags
-from flowstate.eval.policies import Policy, fit, memory_reply, memory_text, read_interaction, read_prompt, words
+from flowstate.eval.policies import Policy, memory_reply, memory_text, read_interaction, read_prompt, words
 from flowstate.eval.task import Score, Task
-from flowstate.limits import STANDARD, Limits
+from flowstate.limits import STANDARD, Limits, fit
 from flowstate.memory.base import Strategy
 from flowstate.nodes import OBSERVATION_PREFIX
 from flowstate.protocol import ModelOutput, bounded, render_output

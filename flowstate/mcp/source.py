@@ -211,7 +211,7 @@ class McpSource:
 
     def close(self) -> None:
         with self._lock:
-            live, self._live = list(self._live.values()), {}
+            live, self._live = list(self._live.values()), OrderedDict()
         for connection in live:
             self._stop(connection)
 

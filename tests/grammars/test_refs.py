@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from flowstate.protocol import block_schemas
 from grammars.check import accepts, validate
 from grammars.four_blocks import ToolBounds, protocol_grammar
 from grammars.refs import SchemaRefError, inline, pointer
-from flowstate.protocol import block_schemas
 from tests.helpers import output
 
 CITY = {"type": "string", "enum": ["Paris", "Rome"]}
