@@ -117,7 +117,8 @@ class AgentConfig:
         ``validate``: compile once to check that client-given schemas can be decoded (``GrammarError``)."""
         if not self.constrained:
             return None
-        key = canonical_json([list(specs), options.tool_choice, options.parallel_tool_calls, options.answer_schema])
+        key = canonical_json([list(specs), options.tool_choice, options.parallel_tool_calls, options.answer_schema,
+                              sorted(options.hidden)])
         with self._lock:
             grammars = self._grammars.pop(key, None)
         if grammars is None:

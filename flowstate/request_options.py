@@ -25,6 +25,7 @@ class RequestOptions:
     tool_choice: str = "auto"  # auto | none | required | the one tool's name
     parallel_tool_calls: bool = True  # False: at most one tool call per step
     answer_schema: dict[str, Any] | None = None  # the final answer is JSON matching this schema
+    hidden: tuple[str, ...] = ()  # server tools this request may not call (a Responses mcp tool's allowed_tools)
 
     @property
     def required(self) -> bool:
@@ -50,7 +51,7 @@ class RequestOptions:
             return []
         if self.only_tool is not None:
             return [t for t in specs if t["name"] == self.only_tool]
-        return specs
+        return [t for t in specs if t["name"] not in self.hidden]
 
     def stop_at(self, answer: str) -> str:
         """The answer up to the first stop sequence."""
@@ -67,6 +68,9 @@ class RequestOptions:
             if self.tool_choice == "none" or (allowed and call.name not in allowed):
                 bad.append(Malformed("tool_calls", position, f"tool_choice {self.tool_choice!r} does not allow "
                                      f"calling {call.name!r}", call.name))
+            elif call.name in self.hidden:
+                bad.append(Malformed("tool_calls", position, f"{call.name!r} is not among this request's allowed "
+                                     "tools", call.name))
             elif not self.parallel_tool_calls and kept:
                 bad.append(Malformed("tool_calls", position, "parallel_tool_calls is false: one call per step",
                                      call.name))

@@ -7,7 +7,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -66,9 +66,10 @@ class ChatService:
     def __init__(self, services: Services) -> None:
         self.s = services
 
-    def prepare(self, body: ChatRequest) -> Prepared:
+    def prepare(self, body: ChatRequest, hidden: tuple[str, ...] = ()) -> Prepared:
         """Every check a request can fail before a session is touched or a stream starts (4xx, never an error
-        event). It compiles the grammar of tools it has not seen: run it in a worker thread."""
+        event). It compiles the grammar of tools it has not seen: run it in a worker thread. ``hidden``: server
+        tools this request may not call (a Responses request's ``allowed_tools``)."""
         s = self.s
         if body.model not in s.models:
             raise APIError(404, f"model {body.model!r} does not exist; this server serves {s.config.model_id!r}",
@@ -85,7 +86,7 @@ class ChatService:
         conversation = [canonical_message(m, f"messages[{i}]") for i, m in enumerate(body.messages)
                         if m.role not in ("system", "developer")]
         client_tools = [t.spec() for t in body.tools or ()]
-        options = body.options({t["name"] for t in client_tools} | set(s.config.tools))
+        options = replace(body.options({t["name"] for t in client_tools} | set(s.config.tools)), hidden=hidden)
         s.turns.check(client_tools, options)
         return Prepared(body, policy, conversation, client_tools, options)
 

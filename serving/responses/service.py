@@ -42,8 +42,9 @@ class ResponsesService:
         body.check()
         items = body.items()
         chat = validated(ChatRequest, body.chat(items), CHAT_NAMES)
-        p = await anyio.to_thread.run_sync(self.chat.prepare, chat)  # off the event loop, as on chat
-        draft = Draft(body, mcp=self._mcp(body))
+        mcp, hidden = self._mcp(body)
+        p = await anyio.to_thread.run_sync(self.chat.prepare, chat, hidden)  # off the event loop, as on chat
+        draft = Draft(body, mcp=mcp)
         continue_at: int | None = None
         if body.previous_response_id is not None:
             previous = await anyio.to_thread.run_sync(self.s.config.repo.response, body.previous_response_id, ns)
@@ -69,19 +70,28 @@ class ResponsesService:
             return JSONResponse(await asyncio.shield(finishing))
         return StreamingResponse(stream(draft, finishing, begun.deltas), media_type="text/event-stream")
 
-    def _mcp(self, body: ResponsesRequest) -> dict[str, list[dict[str, Any]]]:
-        """The tool specs of the MCP servers the request names, each one this server runs (``--mcp``)."""
+    def _mcp(self, body: ResponsesRequest) -> tuple[dict[str, list[dict[str, Any]]], tuple[str, ...]]:
+        """The tool specs of the MCP servers the request names, each one this server runs (``--mcp``), as the
+        request's ``allowed_tools`` leave them; and the tools it hides (callable by no step of this request)."""
         sources = {src.name: src for src in self.s.config.tools.sources}
         found: dict[str, list[dict[str, Any]]] = {}
-        for i, label in body.mcp():
+        hidden: list[str] = []
+        for i, label, allowed in body.mcp():
             source = sources.get(label)
             if source is None:
                 known = ", ".join(sources) or "none"
                 raise bad_request(f"tools[{i}]: no MCP server {label!r} runs on this server (flowstate serve --mcp "
                                   f"NAME=COMMAND|URL; running: {known}); a request's server_url is never dialled",
                                   f"tools[{i}].server_label", "unknown_mcp_server")
-            found[label] = list(source.specs)
-        return found
+            names = [s["name"] for s in source.specs]
+            unknown = sorted(set(allowed or ()) - set(names))
+            if unknown:
+                raise bad_request(f"tools[{i}].allowed_tools names {', '.join(unknown)}, which MCP server {label!r} "
+                                  f"does not have (it has {', '.join(names)})", f"tools[{i}].allowed_tools",
+                                  "unknown_tool")
+            found[label] = [s for s in source.specs if allowed is None or s["name"] in allowed]
+            hidden += [n for n in names if allowed is not None and n not in allowed]
+        return found, tuple(sorted(hidden))
 
     async def _finish(self, ns: str, draft: Draft, begun: Begun, items: list[dict[str, Any]]) -> dict[str, Any]:
         """The response object of the turn (or of the reply an identical earlier call got), stored unless

@@ -53,9 +53,11 @@ class ResponsesRequest(Ingress):
             raise bad_request("previous_response_id and conversation cannot be used together", "previous_response_id")
         check_metadata(self.metadata or {})
 
-    def mcp(self) -> list[tuple[int, str]]:
-        """The ``mcp`` tools' (position, server_label): servers the operator configured (``--mcp``) run their tools
-        server-side, never a ``server_url`` the request names; approvals and tool filters are not built yet."""
+    def mcp(self) -> list[tuple[int, str, list[str] | None]]:
+        """The ``mcp`` tools' (position, server_label, allowed_tools): servers the operator configured (``--mcp``)
+        run their tools server-side, never a ``server_url`` the request names; ``allowed_tools`` (names, or
+        ``{"tool_names": [...]}``) keeps only those of that server callable (None: all); approvals are not built
+        yet."""
         out = []
         for i, tool in enumerate(self.tools or []):
             if tool.get("type") != "mcp":
@@ -66,10 +68,7 @@ class ResponsesRequest(Ingress):
                 raise bad_request(f"tools[{i}]: approvals of MCP calls are not supported yet: send require_approval: "
                                   '"never" (the server\'s MCP tools then run as its own tools do)',
                                   f"tools[{i}].require_approval", "unsupported_parameter")
-            if tool.get("allowed_tools") is not None:
-                raise bad_request(f"tools[{i}]: allowed_tools is not supported yet: every tool of the server stays "
-                                  "available", f"tools[{i}].allowed_tools", "unsupported_parameter")
-            out.append((i, tool["server_label"]))
+            out.append((i, tool["server_label"], _allowed(tool.get("allowed_tools"), f"tools[{i}].allowed_tools")))
         return out
 
     def items(self) -> list[dict[str, Any]]:
@@ -186,6 +185,19 @@ def _tools(tools: list[dict[str, Any]], choice: str | dict[str, Any] | None) -> 
         raise bad_request(f"tool_choice of type {kind!r} is not supported: use auto, none, required, a function or "
                           "allowed_tools", "tool_choice")
     return out, choice
+
+
+def _allowed(value: Any, where: str) -> list[str] | None:
+    """An mcp tool's ``allowed_tools``: a list of names or a filter ``{"tool_names": [...]}`` (None: every tool)."""
+    if value is None:
+        return None
+    names = value.get("tool_names") if isinstance(value, dict) else value
+    if isinstance(value, dict) and value.get("read_only") is not None:
+        raise bad_request(f"{where}: read_only filters are not supported (MCP servers here declare no read-only "
+                          "hints FlowState trusts): name the tools", where, "unsupported_parameter")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise bad_request(f"{where} is a list of tool names or {{\"tool_names\": [...]}}", where)
+    return names
 
 
 def _format(text: dict[str, Any] | None) -> dict[str, Any] | None:

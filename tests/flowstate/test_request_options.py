@@ -52,6 +52,8 @@ def json_answer(value: object) -> str:
     ({"answer_schema": SCHEMA}, json_answer({"hotel": "A", "nights": 2}), True),
     ({"answer_schema": SCHEMA}, json_answer({"hotel": "C", "nights": 2}), False),
     ({"answer_schema": SCHEMA}, output(content="A for two nights"), False),
+    ({"hidden": ("book_hotel",)}, output(tools=[SEARCH]), True),  # a Responses mcp tool's allowed_tools
+    ({"hidden": ("book_hotel",)}, output(tools=[BOOK]), False),
 ])
 def test_the_grammar_holds_the_request_to_its_options(options: dict, text: str, ok: bool) -> None:
     assert accepts(grammar(**options), text) is ok
@@ -62,6 +64,7 @@ def test_the_grammar_holds_the_request_to_its_options(options: dict, text: str, 
     ({"tool_choice": "search_hotels"}, output(tools=[BOOK, SEARCH]), "search_hotels", "does not allow"),
     ({"tool_choice": "none"}, output(tools=[SEARCH]), "nothing", "does not allow"),
     ({"parallel_tool_calls": False}, output(tools=[SEARCH, BOOK]), "search_hotels", "one call per step"),
+    ({"hidden": ("book_hotel",)}, output(tools=[BOOK, SEARCH]), "search_hotels", "not among this request's allowed"),
 ])
 def test_without_a_grammar_what_the_options_forbid_is_excluded(options: dict, text: str, kept: str, reason: str) -> None:
     out = RequestOptions(**options).enforce(parse_output(text))  # type: ignore[arg-type]

@@ -78,3 +78,30 @@ def test_a_response_names_a_configured_mcp_server_and_shows_its_calls(server: Se
                        ({k: v for k, v in records.items() if k != "require_approval"}, "approvals")):
         with pytest.raises(openai.BadRequestError, match=match):
             api.responses.create(model="flowstate", input="[mcp-r] x", tools=[bad])
+
+
+def test_a_responses_mcp_tools_allowed_tools_keep_only_those_callable(server: Server) -> None:
+    """``allowed_tools`` on an mcp tool: only those of the server are listed and callable in that request; a call
+    of another is refused and fed back (the grammar leaves it out where the engine decodes under one), a later
+    request without the filter calls it again; a name the server lacks, or a read_only filter, is a 400."""
+    script = lines("[mcp-a]", [
+        output(tools=[{"name": "add", "arguments": {"a": 1, "b": 2}}]),  # hidden in this request: refused
+        output(tools=[{"name": "lookup", "arguments": {"key": "k1"}}]), output(content="k1 looked up."),
+        output(tools=[{"name": "add", "arguments": {"a": 1, "b": 2}}]), output(content="3."),
+    ])
+    url = server.start(script, "--mcp", f"records={sys.executable} {SERVER}")
+    api = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
+    records: dict[str, object] = {"type": "mcp", "server_label": "records", "require_approval": "never"}
+    only = {**records, "allowed_tools": ["lookup"]}
+    r = api.responses.create(model="flowstate", conversation="mcp-a", input="[mcp-a] Look k1 up.", tools=[only])  # type: ignore[list-item]
+    listed = r.output[0]
+    assert listed.type == "mcp_list_tools" and [t.name for t in listed.tools] == ["lookup"]  # type: ignore[union-attr]
+    assert [i.name for i in r.output if i.type == "mcp_call"] == ["lookup"] and r.output_text == "k1 looked up."  # type: ignore[union-attr]
+    steps = (r.model_extra or {})["flowstate"]["steps"]
+    assert "not among this request's allowed tools" in json.dumps(steps)  # the add was refused and said so
+    again = api.responses.create(model="flowstate", conversation="mcp-a", input="[mcp-a] Add 1 and 2.", tools=[records])  # type: ignore[list-item]
+    assert [i.name for i in again.output if i.type == "mcp_call"] == ["add"] and again.output_text == "3."  # type: ignore[union-attr]
+    for bad, match in (({**records, "allowed_tools": ["nope"]}, "does not have"),
+                       ({**records, "allowed_tools": {"read_only": True}}, "read_only")):
+        with pytest.raises(openai.BadRequestError, match=match):
+            api.responses.create(model="flowstate", input="[mcp-a] x", tools=[bad])  # type: ignore[list-item]
