@@ -87,5 +87,5 @@ def test_a_client_tool_may_not_take_a_memory_methods_tool_name(server: Server) -
 
 
 def test_an_unknown_strategy_is_refused_with_the_valid_ones(server: Server) -> None:
-    with pytest.raises(RuntimeError, match="unknown strategy 'magic'; valid strategies: flowstate, flowstate-paged, full-context"):
+    with pytest.raises(RuntimeError, match="unknown strategy 'magic'; valid strategies: flowstate, flowstate-paged, flowstate-facts, full-context"):
         server.start([step("flowstate", content="x")], "--strategy", "magic")
