@@ -139,6 +139,17 @@ class Simulation:
         return Scheduler(vllm_config=self.config, kv_cache_config=kv, block_size=self.budget.block_size,
                          structured_output_manager=StructuredOutputManager(self.config), log_stats=True)
 
+    def _check_fits(self, sessions: Sequence[Sequence[tuple[list[int], int]]]) -> None:
+        longest = max((len(ids) + n for calls in sessions for ids, n in calls), default=0)
+        if longest > self.budget.blocks * self.budget.block_size:
+            raise ValueError(f"a call needs {longest} tokens of KV cache; the budget holds "
+                             f"{self.budget.blocks * self.budget.block_size} (raise --kv-tokens)")
+
+    def _waited_for_kv(self, sched: Any, scheduled: int) -> bool:
+        """A request left waiting though the step had tokens and seats to spare waited for KV blocks."""
+        return bool(sched.waiting) and scheduled < self.budget.max_num_batched_tokens \
+            and len(sched.running) < self.budget.max_num_seqs
+
     def run(self, sessions: Sequence[Sequence[tuple[list[int], int]]], clock: StepTime | None = None) -> dict[str, Any]:
         """Sessions (each its calls' prompt ids and output lengths, in order) all at once; what the scheduler did,
         and with ``clock`` how long it took (each step's roofline time, summed)."""
@@ -147,10 +158,7 @@ class Simulation:
         from vllm.v1.request import Request
 
         sched = self.scheduler()
-        longest = max((len(ids) + n for calls in sessions for ids, n in calls), default=0)
-        if longest > self.budget.blocks * self.budget.block_size:
-            raise ValueError(f"a call needs {longest} tokens of KV cache; the budget holds "
-                             f"{self.budget.blocks * self.budget.block_size} (raise --kv-tokens)")
+        self._check_fits(sessions)
         queues = [list(calls) for calls in sessions]
         live: dict[str, tuple[int, Any]] = {}
         made = 0
@@ -160,9 +168,8 @@ class Simulation:
             nonlocal made
             timing.submitted(f"{session}-{made}")
             ids, n = queues[session].pop(0)
-            n = max(n, 1)
             req = Request(request_id=f"{session}-{made}", prompt_token_ids=ids, pooling_params=None,
-                          sampling_params=SamplingParams(max_tokens=n, min_tokens=n, ignore_eos=True),
+                          sampling_params=SamplingParams(max_tokens=max(n, 1), min_tokens=max(n, 1), ignore_eos=True),
                           block_hasher=self.hasher)
             made += 1
             live[req.request_id] = (session, req)
@@ -176,25 +183,19 @@ class Simulation:
         while live:
             plan = sched.schedule()
             steps += 1
-            peak_usage = max(peak_usage, sched.kv_cache_manager.usage)
-            peak_waiting = max(peak_waiting, len(sched.waiting))
+            peak_usage, peak_waiting = max(peak_usage, sched.kv_cache_manager.usage), max(peak_waiting, len(sched.waiting))
             ids_ = list(plan.num_scheduled_tokens)
             scheduled = sum(plan.num_scheduled_tokens.values())
             computed += scheduled
-            # a request left waiting though the step had tokens and seats to spare waited for KV blocks
-            if sched.waiting and scheduled < self.budget.max_num_batched_tokens \
-                    and len(sched.running) < self.budget.max_num_seqs:
-                kv_waits += 1
+            kv_waits += self._waited_for_kv(sched, scheduled)
             sampled = [[PLACEHOLDER] if live[r][1].num_computed_tokens >= live[r][1].num_tokens else [] for r in ids_]
             if clock is not None:
                 timing.step(clock, plan.num_scheduled_tokens, {r: live[r][1] for r in ids_},
                             [r for r, out in zip(ids_, sampled, strict=True) if out])
             result = sched.update_from_output(plan, ModelRunnerOutput(
                 req_ids=ids_, req_id_to_index={r: j for j, r in enumerate(ids_)}, sampled_token_ids=sampled))
-            for out in result.values():
-                stats = out.scheduler_stats.prefix_cache_stats if out.scheduler_stats else None
-                if stats is not None:
-                    hits, queries = hits + stats.hits, queries + stats.queries
+            step_hits, step_queries = _prefix_stats(result)
+            hits, queries = hits + step_hits, queries + step_queries
             for rid, (session, req) in list(live.items()):
                 if req.is_finished():
                     timing.finished(rid)
@@ -207,6 +208,16 @@ class Simulation:
                 "output_tokens": output, "peak_kv_usage": round(peak_usage, 3), "peak_waiting": peak_waiting,
                 "kv_wait_steps": kv_waits, "prefix_hit_rate": round(hits / queries, 3) if queries else None, "preemptions": preemptions,
                 **(timing.figures(len(sessions)) if clock is not None else {})}
+
+
+def _prefix_stats(result: dict[Any, Any]) -> tuple[int, int]:
+    """The prefix-cache hits and queries the scheduler reported for one step."""
+    hits = queries = 0
+    for out in result.values():
+        stats = out.scheduler_stats.prefix_cache_stats if out.scheduler_stats else None
+        if stats is not None:
+            hits, queries = hits + stats.hits, queries + stats.queries
+    return hits, queries
 
 
 def bench_capacity(traces: dict[str, dict[str, list[TracedCall]]], tokenize: Tokenize, simulation: Simulation,
