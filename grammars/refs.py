@@ -20,6 +20,7 @@ SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
 SCHEMA_ONE = ("items", "additionalItems", "additionalProperties", "unevaluatedItems", "unevaluatedProperties",
               "not", "if", "then", "else", "contains", "propertyNames")
 CONTAINERS = ("$defs", "definitions")  # hold schemas only for references to reach: inlined, then dropped
+MAX_NODES = 20_000  # subschemas a schema may expand to with its references followed
 
 
 class SchemaRefError(ValueError):
@@ -28,7 +29,7 @@ class SchemaRefError(ValueError):
     def __init__(self, message: str, ref: str, code: str = "unresolved_ref") -> None:
         super().__init__(message)
         self.ref = ref
-        self.code = code  # unresolved_ref, or infinite_recursion
+        self.code = code  # unresolved_ref, infinite_recursion or schema_too_large
 
 
 def subschemas(node: dict[str, Any], fn: Callable[[Any], Any]) -> dict[str, Any]:
@@ -94,10 +95,15 @@ def inline(root: Any, drop: frozenset[str] = frozenset(), prefix: str = "") -> A
     a caller that embeds it lifts them to the embedding document's root)."""
     names: dict[str, str] = {}  # recursive ref -> its hoisted name
     hoisted: dict[str, Any] = {}
+    budget = [MAX_NODES]  # references shared along many paths are copied on each: bounded, never exponential
 
     def expand(node: Any, stack: tuple[str, ...]) -> Any:
         if not isinstance(node, dict):
             return node
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise SchemaRefError(f"the schema expands past {MAX_NODES:,} subschemas once its references are followed "
+                                 "(references shared along many paths)", "#", "schema_too_large")
         if "$ref" not in node:
             kept = {k: v for k, v in node.items() if k not in drop and k not in CONTAINERS}
             return subschemas(kept, lambda sub: expand(sub, stack))

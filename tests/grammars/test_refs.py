@@ -103,3 +103,15 @@ def test_a_tool_property_named_title_is_decoded_not_dropped() -> None:
                             "required": ["title", "description"]})
     assert accepts(grammar, output(tools=[{"name": "walk", "arguments": {"title": "a", "description": "b"}}]))
     assert not accepts(grammar, output(tools=[{"name": "walk", "arguments": {}}]))
+
+
+def test_references_shared_along_many_paths_expand_within_a_bound() -> None:
+    # each level names the next twice: 2^40 copies unbounded; a clear error instead of a hang
+    defs = {f"d{i}": {"type": "object", "properties": {"a": {"$ref": f"#/$defs/d{i + 1}"},
+                                                       "b": {"$ref": f"#/$defs/d{i + 1}"}}} for i in range(40)}
+    defs["d40"] = {"type": "string"}
+    with pytest.raises(SchemaRefError, match="expands past 20,000") as raised:
+        inline({"$defs": defs, "$ref": "#/$defs/d0"})
+    assert raised.value.code == "schema_too_large"
+    small = {**{k: v for k, v in defs.items() if int(k[1:]) >= 30}}  # ten levels: 2^10 copies, within it
+    assert inline({"$defs": small, "$ref": "#/$defs/d30"})["properties"]["a"]["properties"]["b"]["type"] == "object"
