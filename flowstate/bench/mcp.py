@@ -81,7 +81,8 @@ def bench_mcp(sessions: int, bound: int, again: int, progress: Callable[[str], N
             for i in range(sessions):
                 reply = client.chat.completions.create(model="flowstate", user=f"s{i}",
                                                        messages=[{"role": "user", "content": "Count once."}])
-                assert reply.choices[0].message.content == "counted", reply
+                if reply.choices[0].message.content != "counted":
+                    raise RuntimeError(f"session s{i}'s request did not end as scripted: {reply}")
                 first.append(_counted(http, f"s{i}"))
                 metrics = http.get("/metrics").text
                 peak_live = max(peak_live, int(_gauge(metrics, "flowstate_mcp_connections")))
