@@ -73,3 +73,9 @@ def test_every_runnable_block_runs_as_printed(where: str, commands: str, tmp_pat
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", commands], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, f"{where}:\n{commands}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+
+
+def test_every_results_page_names_the_command_that_reproduces_it() -> None:
+    pages = sorted((ROOT / "docs" / "results").glob("*.md"))
+    silent = [p.name for p in pages if not re.search(r"```bash\n[^`]*flowstate |`flowstate [a-z]", p.read_text(encoding="utf-8"))]
+    assert pages and silent == []
