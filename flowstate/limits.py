@@ -82,6 +82,11 @@ def for_engine(engine: Engine | None, name: str | None = None) -> Limits:
     return COMPACT if engine is not None and engine.capabilities.embedded else STANDARD
 
 
+def clip(text: str, n: int) -> str:
+    """``text`` cut to ``n`` characters, the last an ellipsis where it was cut."""
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
 def fit(value: Any, limits: Limits, depth: int = 0) -> Any:
     """A JSON value cut to what a state's value may hold under ``limits``: containers to ``value_items`` members
     and ``value_depth`` levels below the top object, strings to ``value_text`` characters."""

@@ -417,5 +417,5 @@ def bench_load_cmd(sessions: int, turns: int, pg_url: str | None, sources: tuple
     with errors():
         databases = side_by_side(pg_url)
         rows = bench_load(sessions, turns, databases, [*sources, None], progress=progress,
-                          tools=[t.strip() for t in tools.split(",") if t.strip()])
+                          tools=_names(tools))
         emit(render_table(rows), out, {"rows": rows})

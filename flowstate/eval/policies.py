@@ -21,7 +21,7 @@ from engine.base import Capabilities, Engine, Generation, Message, OnText, Sampl
 from engine.text import common_prefix, flatten, tokenize
 from flowstate import tags
 from flowstate.eval.task import Answer, Call, Decision, Need, Task
-from flowstate.limits import STANDARD, Limits, fit
+from flowstate.limits import STANDARD, Limits, clip, fit
 from flowstate.memory import mem0
 from flowstate.memory.base import Strategy
 from flowstate.nodes import OBSERVATION_PREFIX, PAGE_PREFIX
@@ -275,7 +275,7 @@ class Policy:
             facts = fit(facts, self.limits)
             ops.append({
                 "operation": "add", "state_set": "knowledge", "state_id": "fact_" + o["observation_id"][len(OBSERVATION_PREFIX):],
-                "summary": summary if len(summary) <= self.limits.text else summary[: self.limits.text - 1] + "…",
+                "summary": clip(summary, self.limits.text),
                 "value": facts, "refs": [{"rel": "supports", "state_id": o["observation_id"]}],
             })
         return ops[: self.limits.ops]

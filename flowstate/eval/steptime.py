@@ -74,15 +74,21 @@ class StepTime:
         return replace(self, overhead_s=seconds)
 
 
+def _parse(spec: str) -> tuple[str, str]:
+    """(model, GPU) of ``MODEL@GPU[:BATCH]``."""
+    model_name, at, rest = spec.partition("@")
+    gpu = rest.partition(":")[0]
+    if not at or gpu not in GPUS:
+        raise ValueError(f"--gpu-cost {spec!r}: expected MODEL@GPU, e.g. qwen3.5-27b@h200 (GPUs: {', '.join(GPUS)})")
+    return model_name, gpu
+
+
 def load(spec: str, overhead_s: float = OVERHEAD_S) -> StepTime:
     """``MODEL@GPU`` (a shipped model with compute figures, a GPU of ``GPUS``; a ``:BATCH`` is ignored: the
     scheduler decides each step's batch)."""
     import json
 
-    model_name, at, rest = spec.partition("@")
-    gpu = rest.partition(":")[0]
-    if not at or gpu not in GPUS:
-        raise ValueError(f"--gpu-cost {spec!r}: expected MODEL@GPU, e.g. qwen3.5-27b@h200 (GPUs: {', '.join(GPUS)})")
+    model_name, gpu = _parse(spec)
     model = load_kv(model_name)
     compute = _compute(model_name)
     config: dict[str, Any] = json.loads(SHIPPED.read_text())[model_name]["config"]
@@ -103,10 +109,7 @@ def load(spec: str, overhead_s: float = OVERHEAD_S) -> StepTime:
 def kv_tokens(spec: str, memory_gib: float | None = None, utilization: float = 0.9) -> int:
     """The KV cache, in tokens, of ``MODEL@GPU``: the share vLLM takes of the GPU's memory (``utilization``, its
     default 0.9) less the weights, over the bytes a token of context holds."""
-    model_name, _, rest = spec.partition("@")
-    gpu = rest.partition(":")[0]
-    if gpu not in GPUS:
-        raise ValueError(f"--gpu-cost {spec!r}: unknown GPU {gpu!r} (GPUs: {', '.join(GPUS)})")
+    model_name, gpu = _parse(spec)
     model = load_kv(model_name)
     if model.weights_bytes is None:
         raise ValueError(f"the weights of {model_name} are unknown: give --kv-tokens")

@@ -27,7 +27,7 @@ from flowstate import tags
 from flowstate.access import disclose
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex, build_index
-from flowstate.limits import COMPACT, STANDARD, Limits, fit
+from flowstate.limits import COMPACT, STANDARD, Limits, clip, fit
 from flowstate.memory.append import APPEND_RULE, appended
 from flowstate.memory.base import MemoryContext, Observed, Start, StepInput, Strategy
 from flowstate.nodes import OBSERVATION_PREFIX, Node, Ref, Relation, StateType, canonical_json
@@ -105,10 +105,9 @@ class StateStrategy(Strategy):
 def response_node(state: ActiveState, response: str | None) -> Node:
     """no-isu's rule-built state: the final response, deriving from every tool result of the request."""
     summary = f"final response: {response}" if response is not None else "unfinished: no final response"
-    short = COMPACT.text  # an index line stays short whatever the profile
     return Node(
         id=f"response_r{state.request}", mark="no-isu.response", type=StateType.ARTIFACT,
-        summary=summary if len(summary) <= short else summary[: short - 1] + "…",
+        summary=clip(summary, COMPACT.text),  # an index line stays short whatever the profile
         value={"response": response}, request=state.request,
         refs=tuple(Ref(rel=Relation.DERIVES, state_id=o.id) for o in state.observations),
     )
@@ -128,10 +127,8 @@ def fact_node(obs: Node, limits: Limits) -> Node:
     index's line length), the result as the value (cut to what a state's value may hold), supported by the raw
     observation."""
     result = canonical_json(obs.value["result"])
-    summary = f"{obs.summary} → {result}"
-    short = COMPACT.text  # an index line stays short whatever the profile
     return Node(id=fact_id(obs.id), mark="flowstate-facts.fact", type=StateType.KNOWLEDGE,
-                summary=summary if len(summary) <= short else summary[: short - 1] + "…",
+                summary=clip(f"{obs.summary} → {result}", COMPACT.text),  # an index line stays short
                 value=fit({"tool": obs.value["tool"], "result": obs.value["result"]}, limits),
                 request=obs.request, refs=(Ref(rel=Relation.SUPPORTS, state_id=obs.id),))
 

@@ -26,7 +26,7 @@ from flowstate import tags
 from flowstate.eval.policies import Policy, memory_reply, memory_text, read_interaction, read_prompt
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import CONFIRM_QUESTION
-from flowstate.limits import STANDARD, Limits
+from flowstate.limits import STANDARD, Limits, clip
 from flowstate.memory.base import Strategy
 from flowstate.nodes import OBSERVATION_PREFIX
 from flowstate.protocol import ModelOutput, bounded, render_output
@@ -42,10 +42,6 @@ def leaves(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
             yield from leaves(v, f"{path}[{i}]")
     elif value is not None:
         yield path or "value", value
-
-
-def _short(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 class GoldPolicy:
@@ -76,7 +72,7 @@ class GoldPolicy:
             args = json.dumps(o.get("arguments", {}), ensure_ascii=False, sort_keys=True)
             op = {"operation": "add", "state_set": "knowledge",
                   "state_id": "fact_" + o["observation_id"][len(OBSERVATION_PREFIX):],
-                  "summary": _short(f"{o['tool']}({args})" + (" failed" if "error" in o else ""), self.limits.text),
+                  "summary": clip(f"{o['tool']}({args})" + (" failed" if "error" in o else ""), self.limits.text),
                   "value": facts, "refs": [{"rel": "supports", "state_id": o["observation_id"]}]}
             ops.append(op if self._fits(op) else {**op, "value": {}})
         return ops[: self.limits.ops]
@@ -129,8 +125,8 @@ class GoldPolicy:
             if first_step and turn == 1:
                 output["state_delta"].insert(0, {
                     "operation": "add", "state_set": "preference", "state_id": "user_request",
-                    "summary": _short(f"user request: {query}", self.limits.text),
-                    "value": {"request": _short(query, self.limits.value_text)}, "refs": []})
+                    "summary": clip(f"user request: {query}", self.limits.text),
+                    "value": {"request": clip(query, self.limits.value_text)}, "refs": []})
         if turn > 1 and self.left and "state_focus" in self.strategy.blocks:
             output["state_focus"] = [{"target_id": t, "reason": "facts the requested changes use"}
                                      for t in self._focus(parts)]
