@@ -48,5 +48,16 @@ class SessionNotFound(StorageError):
     """The named session has no requests in this repository."""
 
 
+class SessionHasForks(StorageError):
+    """The session cannot be forgotten while forks share its requests: they would lose what they share."""
+
+    def __init__(self, session: str, forks: list[str]) -> None:
+        shown = ", ".join(repr(f) for f in forks[:5]) + (f" and {len(forks) - 5} more" if len(forks) > 5 else "")
+        super().__init__(f"session {session!r} has {len(forks)} fork(s) sharing its requests ({shown}): "
+                         "delete them first")
+        self.session = session
+        self.forks = forks
+
+
 class ToolLoadError(FlowStateError):
     """A tool set named as ``module:attribute`` cannot be loaded or is not a tool set."""

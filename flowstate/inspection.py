@@ -16,8 +16,10 @@ def session_dump(repo: Repository, session: str) -> dict[str, Any]:
     requests = repo.requests(session)
     nodes = repo.nodes(session)
     index = build_index(requests, nodes)
+    fork = repo.forked_from(session)
     return {
         "session": session,
+        "forked_from": None if fork is None else {"session": fork[0], "requests": fork[1]},
         "requests": [{"index": r.index, "query": r.query, "response": r.response, "unfinished": r.unfinished}
                      for r in requests],
         "index": [

@@ -37,6 +37,18 @@ from flowstate.update import apply_delta
 
 
 @dataclass(frozen=True)
+class Approval:
+    """The client's answer to a call of a server tool that waits on its approval (``RequestOptions.approval``)."""
+
+    approve: bool
+    reason: str | None = None
+
+    def refusal(self) -> str:
+        """The tool error the model sees for a call the client did not approve."""
+        return "the user did not approve this call" + (f": {self.reason}" if self.reason else "")
+
+
+@dataclass(frozen=True)
 class Waiting:
     """The calls of the latest step that wait on the client: ids by position, and the rest already run."""
 
@@ -244,7 +256,7 @@ class RequestRun:
                 done[i] = replace(record, result=first.result, error=first.error, repeat_of=first.observation_id)
                 history[-1] = done[i]
                 continue
-            if call.name in self.client_tools:
+            if call.name in self.client_tools or call.name in self.options.approval:  # the client runs or approves
                 client[self.client_call_id(i)] = i
                 continue
             result, error = self._call_tool(call)
@@ -275,7 +287,8 @@ class RequestRun:
         return None, f"unknown tool {call.name!r}; available: {known}"
 
     def answer(self, results: Mapping[str, Any]) -> None:
-        """The client's results of the waiting calls, by tool_call_id; then ``advance()`` goes on."""
+        """The client's results of the waiting calls, by tool_call_id; then ``advance()`` goes on. A call of a server
+        tool that waits on approval takes an ``Approval``: approved, it runs here; refused, the model is told so."""
         waiting = self.waiting
         if waiting is None:
             raise RuntimeError("no client tool calls wait")
@@ -287,9 +300,15 @@ class RequestRun:
             raise ValueError(f"no result for waiting call(s) {', '.join(missing)}")
         answered = dict(waiting.done)
         for call_id, position in waiting.client.items():
-            call = self.pending[position]
+            call, given = self.pending[position], results[call_id]
+            if (call.name in self.options.approval) != isinstance(given, Approval):
+                raise ValueError(f"call {call_id} of {call.name!r} waits on "
+                                 f"{'an approval' if call.name in self.options.approval else 'a result'}")
+            result, error = given, None
+            if isinstance(given, Approval):
+                result, error = self._call_tool(call) if given.approve else (None, given.refusal())
             answered[position] = ToolCallRecord(call.name, dict(call.arguments), self.observation_id(position + 1),
-                                                results[call_id])
+                                                result, error)
         self.progress.waiting = None
         self.observe([answered[i] for i in range(len(self.pending))])
 

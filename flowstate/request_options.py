@@ -26,6 +26,7 @@ class RequestOptions:
     parallel_tool_calls: bool = True  # False: at most one tool call per step
     answer_schema: dict[str, Any] | None = None  # the final answer is JSON matching this schema
     hidden: tuple[str, ...] = ()  # server tools this request may not call (a Responses mcp tool's allowed_tools)
+    approval: tuple[str, ...] = ()  # server tools whose calls wait on the client's approval (require_approval)
 
     @property
     def required(self) -> bool:

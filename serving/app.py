@@ -286,4 +286,6 @@ def _dump(repo: Repository, key: SessionKey, live: bool) -> dict[str, Any]:
             raise _unknown(key.name) from exc
         dump = {"requests": [], "index": [], "nodes": []}
     dump["session"] = key.name
+    if dump.get("forked_from"):  # the sessions of one key are forked from its own
+        dump["forked_from"]["session"] = dump["forked_from"]["session"][len(key.namespace):]
     return dump

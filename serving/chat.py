@@ -7,12 +7,13 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from flowstate.loop import Approval
 from flowstate.request_options import RequestOptions
 from serving.completions import completion, replayed, stream
 from serving.errors import APIError, bad_request
@@ -36,6 +37,7 @@ class Prepared:
     conversation: list[dict[str, Any]]
     client_tools: list[dict[str, Any]]
     options: RequestOptions
+    approvals: dict[str, Approval] = field(default_factory=dict)  # the client's answers to approval requests
 
 
 class Moved(Exception):
@@ -66,10 +68,11 @@ class ChatService:
     def __init__(self, services: Services) -> None:
         self.s = services
 
-    def prepare(self, body: ChatRequest, hidden: tuple[str, ...] = ()) -> Prepared:
+    def prepare(self, body: ChatRequest, hidden: tuple[str, ...] = (), approval: tuple[str, ...] = ()) -> Prepared:
         """Every check a request can fail before a session is touched or a stream starts (4xx, never an error
         event). It compiles the grammar of tools it has not seen: run it in a worker thread. ``hidden``: server
-        tools this request may not call (a Responses request's ``allowed_tools``)."""
+        tools this request may not call (a Responses request's ``allowed_tools``); ``approval``: server tools whose
+        calls wait on the client's approval (its ``require_approval``)."""
         s = self.s
         if body.model not in s.models:
             raise APIError(404, f"model {body.model!r} does not exist; this server serves {s.config.model_id!r}",
@@ -86,7 +89,8 @@ class ChatService:
         conversation = [canonical_message(m, f"messages[{i}]") for i, m in enumerate(body.messages)
                         if m.role not in ("system", "developer")]
         client_tools = [t.spec() for t in body.tools or ()]
-        options = replace(body.options({t["name"] for t in client_tools} | set(s.config.tools)), hidden=hidden)
+        options = replace(body.options({t["name"] for t in client_tools} | set(s.config.tools)), hidden=hidden,
+                          approval=approval)
         s.turns.check(client_tools, options)
         return Prepared(body, policy, conversation, client_tools, options)
 
@@ -122,7 +126,8 @@ class ChatService:
             session = SessionKey(ns, full[len(ns):])
         try:
             live = await s.sessions.live(session.full)
-            if continue_at is not None and len(live.transcript) != continue_at:
+            retried = idem is not None and idem in live.replies  # a retry finds its reply, wherever the session is
+            if continue_at is not None and len(live.transcript) != continue_at and not retried:
                 raise Moved(len(live.transcript))
             earlier = _earlier_reply(live, idem, p.conversation,
                                      resent_history=continue_at is None and len(p.conversation) > 1)
@@ -153,7 +158,7 @@ class ChatService:
             if kind == "start":
                 fn = lambda: s.turns.start(live, new, p.policy, p.client_tools, idem, on_delta, p.options)  # noqa: E731
             else:
-                fn = lambda: s.turns.resume(live, new, idem, on_delta)  # noqa: E731
+                fn = lambda: s.turns.resume(live, new, idem, on_delta, p.approvals)  # noqa: E731
             result = await anyio.to_thread.run_sync(fn, limiter=s.limiter)
         except APIError as exc:
             s.metrics.failed(session.namespace, exc.code or "error", exc.steps)

@@ -70,8 +70,37 @@ def _text_bytes(value: Any) -> int:
 
 def load_live(repo: Repository, name: str) -> Live:
     """A session's finished requests as the server holds them, rebuilt from their stored records."""
+    count, finished = _finished(repo, name)
     out: list[dict[str, Any]] = []
     replies: dict[str, int] = {}
+    for _, messages, keys in finished:
+        replies.update({k: len(out) + int(i) for k, i in keys.items()})
+        out.extend(messages)
+    live = Live(name, out, len(out), replies=replies, requests=count)
+    suspended = repo.pending(name)
+    if suspended is not None:  # a request waits on the client's tool results (started here or elsewhere)
+        waiting = suspended["live"]
+        live.transcript.extend(waiting["transcript"])
+        live.replies.update({k: live.finished + int(i) for k, i in waiting["keys"].items()})
+        live.suspended = suspended
+    return live
+
+
+def fork_point(repo: Repository, name: str, position: int) -> int | None:
+    """How many of the session's finished requests its transcript's first ``position`` messages hold, when they
+    end exactly there (None when ``position`` falls inside a request: no fork starts mid-request)."""
+    length = 0
+    for index, messages, _ in _finished(repo, name)[1]:
+        length += len(messages)
+        if length >= position:
+            return index if length == position and position > 0 else None
+    return None
+
+
+def _finished(repo: Repository, name: str) -> tuple[int, list[tuple[int, list[dict[str, Any]], dict[str, int]]]]:
+    """The session's finished requests, and each that its client was answered: its index, its messages in the
+    transcript (the reply last) and its Idempotency-Keys by offset within them."""
+    out = []
     requests = repo.requests(name)
     transcripts = repo.transcripts(name)
     for request in requests:
@@ -83,21 +112,11 @@ def load_live(repo: Repository, name: str) -> Live:
         if kept is None:  # persisted before migration 0006, or not through the endpoint
             kept = Transcript(record.get("transcript") or [{"role": "user", "content": request.query}],
                               record.get("idempotency") or {})
-        start = len(out)
-        out.extend(kept.messages)
-        replies.update({k: start + int(i) for k, i in kept.idempotency.items()})
         response = request.response
         if response is None:  # ended at the step budget: the client was told so
             response = unfinished_message(request.unfinished, (record.get("persisted") or {}).get("states", []))
-        out.append({"role": "assistant", "content": response})
-    live = Live(name, out, len(out), replies=replies, requests=len(requests))
-    suspended = repo.pending(name)
-    if suspended is not None:  # a request waits on the client's tool results (started here or elsewhere)
-        waiting = suspended["live"]
-        live.transcript.extend(waiting["transcript"])
-        live.replies.update({k: live.finished + int(i) for k, i in waiting["keys"].items()})
-        live.suspended = suspended
-    return live
+        out.append((request.index, [*kept.messages, {"role": "assistant", "content": response}], kept.idempotency))
+    return len(requests), out
 
 
 def reply_message(message: dict[str, Any]) -> AssistantMessage:

@@ -13,10 +13,12 @@ from starlette.requests import Request
 
 from engine.base import Engine
 from flowstate.config import AgentConfig, LoopConfig
+from flowstate.errors import SessionHasForks
 from flowstate.memory.base import Strategy
 from flowstate.memory.state import FLOWSTATE
 from flowstate.store.repository import Repository
 from flowstate.tools import ToolSet
+from serving.errors import conflict
 from serving.metrics import TenantMetrics
 from serving.naming import Keys
 from serving.registry import Registry
@@ -68,7 +70,14 @@ class Services:
         await self.sessions.enter(session)
         try:
             live = self.sessions.peek(session)
-            deleted = await anyio.to_thread.run_sync(self.config.repo.delete_session, session)
+            try:
+                deleted = await anyio.to_thread.run_sync(self.config.repo.delete_session, session)
+            except SessionHasForks as exc:  # names hold no '/': the key's namespace is what comes before the last
+                ns = session[:session.rfind("/") + 1]
+                forks = ", ".join(repr(f[len(ns):]) for f in exc.forks[:5])
+                raise conflict(f"session {session[len(ns):]!r} has {len(exc.forks)} fork(s) that share its requests "
+                               f"({forks}{', …' if len(exc.forks) > 5 else ''}): delete them first",
+                               "session_has_forks") from None
             self.sessions.forget(session)
         finally:
             self.sessions.leave(session)

@@ -15,10 +15,10 @@ from engine.base import Engine, OnText, Usage
 from engine.errors import ContextOverflow, EngineError
 from flowstate.config import AgentConfig
 from flowstate.errors import RequestFailed
-from flowstate.loop import RequestRun, Waiting
+from flowstate.loop import Approval, RequestRun, Waiting
 from flowstate.nodes import canonical_json
 from flowstate.output_stream import AnswerStream, ToolCallStream
-from flowstate.records import StepRecord, unfinished_message
+from flowstate.records import StepRecord, ToolCallRecord, unfinished_message
 from flowstate.request_options import RequestOptions
 from flowstate.store.repository import Repository, Transcript
 from flowstate.suspend import restore, snapshot
@@ -43,6 +43,7 @@ class TurnResult:
     finished: bool  # the request ended and was persisted
     unfinished: str | None = None  # why it ended without a final answer (the step budget; the message says so)
     at: int = 0  # the session's transcript length after this turn: where the session's next turn continues
+    approved: tuple[tuple[str, ToolCallRecord], ...] = ()  # calls the client's approvals ran or refused, by call id
 
     @property
     def finish_reason(self) -> str:
@@ -91,8 +92,9 @@ class Turns:
         return self._drive(live, key, on_delta)
 
     def resume(self, live: Live, results: Sequence[Mapping[str, Any]], key: str | None = None,
-               on_delta: OnDelta | None = None) -> TurnResult:
-        """The client's tool messages answer the waiting calls; the request goes on."""
+               on_delta: OnDelta | None = None, approvals: Mapping[str, Approval] | None = None) -> TurnResult:
+        """The client's tool messages answer the waiting calls (``approvals``: its answers to the calls that wait on
+        its approval, each with a tool message of its own); the request goes on."""
         if live.run is None and live.suspended is not None:  # stored by this server before a restart, or another
             live.run = restore(live.suspended["run"], engine=self.engine, repo=self.repo, agent=self.agent)
         run = live.run
@@ -104,16 +106,19 @@ class Turns:
                                   f"{', '.join(run.waiting.client)}", "messages", "unknown_tool_call_id")
             if m["tool_call_id"] in answered:
                 raise bad_request(f"tool call {m['tool_call_id']!r} is answered twice", "messages")
-            answered[m["tool_call_id"]] = _observation(m["content"])
+            answered[m["tool_call_id"]] = _answer(run, m, approvals or {})
         missing = [i for i in run.waiting.client if i not in answered]
         if missing:
             raise bad_request(f"no tool message answers pending call(s) {', '.join(missing)}", "messages",
                               "missing_tool_results")
+        positions = {i: p for i, p in run.waiting.client.items() if isinstance(answered[i], Approval)}
         run.answer(answered)
         live.transcript.extend(dict(m) for m in results)
-        return self._drive(live, key, on_delta)
+        ran = tuple((i, run.steps[-1].tool_calls[p]) for i, p in positions.items())
+        return self._drive(live, key, on_delta, ran)
 
-    def _drive(self, live: Live, key: str | None, on_delta: OnDelta | None = None) -> TurnResult:
+    def _drive(self, live: Live, key: str | None, on_delta: OnDelta | None = None,
+               approved: tuple[tuple[str, ToolCallRecord], ...] = ()) -> TurnResult:
         run = live.run
         assert run is not None
         first = len(run.steps)
@@ -135,7 +140,7 @@ class Turns:
                 live.abandon()
             raise
         if waiting is not None:
-            return self._result(run, first, self._wait(live, run, waiting, key), len(live.transcript))
+            return self._result(run, first, self._wait(live, run, waiting, key), len(live.transcript), approved)
         assert run.record is not None
         response = run.record.response
         if response is None:  # the step budget ran out: say so, with what was kept
@@ -145,7 +150,7 @@ class Turns:
         live.finished, live.run = len(live.transcript), None
         live.requests += 1
         self._unsuspend(live)
-        return self._result(run, first, AssistantMessage(content=response), len(live.transcript))
+        return self._result(run, first, AssistantMessage(content=response), len(live.transcript), approved)
 
     def _unsuspend(self, live: Live) -> None:
         """The waiting request ended (answered, failed or dropped): its stored snapshot goes."""
@@ -218,11 +223,12 @@ class Turns:
         return AssistantMessage(tool_calls=calls)
 
     @staticmethod
-    def _result(run: RequestRun, first: int, message: AssistantMessage, at: int) -> TurnResult:
+    def _result(run: RequestRun, first: int, message: AssistantMessage, at: int,
+                approved: tuple[tuple[str, ToolCallRecord], ...]) -> TurnResult:
         steps = tuple(run.steps[first:])
         usage = sum((s.usage for s in steps), Usage())
         unfinished = run.record.unfinished if run.record is not None else None
-        return TurnResult(message, usage, steps, run.index_k, not message.tool_calls, unfinished, at)
+        return TurnResult(message, usage, steps, run.index_k, not message.tool_calls, unfinished, at, approved)
 
 
 def _failure(exc: RequestFailed, steps: tuple[StepRecord, ...]) -> APIError:
@@ -255,6 +261,18 @@ def query_text(messages: Sequence[Mapping[str, Any]]) -> str:
              else f"[an assistant message the client wrote, not one of your replies]: {m['content'] or ''}"
              for m in messages]
     return "\n\n".join(p for p in parts if p.strip())
+
+
+def _answer(run: RequestRun, message: Mapping[str, Any], approvals: Mapping[str, Approval]) -> Any:
+    """What a tool message gives the waiting call it answers: the client's approval for a call of a server tool
+    that waits on one, else the result of its own tool's call."""
+    assert run.waiting is not None
+    call_id = message["tool_call_id"]
+    name = run.pending[run.waiting.client[call_id]].name
+    if (name in run.options.approval) != (call_id in approvals):
+        wanted = "an mcp_approval_response" if name in run.options.approval else "its function's output"
+        raise bad_request(f"call {call_id!r} of {name!r} waits on {wanted}", "input", "unexpected_tool_answer")
+    return approvals[call_id] if call_id in approvals else _observation(message["content"])
 
 
 def _observation(content: Any) -> Any:

@@ -118,6 +118,37 @@ _MARKS = """
         -- prefixes (the one time history is rewritten, inside this migration).
 """
 
+_FORKS = """
+        -- A session may be a fork: it shares the first fork_at requests of its parent (their nodes, relations and
+        -- transcripts, read through the repository's lineage join, never copied) and numbers its own requests from
+        -- fork_at + 1. A relation of a fork's node may end at a node its parent holds, so the relations' foreign key on
+        -- the target goes: the repository checks every target against the session's lineage in the request's
+        -- transaction instead (the key on the source stays).
+        ALTER TABLE sessions ADD COLUMN parent_id {id_type} REFERENCES sessions(id);
+        ALTER TABLE sessions ADD COLUMN fork_at INTEGER NOT NULL DEFAULT 0;
+        CREATE INDEX sessions_parent ON sessions(parent_id);
+"""
+_RELATIONS_NO_TARGET_KEY = """
+        CREATE TABLE relations_0009 (
+            session_id INTEGER NOT NULL REFERENCES sessions(id),
+            source_id TEXT NOT NULL,
+            position INTEGER NOT NULL,
+            rel TEXT NOT NULL,
+            target_id TEXT NOT NULL,
+            PRIMARY KEY (session_id, source_id, position),
+            FOREIGN KEY (session_id, source_id) REFERENCES nodes(session_id, node_id)
+        );
+        INSERT INTO relations_0009 SELECT session_id, source_id, position, rel, target_id FROM relations;
+        DROP TABLE relations;
+        ALTER TABLE relations_0009 RENAME TO relations;
+        CREATE INDEX relations_target ON relations(session_id, target_id);
+        CREATE TRIGGER relations_no_update BEFORE UPDATE ON relations
+            BEGIN SELECT RAISE(ABORT, 'historical relations are immutable'); END;
+        CREATE TRIGGER relations_no_delete BEFORE DELETE ON relations
+            WHEN (SELECT forgetting FROM sessions WHERE id = OLD.session_id) IS NOT 1
+            BEGIN SELECT RAISE(ABORT, 'historical relations are immutable'); END;
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     (
         "0001_initial",
@@ -183,6 +214,17 @@ MIGRATIONS: list[tuple[str, str]] = [
         """,
     ),
     ("0008_responses", _RESPONSES.format(id_type="INTEGER")),
+    (
+        "0009_forks",
+        _FORKS.format(id_type="INTEGER") + _RELATIONS_NO_TARGET_KEY
+        + """
+        DROP TRIGGER requests_in_order;
+        CREATE TRIGGER requests_in_order BEFORE INSERT ON requests
+            WHEN NEW.idx != COALESCE((SELECT MAX(idx) FROM requests WHERE session_id = NEW.session_id),
+                                     (SELECT fork_at FROM sessions WHERE id = NEW.session_id)) + 1
+            BEGIN SELECT RAISE(ABORT, 'request index out of order'); END;
+        """,
+    ),
 ]
 
 
@@ -263,6 +305,21 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
         """,
     ),
     ("0008_responses", _RESPONSES.format(id_type="BIGINT")),
+    (
+        "0009_forks",
+        _FORKS.format(id_type="BIGINT")
+        + """
+        ALTER TABLE relations DROP CONSTRAINT relations_session_id_target_id_fkey;
+        CREATE OR REPLACE FUNCTION flowstate_requests_in_order() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.idx != COALESCE((SELECT MAX(idx) FROM requests WHERE session_id = NEW.session_id),
+                                       (SELECT fork_at FROM sessions WHERE id = NEW.session_id)) + 1 THEN
+                    RAISE EXCEPTION 'request index out of order';
+                END IF;
+                RETURN NEW;
+            END $$;
+        """,
+    ),
 ]
 MIGRATION_LOCK = 0x466C6F77  # the advisory lock that serializes migrations across processes
 

@@ -12,9 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowstate.errors import SessionNotFound, StorageError
+from flowstate.errors import SessionHasForks, SessionNotFound, StorageError
 from flowstate.nodes import Node, Ref, canonical_json
 from flowstate.store.backends import Backend, Conn, PostgresBackend, open_backend
+
+# A session's lineage: the session itself (every request of it), then, for a fork, the session it was forked from up
+# to the fork's point, and so on up (each ancestor only up to its child's point). Every read of a session's requests,
+# nodes, relations and transcripts joins it, so a fork shares what came before its point without a copy of it.
+_LINE = ("WITH RECURSIVE line(sid, parent, fork_at, upto) AS ("
+         "SELECT id, parent_id, fork_at, 2147483647 FROM sessions WHERE name = ?"
+         " UNION ALL SELECT s.id, s.parent_id, s.fork_at, l.fork_at FROM sessions s JOIN line l ON s.id = l.parent) ")
+_IN_LINE = "JOIN line l ON n.session_id = l.sid AND n.request_idx <= l.upto"  # nodes n of the lineage
 
 
 @dataclass(frozen=True)
@@ -140,11 +148,47 @@ class Repository:
             sid = self._session_id(conn, session)
             if sid is None:
                 return waiting is not None or created is not None
+            forks = [r[0] for r in conn.execute("SELECT name FROM sessions WHERE parent_id = ? ORDER BY id", (sid,))]
+            if forks:
+                raise SessionHasForks(session, forks)
             conn.execute("UPDATE sessions SET forgetting = 1 WHERE id = ?", (sid,))
             for table in ("relations", "nodes", "transcripts", "requests", "sessions"):
                 column = "id" if table == "sessions" else "session_id"
                 conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (sid,))
         return True
+
+    def fork(self, session: str, at: int, name: str) -> None:
+        """A new session ``name`` that shares ``session``'s first ``at`` requests — their nodes, relations and
+        transcripts — without copying them, and goes on from there on its own (its next request is ``at + 1``).
+        Forking a fork at or before its own point shares from the session that holds those requests. Forking again
+        under the same name at the same point is a no-op (a retried call); any other existing name is refused."""
+        with self._write(f"cannot fork session {session!r} at request {at}") as conn:
+            row = conn.execute("SELECT id, parent_id, fork_at FROM sessions WHERE name = ?", (session,)).fetchone()
+            if row is None:
+                raise SessionNotFound(f"unknown session {session!r} in {self.path}")
+            sid, parent, fork_at = int(row[0]), row[1], int(row[2])
+            done = int(conn.execute(_LINE + "SELECT COALESCE(MAX(r.idx), 0) FROM requests r JOIN line l"
+                                    " ON r.session_id = l.sid AND r.idx <= l.upto", (session,)).fetchone()[0])
+            if not 0 <= at <= done:
+                raise StorageError(f"cannot fork session {session!r} at request {at}: it has {done} finished requests")
+            while parent is not None and at <= fork_at:  # those requests are the ancestor's: share them from there
+                sid, (parent, fork_at) = int(parent), conn.execute(
+                    "SELECT parent_id, fork_at FROM sessions WHERE id = ?", (parent,)).fetchone()
+            source: int | None = sid if at > 0 else None  # forking at 0 shares nothing: a new session
+            existing = conn.execute("SELECT parent_id, fork_at FROM sessions WHERE name = ?", (name,)).fetchone()
+            if existing is not None:
+                if (existing[0], int(existing[1])) != (source, at if source is not None else 0):
+                    raise StorageError(f"cannot fork session {session!r} as {name!r}: that session exists")
+                return
+            conn.execute("INSERT INTO sessions (name, parent_id, fork_at) VALUES (?, ?, ?)",
+                         (name, source, at if source is not None else 0))
+
+    def forked_from(self, session: str) -> tuple[str, int] | None:
+        """The session a fork shares its first requests with, and how many (None for a session that is no fork)."""
+        with self._read() as conn:
+            row = conn.execute("SELECT p.name, s.fork_at FROM sessions s JOIN sessions p ON p.id = s.parent_id"
+                               " WHERE s.name = ?", (session,)).fetchone()
+        return None if row is None else (row[0], int(row[1]))
 
     # -- the Responses API's stored responses -------------------------------------------------
 
@@ -198,8 +242,9 @@ class Repository:
         """The snapshot of the session's waiting request, if it still waits (not if it was finished since)."""
         with self._read() as conn:
             row = conn.execute(
-                "SELECT p.request, p.snapshot, (SELECT COALESCE(MAX(r.idx), 0) FROM requests r JOIN sessions s"
-                " ON s.id = r.session_id WHERE s.name = p.name) FROM pending_requests p WHERE p.name = ?",
+                "SELECT p.request, p.snapshot, (SELECT COALESCE(MAX(r.idx), MAX(s.fork_at), 0) FROM sessions s"
+                " LEFT JOIN requests r ON r.session_id = s.id WHERE s.name = p.name)"
+                " FROM pending_requests p WHERE p.name = ?",
                 (session,)).fetchone()
         if row is None or int(row[0]) != int(row[2]) + 1:
             return None
@@ -218,17 +263,16 @@ class Repository:
             raise SessionNotFound(f"unknown session {session!r} in {self.path}")
 
     def request_count(self, session: str) -> int:
+        """The session's finished requests (a fork's shared ones included)."""
         with self._read() as conn:
-            sid = self._session_id(conn, session)
-            if sid is None:
-                return 0
-            return int(conn.execute("SELECT COALESCE(MAX(idx), 0) FROM requests WHERE session_id = ?", (sid,)).fetchone()[0])
+            return int(conn.execute(_LINE + "SELECT COALESCE(MAX(r.idx), MAX(l.fork_at), 0) FROM line l LEFT JOIN"
+                                    " requests r ON r.session_id = l.sid AND r.idx <= l.upto", (session,)).fetchone()[0])
 
     def requests(self, session: str) -> list[RequestRow]:
         with self._read() as conn:
-            sid = self._session_id(conn, session)
             rows = conn.execute(
-                "SELECT idx, query, response, unfinished FROM requests WHERE session_id = ? ORDER BY idx", (sid,)
+                _LINE + "SELECT r.idx, r.query, r.response, r.unfinished FROM requests r JOIN line l"
+                " ON r.session_id = l.sid AND r.idx <= l.upto ORDER BY r.idx", (session,)
             ).fetchall()
         return [RequestRow(int(i), q, r, u) for i, q, r, u in rows]
 
@@ -236,17 +280,17 @@ class Repository:
         """The endpoint's records of the session's requests, by request index (requests persisted before
         migration 0006 kept theirs in the run record instead)."""
         with self._read() as conn:  # one query (a round trip matters on a server)
-            rows = conn.execute("SELECT t.request_idx, t.messages, t.idempotency FROM transcripts t"
-                                " JOIN sessions s ON s.id = t.session_id WHERE s.name = ? ORDER BY t.request_idx",
+            rows = conn.execute(_LINE + "SELECT t.request_idx, t.messages, t.idempotency FROM transcripts t JOIN line l"
+                                " ON t.session_id = l.sid AND t.request_idx <= l.upto ORDER BY t.request_idx",
                                 (session,)).fetchall()
         return {int(i): Transcript(json.loads(m), json.loads(k)) for i, m, k in rows}
 
     def request_record(self, session: str, index: int) -> dict[str, Any] | None:
         """The run record stored with a finished request."""
         with self._read() as conn:
-            sid = self._session_id(conn, session)
             row = conn.execute(
-                "SELECT record FROM requests WHERE session_id = ? AND idx = ?", (sid, index)
+                _LINE + "SELECT r.record FROM requests r JOIN line l ON r.session_id = l.sid AND r.idx <= l.upto"
+                " WHERE r.idx = ?", (session, index)
             ).fetchone()
         return json.loads(row[0]) if row else None
 
@@ -255,22 +299,21 @@ class Repository:
     def nodes(self, session: str) -> list[Node]:
         """Every node of the session in creation order."""
         with self._read() as conn:
-            sid = self._session_id(conn, session)
             rows = conn.execute(
-                "SELECT node_id, kind, type, summary, value, request_idx, mark FROM nodes WHERE session_id = ? ORDER BY seq",
-                (sid,),
+                _LINE + "SELECT n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, n.mark FROM nodes n "
+                + _IN_LINE + " ORDER BY n.seq", (session,),
             ).fetchall()
-            refs = self._refs(conn, sid)
+            refs = self._refs(conn, session)
         return [self._node(row, refs.get(row[0], ())) for row in rows]
 
     def node(self, session: str, node_id: str) -> Node | None:
         """One node with its relations: one query (a round trip matters on a server)."""
         with self._read() as conn:
             rows = conn.execute(
-                "SELECT n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, n.mark, r.rel, r.target_id"
-                " FROM nodes n JOIN sessions s ON s.id = n.session_id"
+                _LINE + "SELECT n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, n.mark, r.rel, r.target_id"
+                " FROM nodes n " + _IN_LINE +
                 " LEFT JOIN relations r ON r.session_id = n.session_id AND r.source_id = n.node_id"
-                " WHERE s.name = ? AND n.node_id = ? ORDER BY r.position",
+                " WHERE n.node_id = ? ORDER BY r.position",
                 (session, node_id),
             ).fetchall()
         if not rows:
@@ -282,9 +325,9 @@ class Repository:
         """The (source id, relation) pairs of relations that point at ``node_id``."""
         with self._read() as conn:
             rows = conn.execute(
-                "SELECT r.source_id, r.rel FROM relations r JOIN sessions s ON s.id = r.session_id"
-                " JOIN nodes n ON n.session_id = r.session_id AND n.node_id = r.source_id"
-                " WHERE s.name = ? AND r.target_id = ? ORDER BY n.seq, r.position",
+                _LINE + "SELECT r.source_id, r.rel FROM relations r"
+                " JOIN nodes n ON n.session_id = r.session_id AND n.node_id = r.source_id " + _IN_LINE +
+                " WHERE r.target_id = ? ORDER BY n.seq, r.position",
                 (session, node_id),
             ).fetchall()
         return [(src, rel) for src, rel in rows]
@@ -294,17 +337,16 @@ class Repository:
         Disclose reads, in one query."""
         with self._read() as conn:
             rows = conn.execute(
-                "SELECT 0, n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, n.mark, r.rel, r.target_id,"
-                " r.position, 0 FROM nodes n JOIN sessions s ON s.id = n.session_id"
+                _LINE + "SELECT 0, n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, n.mark, r.rel,"
+                " r.target_id, r.position, 0 FROM nodes n " + _IN_LINE +
                 " LEFT JOIN relations r ON r.session_id = n.session_id AND r.source_id = n.node_id"
-                " WHERE s.name = ? AND n.node_id = ?"
+                " WHERE n.node_id = ?"
                 " UNION ALL"
                 " SELECT 1, r.source_id, NULL, NULL, NULL, NULL, NULL, NULL, r.rel, NULL, n.seq, r.position"
-                " FROM relations r JOIN sessions s ON s.id = r.session_id"
-                " JOIN nodes n ON n.session_id = r.session_id AND n.node_id = r.source_id"
-                " WHERE s.name = ? AND r.target_id = ?"
+                " FROM relations r JOIN nodes n ON n.session_id = r.session_id AND n.node_id = r.source_id "
+                + _IN_LINE + " WHERE r.target_id = ?"
                 " ORDER BY 1, 11, 12",
-                (session, node_id, session, node_id),
+                (session, node_id, node_id),
             ).fetchall()
         own = [r for r in rows if r[0] == 0]
         if not own:
@@ -313,14 +355,12 @@ class Repository:
         return self._node(own[0][1:8], refs), [(r[1], r[8]) for r in rows if r[0] == 1]
 
     @staticmethod
-    def _refs(conn: Conn, sid: int | None, source: str | None = None) -> dict[str, tuple[Ref, ...]]:
-        sql = "SELECT source_id, rel, target_id FROM relations WHERE session_id = ?"
-        args: tuple[Any, ...] = (sid,)
-        if source is not None:
-            sql += " AND source_id = ?"
-            args += (source,)
+    def _refs(conn: Conn, session: str) -> dict[str, tuple[Ref, ...]]:
+        """The relations of the session's nodes (a fork's shared ones included), by source id."""
+        sql = (_LINE + "SELECT r.source_id, r.rel, r.target_id FROM relations r JOIN nodes n"
+               " ON n.session_id = r.session_id AND n.node_id = r.source_id " + _IN_LINE)
         out: dict[str, list[Ref]] = {}
-        for src, rel, target in conn.execute(sql + " ORDER BY source_id, position", args):
+        for src, rel, target in conn.execute(sql + " ORDER BY r.source_id, r.position", (session,)):
             out.setdefault(src, []).append(Ref(rel=rel, state_id=target))
         return {k: tuple(v) for k, v in out.items()}
 
@@ -371,6 +411,7 @@ class Repository:
                         (session, index, canonical_json(transcript.messages), canonical_json(transcript.idempotency)),
                     )
                 relations = [(session, n.id, pos, ref.rel.value, ref.state_id) for n in nodes for pos, ref in enumerate(n.refs)]
+                _check_targets(conn, session, index, nodes)
                 if relations:
                     conn.executemany(
                         f"INSERT INTO relations (session_id, source_id, position, rel, target_id) VALUES ({sid}, ?, ?, ?, ?)",
@@ -383,3 +424,18 @@ class Repository:
             raise StorageError(f"session {session!r}: request {index} conflicts with {done} finished requests"
                                " (was the session used concurrently?)") from exc
 
+
+
+def _check_targets(conn: Conn, session: str, index: int, nodes: Sequence[Node]) -> None:
+    """Every relation of a request's new nodes ends at a node of the session (its own, or one a fork shares): the
+    database's own foreign key cannot say so across a fork, so the repository does, in the request's transaction."""
+    outside = sorted({ref.state_id for n in nodes for ref in n.refs} - {n.id for n in nodes})
+    if not outside:
+        return
+    marks = ", ".join("?" for _ in outside)
+    found = {r[0] for r in conn.execute(_LINE + "SELECT n.node_id FROM nodes n " + _IN_LINE +
+                                        f" WHERE n.node_id IN ({marks})", (session, *outside))}
+    missing = [t for t in outside if t not in found]
+    if missing:
+        raise StorageError(f"cannot persist request {index} of {session!r}: relations end at {', '.join(missing)},"
+                           " no node of the session")

@@ -12,7 +12,7 @@ from engine.base import Usage
 from flowstate.nodes import canonical_json
 from serving.errors import bad_request
 from serving.messages import AssistantMessage
-from serving.responses.wire import ResponsesRequest
+from serving.responses.wire import APPROVAL_PREFIX, ResponsesRequest
 from serving.turns import TurnResult
 
 
@@ -45,10 +45,13 @@ def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str
             "status": status}
 
 
-def output_items(message: AssistantMessage, ids: ItemIds) -> list[dict[str, Any]]:
-    """The reply as output items: its function calls, or its answer as one message."""
+def output_items(message: AssistantMessage, ids: ItemIds, approval: dict[str, str]) -> list[dict[str, Any]]:
+    """The reply as output items: its function calls and the calls of MCP tools that wait on the client's approval
+    (``approval``: their server labels by tool name), or its answer as one message."""
     if message.tool_calls:
-        return [call_item(ids.call(c.id), c.id, c.function.name, c.function.arguments) for c in message.tool_calls]
+        return [{"id": APPROVAL_PREFIX + c.id, "type": "mcp_approval_request", "server_label": approval[c.function.name],
+                 "name": c.function.name, "arguments": c.function.arguments} if c.function.name in approval
+                else call_item(ids.call(c.id), c.id, c.function.name, c.function.arguments) for c in message.tool_calls]
     return [message_item(ids.message, message.content or "")]
 
 
@@ -60,15 +63,16 @@ def mcp_items(servers: dict[str, list[dict[str, Any]]], result: TurnResult) -> l
                        "input_schema": t.get("parameters") or {"type": "object"}, "annotations": None} for t in specs]}
            for label, specs in servers.items()]
     label_of = {t["name"]: label for label, specs in servers.items() for t in specs}
-    for step in result.steps:
-        for call in step.tool_calls:
-            if call.name in label_of and call.repeat_of is None:
-                output = None if call.error is not None else (
-                    call.result if isinstance(call.result, str) else canonical_json(call.result))
-                out.append({"id": new_id("mcp"), "type": "mcp_call", "server_label": label_of[call.name],
-                            "name": call.name, "arguments": canonical_json(call.arguments), "output": output,
-                            "error": call.error, "status": "failed" if call.error is not None else "completed",
-                            "approval_request_id": None})
+    calls = [*((APPROVAL_PREFIX + call_id, call) for call_id, call in result.approved),  # approved in this request
+             *((None, call) for step in result.steps for call in step.tool_calls)]
+    for approval_id, call in calls:
+        if call.name in label_of and call.repeat_of is None:
+            output = None if call.error is not None else (
+                call.result if isinstance(call.result, str) else canonical_json(call.result))
+            out.append({"id": new_id("mcp"), "type": "mcp_call", "server_label": label_of[call.name],
+                        "name": call.name, "arguments": canonical_json(call.arguments), "output": output,
+                        "error": call.error, "status": "failed" if call.error is not None else "completed",
+                        "approval_request_id": approval_id})
     return out
 
 
@@ -88,6 +92,7 @@ class Draft:
     ids: ItemIds = field(default_factory=ItemIds)
     conversation: str | None = None
     mcp: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # requested MCP servers' tool specs, by label
+    approval: dict[str, str] = field(default_factory=dict)  # tools whose calls wait on approval: their server labels
 
     def object(self, status: str, output: list[dict[str, Any]] | None = None, usage: Usage | None = None,
                error: dict[str, Any] | None = None, incomplete: str | None = None,
@@ -117,13 +122,13 @@ class Draft:
         incomplete = None
         if result.unfinished is not None:  # the step budget ran out, or the last call was cut at its token budget
             incomplete = "max_output_tokens" if result.steps and result.steps[-1].truncated else "max_steps"
-        output = mcp_items(self.mcp, result) + output_items(result.message, self.ids)
+        output = mcp_items(self.mcp, result) + output_items(result.message, self.ids, self.approval)
         return self.object("incomplete" if incomplete else "completed", output, result.usage, incomplete=incomplete,
                            flowstate=flowstate)
 
     def replayed(self, message: AssistantMessage, flowstate: dict[str, Any]) -> dict[str, Any]:
         """The response to an exact resend of an answered turn: the earlier reply, nothing run again."""
-        return self.object("completed", output_items(message, self.ids), Usage(),
+        return self.object("completed", output_items(message, self.ids, self.approval), Usage(),
                            flowstate={**flowstate, "replayed": True})
 
 

@@ -4,6 +4,9 @@ and turns), the response stored in the repository when ``store`` is on, and the 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import uuid
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -13,6 +16,7 @@ from flowstate.store.repository import StoredResponse
 from serving.chat import IDEMPOTENCY_HEADER, Begun, ChatService, Moved
 from serving.completions import extension
 from serving.errors import APIError, bad_request
+from serving.live import fork_point
 from serving.naming import SESSION_HEADER, check_name, header_text, session_name
 from serving.responses.events import stream
 from serving.responses.objects import Draft, page
@@ -42,27 +46,33 @@ class ResponsesService:
         body.check()
         items = body.items()
         chat = validated(ChatRequest, body.chat(items), CHAT_NAMES)
-        mcp, hidden = self._mcp(body)
-        p = await anyio.to_thread.run_sync(self.chat.prepare, chat, hidden)  # off the event loop, as on chat
-        draft = Draft(body, mcp=mcp)
-        continue_at: int | None = None
+        mcp, hidden, approval = self._mcp(body)
+        p = await anyio.to_thread.run_sync(self.chat.prepare, chat, hidden, tuple(approval))  # off the event loop
+        p = replace(p, approvals=body.approvals(items))
+        draft = Draft(body, mcp=mcp, approval=approval)
+        previous: StoredResponse | None = None
         if body.previous_response_id is not None:
             previous = await anyio.to_thread.run_sync(self.s.config.repo.response, body.previous_response_id, ns)
             if previous is None:
                 raise not_found(body.previous_response_id, "previous_response_id", "previous_response_not_found")
             named: str | None = previous.session[len(ns):]
-            continue_at = previous.position
         elif (conversation := body.conversation_id()) is not None:
             named = draft.conversation = check_name(conversation, "conversation")
         else:
             named = session_name(header_text(session_header, SESSION_HEADER), body.user)
         idem = header_text(idempotency_header, IDEMPOTENCY_HEADER)
+        at = None if previous is None else previous.position
         try:
-            begun = await self.chat.begin(ns, p, named, idem, body.stream, continue_at)
-        except Moved:
-            raise bad_request(f"response {body.previous_response_id!r} is not the latest of its conversation: a later "
-                              "turn continued it. Continue from the latest response (forking an earlier one is not "
-                              "supported yet)", "previous_response_id", "previous_response_not_latest") from None
+            begun = await self.chat.begin(ns, p, named, idem, body.stream, at)
+        except Moved:  # a later turn continued that response: this one forks the session there
+            assert previous is not None and at is not None
+            fork = await self._fork(ns, previous, idem)
+            try:
+                begun = await self.chat.begin(ns, p, fork, idem, body.stream, at)
+            except Moved:  # that key's fork went on under another call: the key was used for a different request
+                raise APIError(422, f"Idempotency-Key {idem!r} was used for a different request: use a new key for a "
+                                    "new request", type="invalid_request_error", param="Idempotency-Key",
+                               code="idempotency_key_reused") from None
         finishing = asyncio.create_task(self._finish(ns, draft, begun, items))
         self.s.running.add(finishing)  # stored even if the client goes away
         finishing.add_done_callback(self.s.running.discard)
@@ -70,13 +80,30 @@ class ResponsesService:
             return JSONResponse(await asyncio.shield(finishing))
         return StreamingResponse(stream(draft, finishing, begun.deltas), media_type="text/event-stream")
 
-    def _mcp(self, body: ResponsesRequest) -> tuple[dict[str, list[dict[str, Any]]], tuple[str, ...]]:
+    async def _fork(self, ns: str, previous: StoredResponse, idem: str | None) -> str:
+        """A new session that shares the previous response's session up to that response (the requests it had
+        finished), named for this call: by its Idempotency-Key when it has one, so that a retry finds its fork."""
+        repo = self.s.config.repo
+        at = await anyio.to_thread.run_sync(fork_point, repo, previous.session, previous.position)
+        if at is None:
+            raise bad_request(f"response {previous.id!r} ended inside a request (in function calls) that a later turn "
+                              "went on with: a fork starts at the end of a completed response; continue from the "
+                              "latest one", "previous_response_id", "previous_response_not_latest")
+        seed = f"{ns}\0{previous.id}\0{idem}" if idem is not None else uuid.uuid4().hex
+        name = "fork_" + hashlib.sha256(seed.encode()).hexdigest()[:32]
+        await anyio.to_thread.run_sync(repo.fork, previous.session, at, ns + name)
+        return name
+
+    def _mcp(self, body: ResponsesRequest) -> tuple[dict[str, list[dict[str, Any]]], tuple[str, ...], dict[str, str]]:
         """The tool specs of the MCP servers the request names, each one this server runs (``--mcp``), as the
-        request's ``allowed_tools`` leave them; and the tools it hides (callable by no step of this request)."""
+        request's ``allowed_tools`` leave them; the tools it hides (callable by no step of this request); and the
+        server label of each tool whose calls wait on the client's approval."""
         sources = {src.name: src for src in self.s.config.tools.sources}
         found: dict[str, list[dict[str, Any]]] = {}
         hidden: list[str] = []
-        for i, label, allowed in body.mcp():
+        approval: dict[str, str] = {}
+        for tool in body.mcp():
+            i, label, allowed = tool.position, tool.label, tool.allowed
             source = sources.get(label)
             if source is None:
                 known = ", ".join(sources) or "none"
@@ -91,7 +118,8 @@ class ResponsesService:
                                   "unknown_tool")
             found[label] = [s for s in source.specs if allowed is None or s["name"] in allowed]
             hidden += [n for n in names if allowed is not None and n not in allowed]
-        return found, tuple(sorted(hidden))
+            approval.update({s["name"]: label for s in found[label] if tool.approves(s["name"])})
+        return found, tuple(sorted(hidden)), approval
 
     async def _finish(self, ns: str, draft: Draft, begun: Begun, items: list[dict[str, Any]]) -> dict[str, Any]:
         """The response object of the turn (or of the reply an identical earlier call got), stored unless

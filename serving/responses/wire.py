@@ -5,10 +5,12 @@ are accepted and left out; what it cannot honour is a 400."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field
 
+from flowstate.loop import Approval
 from serving.errors import bad_request
 from serving.wire import Ingress
 
@@ -53,23 +55,24 @@ class ResponsesRequest(Ingress):
             raise bad_request("previous_response_id and conversation cannot be used together", "previous_response_id")
         check_metadata(self.metadata or {})
 
-    def mcp(self) -> list[tuple[int, str, list[str] | None]]:
-        """The ``mcp`` tools' (position, server_label, allowed_tools): servers the operator configured (``--mcp``)
-        run their tools server-side, never a ``server_url`` the request names; ``allowed_tools`` (names, or
-        ``{"tool_names": [...]}``) keeps only those of that server callable (None: all); approvals are not built
-        yet."""
+    def mcp(self) -> list[McpTool]:
+        """The ``mcp`` tools: servers the operator configured (``--mcp``) run their tools server-side, never a
+        ``server_url`` the request names; ``allowed_tools`` (names, or ``{"tool_names": [...]}``) keeps only those of
+        that server callable; ``require_approval`` says which calls wait on the client's approval."""
         out = []
         for i, tool in enumerate(self.tools or []):
             if tool.get("type") != "mcp":
                 continue
             if not isinstance(tool.get("server_label"), str):
                 raise bad_request(f"tools[{i}]: an mcp tool needs server_label", f"tools[{i}].server_label")
-            if tool.get("require_approval") != "never":
-                raise bad_request(f"tools[{i}]: approvals of MCP calls are not supported yet: send require_approval: "
-                                  '"never" (the server\'s MCP tools then run as its own tools do)',
-                                  f"tools[{i}].require_approval", "unsupported_parameter")
-            out.append((i, tool["server_label"], _allowed(tool.get("allowed_tools"), f"tools[{i}].allowed_tools")))
+            out.append(McpTool(i, tool["server_label"], _allowed(tool.get("allowed_tools"), f"tools[{i}].allowed_tools"),
+                               *_approval(tool.get("require_approval"), f"tools[{i}].require_approval")))
         return out
+
+    def approvals(self, items: list[dict[str, Any]]) -> dict[str, Approval]:
+        """The client's answers to approval requests (``mcp_approval_response`` items), by the call they answer."""
+        return {_approved_call(item, i): Approval(item["approve"], item.get("reason"))
+                for i, item in enumerate(items) if item["type"] == "mcp_approval_response"}
 
     def items(self) -> list[dict[str, Any]]:
         """The input as items, each with an id (a string input is one user message)."""
@@ -102,6 +105,27 @@ class ResponsesRequest(Ingress):
         return body
 
 
+@dataclass(frozen=True)
+class McpTool:
+    """A request's ``mcp`` tool: where it stands in ``tools``, the server it names, the tools it allows (None: every
+    one), and which of its calls wait on approval: those named in ``always``, and the rest unless named in ``never``
+    when ``others`` (``require_approval``'s default, "always", is every call)."""
+
+    position: int
+    label: str
+    allowed: list[str] | None
+    always: frozenset[str] = frozenset()
+    never: frozenset[str] = frozenset()
+    others: bool = True
+
+    def approves(self, name: str) -> bool:
+        """Whether a call of this tool waits on the client's approval."""
+        return name in self.always or (self.others and name not in self.never)
+
+
+APPROVAL_PREFIX = "mcpr_"  # an approval request's id: this prefix and the id of the call it holds
+
+
 def check_metadata(metadata: dict[str, str]) -> dict[str, str]:
     """A response's or conversation's metadata, within OpenAI's bounds (else a 400)."""
     if len(metadata) > 16 or any(len(k) > 64 or len(v) > 512 for k, v in metadata.items()):
@@ -109,7 +133,8 @@ def check_metadata(metadata: dict[str, str]) -> dict[str, str]:
     return metadata
 
 
-_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs",
+           "mcp_approval_response": "mcpa"}
 
 
 def _message_item(item: dict[str, Any], i: int) -> dict[str, Any]:
@@ -156,6 +181,10 @@ def _messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 out[-1]["tool_calls"].append(call)
             else:
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "mcp_approval_response":  # the decision reaches the call as an Approval; this keeps its place
+            approve = "approved" if item["approve"] else "not approved" + (f": {item['reason']}" if item.get("reason")
+                                                                         else "")
+            out.append({"role": "tool", "tool_call_id": _approved_call(item, i), "content": approve})
         elif kind == "function_call_output":
             output = item.get("output")
             if not isinstance(item.get("call_id"), str) or not isinstance(output, str | list):
@@ -185,6 +214,31 @@ def _tools(tools: list[dict[str, Any]], choice: str | dict[str, Any] | None) -> 
         raise bad_request(f"tool_choice of type {kind!r} is not supported: use auto, none, required, a function or "
                           "allowed_tools", "tool_choice")
     return out, choice
+
+
+def _approved_call(item: dict[str, Any], i: int) -> str:
+    """The call an ``mcp_approval_response`` answers (400 for one that is not well formed)."""
+    request_id = item.get("approval_request_id")
+    if not isinstance(request_id, str) or not request_id.startswith(APPROVAL_PREFIX) or not isinstance(
+            item.get("approve"), bool) or not isinstance(item.get("reason"), str | None):
+        raise bad_request(f"input[{i}]: an mcp_approval_response needs approval_request_id (an mcp_approval_request's "
+                          "id), approve (true or false) and optionally reason (a string)", f"input[{i}]")
+    return request_id[len(APPROVAL_PREFIX):]
+
+
+def _approval(value: Any, where: str) -> tuple[frozenset[str], frozenset[str], bool]:
+    """``require_approval`` as (always, never, others): "always" (the default) or "never", or
+    ``{"always": {"tool_names": [...]}, "never": {"tool_names": [...]}}`` — a tool named in neither waits on approval
+    unless only ``always`` names tools."""
+    if value in (None, "always"):
+        return frozenset(), frozenset(), True
+    if value == "never":
+        return frozenset(), frozenset(), False
+    if not isinstance(value, dict) or not set(value) <= {"always", "never"}:
+        raise bad_request(f'{where} is "always", "never" or {{"always": {{"tool_names": [...]}}, "never": '
+                          '{"tool_names": [...]}}', where)
+    names = {k: _allowed(v, f"{where}.{k}") or [] for k, v in value.items()}
+    return frozenset(names.get("always", ())), frozenset(names.get("never", ())), "always" not in value
 
 
 def _allowed(value: Any, where: str) -> list[str] | None:

@@ -301,3 +301,60 @@ def test_stored_responses_by_namespace_and_gone_with_their_session(any_repo: Rep
     assert any_repo.response("resp_1", "ns/") is None and not any_repo.delete_response("resp_1", "ns/")
     any_repo.persist_request("ns/t", 1, "q", "a", [], {})
     assert any_repo.delete_session("ns/t") and any_repo.response("resp_2", "ns/") is None
+
+
+def test_a_fork_shares_its_parents_requests_up_to_its_point_without_copying_them(any_repo: Repository,
+                                                                                 db_target: str) -> None:
+    repo = any_repo
+    repo.persist_request("p", 1, "q1", "r1", [state("a")], {"n": 1},
+                         transcript=Transcript([{"role": "user", "content": "q1"}], {"k1": 0}))
+    repo.persist_request("p", 2, "q2", "r2", [state("b", 2, (Ref(rel=Relation.DERIVES, state_id="a"),))], {"n": 2})
+    repo.persist_request("p", 3, "q3", "r3", [state("c", 3)], {"n": 3})
+    copied = raw(db_target, "SELECT COUNT(*) FROM nodes")[0][0]
+    repo.fork("p", 2, "f")
+    assert raw(db_target, "SELECT COUNT(*) FROM nodes")[0][0] == copied  # nothing copied
+    assert [r.query for r in repo.requests("f")] == ["q1", "q2"] and repo.request_count("f") == 2
+    assert [n.id for n in repo.nodes("f")] == ["a", "b"] and repo.node("f", "c") is None
+    assert repo.incoming("f", "a") == [("b", "derives")] and repo.disclosure("f", "b")[0] == repo.node("p", "b")
+    assert repo.transcripts("f") == repo.transcripts("p") and repo.request_record("f", 2) == {"n": 2}
+    assert repo.request_record("f", 3) is None and repo.forked_from("f") == ("p", 2) and repo.forked_from("p") is None
+    # the fork goes on by itself: its own next request is 3, a relation may end at a shared node, the parent is untouched
+    repo.persist_request("f", 3, "other q3", "x", [state("c", 3, (Ref(rel=Relation.SUPERSEDES, state_id="b"),))], {})
+    assert [(n.id, n.summary) for n in repo.nodes("f")] == [("a", "a"), ("b", "b"), ("c", "c")]
+    assert repo.incoming("f", "b") == [("c", "supersedes")] and repo.incoming("p", "b") == []
+    assert [r.query for r in repo.requests("p")] == ["q1", "q2", "q3"] and repo.node("p", "c") == state("c", 3)
+    with pytest.raises(StorageError, match="conflicts with 3 finished"):
+        repo.persist_request("f", 3, "again", "x", [], {})
+    # a fork of the fork at or before its point shares from the parent itself; after it, from the fork
+    repo.fork("f", 1, "g")
+    repo.fork("f", 3, "h")
+    assert repo.forked_from("g") == ("p", 1) and repo.forked_from("h") == ("f", 3)
+    assert [r.query for r in repo.requests("h")] == ["q1", "q2", "other q3"] and repo.request_count("g") == 1
+    repo.fork("f", 3, "h")  # the same fork again (a retried call): nothing happens
+    with pytest.raises(StorageError, match="exists"):
+        repo.fork("f", 2, "h")
+    with pytest.raises(StorageError, match="has 3 finished"):
+        repo.fork("p", 4, "i")
+
+
+def test_a_fork_refuses_a_relation_to_a_node_it_does_not_share(any_repo: Repository) -> None:
+    repo = any_repo
+    repo.persist_request("p", 1, "q1", "r1", [state("a")], {})
+    repo.persist_request("p", 2, "q2", "r2", [state("late", 2)], {})
+    repo.fork("p", 1, "f")
+    late = state("b", 2, (Ref(rel=Relation.DERIVES, state_id="late"),))  # the parent's, after the fork's point
+    with pytest.raises(StorageError, match="relations end at late"):
+        repo.persist_request("f", 2, "q", "r", [late], {})
+    assert repo.request_count("f") == 1 and repo.node("f", "b") is None
+
+
+def test_a_session_with_forks_is_not_forgotten_before_them(any_repo: Repository) -> None:
+    from flowstate.errors import SessionHasForks
+
+    repo = any_repo
+    repo.persist_request("p", 1, "q1", "r1", [state("a")], {})
+    repo.fork("p", 1, "f")
+    with pytest.raises(SessionHasForks, match="'f'"):
+        repo.delete_session("p")
+    assert [n.id for n in repo.nodes("f")] == ["a"]
+    assert repo.delete_session("f") and repo.delete_session("p") and not repo.has_session("p")

@@ -71,3 +71,42 @@ def test_the_repository_keeps_a_waiting_request_until_it_ends(tmp_path) -> None:
         assert repo.delete_session("t") is True and repo.pending("t") is None  # a session only waiting is a session
         repo.clear_pending("s")
         assert repo.pending("s") is None
+
+
+def test_a_call_that_waits_on_approval_runs_when_approved_and_is_a_tool_error_when_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A server tool named in ``RequestOptions.approval`` waits like a client's call (and through a snapshot); the
+    client's ``Approval`` runs it here, or refuses it with the reason the model reads; a plain result for it, or an
+    approval for a client's call, is refused."""
+    import pytest
+
+    from flowstate.loop import Approval
+    from flowstate.request_options import RequestOptions
+    from flowstate.tools import ToolSet
+
+    ran: list[str] = []
+
+    def lookup(hotel: str) -> dict[str, Any]:
+        """Price of a hotel."""
+        ran.append(hotel)
+        return {"hotel": hotel, "price": 120}
+
+    calls = [output(tools=[{"name": "lookup", "arguments": {"hotel": h}}]) for h in ("A", "B")]
+    engine = ScriptedEngine([calls[0], output(content="A costs 120."), calls[1], output(content="Not allowed.")])
+    with Repository.open(tmp_path / "a.db") as repo:
+        agent = AgentConfig(engine, FLOWSTATE, tools=ToolSet([lookup]))
+        for query, decision, result, error in (("A?", Approval(True), {"hotel": "A", "price": 120}, None),
+                                               ("B?", Approval(False, "too dear"), None,
+                                                "the user did not approve this call: too dear")):
+            run = RequestRun(engine=engine, repo=repo, session="s", query=query, agent=agent,
+                             options=RequestOptions(approval=("lookup",)))
+            waiting = run.advance()
+            assert waiting is not None and list(waiting.client) == ["call_obs_r%d_s1_1" % run.index_k] and not ran[1:]
+            run = restore(json.loads(json.dumps(snapshot(run))), engine=engine, repo=repo, agent=agent)
+            call_id = next(iter(waiting.client))
+            with pytest.raises(ValueError, match="waits on an approval"):
+                run.answer({call_id: {"price": 1}})
+            run.answer({call_id: decision})
+            record = run.steps[-1].tool_calls[0]
+            assert (record.result, record.error) == (result, error)
+            assert run.advance() is None
+        assert ran == ["A"]  # the refused call never ran

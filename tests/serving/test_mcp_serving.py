@@ -53,8 +53,8 @@ def test_serve_refuses_to_start_when_an_mcp_server_cannot(server: Server) -> Non
 
 def test_a_response_names_a_configured_mcp_server_and_shows_its_calls(server: Server) -> None:
     """Responses' ``mcp`` tool selects a server the operator runs (``--mcp``): its tools listed and its calls shown
-    as ``mcp_list_tools`` and ``mcp_call`` items, streamed or not; a label it does not run, or an approval, is a
-    400 — a request's server_url is never dialled."""
+    as ``mcp_list_tools`` and ``mcp_call`` items, streamed or not; a label it does not run, or a malformed
+    ``require_approval``, is a 400 — a request's server_url is never dialled."""
     script = lines("[mcp-r]", [
         output(tools=[{"name": "lookup", "arguments": {"key": "k7"}}]), output(content="k7 is on record."),
         output(tools=[{"name": "lookup", "arguments": {"key": "k8"}}]), output(content="k8 is on record."),
@@ -75,9 +75,59 @@ def test_a_response_names_a_configured_mcp_server_and_shows_its_calls(server: Se
     assert [i.type for i in final.output] == ["mcp_list_tools", "mcp_call", "message"]
     assert kinds.count("response.output_item.done") == 3 and kinds[-1] == "response.completed"
     for bad, match in (({**records, "server_label": "elsewhere"}, "no MCP server 'elsewhere'"),
-                       ({k: v for k, v in records.items() if k != "require_approval"}, "approvals")):
+                       ({**records, "require_approval": {"sometimes": {}}}, "require_approval is")):
         with pytest.raises(openai.BadRequestError, match=match):
             api.responses.create(model="flowstate", input="[mcp-r] x", tools=[bad])
+
+
+def test_an_mcp_call_that_needs_approval_waits_for_the_clients_answer(server: Server) -> None:
+    """``require_approval`` (default "always"): the model's call of the MCP tool ends the response with an
+    ``mcp_approval_request``; the next request answers it with an ``mcp_approval_response`` — approved, the server
+    runs the call (an ``mcp_call`` naming the approval) and the request goes on; refused, the model is told so and
+    answers without it. A tool named under ``never`` runs at once."""
+    script = lines("[mcp-p]", [
+        output(tools=[{"name": "lookup", "arguments": {"key": "k7"}}]), output(content="k7 is on record."),
+        output(tools=[{"name": "lookup", "arguments": {"key": "k9"}}]), output(content="I may not look k9 up."),
+        output(tools=[{"name": "lookup", "arguments": {"key": "k3"}}]), output(content="k3 is on record."),
+    ])
+    url = server.start(script, "--mcp", f"records={sys.executable} {SERVER}")
+    api = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
+    records: dict[str, object] = {"type": "mcp", "server_label": "records"}  # approvals: OpenAI's default
+    with api.responses.stream(model="flowstate", input="[mcp-p] Is k7 on record?", tools=[records]) as s:  # type: ignore[list-item]
+        kinds = [e.type for e in s]
+        asked = s.get_final_response()
+    request = asked.output[-1]
+    assert request.type == "mcp_approval_request" and (request.server_label, request.name) == ("records", "lookup")  # type: ignore[union-attr]
+    assert json.loads(request.arguments) == {"key": "k7"} and kinds[-1] == "response.completed"  # type: ignore[union-attr]
+    assert "mcp_call" not in [i.type for i in asked.output]  # nothing ran yet
+    for bad, match in (([{"type": "function_call_output", "call_id": request.id.removeprefix("mcpr_"), "output": "x"}],  # type: ignore[union-attr]
+                        "waits on an mcp_approval_response"),
+                       ([{"type": "mcp_approval_response", "approval_request_id": "nope", "approve": True}],
+                        "approval_request_id")):
+        with pytest.raises(openai.BadRequestError, match=match):
+            api.responses.create(model="flowstate", previous_response_id=asked.id, input=bad, tools=[records])  # type: ignore[arg-type, list-item]
+    approved = api.responses.create(model="flowstate", previous_response_id=asked.id, tools=[records],  # type: ignore[list-item]
+                                    input=[{"type": "mcp_approval_response", "approval_request_id": request.id,  # type: ignore[union-attr]
+                                            "approve": True}])
+    call = next(i for i in approved.output if i.type == "mcp_call")
+    assert call.approval_request_id == request.id and json.loads(call.output)["key"] == "k7"  # type: ignore[union-attr]
+    assert approved.output_text == "k7 is on record."
+
+    asked = api.responses.create(model="flowstate", previous_response_id=approved.id, input="[mcp-p] And k9?",  # type: ignore[list-item]
+                                 tools=[records])
+    request = asked.output[-1]
+    refused = api.responses.create(model="flowstate", previous_response_id=asked.id, tools=[records],  # type: ignore[list-item]
+                                   input=[{"type": "mcp_approval_response", "approval_request_id": request.id,  # type: ignore[union-attr]
+                                           "approve": False, "reason": "not k9"}])
+    call = next(i for i in refused.output if i.type == "mcp_call")
+    assert call.status == "failed" and call.error == "the user did not approve this call: not k9"  # type: ignore[union-attr]
+    assert refused.output_text == "I may not look k9 up."
+
+    trusted = {**records, "require_approval": {"never": {"tool_names": ["lookup"]}}}
+    direct = api.responses.create(model="flowstate", previous_response_id=refused.id, input="[mcp-p] And k3?",  # type: ignore[list-item]
+                                  tools=[trusted])
+    assert [i.type for i in direct.output] == ["mcp_list_tools", "mcp_call", "message"]
+    assert direct.output_text == "k3 is on record."
 
 
 def test_a_responses_mcp_tools_allowed_tools_keep_only_those_callable(server: Server) -> None:

@@ -73,9 +73,56 @@ def test_function_call_round_trip_with_previous_response_id(server: Server) -> N
     assert later.model_extra["flowstate"]["disclosed"] == ["price_a"]
     session = later.model_extra["flowstate"]["session"]
     assert api.get(f"/sessions/{session}", cast_to=object)["requests"][1]["response"] == "It cost 120 per night."
-    # an earlier response of the chain: forking it is refused, clearly
-    with pytest.raises(openai.BadRequestError, match="not the latest"):
+    # an earlier response that ended in function calls of a request later turns finished: no fork starts mid-request
+    with pytest.raises(openai.BadRequestError, match="a fork starts at the end of a completed response") as refused:
         api.responses.create(model="flowstate", previous_response_id=first.id, input="[r2] again")
+    assert refused.value.code == "previous_response_not_latest"
+
+
+def test_an_earlier_response_forks_its_session_sharing_what_came_before(server: Server) -> None:
+    """Continuing a response that later turns went on from forks the session there: the fork shares the requests up
+    to that response (their states and relations, not copied), runs on its own, and the original is untouched."""
+    api = client(server.start(lines("[r9]", [
+        output(tools=[{"name": "get_price", "arguments": {"hotel": "A"}}]),
+        output(delta=[add("price_a", refs=[("supports", "obs_r1_s1_1")], hotel="A", price=120)]),
+        output(content="Hotel A costs 120 per night."),
+        output(delta=[add("booked_a", "judgement", refs=[("derives", "price_a")], hotel="A")]),
+        output(content="Booked A."),
+        output(delta=[add("booked_b", "judgement", refs=[("derives", "price_a")], hotel="B")]),  # the fork's
+        output(content="Booked B."),
+        output(focus=["booked_b"]),
+        output(content="You booked B."),
+    ])))
+    first = api.responses.create(model="flowstate", input="[r9] What does hotel A cost?", tools=[PRICE_TOOL])
+    priced = api.responses.create(model="flowstate", previous_response_id=first.id, input=answer_call(first),
+                                  tools=[PRICE_TOOL])
+    booked = api.responses.create(model="flowstate", previous_response_id=priced.id, input="[r9] Book it.")
+    original = booked.model_extra["flowstate"]["session"]
+    fork_call: dict[str, Any] = {"model": "flowstate", "previous_response_id": priced.id,
+                                 "input": "[r9] Book hotel B instead.", "extra_headers": {"Idempotency-Key": "fork-1"}}
+    fork = api.responses.create(**fork_call)
+    assert fork.output_text == "Booked B." and fork.previous_response_id == priced.id
+    forked = fork.model_extra["flowstate"]["session"]
+    assert forked != original and fork.model_extra["flowstate"]["request"] == 2
+    again = api.responses.create(**fork_call)  # a retry under its key: the same fork, the same answer, run once
+    assert again.output_text == "Booked B." and again.model_extra["flowstate"]["session"] == forked
+    later = api.responses.create(model="flowstate", previous_response_id=fork.id, input="[r9] Which did I book?")
+    assert later.output_text == "You booked B." and later.model_extra["flowstate"]["disclosed"] == ["booked_b"]
+    mine = api.get(f"/sessions/{forked}", cast_to=object)
+    theirs = api.get(f"/sessions/{original}", cast_to=object)
+    assert [r["query"] for r in mine["requests"]] == ["[r9] What does hotel A cost?", "[r9] Book hotel B instead.",
+                                                     "[r9] Which did I book?"]
+    assert [r["query"] for r in theirs["requests"]] == ["[r9] What does hotel A cost?", "[r9] Book it."]
+    assert mine["forked_from"] == {"session": original, "requests": 1} and theirs["forked_from"] is None
+    states = {n["id"] for n in mine["nodes"] if n["kind"] == "state"}
+    assert states == {"price_a", "booked_b"} and "booked_a" not in states
+    # the fork's states live in its own session; the shared one is the original's row, not a copy
+    with pytest.raises(openai.ConflictError, match="fork"):
+        api.delete(f"/sessions/{original}", cast_to=object)
+    api.delete(f"/sessions/{forked}", cast_to=object)
+    api.delete(f"/sessions/{original}", cast_to=object)
+    with pytest.raises(openai.NotFoundError):
+        api.responses.create(model="flowstate", previous_response_id=fork.id, input="[r9] gone?")
 
 
 def test_function_call_round_trip_with_the_whole_history_resent(server: Server) -> None:
