@@ -368,16 +368,18 @@ def bench_sessions_cmd(sessions: int, result_mb: float, budgets: str, out: Path 
               help="Stored responses, each continuing the one before.")
 @click.option("--reads", default=1000, show_default=True, type=click.IntRange(min=1),
               help="GET and input_items calls on random responses of the chain.")
+@click.option("--forks", default=100, show_default=True, type=click.IntRange(min=0),
+              help="Responses that each continue a random earlier response of the chain (a fork of its session).")
 @click.option("--postgres", "pg_url", default=None, envvar="FLOWSTATE_BENCH_PG",
               help="A PostgreSQL database to run beside SQLite [default: $FLOWSTATE_BENCH_PG; without one, SQLite only].")
 @OUT
-def bench_responses_cmd(chain: int, reads: int, pg_url: str | None, out: Path | None) -> None:
-    """A chain of stored responses through the openai client: create, GET and input_items latency p50/p99."""
+def bench_responses_cmd(chain: int, reads: int, forks: int, pg_url: str | None, out: Path | None) -> None:
+    """A chain of stored responses through the openai client: create, GET, input_items and fork latency p50/p99."""
     from flowstate.bench.stored import bench_stored, render_table
 
     with errors():
         databases = side_by_side(pg_url)
-        rows = bench_stored(chain, reads, databases, progress=progress)
+        rows = bench_stored(chain, reads, databases, progress=progress, forks=forks)
         emit(render_table(rows), out, {"rows": rows})
 
 
