@@ -98,6 +98,19 @@ class Decoding:
     seed: int | None = None
 
 
+@dataclass(frozen=True)
+class Purpose:
+    """What a model call is for, as its caller declares it: an agent step (``STEP``), or a memory method's own call —
+    its kind (``"mem0.extract"``, ``"mage.compress"``, …) and the model its reply parses into (None: free text).
+    Backends decode the same either way; an engine that answers by rule (a reference policy, a replay) dispatches
+    on it, never on the prompt's words."""
+
+    kind: str
+    reply: type | None = None
+
+
+STEP = Purpose("step")
+
 OnText = Callable[[str], None]
 """Receives an output's text piece by piece while it is decoded (engines whose capabilities say ``streams``;
 the pieces join to the returned text)."""
@@ -126,7 +139,7 @@ class Engine(ABC):
     ``grammar`` is a grammar text in llguidance's Lark dialect (see ``grammars/``); backends that cannot
     constrain decoding declare so (``capabilities.grammar`` False) and raise ``EngineConfigError`` when
     given one, never ignoring it silently. ``on_text``, ``sampling`` and ``affinity`` are honoured as the
-    capabilities say and ignored otherwise.
+    capabilities say and ignored otherwise; ``purpose`` says what the call is for (see ``Purpose``).
     """
 
     name: str = "engine"
@@ -136,7 +149,7 @@ class Engine(ABC):
     @abstractmethod
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
-                 affinity: str | None = None) -> Generation: ...
+                 affinity: str | None = None, purpose: Purpose = STEP) -> Generation: ...
 
     @abstractmethod
     def count_tokens(self, text: str) -> int: ...

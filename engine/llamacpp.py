@@ -21,7 +21,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from engine.base import ALL_SAMPLING, Capabilities, Decoding, Engine, Generation, Message, OnText, Sampling, Usage
+from engine.base import (
+    ALL_SAMPLING,
+    STEP,
+    Capabilities,
+    Decoding,
+    Engine,
+    Generation,
+    Message,
+    OnText,
+    Purpose,
+    Sampling,
+    Usage,
+)
 from engine.chat import check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError
 from engine.text import common_prefix
@@ -329,7 +341,7 @@ class LlamaCppEngine(Engine):
 
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
-                 affinity: str | None = None) -> Generation:
+                 affinity: str | None = None, purpose: Purpose = STEP) -> Generation:
         prompt = self.tokenize(self.render(messages))
         matcher = self._matcher(grammar) if grammar else None
         with self._lock:

@@ -14,7 +14,19 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from engine.base import ALL_SAMPLING, Capabilities, Decoding, Generation, Message, OnText, RemoteEngine, Sampling, Usage
+from engine.base import (
+    ALL_SAMPLING,
+    STEP,
+    Capabilities,
+    Decoding,
+    Generation,
+    Message,
+    OnText,
+    Purpose,
+    RemoteEngine,
+    Sampling,
+    Usage,
+)
 from engine.chat import check_options
 from engine.errors import ContextOverflow, EngineConfigError, EngineError, EngineUnavailable
 
@@ -112,7 +124,7 @@ class OpenAIEngine(RemoteEngine):
 
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
-                 affinity: str | None = None) -> Generation:
+                 affinity: str | None = None, purpose: Purpose = STEP) -> Generation:
         s = (sampling or Sampling()).over(self.decoding)
         started = time.perf_counter()
         extra: dict[str, Any] = {}

@@ -16,7 +16,18 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.base import ALL_SAMPLING, Capabilities, Engine, Generation, Message, OnText, RemoteEngine, Sampling
+from engine.base import (
+    ALL_SAMPLING,
+    STEP,
+    Capabilities,
+    Engine,
+    Generation,
+    Message,
+    OnText,
+    Purpose,
+    RemoteEngine,
+    Sampling,
+)
 from engine.errors import EngineError, EngineUnavailable
 
 
@@ -65,7 +76,7 @@ class RouterEngine(Engine):
 
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
-                 affinity: str | None = None) -> Generation:
+                 affinity: str | None = None, purpose: Purpose = STEP) -> Generation:
         key = affinity if affinity is not None else messages[0].content[:200] if messages else ""
         tried: set[int] = set()
         while True:
@@ -74,7 +85,7 @@ class RouterEngine(Engine):
             stats = self.stats[server.base_url]
             try:
                 gen: Generation = server.generate(messages, grammar=grammar, max_tokens=max_tokens, on_text=on_text,
-                                                  sampling=sampling)
+                                                  sampling=sampling, purpose=purpose)
             except EngineError as exc:
                 with self._lock:
                     stats.errors += 1

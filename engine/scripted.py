@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.base import ALL_SAMPLING, Capabilities, Engine, Generation, Message, OnText, Sampling, Usage
+from engine.base import ALL_SAMPLING, STEP, Capabilities, Engine, Generation, Message, OnText, Purpose, Sampling, Usage
 from engine.chat import check_options
 from engine.errors import EngineConfigError, EngineError
 from engine.jsonl import objects
@@ -84,7 +84,7 @@ class ScriptedEngine(Engine):
 
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
-                 affinity: str | None = None) -> Generation:
+                 affinity: str | None = None, purpose: Purpose = STEP) -> Generation:
         if grammar is not None and not self.capabilities.grammar:
             raise EngineConfigError("this scripted engine takes no grammars (ScriptedEngine(..., grammar=True) does)")
         rendered = flatten(messages)

@@ -16,7 +16,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.base import ALL_SAMPLING, Capabilities, Decoding, Engine, Generation, Message, OnText, Sampling, Usage
+from engine.base import (
+    ALL_SAMPLING,
+    STEP,
+    Capabilities,
+    Decoding,
+    Engine,
+    Generation,
+    Message,
+    OnText,
+    Purpose,
+    Sampling,
+    Usage,
+)
 from engine.chat import apply_template, check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError
 
@@ -205,7 +217,7 @@ class TransformersEngine(Engine):
 
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
-                 affinity: str | None = None) -> Generation:
+                 affinity: str | None = None, purpose: Purpose = STEP) -> Generation:
         with self._lock:
             return self._generate(messages, grammar, max_tokens, on_text, sampling or Sampling())
 

@@ -20,7 +20,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.base import ALL_SAMPLING, Capabilities, Decoding, Engine, Generation, Message, OnText, Sampling, Usage
+from engine.base import (
+    ALL_SAMPLING,
+    STEP,
+    Capabilities,
+    Decoding,
+    Engine,
+    Generation,
+    Message,
+    OnText,
+    Purpose,
+    Sampling,
+    Usage,
+)
 from engine.chat import apply_template, check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError
 
@@ -175,7 +187,7 @@ class VLLMEngine(Engine):
 
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
-                 affinity: str | None = None) -> Generation:
+                 affinity: str | None = None, purpose: Purpose = STEP) -> Generation:
         prompt = apply_template(self.tokenizer, messages, self.chat_template_kwargs)
         ids: list[int] = self.tokenizer.encode(prompt, add_special_tokens=False)
         params = self.sampling_params(grammar, max_tokens, len(ids), sampling)

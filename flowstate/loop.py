@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine.base import Engine, Generation, Message, OnText
+from engine.base import STEP, Engine, Generation, Message, OnText, Purpose
 from engine.errors import EngineConfigError, EngineError
 from flowstate.access import disclose, validate_access
 from flowstate.active import ActiveState
@@ -318,17 +318,19 @@ class RequestRun:
         return MemoryContext(self.source, self.query, self.index_k, p.state, p.observation, self.limits,
                              self.call_model, dict(p.scratch), self.response)
 
-    def _generate(self, messages: Sequence[Message], grammar: str | None, on_text: OnText | None = None) -> Generation:
+    def _generate(self, messages: Sequence[Message], grammar: str | None, on_text: OnText | None = None,
+                  purpose: Purpose = STEP) -> Generation:
         """Every model call of the request, the memory method's included: its sampling, token budget and
         routing key (several servers: this session's calls stay on one)."""
         return self.engine.generate(messages, grammar=grammar, max_tokens=self.options.max_tokens or self.config.max_tokens,
                                     on_text=on_text, sampling=self.options.sampling if self.options.sampling.given() else None,
-                                    affinity=self.session)
+                                    affinity=self.session, purpose=purpose)
 
-    def call_model(self, system: str, user: str, grammar: str) -> Generation:
-        """A memory method's own model call, under ``grammar`` where the request decodes under grammars."""
+    def call_model(self, purpose: Purpose, system: str, user: str, grammar: str) -> Generation:
+        """A memory method's own model call (``purpose``: its declared kind and reply model), under ``grammar``
+        where the request decodes under grammars."""
         return self._generate([Message("system", system), Message("user", user)],
-                              grammar if self.wiring.grammars is not None else None)
+                              grammar if self.wiring.grammars is not None else None, purpose=purpose)
 
     def step(self, transcript: Transcript | None = None, on_text: OnText | None = None) -> StepRecord | None:
         """One model call and everything the runtime does with its output (raises ``RequestFailed``).

@@ -27,7 +27,8 @@ SUMMARY = "summary"  # the summary Maintain checks
 NEW_OBSERVATION = "new_observation"  # the newest tool results (the ZipAct tracker)
 RESPONSE = "response"  # the request's final response (the ZipAct tracker at the end)
 
-# a memory call's system message starts with its marker
+# a memory call's system message starts with its marker, for a reader of the prompt; code (engines, reference
+# policies) dispatches on the call's declared ``engine.base.Purpose``, never on these
 EXTRACT = "<extract_memories>"
 TRACK = "<track_state>"
 COMPRESS = "<compress_segment>"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from engine.base import Capabilities, Engine, Generation, Message
+from engine.base import STEP, Capabilities, Engine, Generation, Message, Purpose
 from engine.scripted import ScriptedEngine
 from flowstate import Agent
 from flowstate.protocol import ModelOutput, render_output
@@ -45,8 +45,9 @@ class Recording(Engine):
         self.inner = inner
         self.calls: list[tuple[list[Message], str | None, Generation]] = []
 
-    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None, **_: Any) -> Generation:
-        gen = self.inner.generate(messages, grammar=grammar, max_tokens=max_tokens)
+    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
+                 purpose: Purpose = STEP, **_: Any) -> Generation:
+        gen = self.inner.generate(messages, grammar=grammar, max_tokens=max_tokens, purpose=purpose)
         self.calls.append((list(messages), grammar, gen))
         return gen
 

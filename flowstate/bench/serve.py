@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.base import Engine, Generation, Message, OnText, Sampling
+from engine.base import STEP, Engine, Generation, Message, OnText, Purpose, Sampling
 from flowstate.bench.table import table
 
 
@@ -44,9 +44,9 @@ class Recorder(Engine):
 
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
-                 affinity: str | None = None) -> Generation:
+                 affinity: str | None = None, purpose: Purpose = STEP) -> Generation:
         gen = self.inner.generate(messages, grammar=grammar, max_tokens=max_tokens, on_text=on_text, sampling=sampling,
-                                  affinity=affinity)
+                                  affinity=affinity, purpose=purpose)
         tag = next((w for w in messages[-1].content.split() if w.startswith("#s")), "")
         with self._lock:
             self.calls.append(_Call(tag, list(messages), grammar, max_tokens))

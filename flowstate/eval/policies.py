@@ -17,13 +17,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.base import Capabilities, Engine, Generation, Message, OnText, Sampling, Usage
+from engine.base import STEP, Capabilities, Engine, Generation, Message, OnText, Purpose, Sampling, Usage
 from engine.text import common_prefix, flatten, tokenize
 from flowstate import tags
 from flowstate.eval.task import Answer, Call, Decision, Need, Task
 from flowstate.limits import STANDARD, Limits, clip, fit
 from flowstate.memory import mem0
 from flowstate.memory.base import Strategy
+from flowstate.memory.mage import COMPRESS_CALL, MAINTAIN_CALL
+from flowstate.memory.reasoning import DISTILL_CALL, JUDGE_CALL
+from flowstate.memory.retrieval import EXTRACT_CALL, UPDATE_CALL
+from flowstate.memory.tracker import TRACK_CALL
 from flowstate.nodes import OBSERVATION_PREFIX, PAGE_PREFIX
 from flowstate.protocol import ModelOutput, render_output
 
@@ -39,6 +43,9 @@ BOUNDED: dict[str, str] = {
 }
 """Strategies whose reference policy is not expected to solve every dependent subtask, and why: what their
 memory shows is not always enough, by the method's own design. The report says so beside their figures."""
+
+Answerer = Callable[[Sequence[Message], Purpose], str]
+"""What a policy is: the output of a model call from its messages and its declared purpose."""
 
 PAGES_AT_ONCE = 2
 """Pages of a bounded index a policy asks for at once when nothing in view names what it misses."""
@@ -159,35 +166,50 @@ def _remembered(item: dict[str, Any]) -> dict[str, Any]:
     return {"value": value} if isinstance(value, dict) else {}
 
 
-def memory_reply(system: str, user: str, remember: Callable[[str], str | None],
+def memory_reply(purpose: Purpose, user: str, remember: Callable[[str], str | None],
                  keep: Callable[[Any], Any] | None = None) -> str | None:
     """A memory method's own call answered as a model would, for a policy that replays given actions (the τ³
     gold replay, a recorded conversation); None: the call is an agent step. ``remember`` turns a finished
     interaction (JSON lines) into the one memory the policy writes of it, or None; ``keep`` what a state tracker
     keeps of a tool result in its world (by the result's id; None: it keeps nothing)."""
-    if system.startswith(tags.TRACK) and keep is not None:
-        return track(user, keep)
-    if system.startswith(tags.EXTRACT):
-        text = remember(tags.read(user, tags.INTERACTION) or "")
-        return json.dumps({"facts": [text] if text else []})
-    if system.startswith(tags.COMPRESS):
-        return json.dumps({"summary": remember(tags.read(user, tags.SEGMENT) or "") or "nothing to keep"})
+    if purpose.kind == STEP.kind:
+        return None
     replies: dict[str, Callable[[], str]] = {
-        tags.TRACK: lambda: json.dumps({"goal": tags.read(user, tags.USER_QUERY) or "", "world": {}, "constraints": []}),
-        tags.MAINTAIN: lambda: json.dumps({"valid": True, "note": ""}),
-        tags.JUDGE: lambda: "success",
-        tags.DISTILL: lambda: Policy.distill(user), tags.UPDATE: lambda: Policy.update(user)}
-    return next((reply() for marker, reply in replies.items() if system.startswith(marker)), None)
+        TRACK_CALL.kind: lambda: track(user, keep if keep is not None else lambda _: None, world=keep is not None),
+        EXTRACT_CALL.kind: lambda: json.dumps({"facts": [text] if (text := remember(
+            tags.read(user, tags.INTERACTION) or "")) else []}),
+        COMPRESS_CALL.kind: lambda: json.dumps({"summary": remember(tags.read(user, tags.SEGMENT) or "")
+                                                or "nothing to keep"}),
+        MAINTAIN_CALL.kind: lambda: json.dumps({"valid": True, "note": ""}),
+        JUDGE_CALL.kind: lambda: "success",
+        DISTILL_CALL.kind: lambda: Policy.distill(user), UPDATE_CALL.kind: lambda: Policy.update(user)}
+    return answer(purpose, replies)
 
 
-def track(user: str, keep: Callable[[Any], Any]) -> str:
-    """A state tracker's update as a model would write it: the goal is the request, and what ``keep`` takes of each
-    newest tool result joins the world under the result's id."""
+def answer(purpose: Purpose, replies: dict[str, Callable[[], str]]) -> str:
+    """The reply to a memory call by its declared kind; a kind no table names (a new memory method's) gets its
+    reply model's defaults, so a method of one file runs under every reference policy without one here."""
+    reply = replies.get(purpose.kind)
+    if reply is not None:
+        return reply()
+    model = purpose.reply
+    try:
+        return json.dumps(model.model_validate({}).model_dump(mode="json"))  # type: ignore[union-attr]
+    except Exception as exc:  # no model, or one without defaults for every field
+        raise ValueError(f"no reference answer for a memory call of kind {purpose.kind!r}: give its reply model "
+                         "defaults, or answer the kind in flowstate/eval/policies.py") from exc
+
+
+def track(user: str, keep: Callable[[Any], Any], world: bool = True) -> str:
+    """A state tracker's update as a model would write it: the goal is the request, and (with ``world``) what
+    ``keep`` takes of each newest tool result joins the world under the result's id."""
     parts = sections(user)
-    world = dict(((parts.get(tags.TRACKED_STATE) or [{}])[0]).get("world") or {})
-    for item in parts.get(tags.NEW_OBSERVATION, []):
-        world[str(item.get("observation_id"))] = keep(item.get("result", item.get("error")))
-    return json.dumps({"goal": tags.read(user, tags.USER_QUERY) or "", "world": world, "constraints": []})
+    kept: dict[str, Any] = {}
+    if world:
+        kept = dict(((parts.get(tags.TRACKED_STATE) or [{}])[0]).get("world") or {})
+        for item in parts.get(tags.NEW_OBSERVATION, []):
+            kept[str(item.get("observation_id"))] = keep(item.get("result", item.get("error")))
+    return json.dumps({"goal": tags.read(user, tags.USER_QUERY) or "", "world": kept, "constraints": []})
 
 
 @dataclass(frozen=True)
@@ -358,6 +380,22 @@ class Policy:
         return json.dumps({"memory": [{"id": str(shown.index(f)) if f in shown else "new", "text": f,
                                        "event": "NONE" if f in shown else "ADD", "old_memory": ""} for f in facts]})
 
+    def memory_call(self, purpose: Purpose, user: str) -> str:
+        """A memory method's own call, answered by its declared kind."""
+        def compress() -> str:  # MAGE's Compress: the segment's facts, as a summary
+            facts = json.loads(self.extract(tags.read(user, tags.SEGMENT) or ""))["facts"]
+            return json.dumps({"summary": facts[0] if facts else "nothing to keep"})
+
+        return answer(purpose, {
+            UPDATE_CALL.kind: lambda: self.update(user),
+            JUDGE_CALL.kind: lambda: "fail" if '"response":null' in user else "success",  # a request that answered
+            DISTILL_CALL.kind: lambda: self.distill(user),
+            EXTRACT_CALL.kind: lambda: self.extract(tags.read(user, tags.INTERACTION) or ""),
+            TRACK_CALL.kind: lambda: self.track(user),
+            COMPRESS_CALL.kind: compress,
+            MAINTAIN_CALL.kind: lambda: json.dumps({"valid": True, "note": ""}),  # the oracle's summaries hold
+        })
+
     @staticmethod
     def distill(user: str) -> str:
         """ReasoningBank's extraction: the strategy of the request — which tools, in which order — with no
@@ -369,22 +407,9 @@ class Policy:
         return (f"# Memory Item 1\n## Title Strategy for: {title}\n## Description The tools that answered it.\n"
                 f"## Content Call {steps}, then answer from the results.")
 
-    def __call__(self, messages: Sequence[Message]) -> str:
-        if messages[0].content.startswith(tags.UPDATE):
-            return self.update(messages[-1].content)
-        if messages[0].content.startswith(tags.JUDGE):  # ReasoningBank's judge: a request that answered succeeded
-            return "fail" if '"response":null' in messages[-1].content else "success"
-        if messages[0].content.startswith(tags.DISTILL):
-            return self.distill(messages[-1].content)
-        if messages[0].content.startswith(tags.EXTRACT):
-            return self.extract(tags.read(messages[-1].content, tags.INTERACTION) or "")
-        if messages[0].content.startswith(tags.TRACK):
-            return self.track(messages[-1].content)
-        if messages[0].content.startswith(tags.COMPRESS):  # MAGE's Compress: the segment's facts, as a summary
-            facts = json.loads(self.extract(tags.read(messages[-1].content, tags.SEGMENT) or ""))["facts"]
-            return json.dumps({"summary": facts[0] if facts else "nothing to keep"})
-        if messages[0].content.startswith(tags.MAINTAIN):  # MAGE's Maintain: the oracle's summaries hold
-            return json.dumps({"valid": True, "note": ""})
+    def __call__(self, messages: Sequence[Message], purpose: Purpose = STEP) -> str:
+        if purpose.kind != STEP.kind:
+            return self.memory_call(purpose, messages[-1].content)
         query, parts = read_prompt(messages)
         k = self.task.subtask(query)
         t = 1 if not self.trace or self.trace[-1].k != k else self.trace[-1].t + 1
@@ -449,7 +474,7 @@ class PolicyEngine(Engine):
 
     name = "policy"
 
-    def __init__(self, policy: Callable[[Sequence[Message]], str],
+    def __init__(self, policy: Answerer,
                  tokens: Callable[[str], Sequence[Any]] = tokenize,
                  forced: Callable[[str, str], int] | None = None) -> None:
         """``tokens`` splits text into tokens: words and punctuation by default, or a model's vocabulary;
@@ -463,12 +488,12 @@ class PolicyEngine(Engine):
 
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
-                 affinity: str | None = None) -> Generation:
+                 affinity: str | None = None, purpose: Purpose = STEP) -> Generation:
         """Usage as a perfect prefix cache would serve it: ``cached`` over this session's previous call alone — its
         prompt and the output it decoded, whose KV a prefix cache keeps too (vLLM caches the blocks decoding
         fills), so a chat that resends an output verbatim prefills it no more — and ``shared`` the prompt's
         system message (the deployment's fixed prefix, which every session shares)."""
-        text = self.policy(messages)
+        text = self.policy(messages, purpose)
         rendered = flatten(messages)
         prompt = self.tokens(rendered)
         with self._lock:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.base import Message
+from engine.base import STEP, Message, Purpose
 from flowstate import tags
 from flowstate.eval.policies import Policy, memory_reply, memory_text, read_interaction, read_prompt, words
 from flowstate.eval.task import Score, Task
@@ -386,8 +386,8 @@ class ReplayPolicy:
         query, lines = read_interaction(interaction)
         return memory_text(query, {k: v for i in lines if "observation_id" in i for k, v in scalars(i.get("result"))[:8]})
 
-    def __call__(self, messages: Sequence[Message]) -> str:
-        own = memory_reply(messages[0].content, messages[-1].content, self.remember, salient)
+    def __call__(self, messages: Sequence[Message], purpose: Purpose = STEP) -> str:
+        own = memory_reply(purpose, messages[-1].content, self.remember, salient)
         if own is not None:
             return own
         query, parts = read_prompt(messages)

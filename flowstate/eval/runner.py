@@ -18,13 +18,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from engine.base import Engine, Message
+from engine.base import Engine
 from engine.embeddings import Embedder
 from engine.text import tokenize
 from flowstate.agent import Agent
 from flowstate.config import LoopConfig
 from flowstate.eval.episode import run_request
-from flowstate.eval.policies import Policy, PolicyEngine
+from flowstate.eval.policies import Answerer, Policy, PolicyEngine
 from flowstate.eval.replay import ReplayPolicy, ReplayTask
 from flowstate.eval.suites import REPLAY, TAU3, check_options, generate
 from flowstate.eval.task import Score, Task
@@ -43,7 +43,7 @@ from flowstate.tools import ToolSet
 POLICIES = ("oracle", "realistic", "memoryless")
 """The reference policies: the optimistic bound, a realistic one, the memoryless bound (``flowstate.eval.policies``)."""
 
-Reference = Callable[[Task, Strategy, Limits, str | None], Callable[[Sequence[Message]], str]]
+Reference = Callable[[Task, Strategy, Limits, str | None], Answerer]
 REFERENCES: dict[str, Reference] = {
     # the generated suites: the bound ``--policy`` names
     "suite": lambda task, strategy, limits, bound: Policy(task, strategy, memory=bound != "memoryless", limits=limits,

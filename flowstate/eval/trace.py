@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.base import Engine, Generation, Message, OnText, Sampling
+from engine.base import STEP, Engine, Generation, Message, OnText, Purpose, Sampling
 from engine.jsonl import objects
 
 
@@ -63,9 +63,9 @@ class Traced(Engine):
 
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
-                 affinity: str | None = None) -> Generation:
+                 affinity: str | None = None, purpose: Purpose = STEP) -> Generation:
         gen = self.inner.generate(messages, grammar=grammar, max_tokens=max_tokens, on_text=on_text,
-                                  sampling=sampling, affinity=affinity)
+                                  sampling=sampling, affinity=affinity, purpose=purpose)
         self.writer.record(self.session, self.labels, messages, gen)
         return gen
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from engine.base import Generation, Message
+from engine.base import Generation, Message, Purpose
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
 from flowstate.limits import STANDARD, Limits
@@ -55,9 +55,11 @@ class StepInput:
         return self.state.observations[: len(self.state.observations) - len(self.observation)]
 
 
-ModelCall = Callable[[str, str, str], Generation]
-"""(system, user, grammar) -> the output of one model call of a memory method, made on the request's engine
-path: its routing key, sampling and token budget; the grammar applies where the request decodes under one."""
+ModelCall = Callable[[Purpose, str, str, str], Generation]
+"""(purpose, system, user, grammar) -> the output of one model call of a memory method, made on the request's
+engine path: its routing key, sampling and token budget; the grammar applies where the request decodes under one.
+The purpose declares the call's kind and reply model (each method's own constants), which is what an engine that
+answers by rule reads."""
 
 
 @dataclass(frozen=True)

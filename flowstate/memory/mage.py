@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.base import Generation, Message
+from engine.base import Generation, Message, Purpose
 from flowstate import tags
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
@@ -90,6 +90,8 @@ class Check(BaseModel):
 
 SUMMARY_GRAMMAR = memory_calls.grammar(Summary)
 CHECK_GRAMMAR = memory_calls.grammar(Check)
+COMPRESS_CALL = Purpose("mage.compress", Summary)
+MAINTAIN_CALL = Purpose("mage.maintain", Check)
 REVISE_TOOL = {
     "name": REVISE, "description": "Continue from the boundary before an earlier summarized step that went wrong.",
     "parameters": {"type": "object", "additionalProperties": False, "required": ["step", "reason"],
@@ -220,7 +222,7 @@ class Mage(Strategy):
         segment = interaction(ctx.query, ctx.state.observations, ctx.response)
         summary: str | None = None
         if self.compress:
-            out = ctx.call_model(COMPRESS_PROMPT, tags.block(tags.SEGMENT, segment)[:-1], SUMMARY_GRAMMAR)
+            out = ctx.call_model(COMPRESS_CALL, COMPRESS_PROMPT, tags.block(tags.SEGMENT, segment)[:-1], SUMMARY_GRAMMAR)
             compressed = memory_calls.reply(out.text, Summary)
             summary = compressed.summary if compressed is not None else None
             calls.append(memory_calls.record(out, "summary", None if summary is not None else "no summary"))
@@ -248,11 +250,11 @@ class Mage(Strategy):
         """Maintain's call: the summary against its segment, or (no Compress) the raw trajectory of the active
         path with the newest segment."""
         if summary is not None:
-            return ctx.call_model(MAINTAIN_PROMPT, tags.block(tags.SEGMENT, segment)
+            return ctx.call_model(MAINTAIN_CALL, MAINTAIN_PROMPT, tags.block(tags.SEGMENT, segment)
                                   + tags.block(tags.SUMMARY, summary + "\n")[:-1], CHECK_GRAMMAR)
         earlier = "".join(canonical_json({"observation_id": o, **raw[o].value}) + "\n"
                           for s in tree.path() for o in tree.summaries[s]["covers"] if o in raw)
-        return ctx.call_model(MAINTAIN_RAW_PROMPT, tags.block(tags.EXECUTION_STATE, earlier or "none\n")
+        return ctx.call_model(MAINTAIN_CALL, MAINTAIN_RAW_PROMPT, tags.block(tags.EXECUTION_STATE, earlier or "none\n")
                               + tags.block(tags.SEGMENT, segment)[:-1], CHECK_GRAMMAR)
 
 

@@ -1,7 +1,7 @@
 """Mem0's released prompts (``mem0ai/mem0``, ``mem0/configs/prompts.py``: ``FACT_RETRIEVAL_PROMPT``,
 ``DEFAULT_UPDATE_MEMORY_PROMPT`` and ``get_update_memory_messages``), kept as released, and the messages
 ``mem0-style`` sends with them. Each prompt carries a marker line first (``tags.EXTRACT``, ``tags.UPDATE``) so a
-reader (and a reference policy) knows which call it is; Mem0 sends the update as one user message, here its
+reader knows which call it is (code reads the call's declared ``Purpose``, never the marker); Mem0 sends the update as one user message, here its
 released prompt is the system message and the rest the user message; the stored memories it is shown get
 Mem0's temporary ids ("0", "1", …), mapped back to the nodes' ids.
 """

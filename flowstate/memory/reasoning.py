@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from engine.base import Message
+from engine.base import Message, Purpose
 from flowstate import tags
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
@@ -95,6 +95,8 @@ or strategies to prevent the failure in the future.
 {_FORMAT}"""
 
 JUDGE_GRAMMAR = 'start: "success" | "fail"'
+JUDGE_CALL = Purpose("reasoningbank.judge")  # a word, not JSON
+DISTILL_CALL = Purpose("reasoningbank.distill")  # the released Markdown items
 _ITEM = r'"# Memory Item " /[1-3]/ "\n## Title " LINE "\n## Description " LINE "\n## Content " LINE'
 ITEMS_GRAMMAR = (f"start: item | item SEP item | item SEP item SEP item\nitem: {_ITEM}\nSEP: \"\\n\\n\"\n"
                  "LINE: /[^\\n#]{1,400}/")
@@ -140,11 +142,11 @@ class ReasoningBank(Strategy):
         """The judge's call, then the extraction's under the instruction for its verdict; the record is a node
         ``rb_r{k}``."""
         trajectory = interaction(ctx.query, ctx.state.observations, ctx.response)
-        judged = ctx.call_model(JUDGE_PROMPT, f"Task and Trajectory:\n{trajectory}{JUDGE_QUESTION}", JUDGE_GRAMMAR)
+        judged = ctx.call_model(JUDGE_CALL, JUDGE_PROMPT, f"Task and Trajectory:\n{trajectory}{JUDGE_QUESTION}", JUDGE_GRAMMAR)
         success = "success" in judged.text.strip().lower()  # as MemoryArena reads the verdict
         verdict = None if judged.text.strip().lower() in ("success", "fail") else "neither 'success' nor 'fail'"
         calls = [memory_calls.record(judged, "judgement", verdict)]
-        distilled = ctx.call_model(SUCCESSFUL_SI if success else FAILED_SI,
+        distilled = ctx.call_model(DISTILL_CALL, SUCCESSFUL_SI if success else FAILED_SI,
                                    f"**Query and Trajectory:**\n{trajectory}", ITEMS_GRAMMAR)
         items = items_of(distilled.text)
         calls.append(memory_calls.record(distilled, "items", None if items else "no memory item in the format"))

@@ -25,7 +25,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from engine.base import Message
+from engine.base import Message, Purpose
 from flowstate import tags
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
@@ -69,6 +69,7 @@ class Facts(BaseModel):
 
 
 FACTS_GRAMMAR = memory_calls.grammar(Facts)
+EXTRACT_CALL = Purpose("mem0.extract", Facts)
 
 
 
@@ -91,6 +92,7 @@ class MemoryUpdate(BaseModel):
 
 
 UPDATE_GRAMMAR = memory_calls.grammar(MemoryUpdate)
+UPDATE_CALL = Purpose("mem0.update", MemoryUpdate)
 
 
 def rank(documents: Sequence[str], query: str, k: int = TOP_K) -> list[int]:
@@ -187,7 +189,7 @@ class ExtractedMemory(Strategy):
     def finish(self, ctx: MemoryContext) -> Finish:
         """Extraction (one model call: the request's facts), then the update phase against similar memories."""
         done = interaction(ctx.query, ctx.state.observations, ctx.response)
-        generation = ctx.call_model(mem0.extraction_prompt(), mem0.extraction_input(tags.block(tags.INTERACTION, done)[:-1]),
+        generation = ctx.call_model(EXTRACT_CALL, mem0.extraction_prompt(), mem0.extraction_input(tags.block(tags.INTERACTION, done)[:-1]),
                                     FACTS_GRAMMAR)
         facts, error = _facts(generation.text, ctx.limits)
         calls = [memory_calls.record(generation, "facts", error)]
@@ -196,7 +198,7 @@ class ExtractedMemory(Strategy):
         similar = sorted({ids[i] for fact in facts for i in self.nearest(list(stored.values()), fact, SIMILAR)}, key=ids.index)
         events: list[dict[str, str]] = [{"event": "ADD", "id": "new", "text": f} for f in facts]
         if facts:  # Mem0 decides every new fact against the memories found for them (none: an empty memory)
-            decided = ctx.call_model(mem0.UPDATE_PROMPT, mem0.update_input([stored[i] for i in similar], facts),
+            decided = ctx.call_model(UPDATE_CALL, mem0.UPDATE_PROMPT, mem0.update_input([stored[i] for i in similar], facts),
                                      UPDATE_GRAMMAR)
             chosen, why = _events(decided.text, similar)
             calls.append(memory_calls.record(decided, "memory", why))

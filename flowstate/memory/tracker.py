@@ -19,7 +19,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.base import Message
+from engine.base import Message, Purpose
 from flowstate import tags
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
@@ -57,6 +57,7 @@ class TrackedState(BaseModel):
 
 
 STATE_GRAMMAR = memory_calls.grammar(TrackedState)
+TRACK_CALL = Purpose("zipact.track", TrackedState)
 
 
 def tracked(state: ActiveState) -> dict[str, Any]:
@@ -113,7 +114,7 @@ class StateTracker(Strategy):
         before = tracked(ctx.state)
         user = (tags.block(tags.TRACKED_STATE, canonical_json(before) + "\n")
                 + tags.block(tags.USER_QUERY, ctx.query + "\n") + new)[:-1]
-        generation = ctx.call_model(TRACK_PROMPT, user, STATE_GRAMMAR)
+        generation = ctx.call_model(TRACK_CALL, TRACK_PROMPT, user, STATE_GRAMMAR)
         after, error = _state(generation.text)
         state = _with(ctx.state, after if after is not None else before)  # a failed update keeps the old state
         return Observed(state, (memory_calls.record(generation, "state", error),))

@@ -10,16 +10,14 @@ from typing import Any
 
 import pytest
 
-from engine.base import Capabilities, Engine, Generation, Message, Usage
+from engine.base import STEP, Capabilities, Engine, Generation, Message, Purpose, Usage
 from engine.errors import EngineError
-from flowstate import Agent, Repository, tags
+from flowstate import Agent, Repository
 from flowstate.errors import RequestFailed
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.memory import get
 from flowstate.protocol import ModelOutput, render_output
 from flowstate.records import FAILED
-
-MARKERS = (tags.EXTRACT, tags.TRACK, tags.COMPRESS, tags.MAINTAIN, tags.UPDATE, tags.JUDGE, tags.DISTILL)
 
 
 class MemoryCallsDown(Engine):
@@ -32,8 +30,8 @@ class MemoryCallsDown(Engine):
         self.blocks, self.down_from = blocks, down_from
         self.agent_calls = self.memory_calls = 0
 
-    def generate(self, messages: Sequence[Message], **_: Any) -> Generation:
-        if messages[0].content.startswith(MARKERS):
+    def generate(self, messages: Sequence[Message], *, purpose: Purpose = STEP, **_: Any) -> Generation:
+        if purpose.kind != STEP.kind:  # a memory method's own call, as the method declares it
             self.memory_calls += 1
             if self.memory_calls >= self.down_from:
                 raise EngineError("memory call down")

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from engine.base import Capabilities, Engine, Generation, Message
+from engine.base import STEP, Capabilities, Engine, Generation, Message, Purpose
 from flowstate import Agent, Repository
 from flowstate.errors import ProtocolError
 from flowstate.eval.policies import BOUNDED, Policy, PolicyEngine
@@ -33,8 +33,9 @@ class Recording(Engine):
         self.inner = PolicyEngine(Policy(task, strategy, memory=True))
         self.calls: list[tuple[list[Message], str | None, Generation]] = []
 
-    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None, **_: Any) -> Generation:
-        gen = self.inner.generate(messages)
+    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
+                 purpose: Purpose = STEP, **_: Any) -> Generation:
+        gen = self.inner.generate(messages, purpose=purpose)
         self.calls.append((list(messages), grammar, gen))
         return gen
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from engine.base import Message
+from engine.base import STEP, Message, Purpose
 from flowstate import tags
 from flowstate.eval.policies import Policy, memory_reply, memory_text, read_interaction, read_prompt
 from flowstate.eval.tau3.tasks import Tau3Task
@@ -107,8 +107,8 @@ class GoldPolicy:
         facts = json.loads(self.extract(interaction))["facts"]
         return str(facts[0]) if facts else None
 
-    def __call__(self, messages: Sequence[Message]) -> str:
-        own = memory_reply(messages[0].content, messages[-1].content, self.remember)
+    def __call__(self, messages: Sequence[Message], purpose: Purpose = STEP) -> str:
+        own = memory_reply(purpose, messages[-1].content, self.remember)
         if own is not None:
             return own
         query, parts = read_prompt(messages)

@@ -105,7 +105,7 @@ def test_the_perfect_prefix_cache_holds_the_previous_output_too() -> None:
     from flowstate.eval.policies import PolicyEngine
 
     replies = iter(["alpha beta gamma delta", "done"])
-    engine = PolicyEngine(lambda messages: next(replies))
+    engine = PolicyEngine(lambda messages, purpose: next(replies))
     first = [Message("system", "rules"), Message("user", "question")]
     engine.generate(first)
     resent = [*first, Message("assistant", "alpha beta gamma delta"), Message("user", "more")]
@@ -113,7 +113,7 @@ def test_the_perfect_prefix_cache_holds_the_previous_output_too() -> None:
     assert usage.cached_tokens == len(tokenize(flatten(first) + "alpha beta gamma delta"))
     assert usage.prompt_tokens - usage.cached_tokens == len(tokenize("\n<|user|>\nmore\n<|assistant|>\n"))
     replies = iter(["alpha beta gamma delta", "done"])
-    engine = PolicyEngine(lambda messages: next(replies))
+    engine = PolicyEngine(lambda messages, purpose: next(replies))
     engine.generate(first)
     rewritten = [*first, Message("assistant", "ALPHA beta"), Message("user", "more")]
     assert engine.generate(rewritten).usage.cached_tokens == len(tokenize(flatten(first)))

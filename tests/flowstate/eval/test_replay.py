@@ -228,7 +228,7 @@ def run_replay(recording: Path, tmp_path: Path, strategy: Any) -> tuple[list[boo
     env = task.new_env()
     prompts: list[Any] = []
     policy = ReplayPolicy(task, strategy)
-    engine = PolicyEngine(lambda messages: prompts.append(list(messages)) or policy(messages))
+    engine = PolicyEngine(lambda messages, purpose: prompts.append(list(messages)) or policy(messages, purpose))
     solved, responses = [], []
     with Repository.open(tmp_path / f"{strategy.name}.db") as repo:
         agent = Agent(engine, repository=repo, session="s", tools=task.tools(env), task_policy=task.policy,

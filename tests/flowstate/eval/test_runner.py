@@ -118,11 +118,12 @@ class Router(Engine):
         self.engines = {t.queries[0]: (t.id, PolicyEngine(Policy(t, strategy, memory=True))) for t in tasks}
         self.served: set[str] = set()
 
-    def generate(self, messages: Any, *, grammar: str | None = None, max_tokens: int | None = None, **_: Any) -> Any:
+    def generate(self, messages: Any, *, grammar: str | None = None, max_tokens: int | None = None, purpose: Any = None,
+                 **_: Any) -> Any:
         # a bundle task's first query names its own camera, and every later prompt lists it in the index
         task, engine = next(v for q, v in self.engines.items() if q in messages[-1].content)
         self.served.add(task)
-        return engine.generate(messages)
+        return engine.generate(messages, **({"purpose": purpose} if purpose is not None else {}))
 
     def count_tokens(self, text: str) -> int:
         return 0

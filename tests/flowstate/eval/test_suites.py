@@ -59,7 +59,7 @@ def test_a_later_subtask_cannot_refetch_what_an_earlier_one_was_told() -> None:
 
 from typing import Any  # noqa: E402
 
-from engine.base import Generation, Message  # noqa: E402
+from engine.base import STEP, Generation, Message  # noqa: E402
 from flowstate.config import LoopConfig  # noqa: E402
 from flowstate.eval.policies import Policy, PolicyEngine  # noqa: E402
 from flowstate.eval.runner import run_task  # noqa: E402
@@ -100,11 +100,11 @@ def test_every_reference_step_is_needed(suite: str) -> None:
 class AsksLate(Policy):
     """Asks memory only once it is stuck, not together with the search that needs nothing from it."""
 
-    def __call__(self, messages: Any) -> str:
+    def __call__(self, messages: Any, purpose: Any = STEP) -> str:
         saved = self.task.needs
         self.task.needs = lambda k: ()  # type: ignore[method-assign]
         try:
-            return super().__call__(messages)
+            return super().__call__(messages, purpose)
         finally:
             self.task.needs = saved  # type: ignore[method-assign]
 
@@ -234,8 +234,8 @@ def test_the_realistic_policy_records_every_result_and_asks_for_history_in_a_ste
     policy = Policy(task, get("flowstate"), memory=True, realistic=True)
     steps: list[tuple[str, dict[str, Any]]] = []
 
-    def answer(messages: Sequence[Any]) -> str:
-        text = policy(messages)
+    def answer(messages: Sequence[Any], purpose: Any) -> str:
+        text = policy(messages, purpose)
         blocks = {name: json.loads(body) for name, body in re.findall(r"<([a-z_]+)>\n(.*?)\n</\1>", text, re.S)}
         steps.append((messages[-1].content, blocks))
         return text
