@@ -26,8 +26,9 @@ from serving.graph import render_html
 from serving.naming import SESSION_HEADER, SessionKey
 from serving.responses.conversations import Conversations
 from serving.responses.service import ResponsesService
+from serving.responses.wire import ResponsesRequest
 from serving.services import ServerConfig, Services, build
-from serving.wire import ChatRequest, IngressLimits, loads, validated
+from serving.wire import ChatRequest, Ingress, IngressLimits, loads, validated
 
 log = logging.getLogger("flowstate.serving")
 
@@ -84,6 +85,22 @@ async def health(request: Request) -> dict[str, Any]:
 async def openapi(request: Request) -> dict[str, Any]:
     _services(request).namespace(request)  # like every endpoint but /health, it needs a key
     schema: dict[str, Any] = request.app.openapi()
+    return _with_bodies(schema)
+
+
+_BODIES: dict[str, type[Ingress]] = {"/v1/chat/completions": ChatRequest, "/v1/responses": ResponsesRequest}
+"""The request bodies of the routes that read their own (within the ingress limits, as strict as before) and so
+declare none to FastAPI: the schema documents them from the same wire models the routes validate with."""
+
+
+def _with_bodies(schema: dict[str, Any]) -> dict[str, Any]:
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for path, model in _BODIES.items():
+        body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(body.pop("$defs", {}))
+        components[model.__name__] = body
+        schema["paths"][path]["post"]["requestBody"] = {
+            "required": True, "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}
     return schema
 
 

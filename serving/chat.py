@@ -14,15 +14,14 @@ import anyio
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from flowstate.loop import Approval
-from flowstate.request_options import RequestOptions
 from serving.completions import completion, replayed, stream
 from serving.errors import APIError, bad_request
-from serving.history import fingerprint, new_messages, relate
+from serving.history import fingerprint, new_messages
 from serving.live import Live, reply_message
 from serving.messages import AssistantMessage, Delta
 from serving.naming import SESSION_HEADER, SessionKey, header_text, session_name
 from serving.services import Services
-from serving.turns import TurnResult, check_pending
+from serving.turns import Checked, TurnResult, check_pending
 from serving.wire import ChatRequest, canonical_message, check_tools
 
 IDEMPOTENCY_HEADER = "idempotency-key"
@@ -35,8 +34,7 @@ class Prepared:
     body: ChatRequest
     policy: str
     conversation: list[dict[str, Any]]
-    client_tools: list[dict[str, Any]]
-    options: RequestOptions
+    checked: Checked  # its client tools and options, as the one check passed them
     approvals: dict[str, Approval] = field(default_factory=dict)  # the client's answers to approval requests
 
 
@@ -91,8 +89,7 @@ class ChatService:
         client_tools = [t.spec() for t in body.tools or ()]
         options = replace(body.options({t["name"] for t in client_tools} | set(s.config.tools)), hidden=hidden,
                           approval=approval)
-        s.turns.check(client_tools, options)
-        return Prepared(body, policy, conversation, client_tools, options)
+        return Prepared(body, policy, conversation, s.turns.check(client_tools, options))
 
 
     async def complete(self, ns: str, body: ChatRequest, session_header: str | None,
@@ -126,16 +123,15 @@ class ChatService:
             session = SessionKey(ns, full[len(ns):])
         try:
             live = await s.sessions.live(session.full)
-            retried = idem is not None and idem in live.replies  # a retry finds its reply, wherever the session is
-            if continue_at is not None and len(live.transcript) != continue_at and not retried:
+            # a retry finds its reply wherever the session is
+            if continue_at is not None and len(live.transcript) != continue_at and not live.replied(idem):
                 raise Moved(len(live.transcript))
-            earlier = _earlier_reply(live, idem, p.conversation,
-                                     resent_history=continue_at is None and len(p.conversation) > 1)
+            earlier = live.earlier_reply(idem, p.conversation,
+                                         resent_history=continue_at is None and len(p.conversation) > 1)
             if earlier is None:
                 fresh = p.conversation if continue_at is not None else new_messages(p.conversation, live.transcript).new
                 kind, new = check_pending(live, fresh)
-                if idem is not None:
-                    live.running.add(idem)  # a retry under this key that resolves meanwhile waits for this turn
+                live.hold(idem)  # a retry under this key that resolves meanwhile waits for this turn
         except BaseException:
             s.sessions.leave(session.full)
             raise
@@ -156,7 +152,7 @@ class ChatService:
         started = time.perf_counter()
         try:
             if kind == "start":
-                fn = lambda: s.turns.start(live, new, p.policy, p.client_tools, idem, on_delta, p.options)  # noqa: E731
+                fn = lambda: s.turns.start(live, new, p.policy, p.checked, idem, on_delta)  # noqa: E731
             else:
                 fn = lambda: s.turns.resume(live, new, idem, on_delta, p.approvals)  # noqa: E731
             result = await anyio.to_thread.run_sync(fn, limiter=s.limiter)
@@ -164,8 +160,7 @@ class ChatService:
             s.metrics.failed(session.namespace, exc.code or "error", exc.steps)
             raise
         finally:
-            if idem is not None:
-                live.running.discard(idem)
+            live.release(idem)
             s.sessions.leave(session.full)
         s.metrics.observe(session.namespace, result, time.perf_counter() - started)
         return result
@@ -181,22 +176,3 @@ def _feed(deltas: asyncio.Queue[Delta] | None) -> Callable[[Delta], None] | None
         loop.call_soon_threadsafe(deltas.put_nowait, delta)
 
     return on_delta
-
-
-def _earlier_reply(live: Live, key: str | None, conversation: list[dict[str, Any]], resent_history: bool) -> int | None:
-    """Where in the transcript the reply already given to this exact request is: by its Idempotency-Key, or (for a
-    client that resends its history) because the conversation ends where an answered turn of the transcript ends."""
-    if key is not None and key in live.replies and live.replies[key] < len(live.transcript):
-        at = live.replies[key]
-        last = max((i for i, m in enumerate(conversation) if m["role"] == "assistant"), default=-1)
-        sent = conversation[last + 1:]  # what this call adds: it must be what the key's first call added
-        if not sent or live.transcript[max(at - len(sent), 0):at] != sent:
-            raise APIError(422, f"Idempotency-Key {key!r} was used for a different request in this session: a retry "
-                                "must resend the same messages; use a new key for a new request",
-                           type="invalid_request_error", param="Idempotency-Key", code="idempotency_key_reused")
-        return at
-    if resent_history:
-        found = relate(conversation, live.transcript)
-        if found.kind == "replay":
-            return found.at
-    return None

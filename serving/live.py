@@ -3,28 +3,133 @@ Idempotency-Key, what it holds in memory), rebuilt from the repository when it i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from flowstate.loop import RequestRun
 from flowstate.records import FAILED, unfinished_message
 from flowstate.store.repository import Repository, Transcript
+from serving.errors import APIError
+from serving.history import relate
 from serving.messages import AssistantMessage, FunctionCallOut, ToolCallOut
 
 
-@dataclass
 class Live:
-    """A session as the server holds it between HTTP calls."""
+    """A session as the server holds it between HTTP calls, and the rules of its turns: the one place that changes
+    its transcript, its waiting request and its replies by Idempotency-Key. A turn starts a request (``start``),
+    answers the calls it waits on (``answer``), then either waits on the client again (``wait``), finishes it
+    (``finish``) or drops it (``abandon``); ``earlier_reply`` finds the reply a retry already got."""
 
-    name: str  # namespaced name in the repository
-    transcript: list[dict[str, Any]]  # canonical messages of finished requests, then of the pending one
-    finished: int  # length of the transcript part that belongs to finished requests
-    run: RequestRun | None = None  # the unfinished request, waiting on the client's tool results
-    replies: dict[str, int] = field(default_factory=dict)  # Idempotency-Key -> index of its reply in the transcript
-    requests: int = 0  # finished requests the transcript holds (another server may have finished more)
-    suspended: dict[str, Any] | None = None  # the stored snapshot of the waiting request (flowstate.suspend)
-    running: set[str] = field(default_factory=set)  # Idempotency-Keys of turns that run now
-    _size: tuple[int, int] = (-1, 0)  # (transcript length, bytes) when last measured
+    def __init__(self, name: str, transcript: list[dict[str, Any]], settled: int, *, requests: int = 0,
+                 replies: dict[str, int] | None = None) -> None:
+        self.name = name  # namespaced name in the repository
+        self.transcript = transcript  # canonical messages of finished requests, then of the waiting one: read only
+        self.settled = settled  # where the finished requests end in the transcript (what follows is the waiting one)
+        self.requests = requests  # finished requests the transcript holds (another server may have finished more)
+        self.run: RequestRun | None = None  # the unfinished request, waiting on the client's tool results
+        self.suspended: dict[str, Any] | None = None  # the stored snapshot of the waiting request (flowstate.suspend)
+        self._replies = dict(replies or {})  # Idempotency-Key -> index of its reply in the transcript
+        self._running: set[str] = set()  # Idempotency-Keys of turns that run now
+        self._size: tuple[int, int] = (-1, 0)  # (transcript length, bytes) when last measured
+
+    # -- idempotency: what a key already got, or is getting ----------------------------------------------------
+
+    def replied(self, key: str | None) -> bool:
+        """Whether a call under ``key`` got its reply in this session."""
+        return key is not None and key in self._replies
+
+    def claims(self, key: str) -> bool:
+        """Whether ``key`` belongs to this session: its reply is here, or its turn runs here now."""
+        return key in self._replies or key in self._running
+
+    def hold(self, key: str | None) -> None:
+        """A turn under ``key`` runs now (a retry that resolves meanwhile waits for it)."""
+        if key is not None:
+            self._running.add(key)
+
+    def release(self, key: str | None) -> None:
+        if key is not None:
+            self._running.discard(key)
+
+    def earlier_reply(self, key: str | None, conversation: list[dict[str, Any]], resent_history: bool) -> int | None:
+        """Where in the transcript the reply already given to this exact request is: by its Idempotency-Key, or (for
+        a client that resends its history) because the conversation ends where an answered turn ends; a key used
+        for other messages is a 422."""
+        if key is not None and key in self._replies and self._replies[key] < len(self.transcript):
+            at = self._replies[key]
+            last = max((i for i, m in enumerate(conversation) if m["role"] == "assistant"), default=-1)
+            sent = conversation[last + 1:]  # what this call adds: it must be what the key's first call added
+            if not sent or self.transcript[max(at - len(sent), 0):at] != sent:
+                raise APIError(422, f"Idempotency-Key {key!r} was used for a different request in this session: a "
+                                    "retry must resend the same messages; use a new key for a new request",
+                               type="invalid_request_error", param="Idempotency-Key", code="idempotency_key_reused")
+            return at
+        if resent_history:
+            found = relate(conversation, self.transcript)
+            if found.kind == "replay":
+                return found.at
+        return None
+
+    # -- a request's life -------------------------------------------------------------------------------------------
+
+    def start(self, run: RequestRun, users: list[dict[str, Any]]) -> None:
+        """A new request from the client's new messages."""
+        if self.run is not None or self.suspended is not None:
+            raise RuntimeError(f"session {self.name!r} has a waiting request")
+        self.run = run
+        self.transcript.extend(users)
+
+    def take_up(self, run: RequestRun) -> None:
+        """The waiting request, restored from its stored snapshot, runs here now."""
+        self.run = run
+
+    def answer(self, results: list[dict[str, Any]]) -> None:
+        """The client's messages that answered the waiting calls."""
+        self.transcript.extend(results)
+
+    def so_far(self, key: str | None) -> Transcript:
+        """The unfinished request's messages and keys, the reply about to come under ``key`` included."""
+        keys = {**self.request_keys(), **({key: len(self.transcript) - self.settled} if key else {})}
+        return Transcript(self.transcript[self.settled:], keys)
+
+    def wait(self, calls: list[dict[str, Any]], key: str | None, snapshot: dict[str, Any]) -> dict[str, Any]:
+        """The request waits on the client's ``calls``: its reply is they, the request as stored (``snapshot``) is
+        kept; returns what to store so that any server can go on with it."""
+        self._remember(key)
+        self.transcript.append({"role": "assistant", "content": None, "tool_calls": calls})
+        self.suspended = {"run": snapshot, "live": self.waiting()}
+        return self.suspended
+
+    def finish(self, response: str, key: str | None) -> bool:
+        """The request answered (and was persisted); returns whether a stored waiting request must go."""
+        self._remember(key)
+        self.transcript.append({"role": "assistant", "content": response})
+        self.settled, self.run, self.requests = len(self.transcript), None, self.requests + 1
+        return self.unsuspend()
+
+    def abandon(self) -> bool:
+        """Drop the unfinished request (nothing of it was persisted); returns whether a stored one must go."""
+        del self.transcript[self.settled:]
+        self._replies = {k: i for k, i in self._replies.items() if i < self.settled}
+        self.run = None
+        return self.unsuspend()
+
+    def unsuspend(self) -> bool:
+        """Forget the waiting request's snapshot; returns whether there was one (the caller removes it from storage)."""
+        had, self.suspended = self.suspended is not None, None
+        return had
+
+    def resume_from(self, waiting: dict[str, Any]) -> None:
+        """The waiting request as stored (``waiting()`` of the server that suspended it)."""
+        self.transcript.extend(waiting["live"]["transcript"])
+        self._replies.update({k: self.settled + int(i) for k, i in waiting["live"]["keys"].items()})
+        self.suspended = waiting
+
+    def _remember(self, key: str | None) -> None:
+        """The reply about to be appended to the transcript answers the call with ``key``."""
+        if key:
+            self._replies[key] = len(self.transcript)
+
+    # -- what it holds ----------------------------------------------------------------------------------------------
 
     def bytes(self) -> int:
         """About what the session holds in memory: its transcript's text (a stored tool result included), measured
@@ -32,12 +137,6 @@ class Live:
         if self._size[0] != len(self.transcript):
             self._size = (len(self.transcript), sum(_text_bytes(m) for m in self.transcript) + 256)
         return self._size[1]
-
-    def abandon(self) -> None:
-        """Drop the unfinished request (nothing of it was persisted)."""
-        del self.transcript[self.finished:]
-        self.replies = {k: i for k, i in self.replies.items() if i < self.finished}
-        self.run, self.suspended = None, None
 
     @property
     def calls(self) -> list[str] | None:
@@ -49,11 +148,11 @@ class Live:
 
     def waiting(self) -> dict[str, Any]:
         """What the server holds of the waiting request besides the run itself, as JSON."""
-        return {"transcript": self.transcript[self.finished:], "keys": self.request_keys()}
+        return {"transcript": self.transcript[self.settled:], "keys": self.request_keys()}
 
     def request_keys(self) -> dict[str, int]:
         """The idempotency keys of the unfinished request, by offset of their reply within it."""
-        return {k: i - self.finished for k, i in self.replies.items() if i >= self.finished}
+        return {k: i - self.settled for k, i in self._replies.items() if i >= self.settled}
 
 
 def _text_bytes(value: Any) -> int:
@@ -79,10 +178,7 @@ def load_live(repo: Repository, name: str) -> Live:
     live = Live(name, out, len(out), replies=replies, requests=count)
     suspended = repo.pending(name)
     if suspended is not None:  # a request waits on the client's tool results (started here or elsewhere)
-        waiting = suspended["live"]
-        live.transcript.extend(waiting["transcript"])
-        live.replies.update({k: live.finished + int(i) for k, i in waiting["keys"].items()})
-        live.suspended = suspended
+        live.resume_from(suspended)
     return live
 
 

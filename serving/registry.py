@@ -157,7 +157,7 @@ class Registry:
         for full in candidates:
             live = await self.view(full)
             held = self._live.get(full)  # what runs now is in this server's memory (a shared database holds the rest)
-            if key is not None and (key in live.replies or (held is not None and key in held.running)):
+            if key is not None and (live.claims(key) or (held is not None and held.claims(key))):
                 return full, True
             if self.busy(full):
                 continue  # another conversation's turn runs there: what it matches now is in flux

@@ -20,7 +20,7 @@ from flowstate.nodes import canonical_json
 from flowstate.output_stream import AnswerStream, ToolCallStream
 from flowstate.records import StepRecord, ToolCallRecord, unfinished_message
 from flowstate.request_options import RequestOptions
-from flowstate.store.repository import Repository, Transcript
+from flowstate.store.repository import Repository
 from flowstate.suspend import restore, snapshot
 from grammars.check import GrammarError
 from serving.errors import APIError, bad_request, conflict
@@ -30,6 +30,14 @@ from serving.wire import loads_or_none
 
 RETRY_AFTER_S = 5
 OnDelta = Callable[[Delta], None]  # one streamed chunk's delta: the answer's text, or the client's tool calls
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A request's client tools and options as ``Turns.check`` passed them: what starting its request trusts."""
+
+    client_tools: tuple[dict[str, Any], ...]
+    options: RequestOptions
 
 
 @dataclass(frozen=True)
@@ -62,9 +70,10 @@ class Turns:
         self.streams_answers = engine.capabilities.streams and (
             stream_answers == "always" or stream_answers == "auto" and agent.constrained)
 
-    def check(self, client_tools: Sequence[Mapping[str, Any]], options: RequestOptions = RequestOptions()) -> None:
+    def check(self, client_tools: Sequence[dict[str, Any]], options: RequestOptions = RequestOptions()) -> Checked:
         """Client tools may not take a server tool's (or the memory method's) name, the engine must honour the
-        sampling asked for, and the tools and answer format must compile into a grammar."""
+        sampling asked for, and the tools and answer format must compile into a grammar: the one check a request's
+        tools and options get; what it returns, ``start`` trusts."""
         taken = {*self.agent.tools, *(t["name"] for t in self.agent.strategy.tools())}
         clash = {t["name"] for t in client_tools} & taken
         if clash:
@@ -78,17 +87,17 @@ class Turns:
         except GrammarError as exc:
             raise bad_request(f"the tools' parameter schemas cannot be decoded under a grammar: {exc}",
                               "tools", "unsupported_schema") from exc
+        return Checked(tuple(client_tools), options)
 
-    def start(self, live: Live, users: Sequence[Mapping[str, Any]], policy: str,
-              client_tools: Sequence[dict[str, Any]], key: str | None = None,
-              on_delta: OnDelta | None = None, options: RequestOptions = RequestOptions()) -> TurnResult:
-        """A new request q_k from the new user message(s); ``key`` is the call's Idempotency-Key."""
-        self.check(client_tools, options)
+    def start(self, live: Live, users: Sequence[Mapping[str, Any]], policy: str, checked: Checked,
+              key: str | None = None, on_delta: OnDelta | None = None) -> TurnResult:
+        """A new request q_k from the new user message(s), with the tools and options ``check`` passed; ``key`` is
+        the call's Idempotency-Key."""
         if not "".join(str(m["content"] or "") for m in users if m["role"] == "user").strip():
             raise bad_request("the user message is empty", "messages")
-        live.run = RequestRun(engine=self.engine, repo=self.repo, session=live.name, query=query_text(users),
-                              agent=self.agent, options=options, client_tools=client_tools, policy=policy)
-        live.transcript.extend(dict(m) for m in users)
+        live.start(RequestRun(engine=self.engine, repo=self.repo, session=live.name, query=query_text(users),
+                              agent=self.agent, options=checked.options, client_tools=checked.client_tools,
+                              policy=policy), [dict(m) for m in users])
         return self._drive(live, key, on_delta)
 
     def resume(self, live: Live, results: Sequence[Mapping[str, Any]], key: str | None = None,
@@ -96,7 +105,7 @@ class Turns:
         """The client's tool messages answer the waiting calls (``approvals``: its answers to the calls that wait on
         its approval, each with a tool message of its own); the request goes on."""
         if live.run is None and live.suspended is not None:  # stored by this server before a restart, or another
-            live.run = restore(live.suspended["run"], engine=self.engine, repo=self.repo, agent=self.agent)
+            live.take_up(restore(live.suspended["run"], engine=self.engine, repo=self.repo, agent=self.agent))
         run = live.run
         assert run is not None and run.waiting is not None
         answered: dict[str, Any] = {}
@@ -113,7 +122,7 @@ class Turns:
                               "missing_tool_results")
         positions = {i: p for i, p in run.waiting.client.items() if isinstance(answered[i], Approval)}
         run.answer(answered)
-        live.transcript.extend(dict(m) for m in results)
+        live.answer([dict(m) for m in results])
         ran = tuple((i, run.steps[-1].tool_calls[p]) for i, p in positions.items())
         return self._drive(live, key, on_delta, ran)
 
@@ -122,22 +131,17 @@ class Turns:
         run = live.run
         assert run is not None
         first = len(run.steps)
-        keys = {**live.request_keys(), **({key: len(live.transcript) - live.finished} if key else {})}
         on_step = None
         if on_delta is not None and self.streams_answers:
             def on_step(step: int) -> OnText:
                 return self._live_output(run, step, on_delta)
         try:
-            waiting = run.advance(Transcript(live.transcript[live.finished:], keys), on_step)
+            waiting = run.advance(live.so_far(key), on_step)
         except RequestFailed as exc:
-            self._unsuspend(live)
-            live.abandon()
+            self._drop(live)
             raise _failure(exc, tuple(run.steps[first:])) from exc
         except BaseException:  # a storage fault or a bug: the session must not stay half-advanced
-            try:
-                self._unsuspend(live)
-            finally:
-                live.abandon()
+            self._drop(live)
             raise
         if waiting is not None:
             return self._result(run, first, self._wait(live, run, waiting, key), len(live.transcript), approved)
@@ -145,17 +149,13 @@ class Turns:
         response = run.record.response
         if response is None:  # the step budget ran out: say so, with what was kept
             response = unfinished_message(run.record.unfinished, run.record.persisted_states)
-        self._remember(live, key)
-        live.transcript.append({"role": "assistant", "content": response})
-        live.finished, live.run = len(live.transcript), None
-        live.requests += 1
-        self._unsuspend(live)
+        if live.finish(response, key):  # it had waited on the client: its stored snapshot goes
+            self.repo.clear_pending(live.name)
         return self._result(run, first, AssistantMessage(content=response), len(live.transcript), approved)
 
-    def _unsuspend(self, live: Live) -> None:
-        """The waiting request ended (answered, failed or dropped): its stored snapshot goes."""
-        if live.suspended is not None:
-            live.suspended = None
+    def _drop(self, live: Live) -> None:
+        """The unfinished request failed: the session is as before it, its stored snapshot gone."""
+        if live.abandon():
             self.repo.clear_pending(live.name)
 
     @staticmethod
@@ -201,25 +201,15 @@ class Turns:
 
         return feed
 
-    @staticmethod
-    def _remember(live: Live, key: str | None) -> None:
-        """The reply about to be appended to the transcript answers the call with ``key``."""
-        if key:
-            live.replies[key] = len(live.transcript)
-
     def _wait(self, live: Live, run: RequestRun, waiting: Waiting, key: str | None) -> AssistantMessage:
         """The assistant message of the client's calls; the waiting request is stored, so that it outlives this
         process and any server sharing the database can go on with it."""
         calls = [ToolCallOut(id=cid, function=FunctionCallOut(name=run.pending[i].name,
                                                               arguments=canonical_json(dict(run.pending[i].arguments))))
                  for cid, i in waiting.client.items()]
-        self._remember(live, key)
-        live.transcript.append({
-            "role": "assistant", "content": None,
-            "tool_calls": [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments} for c in calls],
-        })
-        live.suspended = {"run": snapshot(run), "live": live.waiting()}
-        self.repo.save_pending(live.name, run.index_k, live.suspended)
+        stored = live.wait([{"id": c.id, "name": c.function.name, "arguments": c.function.arguments} for c in calls],
+                           key, snapshot(run))
+        self.repo.save_pending(live.name, run.index_k, stored)
         return AssistantMessage(tool_calls=calls)
 
     @staticmethod

@@ -99,6 +99,14 @@ def test_the_schema_needs_a_key_like_every_endpoint_but_health(server: Server) -
     assert httpx.get(root + "/docs").status_code == 404
     schema = httpx.get(root + "/openapi.json", headers={"Authorization": "Bearer sk-a"}).json()
     assert "/v1/chat/completions" in schema["paths"]
+    # the chat and responses requests are documented from the wire models the routes validate with
+    for path, model in (("/v1/chat/completions", "ChatRequest"), ("/v1/responses", "ResponsesRequest")):
+        body = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert body == {"$ref": f"#/components/schemas/{model}"}
+    chat = schema["components"]["schemas"]["ChatRequest"]
+    assert {"model", "messages"} <= set(chat["required"]) and "tools" in chat["properties"]
+    assert chat["properties"]["messages"]["items"]["$ref"].removeprefix("#/components/schemas/") in \
+        schema["components"]["schemas"]  # every reference resolves in the document
 
 
 def test_a_request_waiting_on_tool_results_can_be_read_and_a_clash_is_refused_before_streaming(server: Server) -> None:

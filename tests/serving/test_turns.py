@@ -33,8 +33,8 @@ def test_a_storage_fault_mid_turn_rolls_the_session_back(tmp_path: Path) -> None
     live = Live("s", [], 0)
     user = {"role": "user", "content": "hello"}
     with pytest.raises(StorageError, match="disk full"):
-        turns.start(live, [user], "", [])
-    assert (live.transcript, live.finished, live.run) == ([], 0, None) and repo.requests("s") == []
-    result = turns.start(live, [user], "", [])  # the same message again: no "nothing new", no mix-up
+        turns.start(live, [user], "", turns.check([]))
+    assert (live.transcript, live.settled, live.run) == ([], 0, None) and repo.requests("s") == []
+    result = turns.start(live, [user], "", turns.check([]))  # the same message again: no "nothing new", no mix-up
     assert result.message.content == "two" and result.request == 1
-    assert live.transcript == [user, {"role": "assistant", "content": "two"}] and live.finished == 2
+    assert live.transcript == [user, {"role": "assistant", "content": "two"}] and live.settled == 2
