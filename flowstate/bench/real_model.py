@@ -16,6 +16,7 @@ from typing import Any
 
 from flowstate.bench.table import table
 from flowstate.eval import metrics
+from flowstate.eval.calls import calls_of
 
 SUITES = ("hotel", "chain", "bundle", "shopping")
 STRATEGIES = ("flowstate", "full-context", "mage", "bm25", "no-psa")
@@ -37,7 +38,7 @@ def figures(rows: Sequence[Row]) -> dict[str, Any]:
     """One (suite, strategy)'s behaviour figures over its task rows."""
     subtasks = [s for r in rows for s in r["subtasks"]]
     steps = sum(int(s["steps"]) for s in subtasks)
-    calls = [c for s in subtasks for c in s["calls"]]
+    calls = calls_of(subtasks)
     wins, correct = sum(bool(r["success"]) for r in rows), sum(bool(s["correct"]) for s in subtasks)
     cost = metrics.cost(rows)
     return {
@@ -49,7 +50,7 @@ def figures(rows: Sequence[Row]) -> dict[str, Any]:
         "protocol_feedback_per_step": cost["parse_failures"] / max(steps, 1),
         "disclosure_steps": sum(int(s.get("disclosure_steps", 0)) for s in subtasks) / max(len(subtasks), 1),
         "repeated_calls": cost["repeated_calls"], "loops": cost["loops"], "budget_ends": cost["budget_ends"],
-        "decoded_per_call": sum(c[2] for c in calls) / max(len(calls), 1),
+        "decoded_per_call": sum(c.completion_tokens for c in calls) / max(len(calls), 1),
         "wall_s": metrics.wall_time(rows),
     }
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flowstate.eval.calls import CallFigures
 from flowstate.eval.kv import SHIPPED, KVModel
 from flowstate.eval.kv import load as load_kv
 
@@ -51,19 +52,16 @@ class GPUCost:
     kappa: float  # prefill tokens per decoded token per token of context
     source: str
 
-    def pet(self, calls: Sequence[Sequence[float]]) -> dict[str, float]:
-        """PET of a set of calls (``[prompt, cached, completion, ttft, decode, shared, forced]`` each; rows of
-        older runs without the last two count them 0) and its parts."""
+    def pet(self, calls: Sequence[CallFigures]) -> dict[str, float]:
+        """PET of a set of calls (rows of older runs without shared and forced tokens count them 0) and its parts."""
         uncached = forced = decoded = attended = 0.0
         for c in calls:
-            prompt, cached, completion = c[0], c[1], c[2]
-            shared = c[5] if len(c) > 5 else 0
-            f = min(c[6] if len(c) > 6 else 0, completion)
-            d = completion - f
-            uncached += prompt - max(cached, shared)
+            f = min(c.forced_tokens, c.completion_tokens)
+            d = c.completion_tokens - f
+            uncached += c.prompt_tokens - max(c.cached_tokens, c.shared_tokens)
             forced += f
             decoded += d
-            attended += d * (prompt + completion / 2)
+            attended += d * (c.prompt_tokens + c.completion_tokens / 2)
         return {"shared_uncached": uncached, "forced": forced, "decoded": decoded,
                 "pet": uncached + forced + self.w * decoded + self.kappa * attended}
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flowstate.eval.calls import calls_of
+
 SHIPPED = Path(__file__).with_name("kv_models.json")
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "fp8": 1}
 GIB = 2**30
@@ -92,7 +94,7 @@ def footprint(rows: list[dict[str, Any]], model: KVModel, gpu_gib: float) -> dic
     context per call, mean and largest peak, KV bytes at the mean peak, and sessions of that peak that fit."""
     peaks, contexts = [], []
     for r in rows:
-        calls = [c[0] + c[2] for s in r["subtasks"] for c in s["calls"]]
+        calls = [c.context for c in calls_of(r["subtasks"])]
         if calls:
             peaks.append(max(calls))
             contexts += calls

@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from flowstate.eval.calls import calls_of
 from flowstate.records import BUDGET, LOOPING
 
 Row = dict[str, Any]
@@ -201,16 +202,16 @@ def wall_time(rows: Sequence[Row]) -> float:
 
 def speed(rows: Sequence[Row]) -> dict[str, Any]:
     """Throughput and latency in ``vllm bench serve``'s terms; one model call is one request."""
-    calls = [c for r in rows for s in r["subtasks"] for c in s["calls"]]  # [prompt, cached, completion, ttft, decode]
+    calls = calls_of(s for r in rows for s in r["subtasks"])
     wall = wall_time(rows)
-    completion = sum(c[2] for c in calls)
-    total = sum(c[0] + c[2] for c in calls)
-    tpot = [c[4] / (c[2] - 1) for c in calls if c[2] > 1]
+    completion = sum(c.completion_tokens for c in calls)
+    total = sum(c.context for c in calls)
+    tpot = [c.decode_s / (c.completion_tokens - 1) for c in calls if c.completion_tokens > 1]
     per = (lambda x: x / wall) if wall > 0 else (lambda x: 0.0)
     return {
         "wall_s": wall, "model_calls": len(calls),
         "tasks_per_min": per(len(rows)) * 60, "requests_per_s": per(len(calls)),
         "output_tok_per_s": per(completion), "total_tok_per_s": per(total),
-        "ttft_s": distribution([c[3] for c in calls]), "tpot_s": distribution(tpot),
-        "e2el_s": distribution([c[3] + c[4] for c in calls]),
+        "ttft_s": distribution([c.ttft_s for c in calls]), "tpot_s": distribution(tpot),
+        "e2el_s": distribution([c.ttft_s + c.decode_s for c in calls]),
     }

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from flowstate.eval import gpu, kv, metrics
+from flowstate.eval.calls import calls_of
 from flowstate.eval.kv import footprint
 from flowstate.eval.runner import EvalConfig, config_dict
 from flowstate.eval.suites import TAU3, generate
@@ -43,8 +44,7 @@ def gpu_figures(rows: Sequence[dict[str, Any]], cost: gpu.GPUCost) -> dict[str, 
     """Per task: what a GPU pays (``GPUCost.pet``'s parts: uncached prefill with the fixed prefix shared, forced and
     decoded tokens, PET), and disclosure steps (model calls that only asked for history)."""
     n = max(len(rows), 1)
-    calls = [c for r in rows for s in r["subtasks"] for c in s["calls"]]
-    figures = cost.pet(calls)
+    figures = cost.pet(calls_of(s for r in rows for s in r["subtasks"]))
     return {"cost": {"label": cost.label, "w": cost.w, "kappa": cost.kappa},
             **{f"{k}_per_task": v / n for k, v in figures.items()},
             "disclosure_steps_per_task": sum(int(s.get("disclosure_steps", 0)) for r in rows for s in r["subtasks"]) / n}

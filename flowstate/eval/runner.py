@@ -23,12 +23,13 @@ from engine.embeddings import Embedder
 from engine.text import tokenize
 from flowstate.agent import Agent
 from flowstate.config import LoopConfig
+from flowstate.eval.calls import CallFigures
 from flowstate.eval.episode import run_request
 from flowstate.eval.policies import Answerer, Policy, PolicyEngine
 from flowstate.eval.replay import ReplayPolicy, ReplayTask
 from flowstate.eval.suites import REPLAY, TAU3, check_options, generate
 from flowstate.eval.task import Score, Task
-from flowstate.eval.tau3.conversation import run_conversation
+from flowstate.eval.tau3.conversation import Conversation, run_conversation
 from flowstate.eval.tau3.gold import GoldPolicy
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import tau2_guidelines
@@ -137,11 +138,6 @@ class Results:
             os.fsync(f.fileno())
 
 
-CALL_FIELDS = ("prompt_tokens", "cached_tokens", "completion_tokens", "ttft_s", "decode_s", "shared_tokens",
-               "forced_tokens")
-"""A model call's figures in a result row, in this order (rows of older runs hold the first five)."""
-
-
 def _subtask_row(k: int, response: str | None, steps: Sequence[dict[str, Any]], score: Score | None,
                  error: str | None, memory_calls: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """One subtask's row; the memory method's own model calls count in its usage and calls."""
@@ -157,8 +153,16 @@ def _subtask_row(k: int, response: str | None, steps: Sequence[dict[str, Any]], 
         "disclosure_steps": sum(s.get("decision") == "defer" for s in steps),  # steps that only waited for history
         "tool_calls": sum(len(s.get("tool_calls", ())) for s in steps),
         "repeated_calls": sum(bool(c.get("repeat_of")) for s in steps for c in s.get("tool_calls", ())),
-        "calls": [[s["usage"].get(key, 0) for key in CALL_FIELDS] for s in calls],
+        "calls": [CallFigures.of(s["usage"]).to_row() for s in calls],
     }
+
+
+def conversation_row(talk: Conversation, run: str) -> dict[str, Any]:
+    """A τ³ conversation's row: each of its turns a subtask, all graded by the conversation's reward."""
+    subtasks = [{**_subtask_row(t.k, t.response, t.steps, None, t.error, t.memory_calls),
+                 "correct": talk.success, "credit": talk.success} for t in talk.turns]
+    return {**talk.header, "depth": len(subtasks), "run": run, "success": talk.success, "subtasks": subtasks,
+            "tau3": talk.tau3}
 
 
 def run_task(task: Task, strategy: Strategy, engine: Engine, repo: Repository, loop: LoopConfig, run: str,
@@ -217,25 +221,41 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress =
     trace = TraceWriter(config.trace) if config.trace else None
     tools = connect(config.mcp, config.mcp_scope, config.mcp_timeout, max_sessions=config.mcp_sessions) if config.mcp else None
     with Repository.open(config.db or config.out / "memory.db") as repo:
+        ctx = RunContext(config, repo, results, tuple(engines), run, progress, user, judge, tokens, trace, tools)
         try:
             for suite, tasks in suites.items():
                 for strategy in strategies:
                     todo = [(i, t) for i, t in enumerate(tasks) if (suite, strategy.name, t.id) not in done]
                     finished = [r for r in earlier if r["suite"] == suite and r["strategy"] == strategy.name
                                 and r["task"] in {t.id for t in tasks}]
-                    _run_pair(config, repo, results, suite, strategy, len(tasks), finished, todo, engines, run,
-                              progress, user, judge, tokens, trace, tools)
+                    _run_pair(ctx, suite, strategy, len(tasks), finished, todo)
         finally:
             if tools is not None:
                 tools.close()
-    return select(results.rows(), config)
+    return select(results.rows(), config, {suite: [t.id for t in tasks] for suite, tasks in suites.items()})
 
 
-def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str, strategy: Strategy, total: int,
-              finished: list[dict[str, Any]], todo: list[tuple[int, Task]], engines: Sequence[Engine], run: str,
-              progress: Progress, user: Engine | None, judge: Engine | None,
-              tokens: Callable[[str], Sequence[Any]] = tokenize, trace: TraceWriter | None = None,
-              tools: ToolSet | None = None) -> None:
+@dataclass(frozen=True)
+class RunContext:
+    """What every task of one ``run_eval`` shares: its configuration, memory, results file, engines (or the
+    reference policy's token counting), the τ³ user and judge, the trace and the MCP tools."""
+
+    config: EvalConfig
+    repo: Repository
+    results: Results
+    engines: tuple[Engine, ...]
+    run: str  # this run's id, on each of its rows
+    progress: Progress
+    user: Engine | None = None
+    judge: Engine | None = None
+    tokens: Callable[[str], Sequence[Any]] = tokenize
+    trace: TraceWriter | None = None
+    tools: ToolSet | None = None
+
+
+def _run_pair(ctx: RunContext, suite: str, strategy: Strategy, total: int, finished: list[dict[str, Any]],
+              todo: list[tuple[int, Task]]) -> None:
+    config, progress, tokens, trace = ctx.config, ctx.progress, ctx.tokens, ctx.trace
     label = f"{suite} × {strategy.name}"
     state = {"done": len(finished), "success": sum(bool(r["success"]) for r in finished), "tokens": 0}
     lock = threading.Lock()
@@ -259,17 +279,18 @@ def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str
             engine: Engine = PolicyEngine(REFERENCES[task.reference](task, strategy, limits, config.policy),
                                           tokens, forced)
         else:
-            engine = engines[i % len(engines)]  # several servers: tasks spread over all of them
+            engine = ctx.engines[i % len(ctx.engines)]  # several servers: tasks spread over all of them
         if trace is not None:
             engine = Traced(engine, trace, f"{config.namespace}{suite}/{strategy.name}/{task.id}",
                             {"suite": suite, "strategy": strategy.name})
         if task.conversational:
-            row = run_conversation(cast(Tau3Task, task), strategy, engine, repo, config.loop, run, _subtask_row, user,
-                                   judge, namespace=config.namespace, guidelines=tau2_guidelines(config.tau2_data),
-                                   tools=tools)
+            talk = run_conversation(cast(Tau3Task, task), strategy, engine, ctx.repo, config.loop, ctx.user, ctx.judge,
+                                    namespace=config.namespace, guidelines=tau2_guidelines(config.tau2_data),
+                                    tools=ctx.tools)
+            row = conversation_row(talk, ctx.run)
         else:
-            row = run_task(task, strategy, engine, repo, config.loop, run, config.namespace)
-        results.append(row)
+            row = run_task(task, strategy, engine, ctx.repo, config.loop, ctx.run, config.namespace)
+        ctx.results.append(row)
         with lock:
             state["done"] += 1
             state["success"] += bool(row["success"])
@@ -282,9 +303,10 @@ def _run_pair(config: EvalConfig, repo: Repository, results: Results, suite: str
             pass
 
 
-def select(rows: list[dict[str, Any]], config: EvalConfig) -> list[dict[str, Any]]:
-    """The rows of this configuration's (suite, strategy, task) triples, the latest of each."""
-    wanted = {(s, t.id) for s in config.suites for t in _tasks(config, s)}
+def select(rows: list[dict[str, Any]], config: EvalConfig, tasks: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """The rows of this configuration's (suite, strategy, task) triples, the latest of each (``tasks``: the task
+    ids of each suite, as the run generated them: never generated again to filter)."""
+    wanted = {(s, t) for s, ids in tasks.items() for t in ids}
     latest: dict[tuple[str, str, str], dict[str, Any]] = {}
     for r in rows:
         if (r["suite"], r["task"]) in wanted and r["strategy"] in config.strategies:

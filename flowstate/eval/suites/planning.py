@@ -57,6 +57,7 @@ class PlanningTask(Task):
                  stays: dict[int, list[dict[str, Any]]], restaurants: dict[int, list[dict[str, Any]]]) -> None:
         self.city, self.travellers, self.origins, self.relative = city, travellers, origins, relative
         self.absolute, self.flights, self.stays, self.restaurants = absolute, flights, stays, restaurants
+        self._correct: dict[int, str] = {}  # each subtask's right choice, computed once (it reads every earlier one)
         queries = [self._query(k) for k in range(1, len(travellers) + 1)]
         super().__init__(task_id, queries)
 
@@ -217,8 +218,14 @@ class PlanningTask(Task):
         assert not isinstance(decision, Need)
         return decision
 
+    def redrawn(self, k: int) -> None:
+        """Subtask k's tables were drawn again (while the task is built): its right choice is computed anew."""
+        self._correct.pop(k, None)
+
     def correct(self, k: int) -> str:
-        return self.choice(k, self._facts(k - 1))
+        if k not in self._correct:  # without it, subtask k recomputed every earlier one's: 2^k choices
+            self._correct[k] = self.choice(k, self._facts(k - 1))
+        return self._correct[k]
 
     def _facts(self, upto: int) -> dict[str, Any]:
         """What the correct bookings of subtasks 1..upto told (their confirmations' facts)."""
@@ -329,6 +336,7 @@ def _build(rng: random.Random, task_id: str, depth: int, flights: int, stays: in
             flight_rows[origins[k - 1]] = _flights(rng, city, origins[k - 1], k, flights)
             stay_rows[k] = [{**places[n], "price": rng.randint(40, 900)} for n in rng.sample(sorted(places), stays)]
             food_rows[k] = [dict(eateries[n]) for n in rng.sample(sorted(eateries), restaurants)]
+            task.redrawn(k)
             try:
                 right = task.correct(k)
             except ValueError:  # a requirement no row meets

@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from engine.base import Engine
@@ -62,11 +63,33 @@ def make_user(task: Tau3Task, engine: Engine | None, guidelines: str | None = No
     return ScriptedUser(task) if engine is None else SimulatedUser(task, engine, guidelines=guidelines)
 
 
+@dataclass(frozen=True)
+class Turn:
+    """One turn of a conversation: the user's message as one request of the session, what the agent did."""
+
+    k: int
+    response: str | None
+    steps: list[dict[str, Any]]
+    error: str | None
+    memory_calls: list[dict[str, Any]]  # the memory method's own calls (their tokens count)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A τ³ conversation as it ran and was graded: its turns, whether it succeeded, what grading found, and the
+    task's fields of its row (the runner turns it into one)."""
+
+    header: dict[str, Any]
+    turns: tuple[Turn, ...]
+    success: bool
+    tau3: dict[str, Any]
+
+
 def run_conversation(
-    task: Tau3Task, strategy: Strategy, engine: Engine, repo: Repository, loop: LoopConfig, run: str,
-    subtask_row: Callable[..., dict[str, Any]], user_engine: Engine | None = None, judge: Engine | None = None,
+    task: Tau3Task, strategy: Strategy, engine: Engine, repo: Repository, loop: LoopConfig,
+    user_engine: Engine | None = None, judge: Engine | None = None,
     max_turns: int = MAX_TURNS, namespace: str = "", guidelines: str | None = None, tools: ToolSet | None = None,
-) -> dict[str, Any]:
+) -> Conversation:
     """``tools``: the agent's tools instead of the domain's own (an MCP server's); this session's share of them is
     released when the conversation ends."""
     session = f"{namespace}{task.suite}/{strategy.name}/{task.id}"
@@ -74,21 +97,19 @@ def run_conversation(
     agent = Agent(engine, repository=repo, session=session, tools=tools if tools is not None else task.tools(task.new_env()),
                   task_policy=task.policy, config=loop, strategy=strategy)
     try:
-        return _converse(task, agent, strategy, run, subtask_row, user_engine, judge, max_turns, guidelines,
-                         tools is not None)
+        return _converse(task, agent, strategy, user_engine, judge, max_turns, guidelines, tools is not None)
     finally:
         if tools is not None:
             tools.release(session)
 
 
-def _converse(task: Tau3Task, agent: Agent, strategy: Strategy, run: str, subtask_row: Callable[..., dict[str, Any]],
-              user_engine: Engine | None, judge: Engine | None, max_turns: int, guidelines: str | None,
-              compare: bool) -> dict[str, Any]:
+def _converse(task: Tau3Task, agent: Agent, strategy: Strategy, user_engine: Engine | None, judge: Engine | None,
+              max_turns: int, guidelines: str | None, compare: bool) -> Conversation:
     user = make_user(task, user_engine, guidelines)
     user_kind = "scripted" if user_engine is None else \
         "simulated, tau2's guidelines" if guidelines is not None else "simulated, our paraphrase of tau2's rules"
     started = time.time()
-    turns: list[dict[str, Any]] = []
+    turns: list[Turn] = []
     conversation: list[tuple[str, str]] = []
     trajectory: list[tuple[str, str]] = []
     calls: list[dict[str, Any]] = []
@@ -102,7 +123,7 @@ def _converse(task: Tau3Task, agent: Agent, strategy: Strategy, run: str, subtas
         response, steps = out.response, out.steps
         calls += [c for s in steps for c in s.get("tool_calls", [])]  # τ³ matches failed calls too
         trajectory += trajectory_of(message, steps, response)
-        turns.append(subtask_row(k, response, steps, None, out.error, out.memory_calls))  # its own calls count
+        turns.append(Turn(k, response, list(steps), out.error, list(out.memory_calls)))
         if response is None:
             ended_by = "failed request"
             break
@@ -113,11 +134,9 @@ def _converse(task: Tau3Task, agent: Agent, strategy: Strategy, run: str, subtas
         message = user.reply(response)
     db, differ = replay_calls(task, calls, compare)
     graded = grade(task, db, calls, conversation, judge, ended_normally=ended_by == "user", trajectory=trajectory)
-    for row in turns:
-        row["correct"] = row["credit"] = graded.reward == 1.0
     compared = {"results_compared": sum(c["name"] in agent.tools for c in calls), "results_differ": differ} \
         if compare else {}
-    return {"suite": task.suite, "strategy": strategy.name, "task": task.id, "base_task": task.base,
-            "trial": task.trial, "depth": len(turns), "run": run, "started": started, "ended": time.time(),
-            "success": graded.reward == 1.0, "subtasks": turns,
-            "tau3": {**graded.to_dict(), "ended_by": ended_by, "user": user_kind, **compared}}
+    header = {"suite": task.suite, "strategy": strategy.name, "task": task.id, "base_task": task.base,
+              "trial": task.trial, "started": started, "ended": time.time()}
+    return Conversation(header, tuple(turns), graded.reward == 1.0,
+                        {**graded.to_dict(), "ended_by": ended_by, "user": user_kind, **compared})

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from flowstate.eval.calls import calls_of
+
 pytestmark = pytest.mark.slow
 
 
@@ -20,10 +22,10 @@ def test_eval_on_the_embedded_model_writes_report_and_figures(tmp_path: Path) ->
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert sorted(r["strategy"] for r in rows) == ["flowstate", "full-context"]
-    calls = [c for r in rows for s in r["subtasks"] for c in s["calls"]]
-    assert calls and all(c[2] > 0 and c[3] > 0 for c in calls)  # real completions, measured first-token latency
+    calls = calls_of(s for r in rows for s in r["subtasks"])
+    assert calls and all(c.completion_tokens > 0 and c.ttft_s > 0 for c in calls)  # real completions, measured TTFT
     for s in (s for r in rows for s in r["subtasks"]):  # under the grammar only an output cut at 160 tokens fails to parse
-        assert s["parse_failures"] <= sum(c[2] == 160 for c in s["calls"]), s
+        assert s["parse_failures"] <= sum(c.completion_tokens == 160 for c in calls_of([s])), s
     summary = json.loads((out / "summary.json").read_text())
     assert [p["strategy"] for p in summary["pairs"]] == ["flowstate", "full-context"]
     assert all(p["speed"]["output_tok_per_s"] > 0 and p["cost"]["completion_tokens"] > 0 for p in summary["pairs"])

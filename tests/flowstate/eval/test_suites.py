@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from flowstate.eval.calls import calls_of
 from flowstate.eval.policies import BOUNDED
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.eval.suites import SUITES, generate
@@ -148,8 +149,8 @@ def test_realistic_observations_are_benchmark_sized_and_their_size_is_an_option(
     def largest(sizes: dict[str, int]) -> int:
         task = generate(suite, 1, 2, 0, sizes)[0]
         _, _, row = _run(task, FLOWSTATE)
-        return max(c[0] for s in row["subtasks"] for c in s["calls"]) - max(
-            c[0] for s in row["subtasks"][:1] for c in s["calls"][:1])
+        calls = calls_of(row["subtasks"])
+        return max(c.prompt_tokens for c in calls) - calls[0].prompt_tokens
 
     defaults = options(suite)
     grown = largest({name: 2 * v for name, v in defaults.items()})
@@ -286,3 +287,17 @@ def test_planning_credits_each_constraint_a_booking_meets_as_the_papers_travel_s
     assert not score.correct and score.credit == (len(met) - 1) / len(met)
     other = next(r["name"] for r in task.stays[k] if r["room_type"] != room)
     assert task.check(k, "ok", {"booked": {k: other}}).credit < 1.0
+
+
+def test_planning_computes_each_subtasks_right_choice_once() -> None:
+    """A subtask's right choice reads every earlier one's: memoised, subtask k costs k choices, not 2^k."""
+    from flowstate.eval.suites.planning import PlanningTask
+
+    [task] = generate("planning", 1, 12, 0)
+    assert isinstance(task, PlanningTask)
+    made: list[int] = []
+    choose = task.choice
+    task.choice = lambda k, facts: made.append(k) or choose(k, facts)  # type: ignore[method-assign]
+    task._correct.clear()
+    last = task.correct(12)
+    assert sorted(made) == list(range(1, 13)) and task.correct(12) == last and len(made) == 12

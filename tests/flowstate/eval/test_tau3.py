@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from engine.scripted import ScriptedEngine
+from flowstate.eval.calls import calls_of
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.eval.tau3.airline import AirlineTools
 from flowstate.eval.tau3.domain import DomainData, db_hash
@@ -59,6 +60,14 @@ AIRLINE_DB: dict[str, Any] = {
                "total_baggages": 1, "nonfree_baggages": 0, "insurance": "no"},
     },
 }
+
+
+def converse(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """A τ³ conversation's row, as the runner makes it."""
+    from flowstate.eval.runner import conversation_row
+    from flowstate.eval.tau3.conversation import run_conversation
+
+    return conversation_row(run_conversation(*args, **kwargs), "x")
 
 
 def airline() -> AirlineTools:
@@ -271,8 +280,7 @@ def test_a_task_with_no_nl_assertions_scores_them_1_as_tau2_does_judge_or_none()
 
 def test_ten_tool_errors_end_the_conversation_with_reward_0(tmp_path: Path) -> None:
     from flowstate.config import LoopConfig
-    from flowstate.eval.runner import _subtask_row
-    from flowstate.eval.tau3.conversation import MAX_ERRORS, run_conversation
+    from flowstate.eval.tau3.conversation import MAX_ERRORS
     from flowstate.memory.chat import FULL_CONTEXT, TWO_BLOCKS
     from flowstate.protocol import ModelOutput, render_output
 
@@ -286,7 +294,7 @@ def test_ten_tool_errors_end_the_conversation_with_reward_0(tmp_path: Path) -> N
               out(assistant_message={"content": "Done."})]
     task = fixture_task(WRITES)
     with Repository.open(tmp_path / "m.db") as repo:
-        row = run_conversation(task, FULL_CONTEXT, ScriptedEngine(script), repo, LoopConfig(), "x", _subtask_row,
+        row = converse(task, FULL_CONTEXT, ScriptedEngine(script), repo, LoopConfig(),
                                user_engine=ScriptedEngine(["Cancel R1.", "Try again.", "###STOP###"]))
     assert MAX_ERRORS == 10 and row["tau3"]["ended_by"] == "too many errors"
     assert row["tau3"]["reward"] == 0.0 and not row["success"] and len(row["subtasks"]) == 1  # no second request
@@ -327,8 +335,6 @@ def test_turn_capped_and_failed_conversations_score_0_through_the_harness(tmp_pa
     from flowstate.config import LoopConfig
     from flowstate.eval.metrics import tau3_quality
     from flowstate.eval.policies import PolicyEngine
-    from flowstate.eval.runner import _subtask_row
-    from flowstate.eval.tau3.conversation import run_conversation
     from flowstate.eval.tau3.gold import GoldPolicy
     from flowstate.memory.chat import FULL_CONTEXT
     from flowstate.store.repository import Repository
@@ -336,14 +342,14 @@ def test_turn_capped_and_failed_conversations_score_0_through_the_harness(tmp_pa
     task = fixture_task([{"action_id": "r", "name": "get_reservation_details", "arguments": {"reservation_id": "R1"}},
                          *WRITES], communicate=["cancelled"])
     with Repository.open(tmp_path / "m.db") as repo:
-        ok = run_conversation(task, FULL_CONTEXT, PolicyEngine(GoldPolicy(task, FULL_CONTEXT)), repo, LoopConfig(),
-                              "x", _subtask_row, user_engine=ScriptedEngine(["Cancel R1; ana_3.", "Yes.", "###STOP###"]))
+        ok = converse(task, FULL_CONTEXT, PolicyEngine(GoldPolicy(task, FULL_CONTEXT)), repo, LoopConfig(),
+                              user_engine=ScriptedEngine(["Cancel R1; ana_3.", "Yes.", "###STOP###"]))
         # the same agent, the same database changes, but the user never stops before the cap of 2 turns
-        capped = run_conversation(task, FULL_CONTEXT, PolicyEngine(GoldPolicy(task, FULL_CONTEXT)), repo, LoopConfig(),
-                                  "x", _subtask_row, user_engine=ScriptedEngine(["Cancel R1; ana_3.", "Yes.", "Thanks!"]),
+        capped = converse(task, FULL_CONTEXT, PolicyEngine(GoldPolicy(task, FULL_CONTEXT)), repo, LoopConfig(),
+                                  user_engine=ScriptedEngine(["Cancel R1; ana_3.", "Yes.", "Thanks!"]),
                                   max_turns=2)
-        failed = run_conversation(task, FULL_CONTEXT, ScriptedEngine(["garbage"] * 3), repo,
-                                  LoopConfig(max_protocol_errors=3), "x", _subtask_row,
+        failed = converse(task, FULL_CONTEXT, ScriptedEngine(["garbage"] * 3), repo,
+                                  LoopConfig(max_protocol_errors=3),
                                   user_engine=ScriptedEngine(["Cancel R1; ana_3."]))
     assert ok["success"] and ok["tau3"]["reward"] == 1.0
     assert capped["tau3"]["ended_by"] == "turns" and capped["tau3"]["db_match"]
@@ -405,8 +411,6 @@ def test_a_conversation_through_the_loop_with_a_simulated_user(tmp_path: Path) -
     # the harness end to end on the fixture: the scripted agent engine plays the gold policy's outputs
     from flowstate.config import LoopConfig
     from flowstate.eval.policies import PolicyEngine
-    from flowstate.eval.runner import _subtask_row
-    from flowstate.eval.tau3.conversation import run_conversation
     from flowstate.eval.tau3.gold import GoldPolicy
     from flowstate.memory.state import FLOWSTATE
     from flowstate.store.repository import Repository
@@ -416,7 +420,7 @@ def test_a_conversation_through_the_loop_with_a_simulated_user(tmp_path: Path) -
     user = ScriptedEngine(["Please cancel R1; I am ana_3.", "Yes.", "###STOP###"])
     policy = GoldPolicy(task, FLOWSTATE)
     with Repository.open(tmp_path / "m.db") as repo:
-        row = run_conversation(task, FLOWSTATE, PolicyEngine(policy), repo, LoopConfig(), "x", _subtask_row,
+        row = converse(task, FLOWSTATE, PolicyEngine(policy), repo, LoopConfig(),
                                user_engine=user)
         nodes = {n.id: n for n in repo.nodes(f"tau3-airline/flowstate/{task.id}")}
     # the simulated user's "Yes." is not the scripted confirmation, but the gold policy's turns are by count
@@ -541,8 +545,6 @@ def test_a_memory_methods_own_calls_count_in_a_tau3_conversations_tokens(tmp_pat
     """mage's Compress and Maintain calls are the method's cost: a τ³ turn's row holds them, as a subtask's does."""
     from flowstate.config import LoopConfig
     from flowstate.eval.policies import PolicyEngine
-    from flowstate.eval.runner import _subtask_row
-    from flowstate.eval.tau3.conversation import run_conversation
     from flowstate.eval.tau3.gold import GoldPolicy
     from flowstate.memory import get
 
@@ -550,11 +552,11 @@ def test_a_memory_methods_own_calls_count_in_a_tau3_conversations_tokens(tmp_pat
     task = fixture_task([{"action_id": "r", "name": "get_reservation_details", "arguments": {"reservation_id": "R1"}},
                          *WRITES], communicate=["cancelled"])
     with Repository.open(tmp_path / "m.db") as repo:
-        row = run_conversation(task, mage, PolicyEngine(GoldPolicy(task, mage)), repo, LoopConfig(), "x", _subtask_row,
+        row = converse(task, mage, PolicyEngine(GoldPolicy(task, mage)), repo, LoopConfig(),
                                user_engine=ScriptedEngine(["Cancel R1; ana_3.", "Yes.", "###STOP###"]))
     assert row["success"]
     own = sum(s["memory_calls"] for s in row["subtasks"])
     assert own >= 1  # Compress at least, once a turn ends
     for s in row["subtasks"]:
         assert len(s["calls"]) == s["steps"] + s["memory_calls"]  # every call's figures, the method's own included
-        assert s["usage"]["prompt_tokens"] == sum(c[0] for c in s["calls"])
+        assert s["usage"]["prompt_tokens"] == sum(c.prompt_tokens for c in calls_of([s]))

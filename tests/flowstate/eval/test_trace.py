@@ -13,6 +13,7 @@ import pytest
 from openai import OpenAI
 
 from flowstate.bench.trace import bench_trace, scrape
+from flowstate.eval.calls import calls_of
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.eval.trace import read
 from tests.engine.openai_stub import send
@@ -39,9 +40,9 @@ def test_every_call_of_every_session_is_recorded_once_with_its_messages(recordin
     assert set(traces) == {"flowstate", "full-context"} and all(len(s) == 2 for s in traces.values())
     for row in rows:
         calls = traces[row["strategy"]][f"tau-replay/{row['strategy']}/{row['task']}"]
-        recorded = [c for s in row["subtasks"] for c in s["calls"]]
+        recorded = calls_of(row["subtasks"])
         assert [c.order for c in calls] == list(range(len(recorded)))
-        assert [c.completion_tokens for c in calls] == [c[2] for c in recorded]
+        assert [c.completion_tokens for c in calls] == [c.completion_tokens for c in recorded]
         assert calls[0].messages[0].role == "system" and "Airline Agent Policy" in calls[0].messages[0].content
     # the chat grows by appending: full context's later calls start with its earlier calls' messages
     chat = next(iter(traces["full-context"].values()))
