@@ -250,7 +250,8 @@ OPTIONS = {"sessions": 1, "results": 1}
 item (search pages' size)."""
 
 
-def generate(path: str | Path | None, tasks: int, sessions: int = 1, results: int = 1) -> list[Task]:
+def generate(path: str | Path | None, tasks: int, sessions: int = OPTIONS["sessions"],
+             results: int = OPTIONS["results"]) -> list[Task]:
     """``tasks`` sessions, each of ``sessions`` recorded conversations one after the other (ordered by task, then
     trial: a task's trials first, then the next task's; only whole sessions), with every list of objects in a
     result holding ``results`` copies of each item (the first as recorded, the others with other ids and numbers)."""

@@ -354,7 +354,12 @@ def _build(rng: random.Random, task_id: str, depth: int, flights: int, stays: in
     return task
 
 
-def generate(tasks: int, depth: int, seed: int, flights: int = 12, stays: int = 20, restaurants: int = 20) -> list[Task]:
+OPTIONS = {"flights": 12, "stays": 20, "restaurants": 20}
+"""Rows of each table a subtask reads (its size options, with their defaults)."""
+
+
+def generate(tasks: int, depth: int, seed: int, flights: int = OPTIONS["flights"], stays: int = OPTIONS["stays"],
+             restaurants: int = OPTIONS["restaurants"]) -> list[Task]:
     at_most("planning", depth, len(NAMES))
     out: list[Task] = []
     for i, rng in seeded("planning", seed, tasks):

@@ -142,7 +142,11 @@ def _decimals(text: str | None) -> list[str]:
     return re.findall(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?", text or "")
 
 
-def generate(tasks: int, depth: int, seed: int, rows: int = 30) -> list[Task]:
+OPTIONS = {"rows": 30}
+"""Rows of each table (its size option, with its default)."""
+
+
+def generate(tasks: int, depth: int, seed: int, rows: int = OPTIONS["rows"]) -> list[Task]:
     if rows < 2 or rows > len(MATERIALS):
         raise ValueError(f"reasoning tables have 2 to {len(MATERIALS)} rows")
     out: list[Task] = []

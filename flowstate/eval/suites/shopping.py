@@ -172,8 +172,12 @@ def _product(rng: random.Random, category: str, fit: str, compatible: str, bulle
     return Product(asin, category, title, price, rating, fit, compatible, page)
 
 
-def generate(tasks: int, depth: int, seed: int, results: int = 10, bullets: int = 5,
-             description_words: int = 150) -> list[Task]:
+OPTIONS = {"results": 10, "bullets": 5, "description_words": 150}
+"""Search results per page, bullets and description words per product page (its size options, with defaults)."""
+
+
+def generate(tasks: int, depth: int, seed: int, results: int = OPTIONS["results"], bullets: int = OPTIONS["bullets"],
+             description_words: int = OPTIONS["description_words"]) -> list[Task]:
     at_most("shopping", depth, len(CATEGORIES))
     if results < 2:
         raise ValueError("shopping needs at least 2 results per page (one fits, the rest do not)")

@@ -301,3 +301,20 @@ def test_planning_computes_each_subtasks_right_choice_once() -> None:
     task._correct.clear()
     last = task.correct(12)
     assert sorted(made) == list(range(1, 13)) and task.correct(12) == last and len(made) == 12
+
+
+def test_every_suite_is_one_protocol_and_declares_its_options() -> None:
+    """Generated, τ³, replayed and dataset suites answer the same calls; a generated suite's declared options are the
+    size arguments its generator takes, with the same defaults (declared once, not read off a signature)."""
+    import inspect
+
+    from flowstate.eval.suites import ALL, REGISTRY, Generated, Spec, suite
+
+    assert set(ALL) == set(REGISTRY) and all(REGISTRY[name].name == name for name in ALL)
+    for entry in REGISTRY.values():
+        if isinstance(entry, Generated):
+            taken = list(inspect.signature(entry.make).parameters.values())[3:]
+            assert {p.name: p.default for p in taken} == dict(entry.options), entry.name
+    assert [t.id for t in suite("chain").tasks(2, Spec(depth=3))] == [t.id for t in generate("chain", 2, 3)]
+    with pytest.raises(ValueError, match="unknown suite 'nope'; valid suites: hotel"):
+        suite("nope")
