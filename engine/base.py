@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from engine.purpose import STEP, Purpose
+
 Role = Literal["system", "user", "assistant"]
 
 
@@ -97,19 +99,6 @@ class Decoding:
     top_p: float = 1.0
     seed: int | None = None
 
-
-@dataclass(frozen=True)
-class Purpose:
-    """What a model call is for, as its caller declares it: an agent step (``STEP``), or a memory method's own call —
-    its kind (``"mem0.extract"``, ``"mage.compress"``, …) and the model its reply parses into (None: free text).
-    Backends decode the same either way; an engine that answers by rule (a reference policy, a replay) dispatches
-    on it, never on the prompt's words."""
-
-    kind: str
-    reply: type | None = None
-
-
-STEP = Purpose("step")
 
 OnText = Callable[[str], None]
 """Receives an output's text piece by piece while it is decoded (engines whose capabilities say ``streams``;

@@ -21,21 +21,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from engine.base import (
-    ALL_SAMPLING,
-    STEP,
-    Capabilities,
-    Decoding,
-    Engine,
-    Generation,
-    Message,
-    OnText,
-    Purpose,
-    Sampling,
-    Usage,
-)
+from engine.base import ALL_SAMPLING, Capabilities, Decoding, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError
+from engine.purpose import STEP, Purpose
 from engine.text import common_prefix
 
 _MATCHERS_CACHE = 32

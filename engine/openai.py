@@ -14,21 +14,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from engine.base import (
-    ALL_SAMPLING,
-    STEP,
-    Capabilities,
-    Decoding,
-    Generation,
-    Message,
-    OnText,
-    Purpose,
-    RemoteEngine,
-    Sampling,
-    Usage,
-)
+from engine.base import ALL_SAMPLING, Capabilities, Decoding, Generation, Message, OnText, RemoteEngine, Sampling, Usage
 from engine.chat import check_options
 from engine.errors import ContextOverflow, EngineConfigError, EngineError, EngineUnavailable
+from engine.purpose import STEP, Purpose
 
 OVERFLOW = re.compile(r"maximum context length|context length|longer than the maximum model length|"
                       r"context_length_exceeded|exceeds the context", re.I)

@@ -16,19 +16,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.base import (
-    ALL_SAMPLING,
-    STEP,
-    Capabilities,
-    Engine,
-    Generation,
-    Message,
-    OnText,
-    Purpose,
-    RemoteEngine,
-    Sampling,
-)
+from engine.base import ALL_SAMPLING, Capabilities, Engine, Generation, Message, OnText, RemoteEngine, Sampling
 from engine.errors import EngineError, EngineUnavailable
+from engine.purpose import STEP, Purpose
 
 
 @dataclass

@@ -16,10 +16,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.base import ALL_SAMPLING, STEP, Capabilities, Engine, Generation, Message, OnText, Purpose, Sampling, Usage
+from engine.base import ALL_SAMPLING, Capabilities, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import check_options
 from engine.errors import EngineConfigError, EngineError
 from engine.jsonl import objects
+from engine.purpose import STEP, Purpose
 from engine.text import common_prefix, flatten, tokenize
 
 

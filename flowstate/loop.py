@@ -19,8 +19,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine.base import STEP, Engine, Generation, Message, OnText, Purpose
+from engine.base import Engine, Generation, Message, OnText
 from engine.errors import EngineConfigError, EngineError
+from engine.purpose import STEP, Purpose
 from flowstate.access import disclose, validate_access
 from flowstate.active import ActiveState
 from flowstate.config import AgentConfig, LoopConfig, Wiring

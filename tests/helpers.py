@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from engine.base import STEP, Capabilities, Engine, Generation, Message, Purpose
+from engine.base import Capabilities, Engine, Generation, Message
+from engine.purpose import STEP, Purpose
 from engine.scripted import ScriptedEngine
 from flowstate import Agent
 from flowstate.protocol import ModelOutput, render_output

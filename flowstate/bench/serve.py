@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.base import STEP, Engine, Generation, Message, OnText, Purpose, Sampling
+from engine.base import Engine, Generation, Message, OnText, Sampling
+from engine.purpose import STEP, Purpose
 from flowstate.bench.table import table
 
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flowstate.eval.calls import CallFigures
+from engine.base import Usage
 from flowstate.eval.kv import SHIPPED, KVModel
 from flowstate.eval.kv import load as load_kv
 
@@ -52,7 +52,7 @@ class GPUCost:
     kappa: float  # prefill tokens per decoded token per token of context
     source: str
 
-    def pet(self, calls: Sequence[CallFigures]) -> dict[str, float]:
+    def pet(self, calls: Sequence[Usage]) -> dict[str, float]:
         """PET of a set of calls (rows of older runs without shared and forced tokens count them 0) and its parts."""
         uncached = forced = decoded = attended = 0.0
         for c in calls:

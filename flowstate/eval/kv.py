@@ -94,7 +94,7 @@ def footprint(rows: list[dict[str, Any]], model: KVModel, gpu_gib: float) -> dic
     context per call, mean and largest peak, KV bytes at the mean peak, and sessions of that peak that fit."""
     peaks, contexts = [], []
     for r in rows:
-        calls = [c.context for c in calls_of(r["subtasks"])]
+        calls = [c.prompt_tokens + c.completion_tokens for c in calls_of(r["subtasks"])]
         if calls:
             peaks.append(max(calls))
             contexts += calls

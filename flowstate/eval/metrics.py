@@ -205,7 +205,7 @@ def speed(rows: Sequence[Row]) -> dict[str, Any]:
     calls = calls_of(s for r in rows for s in r["subtasks"])
     wall = wall_time(rows)
     completion = sum(c.completion_tokens for c in calls)
-    total = sum(c.context for c in calls)
+    total = sum(c.prompt_tokens + c.completion_tokens for c in calls)
     tpot = [c.decode_s / (c.completion_tokens - 1) for c in calls if c.completion_tokens > 1]
     per = (lambda x: x / wall) if wall > 0 else (lambda x: 0.0)
     return {

@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.base import STEP, Capabilities, Engine, Generation, Message, OnText, Purpose, Sampling, Usage
+from engine.base import Capabilities, Engine, Generation, Message, OnText, Sampling, Usage
+from engine.purpose import STEP, Purpose
 from engine.text import common_prefix, flatten, tokenize
 from flowstate import tags
 from flowstate.eval.task import Answer, Call, Decision, Need, Task

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.base import STEP, Message, Purpose
+from engine.base import Message
+from engine.purpose import STEP, Purpose
 from flowstate import tags
 from flowstate.eval.policies import Policy, memory_reply, memory_text, read_interaction, read_prompt, words
 from flowstate.eval.task import Score, Task

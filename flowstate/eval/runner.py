@@ -23,7 +23,6 @@ from engine.embeddings import Embedder
 from engine.text import tokenize
 from flowstate.agent import Agent
 from flowstate.config import LoopConfig
-from flowstate.eval.calls import CallFigures
 from flowstate.eval.episode import run_request
 from flowstate.eval.policies import Answerer, Policy, PolicyEngine
 from flowstate.eval.replay import ReplayPolicy, ReplayTask
@@ -153,7 +152,7 @@ def _subtask_row(k: int, response: str | None, steps: Sequence[dict[str, Any]], 
         "disclosure_steps": sum(s.get("decision") == "defer" for s in steps),  # steps that only waited for history
         "tool_calls": sum(len(s.get("tool_calls", ())) for s in steps),
         "repeated_calls": sum(bool(c.get("repeat_of")) for s in steps for c in s.get("tool_calls", ())),
-        "calls": [CallFigures.of(s["usage"]).to_row() for s in calls],
+        "calls": [s["usage"] for s in calls],
     }
 
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.base import STEP, Engine, Generation, Message, OnText, Purpose, Sampling
+from engine.base import Engine, Generation, Message, OnText, Sampling
 from engine.jsonl import objects
+from engine.purpose import STEP, Purpose
 
 
 class TraceWriter:

@@ -34,7 +34,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.base import Generation, Message, Purpose
+from engine.base import Generation, Message
+from engine.purpose import Purpose
 from flowstate import tags
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex

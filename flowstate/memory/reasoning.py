@@ -21,7 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from engine.base import Message, Purpose
+from engine.base import Message
+from engine.purpose import Purpose
 from flowstate import tags
 from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex

@@ -84,18 +84,26 @@ _TABLES = """
             UNIQUE (session_id, node_id),
             FOREIGN KEY (session_id, request_idx) REFERENCES requests(session_id, idx)
         );
-        CREATE TABLE relations (
+        {relations}"""
+_RELATIONS = """CREATE TABLE {name} (
             session_id {id_type} NOT NULL REFERENCES sessions(id),
             source_id TEXT NOT NULL,
             position INTEGER NOT NULL,
             rel TEXT NOT NULL,
             target_id TEXT NOT NULL,
             PRIMARY KEY (session_id, source_id, position),
-            FOREIGN KEY (session_id, source_id) REFERENCES nodes(session_id, node_id),
-            FOREIGN KEY (session_id, target_id) REFERENCES nodes(session_id, node_id)
+            FOREIGN KEY (session_id, source_id) REFERENCES nodes(session_id, node_id){target_key}
         );
-        CREATE INDEX relations_target ON relations(session_id, target_id);
         """
+_TARGET_KEY = ",\n            FOREIGN KEY (session_id, target_id) REFERENCES nodes(session_id, node_id)"
+_RELATIONS_INDEX = "CREATE INDEX relations_target ON relations(session_id, target_id);\n        "
+
+
+def _tables(key: str, seq: str, id_type: str) -> str:
+    """The first migration's tables in a dialect (relations with their target's foreign key, as before forks)."""
+    relations = _RELATIONS.format(name="relations", id_type=id_type, target_key=_TARGET_KEY) + "        " + \
+        _RELATIONS_INDEX
+    return _TABLES.format(key=key, seq=seq, id_type=id_type, relations=relations)
 _UNFINISHED = """
         -- A request that ran out of its step budget is persisted with what it had; this says why it
         -- has no response (NULL for every answered request).
@@ -128,21 +136,11 @@ _FORKS = """
         ALTER TABLE sessions ADD COLUMN fork_at INTEGER NOT NULL DEFAULT 0;
         CREATE INDEX sessions_parent ON sessions(parent_id);
 """
-_RELATIONS_NO_TARGET_KEY = """
-        CREATE TABLE relations_0009 (
-            session_id INTEGER NOT NULL REFERENCES sessions(id),
-            source_id TEXT NOT NULL,
-            position INTEGER NOT NULL,
-            rel TEXT NOT NULL,
-            target_id TEXT NOT NULL,
-            PRIMARY KEY (session_id, source_id, position),
-            FOREIGN KEY (session_id, source_id) REFERENCES nodes(session_id, node_id)
-        );
+_RELATIONS_NO_TARGET_KEY = "\n        " + _RELATIONS.format(name="relations_0009", id_type="INTEGER", target_key="") + """\
         INSERT INTO relations_0009 SELECT session_id, source_id, position, rel, target_id FROM relations;
         DROP TABLE relations;
         ALTER TABLE relations_0009 RENAME TO relations;
-        CREATE INDEX relations_target ON relations(session_id, target_id);
-        CREATE TRIGGER relations_no_update BEFORE UPDATE ON relations
+        """ + _RELATIONS_INDEX + """CREATE TRIGGER relations_no_update BEFORE UPDATE ON relations
             BEGIN SELECT RAISE(ABORT, 'historical relations are immutable'); END;
         CREATE TRIGGER relations_no_delete BEFORE DELETE ON relations
             WHEN (SELECT forgetting FROM sessions WHERE id = OLD.session_id) IS NOT 1
@@ -152,7 +150,7 @@ _RELATIONS_NO_TARGET_KEY = """
 MIGRATIONS: list[tuple[str, str]] = [
     (
         "0001_initial",
-        _TABLES.format(key="INTEGER PRIMARY KEY", seq="INTEGER PRIMARY KEY AUTOINCREMENT", id_type="INTEGER")
+        _tables(key="INTEGER PRIMARY KEY", seq="INTEGER PRIMARY KEY AUTOINCREMENT", id_type="INTEGER")
         + """
         -- Historical nodes, their relations and finished requests are never changed or deleted.
         CREATE TRIGGER nodes_no_update BEFORE UPDATE ON nodes
@@ -231,7 +229,7 @@ MIGRATIONS: list[tuple[str, str]] = [
 POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
     (
         "0001_initial",
-        _TABLES.format(key="BIGSERIAL PRIMARY KEY", seq="BIGSERIAL PRIMARY KEY", id_type="BIGINT")
+        _tables(key="BIGSERIAL PRIMARY KEY", seq="BIGSERIAL PRIMARY KEY", id_type="BIGINT")
         + """
         -- Historical nodes, their relations and finished requests are never changed or deleted.
         CREATE FUNCTION flowstate_immutable() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -23,7 +23,7 @@ import pytest
 from engine.base import Generation, Message
 from engine.text import flatten
 from flowstate.eval import runner
-from flowstate.eval.calls import CallFigures
+from flowstate.eval.calls import read as calls_read
 from flowstate.eval.policies import PolicyEngine
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.memory import METHODS, mem0
@@ -67,7 +67,7 @@ def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 def test_every_strategys_prompts_and_oracle_figures_are_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     got = record(tmp_path, monkeypatch)
     for key in got:  # the timings are not part of the figures
-        got[key]["calls"] = [[[f.prompt_tokens, f.cached_tokens, f.completion_tokens] for f in map(CallFigures.read, calls)]
+        got[key]["calls"] = [[[f.prompt_tokens, f.cached_tokens, f.completion_tokens] for f in map(calls_read, calls)]
                              for calls in got[key]["calls"]]
     if os.environ.get("FLOWSTATE_REGEN_GOLDEN") == "1":
         GOLDEN.write_text(json.dumps(got, indent=0, sort_keys=True) + "\n")

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from engine.base import STEP, Capabilities, Engine, Generation, Message, Purpose, Usage
+from engine.base import Capabilities, Engine, Generation, Message, Usage
 from engine.errors import EngineError
+from engine.purpose import STEP, Purpose
 from flowstate import Agent, Repository
 from flowstate.errors import RequestFailed
 from flowstate.eval.runner import EvalConfig, run_eval

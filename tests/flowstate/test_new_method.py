@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.base import STEP
+from engine.purpose import STEP
 from flowstate.eval.policies import answer, memory_reply
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.memory import METHODS

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from engine.base import STEP, Capabilities, Engine, Generation, Message, Purpose
+from engine.base import Capabilities, Engine, Generation, Message
+from engine.purpose import STEP, Purpose
 from flowstate import Agent, Repository
 from flowstate.errors import ProtocolError
 from flowstate.eval.policies import BOUNDED, Policy, PolicyEngine

@@ -21,7 +21,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from engine.base import STEP, Message, Purpose
+from engine.base import Message
+from engine.purpose import STEP, Purpose
 from flowstate import tags
 from flowstate.eval.policies import Policy, memory_reply, memory_text, read_interaction, read_prompt
 from flowstate.eval.tau3.tasks import Tau3Task

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from flowstate.eval.calls import CallFigures, calls_of
+from engine.base import Usage
+from flowstate.eval.calls import calls_of, read
 from flowstate.eval.gpu import GPUCost
 
 
 def test_old_and_new_rows_read_as_the_same_figures() -> None:
-    new = CallFigures(120, 40, 12, 0.5, 1.25, 30, 4)
-    assert CallFigures.read(new.to_row()) == new
-    assert CallFigures.read([120, 40, 12, 0.5, 1.25, 30, 4]) == new  # a run before names
-    assert CallFigures.read([120, 40, 12, 0.5, 1.25]) == CallFigures(120, 40, 12, 0.5, 1.25)  # before shared, forced
-    assert CallFigures.of({"prompt_tokens": 120, "completion_tokens": 12, "mask_s": 0.1}).context == 132
+    new = Usage(120, 40, 12, 0.5, 1.25, 30, 4)
+    assert read(new.to_dict()) == new
+    assert read([120, 40, 12, 0.5, 1.25, 30, 4]) == new  # a run before names
+    assert read([120, 40, 12, 0.5, 1.25]) == Usage(120, 40, 12, 0.5, 1.25)  # before shared and forced tokens
+    assert read({"prompt_tokens": 120, "completion_tokens": 12, "mask_s": 0.1}).mask_s == 0.1
 
 
 def test_a_report_reads_an_old_results_file_as_a_new_one() -> None:
     old = [{"calls": [[100, 20, 10, 0.1, 0.2, 50, 2], [80, 0, 5, 0.1, 0.1]]}]
-    new = [{"calls": [c.to_row() for c in calls_of(old)]}]
+    new = [{"calls": [c.to_dict() for c in calls_of(old)]}]
     cost = GPUCost("x", w=3.0, kappa=0.001, source="test")
     assert cost.pet(calls_of(old)) == cost.pet(calls_of(new))
     assert cost.pet(calls_of(new))["shared_uncached"] == (100 - 50) + (80 - 0)

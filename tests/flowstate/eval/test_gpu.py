@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from flowstate.eval.calls import CallFigures
+from flowstate.eval.calls import read
 from flowstate.eval.gpu import GPUS, GPUCost, load, roofline
 from flowstate.eval.kv import load as load_kv
 
@@ -39,12 +39,12 @@ def test_pet_weights_decoded_tokens_shares_the_fixed_prefix_and_prefills_forced_
     # [prompt, cached, completion, ttft, decode, shared, forced]
     first = [1000, 0, 100, 0.0, 0.0, 800, 40]  # a session's first call: its system message is on the server already
     later = [1500, 1100, 50, 0.0, 0.0, 800, 0]
-    figures = cost.pet([CallFigures.read(first), CallFigures.read(later)])
+    figures = cost.pet([read(first), read(later)])
     assert figures["shared_uncached"] == (1000 - 800) + (1500 - 1100)
     assert figures["forced"] == 40 and figures["decoded"] == 60 + 50
     attended = 60 * (1000 + 50) + 50 * (1500 + 25)
     assert figures["pet"] == pytest.approx(600 + 40 + 3 * 110 + 0.001 * attended)
-    assert cost.pet([CallFigures.read(first[:5])])["shared_uncached"] == 1000  # a row of an older run: nothing shared, nothing forced
+    assert cost.pet([read(first[:5])])["shared_uncached"] == 1000  # a row of an older run: nothing shared, nothing forced
 
 
 @pytest.mark.parametrize("spec", ["qwen3.5-27b", "qwen3.5-27b@a100:8", "qwen3.5-27b@h200", "qwen3.5-27b@h200:0",

@@ -60,7 +60,8 @@ def test_a_later_subtask_cannot_refetch_what_an_earlier_one_was_told() -> None:
 
 from typing import Any  # noqa: E402
 
-from engine.base import STEP, Generation, Message  # noqa: E402
+from engine.base import Generation, Message  # noqa: E402
+from engine.purpose import STEP  # noqa: E402
 from flowstate.config import LoopConfig  # noqa: E402
 from flowstate.eval.policies import Policy, PolicyEngine  # noqa: E402
 from flowstate.eval.runner import run_task  # noqa: E402
