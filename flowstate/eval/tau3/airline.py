@@ -117,6 +117,27 @@ class AirlineTools:
 
     # -- the tools
 
+    @staticmethod
+    def _pay(user: dict[str, Any], paid: list[dict[str, Any]], total: int) -> None:
+        """A booking's payment, as tau2's ``book_reservation`` takes it: every method the user's, gift cards and
+        certificates covering their part, the parts adding up to the total; then gift cards are drawn down and
+        certificates used up."""
+        for part in paid:
+            if part["payment_id"] not in user["payment_methods"]:
+                raise ValueError(f"Payment method {part['payment_id']} not found")
+            method = user["payment_methods"][part["payment_id"]]
+            if method["source"] in ("gift_card", "certificate") and method["amount"] < part["amount"]:
+                raise ValueError(f"Not enough balance in payment method {part['payment_id']}")
+        if sum(p["amount"] for p in paid) != total:
+            raise ValueError(f"Payment amount does not add up, total price is {total}, but paid "
+                             f"{sum(p['amount'] for p in paid)}")
+        for part in paid:
+            method = user["payment_methods"][part["payment_id"]]
+            if method["source"] == "gift_card":
+                method["amount"] -= part["amount"]
+            elif method["source"] == "certificate":
+                user["payment_methods"].pop(part["payment_id"])
+
     def book_reservation(
         self,
         user_id: Annotated[str, Field(description="The user's id, e.g. 'sara_doe_496'.")],
@@ -161,21 +182,7 @@ class AirlineTools:
         if insurance == "yes":
             total += 30 * len(people)
         total += 50 * nonfree_baggages
-        for part in paid:
-            if part["payment_id"] not in user["payment_methods"]:
-                raise ValueError(f"Payment method {part['payment_id']} not found")
-            method = user["payment_methods"][part["payment_id"]]
-            if method["source"] in ("gift_card", "certificate") and method["amount"] < part["amount"]:
-                raise ValueError(f"Not enough balance in payment method {part['payment_id']}")
-        if sum(p["amount"] for p in paid) != total:
-            raise ValueError(f"Payment amount does not add up, total price is {total}, but paid "
-                             f"{sum(p['amount'] for p in paid)}")
-        for part in paid:
-            method = user["payment_methods"][part["payment_id"]]
-            if method["source"] == "gift_card":
-                method["amount"] -= part["amount"]
-            elif method["source"] == "certificate":
-                user["payment_methods"].pop(part["payment_id"])
+        self._pay(user, paid, total)
         for day in instances:
             day["available_seats"][cabin] -= len(people)
         self.db["reservations"][reservation_id] = reservation
