@@ -281,8 +281,9 @@ def check_pending(live: Live, new: Sequence[Mapping[str, Any]]) -> tuple[str, li
     if live.calls is not None:
         if roles != {"tool"}:
             raise conflict(
-                f"tool calls {', '.join(live.calls)} are pending: answer them with tool messages before "
-                "a new user message", "tool_calls_pending")
+                f"tool calls {', '.join(live.calls)} are pending: answer them before a new user message (tool "
+                "messages; on the Responses API function_call_output or mcp_approval_response items)",
+                "tool_calls_pending")
         return "resume", list(new)
     if "tool" in roles:
         tool_id = next(m["tool_call_id"] for m in new if m["role"] == "tool")
