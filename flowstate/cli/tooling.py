@@ -178,6 +178,25 @@ def bench_trace_cmd(trace_file: str, base_url: str, sessions: str, model_name: s
         emit(render_table(rows), out, {"trace": trace_file, "model": model_name, "rows": rows})
 
 
+@bench.command("stepfit")
+@click.option("--model", "model_dir", required=True, type=click.Path(file_okay=False),
+              help="A model folder vLLM loads (flowstate model export writes the embedded one).")
+@click.option("--requests", default=24, show_default=True, type=click.IntRange(min=4),
+              help="Requests of mixed prompt (50-1,800 words) and output (16-160 tokens) lengths.")
+@click.option("--max-num-seqs", default=8, show_default=True, type=click.IntRange(min=1), help="vLLM's --max-num-seqs.")
+@click.option("--chunk", default=256, show_default=True, type=click.IntRange(min=16),
+              help="vLLM's --max-num-batched-tokens: prompts prefill in chunks of this many tokens beside the decodes.")
+@OUT
+def bench_stepfit_cmd(model_dir: str, requests: int, max_num_seqs: int, chunk: int, out: Path | None) -> None:
+    """The step-time roofline fitted to a real engine's steps (vLLM in process): FLOP rate, bandwidth, overhead, and
+    predicted / measured on held-out steps."""
+    from flowstate.bench.stepfit import measure, render_table
+
+    with errors():
+        row = measure(model_dir, requests, max_num_seqs, chunk, progress=progress)
+        emit(render_table([row]), out, {"rows": [row]})
+
+
 @bench.command("capacity")
 @click.argument("trace_file", metavar="FILE", type=click.Path(dir_okay=False))
 @click.option("--kv-tokens", type=click.IntRange(min=16), default=None,

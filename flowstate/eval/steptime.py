@@ -16,6 +16,8 @@ measures against an engine that runs (the per-step overhead and the rates it ach
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -118,3 +120,41 @@ def kv_tokens(spec: str, memory_gib: float | None = None, utilization: float = 0
     if free <= 0:
         raise ValueError(f"{model_name}'s weights do not fit {gib} GiB at {utilization:.0%}")
     return int(free // model.bytes_per_token)
+
+
+def step_of(scheduled: Sequence[tuple[int, int, int]]) -> Step:
+    """A step's work from what the scheduler scheduled: per request (tokens this step, tokens computed before,
+    prompt tokens); a request still inside its prompt prefills, one past it decodes."""
+    prefill = decode = context = attended = 0
+    for n, computed, prompt in scheduled:
+        if computed < prompt:
+            prefill += n
+        else:
+            decode += n
+        context += computed + n
+        attended += n * computed + n * (n + 1) // 2
+    return Step(prefill, decode, context, attended, len(scheduled))
+
+
+def fit(steps: Sequence[Step], seconds: Sequence[float], base: StepTime) -> StepTime:
+    """``base`` with the FLOP rate, bandwidth and per-step overhead that best explain measured step times (least
+    squares; a log grid over the rates, refined twice, the overhead solved for each pair): what an engine achieves,
+    in place of peak figures."""
+    work = [base.with_overhead(0).roofs(s) for s in steps]  # seconds at the base's rates
+    lo_f, hi_f, lo_b, hi_b = -4.0, 4.0, -4.0, 4.0  # log10 of each rate's factor over the base's
+    best = (math.inf, 1.0, 1.0, 0.0)
+    for _ in range(3):
+        for i in range(41):
+            for j in range(41):
+                f, b = 10 ** (lo_f + (hi_f - lo_f) * i / 40), 10 ** (lo_b + (hi_b - lo_b) * j / 40)
+                roof = [max(c / f, m / b) for c, m in work]
+                overhead = max(0.0, sum(t - r for t, r in zip(seconds, roof, strict=True)) / len(roof))
+                err = sum((overhead + r - t) ** 2 for t, r in zip(seconds, roof, strict=True))
+                if err < best[0]:
+                    best = (err, f, b, overhead)
+        f_log, b_log = math.log10(best[1]), math.log10(best[2])
+        span_f, span_b = (hi_f - lo_f) / 20, (hi_b - lo_b) / 20
+        lo_f, hi_f, lo_b, hi_b = f_log - span_f, f_log + span_f, b_log - span_b, b_log + span_b
+    _, f, b, overhead = best
+    return replace(base, label=f"{base.label}, fitted", flops=base.flops * f, bandwidth=base.bandwidth * b,
+                   overhead_s=overhead)
