@@ -9,6 +9,12 @@ is forced to its recorded length, as ``flowstate bench trace`` forces it on a se
 submitted the step after its previous one ends (clients that answer at once, the busiest case). No model runs, so
 contexts far beyond a CPU's reach, and a GPU's KV budget, are measured in seconds.
 
+With ``fast_forward`` the tokens each call's grammar forced (recorded in the trace) are appended the step a token
+is sampled, as an engine that fast-forwards does: the next step computes them with the sampled one, as a chunk at
+prefill cost, instead of one decode step each. vLLM 0.32 does not (its guidance backend leaves jump decoding as a
+TODO); FlowState's llamacpp engine does. Which of a call's steps the forced tokens follow is not recorded: they
+are spread evenly over its sampled tokens (what a step computes shifts; how many steps a call takes does not).
+
 What this leaves out, said where the figures are reported: time (a step is one forward pass, whatever it holds),
 the fixed per-session state of hybrid models' linear-attention layers, and the prefix hits a model's own decoded
 tokens would give the next prompt (placeholder tokens never match; ``bench trace`` on a server has the same gap).
@@ -20,7 +26,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from flowstate.bench.table import table
 from flowstate.eval.metrics import percentile
@@ -30,6 +36,23 @@ from flowstate.eval.trace import TracedCall
 Tokenize = Callable[[TracedCall], list[int]]
 PLACEHOLDER = 7
 """The token every simulated step 'samples' (its value does not matter: outputs end at their recorded length)."""
+
+
+class Call(NamedTuple):
+    """One call as the scheduler gets it: its prompt's token ids, its output's length and how many of those tokens
+    its grammar forced."""
+
+    ids: list[int]
+    output: int
+    forced: int = 0
+
+
+def appended(output: int, forced: int) -> list[int]:
+    """The forced tokens appended after each of a call's sampled tokens, spread evenly: one entry per sampled
+    token (at least one), summing with them to ``output``."""
+    sampled = max(output - forced, 1)
+    extra = max(output, 1) - sampled
+    return [extra // sampled + (i < extra % sampled) for i in range(sampled)]
 
 
 @dataclass(frozen=True)
@@ -139,8 +162,8 @@ class Simulation:
         return Scheduler(vllm_config=self.config, kv_cache_config=kv, block_size=self.budget.block_size,
                          structured_output_manager=StructuredOutputManager(self.config), log_stats=True)
 
-    def _check_fits(self, sessions: Sequence[Sequence[tuple[list[int], int]]]) -> None:
-        longest = max((len(ids) + n for calls in sessions for ids, n in calls), default=0)
+    def _check_fits(self, sessions: Sequence[Sequence[Call]]) -> None:
+        longest = max((len(c.ids) + c.output for calls in sessions for c in calls), default=0)
         if longest > self.budget.blocks * self.budget.block_size:
             raise ValueError(f"a call needs {longest} tokens of KV cache; the budget holds "
                              f"{self.budget.blocks * self.budget.block_size} (raise --kv-tokens)")
@@ -150,9 +173,10 @@ class Simulation:
         return bool(sched.waiting) and scheduled < self.budget.max_num_batched_tokens \
             and len(sched.running) < self.budget.max_num_seqs
 
-    def run(self, sessions: Sequence[Sequence[tuple[list[int], int]]], clock: StepTime | None = None) -> dict[str, Any]:
-        """Sessions (each its calls' prompt ids and output lengths, in order) all at once; what the scheduler did,
-        and with ``clock`` how long it took (each step's roofline time, summed)."""
+    def run(self, sessions: Sequence[Sequence[Call]], clock: StepTime | None = None,
+            fast_forward: bool = False) -> dict[str, Any]:
+        """Sessions (each its calls in order) all at once; what the scheduler did, and with ``clock`` how long it
+        took (each step's roofline time, summed). ``fast_forward``: forced tokens are appended, not decoded."""
         from vllm.sampling_params import SamplingParams
         from vllm.v1.outputs import ModelRunnerOutput
         from vllm.v1.request import Request
@@ -161,16 +185,19 @@ class Simulation:
         self._check_fits(sessions)
         queues = [list(calls) for calls in sessions]
         live: dict[str, tuple[int, Any]] = {}
+        extra: dict[str, list[int]] = {}  # per request, the forced tokens still to append after each sample
         made = 0
         timing = Timing()
 
         def submit(session: int) -> None:
             nonlocal made
             timing.submitted(f"{session}-{made}")
-            ids, n = queues[session].pop(0)
-            req = Request(request_id=f"{session}-{made}", prompt_token_ids=ids, pooling_params=None,
-                          sampling_params=SamplingParams(max_tokens=max(n, 1), min_tokens=max(n, 1), ignore_eos=True),
+            call = queues[session].pop(0)
+            n = max(call.output, 1)
+            req = Request(request_id=f"{session}-{made}", prompt_token_ids=call.ids, pooling_params=None,
+                          sampling_params=SamplingParams(max_tokens=n, min_tokens=n, ignore_eos=True),
                           block_hasher=self.hasher)
+            extra[req.request_id] = appended(n, call.forced)[::-1] if fast_forward else []
             made += 1
             live[req.request_id] = (session, req)
             sched.add_request(req)
@@ -178,7 +205,7 @@ class Simulation:
         for i, queue in enumerate(queues):
             if queue:
                 submit(i)
-        steps = computed = output = preemptions = hits = queries = peak_waiting = kv_waits = 0
+        steps = computed = output = preemptions = hits = queries = peak_waiting = kv_waits = forced = 0
         peak_usage = 0.0
         while live:
             plan = sched.schedule()
@@ -188,7 +215,9 @@ class Simulation:
             scheduled = sum(plan.num_scheduled_tokens.values())
             computed += scheduled
             kv_waits += self._waited_for_kv(sched, scheduled)
-            sampled = [[PLACEHOLDER] if live[r][1].num_computed_tokens >= live[r][1].num_tokens else [] for r in ids_]
+            sampled = [[PLACEHOLDER] * (1 + (extra[r].pop() if extra[r] else 0))
+                       if live[r][1].num_computed_tokens >= live[r][1].num_tokens else [] for r in ids_]
+            forced += sum(max(len(out) - 1, 0) for out in sampled)
             if clock is not None:
                 timing.step(clock, plan.num_scheduled_tokens, {r: live[r][1] for r in ids_},
                             [r for r, out in zip(ids_, sampled, strict=True) if out])
@@ -199,13 +228,13 @@ class Simulation:
             for rid, (session, req) in list(live.items()):
                 if req.is_finished():
                     timing.finished(rid)
-                    del live[rid]
+                    del live[rid], extra[rid]
                     preemptions += req.num_preemptions
                     output += req.num_output_tokens
                     if queues[session]:
                         submit(session)
         return {"sessions": len(sessions), "calls": made, "steps": steps, "computed_tokens": computed,
-                "output_tokens": output, "peak_kv_usage": round(peak_usage, 3), "peak_waiting": peak_waiting,
+                "output_tokens": output, "appended_tokens": forced, "peak_kv_usage": round(peak_usage, 3), "peak_waiting": peak_waiting,
                 "kv_wait_steps": kv_waits, "prefix_hit_rate": round(hits / queries, 3) if queries else None, "preemptions": preemptions,
                 **(timing.figures(len(sessions)) if clock is not None else {})}
 
@@ -220,19 +249,29 @@ def _prefix_stats(result: dict[Any, Any]) -> tuple[int, int]:
     return hits, queries
 
 
+FF = " +ff"
+"""The suffix of a method's rows whose forced tokens were fast-forwarded."""
+
+
 def bench_capacity(traces: dict[str, dict[str, list[TracedCall]]], tokenize: Tokenize, simulation: Simulation,
                    concurrency: Sequence[int], progress: Callable[[str], None] = lambda _: None,
-                   clock: StepTime | None = None) -> list[dict[str, Any]]:
-    """Each method's first N sessions at once, for each N (no more than the trace holds), on a fresh scheduler."""
+                   clock: StepTime | None = None, fast_forward: Sequence[bool] = (False,)) -> list[dict[str, Any]]:
+    """Each method's first N sessions at once, for each N (no more than the trace holds), on a fresh scheduler;
+    once per ``fast_forward`` setting (rows of forced tokens appended are named ``METHOD +ff``)."""
     rows = []
     for strategy, sessions in traces.items():
-        calls = [[(tokenize(c), c.completion_tokens) for c in s] for s in sessions.values()]
-        for n in concurrency:
-            if n > len(calls):
-                progress(f"{strategy}: the trace holds {len(calls)} sessions, not {n}")
-                continue
-            progress(f"{strategy}: {n} sessions at once")
-            rows.append({"strategy": strategy, **simulation.run(calls[:n], clock)})
+        calls = [[Call(tokenize(c), c.completion_tokens, c.forced_tokens) for c in s] for s in sessions.values()]
+        if True in fast_forward and not any(c.forced for s in calls for c in s):
+            raise ValueError(f"the trace records no forced tokens for {strategy} (record it with --count-tokens "
+                             "embedded, whose vocabulary counts what each call's grammar forces)")
+        for ff in fast_forward:
+            name = strategy + FF if ff else strategy
+            for n in concurrency:
+                if n > len(calls):
+                    progress(f"{name}: the trace holds {len(calls)} sessions, not {n}")
+                    continue
+                progress(f"{name}: {n} sessions at once")
+                rows.append({"strategy": name, **simulation.run(calls[:n], clock, ff)})
     return rows
 
 
@@ -261,7 +300,7 @@ def best(rows: list[dict[str, Any]], slo_s: float | None = None) -> dict[str, tu
     return out
 
 
-HEAD = ["strategy", "sessions", "calls", "steps", "computed_tokens", "output_tokens", "peak_kv_usage", "peak_waiting",
+HEAD = ["strategy", "sessions", "calls", "steps", "computed_tokens", "output_tokens", "appended_tokens", "peak_kv_usage", "peak_waiting",
         "kv_wait_steps", "prefix_hit_rate", "preemptions"]
 TIMED = ["seconds", "sessions_per_hour", "call_p50_s", "call_p99_s", "ttft_p50_s", "ttft_p99_s", "compute_bound_steps"]
 

@@ -186,15 +186,25 @@ def bench_trace_cmd(trace_file: str, base_url: str, sessions: str, model_name: s
 @click.option("--max-num-seqs", default=8, show_default=True, type=click.IntRange(min=1), help="vLLM's --max-num-seqs.")
 @click.option("--chunk", default=256, show_default=True, type=click.IntRange(min=16),
               help="vLLM's --max-num-batched-tokens: prompts prefill in chunks of this many tokens beside the decodes.")
+@click.option("--trace", "trace_file", default=None, type=click.Path(dir_okay=False),
+              help="Replay this evaluation's recorded calls (flowstate eval --trace) instead of the synthetic mix: "
+                   "--requests of them that fit the model's window, each method's sessions in turn, prefix caching on.")
+@click.option("--strategy", "strategies", default=None, help="With --trace: only these methods' calls, comma-separated.")
 @OUT
-def bench_stepfit_cmd(model_dir: str, requests: int, max_num_seqs: int, chunk: int, out: Path | None) -> None:
+def bench_stepfit_cmd(model_dir: str, requests: int, max_num_seqs: int, chunk: int, trace_file: str | None,
+                      strategies: str | None, out: Path | None) -> None:
     """The step-time roofline fitted to a real engine's steps (vLLM in process): FLOP rate, bandwidth, overhead, and
     predicted / measured on held-out steps."""
-    from flowstate.bench.stepfit import measure, render_table
+    from flowstate.bench.capacity import tokenizer
+    from flowstate.bench.stepfit import measure, recorded, render_table, synthetic
 
     with errors():
-        row = measure(model_dir, requests, max_num_seqs, chunk, progress=progress)
-        emit(render_table([row]), out, {"rows": [row]})
+        if trace_file is None:
+            mix = synthetic(requests)
+        else:
+            mix = recorded(_strategies(read_trace(trace_file), strategies), tokenizer(model_dir), requests)
+        row = measure(model_dir, mix, max_num_seqs, chunk, progress=progress)
+        emit(render_table([row]), out, {"trace": trace_file, "rows": [row]})
 
 
 @bench.command("capacity")
@@ -220,11 +230,16 @@ def bench_stepfit_cmd(model_dir: str, requests: int, max_num_seqs: int, chunk: i
               help="With --gpu-cost: each step's fixed cost (scheduling, sampling, launches).")
 @click.option("--slo", "slo_s", default=10.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="With --gpu-cost: the latency objective of the goodput, p99 seconds per call.")
+@click.option("--fast-forward", "fast_forward", default="off", show_default=True,
+              type=click.Choice(["off", "on", "both"]),
+              help="Append the tokens each call's grammar forced (recorded with --count-tokens embedded) in one "
+                   "step, as an engine that fast-forwards does (FlowState's llamacpp; not vLLM 0.32): rows "
+                   "'METHOD +ff'. both: each method with and without.")
 @OUT
 def bench_capacity_cmd(trace_file: str, kv_tokens: int | None, kv_gib: float | None, sessions: str,
                        model_dir: str | None, block_size: int, max_num_batched_tokens: int, strategies: str | None,
                        gpu_cost: str | None, gpu_gib: float | None, step_overhead_ms: float, slo_s: float,
-                       out: Path | None) -> None:
+                       fast_forward: str, out: Path | None) -> None:
     """How many sessions of each method fit in a KV budget at once: an evaluation's recorded calls (flowstate eval
     --trace) fed to vLLM's own scheduler in process (no model runs): preemptions, peak KV use, prefix hits; with
     --gpu-cost, each step timed by a roofline: sessions per GPU-hour, time per call and goodput."""
@@ -250,8 +265,9 @@ def bench_capacity_cmd(trace_file: str, kv_tokens: int | None, kv_gib: float | N
                 kv_tokens = int(kv_gib * GIB // from_config(config, model_dir).bytes_per_token)
             assert kv_tokens is not None
             simulation = Simulation(model_dir, Budget(kv_tokens, block_size, max_num_batched_tokens))
+            modes = {"off": (False,), "on": (True,), "both": (False, True)}[fast_forward]
             rows = bench_capacity(traces, tokenizer(model_dir), simulation, numbers(sessions, "--sessions"),
-                                  progress=progress, clock=clock)
+                                  progress=progress, clock=clock, fast_forward=modes)
         click.echo(f"KV budget: {kv_tokens} tokens ({kv_tokens // block_size} blocks of {block_size})")
         if clock is not None:
             click.echo(f"Step time: the roofline of {clock.label} at peak, {step_overhead_ms:g} ms a step")

@@ -1,8 +1,8 @@
 """Traces of an evaluation's model calls (``flowstate eval --trace FILE``), to replay against a real server.
 
 Every model call of every session — the agent's steps and a memory method's own calls — is one line: its
-session, the strategy and suite, its order in the session, its messages as the engine received them and its
-output's token count. A message's text is written once per file (``{"text": id, "content": …}``) and calls name
+session, the strategy and suite, its order in the session, its messages as the engine received them, its
+output's token count and, where the engine reports them, how many of those tokens the call's grammar forced. A message's text is written once per file (``{"text": id, "content": …}``) and calls name
 it by id, so a chat that grows by appending, and a system message every call repeats, cost their size once.
 """
 
@@ -50,7 +50,8 @@ class TraceWriter:
             order = self._order.get(session, 0)
             self._order[session] = order + 1
             lines.append({"session": session, **labels, "order": order, "messages": ids,
-                          "prompt_tokens": gen.usage.prompt_tokens, "completion_tokens": gen.usage.completion_tokens})
+                          "prompt_tokens": gen.usage.prompt_tokens, "completion_tokens": gen.usage.completion_tokens,
+                          **({"forced_tokens": gen.usage.forced_tokens} if gen.usage.forced_tokens else {})})
             with self.path.open("a", encoding="utf-8") as f:
                 f.write("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
 
@@ -79,6 +80,7 @@ class TracedCall:
     order: int
     messages: tuple[Message, ...]
     completion_tokens: int
+    forced_tokens: int = 0  # of them, what the call's grammar forced (an engine that fast-forwards appends them)
 
 
 def read(path: str | Path) -> dict[str, dict[str, list[TracedCall]]]:
@@ -97,7 +99,8 @@ def read(path: str | Path) -> dict[str, dict[str, list[TracedCall]]]:
         except KeyError as exc:
             raise ValueError(f"{p}: a call names a text the trace does not hold ({exc})") from exc
         calls = out.setdefault(str(line.get("strategy", "")), {}).setdefault(line["session"], [])
-        calls.append(TracedCall(int(line["order"]), messages, int(line["completion_tokens"])))
+        calls.append(TracedCall(int(line["order"]), messages, int(line["completion_tokens"]),
+                                int(line.get("forced_tokens", 0))))
     for sessions in out.values():
         for calls in sessions.values():
             calls.sort(key=lambda c: c.order)

