@@ -183,6 +183,23 @@ class Repository:
             conn.execute("INSERT INTO sessions (name, parent_id, fork_at) VALUES (?, ?, ?)",
                          (name, source, at if source is not None else 0))
 
+    def drop_empty_fork(self, session: str) -> bool:
+        """Forget a fork that holds nothing of its own — no request, no fork, no waiting request, no stored
+        response: what is left when its first request failed — in one transaction (a request that went on under it
+        meanwhile keeps it). Whether it was dropped."""
+        with self._write(f"cannot drop fork {session!r}") as conn:
+            sid = self._session_id(conn, session)
+            if sid is None:
+                return False
+            held = conn.execute(
+                "SELECT 1 FROM requests WHERE session_id = ? UNION ALL SELECT 1 FROM sessions WHERE parent_id = ?"
+                " UNION ALL SELECT 1 FROM pending_requests WHERE name = ? UNION ALL SELECT 1 FROM responses"
+                " WHERE session = ?", (sid, sid, session, session)).fetchone()
+            if held is not None:
+                return False
+            conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+        return True
+
     def forked_from(self, session: str) -> tuple[str, int] | None:
         """The session a fork shares its first requests with, and how many (None for a session that is no fork)."""
         with self._read() as conn:

@@ -62,6 +62,7 @@ class ResponsesService:
             named = session_name(header_text(session_header, SESSION_HEADER), body.user)
         idem = header_text(idempotency_header, IDEMPOTENCY_HEADER)
         at = None if previous is None else previous.position
+        fork: str | None = None
         try:
             begun = await self.chat.begin(ns, p, named, idem, body.stream, at)
         except Moved:  # a later turn continued that response: this one forks the session there
@@ -73,7 +74,7 @@ class ResponsesService:
                 raise APIError(422, f"Idempotency-Key {idem!r} was used for a different request: use a new key for a "
                                     "new request", type="invalid_request_error", param="Idempotency-Key",
                                code="idempotency_key_reused") from None
-        finishing = asyncio.create_task(self._finish(ns, draft, begun, items))
+        finishing = asyncio.create_task(self._finish(ns, draft, begun, items, fork))
         self.s.running.add(finishing)  # stored even if the client goes away
         finishing.add_done_callback(self.s.running.discard)
         if not body.stream:
@@ -121,14 +122,21 @@ class ResponsesService:
             approval.update({s["name"]: label for s in found[label] if tool.approves(s["name"])})
         return found, tuple(sorted(hidden)), approval
 
-    async def _finish(self, ns: str, draft: Draft, begun: Begun, items: list[dict[str, Any]]) -> dict[str, Any]:
+    async def _finish(self, ns: str, draft: Draft, begun: Begun, items: list[dict[str, Any]],
+                      fork: str | None = None) -> dict[str, Any]:
         """The response object of the turn (or of the reply an identical earlier call got), stored unless
-        ``store`` is false."""
+        ``store`` is false. A ``fork`` made for this turn is dropped again if the turn fails before it holds
+        anything of its own."""
         if begun.earlier is not None:
             obj, position = draft.replayed(begun.earlier, begun.extension), begun.earlier_at
         else:
             assert begun.task is not None
-            result = await begun.task
+            try:
+                result = await begun.task
+            except Exception:
+                if fork is not None:
+                    await anyio.to_thread.run_sync(self.s.config.repo.drop_empty_fork, ns + fork)
+                raise
             obj, position = draft.finished(result, extension(result, begun.extension)), result.at
         if draft.body.store is not False:
             stored = StoredResponse(draft.id, ns, begun.session.full, position, obj, items)

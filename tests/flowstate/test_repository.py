@@ -358,3 +358,21 @@ def test_a_session_with_forks_is_not_forgotten_before_them(any_repo: Repository)
         repo.delete_session("p")
     assert [n.id for n in repo.nodes("f")] == ["a"]
     assert repo.delete_session("f") and repo.delete_session("p") and not repo.has_session("p")
+
+
+def test_an_empty_fork_is_dropped_and_one_that_holds_anything_is_kept(any_repo: Repository) -> None:
+    """What a failed first turn leaves (a fork with nothing of its own) goes; a fork with a request, or with a fork
+    of its own, stays; the parent is never touched."""
+    repo = any_repo
+    repo.persist_request("p", 1, "q1", "r1", [state("a")], {})
+    repo.fork("p", 1, "empty")
+    repo.fork("p", 1, "used")
+    repo.persist_request("used", 2, "q2", "r2", [], {})
+    repo.fork("p", 1, "parent_of_one")
+    repo.fork("parent_of_one", 1, "child")  # at its own point: shares from p, not from parent_of_one
+    repo.fork("used", 2, "grand")
+    assert repo.drop_empty_fork("empty") and not repo.has_session("empty") and not repo.drop_empty_fork("empty")
+    assert not repo.drop_empty_fork("used") and repo.request_count("used") == 2
+    assert repo.drop_empty_fork("parent_of_one") and repo.forked_from("child") == ("p", 1)
+    assert [n.id for n in repo.nodes("p")] == ["a"] and repo.request_count("p") == 1
+    assert not repo.drop_empty_fork("absent")

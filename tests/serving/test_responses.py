@@ -125,6 +125,29 @@ def test_an_earlier_response_forks_its_session_sharing_what_came_before(server: 
         api.responses.create(model="flowstate", previous_response_id=fork.id, input="[r9] gone?")
 
 
+def test_a_fork_whose_first_turn_fails_leaves_no_session_behind(server: Server) -> None:
+    """The fork is made before its first turn runs; when that turn fails (here the engine has no output left), the
+    empty fork is dropped again, and a retry under the same key forks anew and runs."""
+    from flowstate import Repository
+
+    script = lines("[r9]", [output(content="A costs 120."), output(content="Booked A.")])
+    api = client(server.start(script))
+    first = api.responses.create(model="flowstate", input="[r9] What does hotel A cost?")
+    api.responses.create(model="flowstate", previous_response_id=first.id, input="[r9] Book it.")
+    with Repository.open(server.db) as repo:
+        before = repo.sessions()
+    fork_call: dict[str, Any] = {"model": "flowstate", "previous_response_id": first.id,
+                                 "input": "[r9] Book B instead.", "extra_headers": {"Idempotency-Key": "fork-x"}}
+    with pytest.raises(openai.APIStatusError, match="exhausted"):
+        api.responses.create(**fork_call)
+    with Repository.open(server.db) as repo:
+        assert repo.sessions() == before and len(before) == 1
+    server.stop()
+    api = client(server.start(lines("[r9]", [output(content="Booked B.")])))  # a restart: its script anew
+    fork = api.responses.create(**fork_call)
+    assert fork.output_text == "Booked B." and fork.model_extra["flowstate"]["session"] != before[0]
+
+
 def test_function_call_round_trip_with_the_whole_history_resent(server: Server) -> None:
     """A client that keeps no server state (the Agents SDK's default, Codex): it resends everything, echoed items
     with their ids included; the server recognises the history and runs only what is new."""
