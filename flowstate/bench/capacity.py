@@ -33,7 +33,6 @@ from flowstate.eval.metrics import percentile
 from flowstate.eval.steptime import Step, StepTime
 from flowstate.eval.trace import TracedCall
 
-Tokenize = Callable[[TracedCall], list[int]]
 PLACEHOLDER = 7
 """The token every simulated step 'samples' (its value does not matter: outputs end at their recorded length)."""
 
@@ -67,18 +66,56 @@ class Budget:
         return self.kv_tokens // self.block_size
 
 
-def tokenizer(model_dir: str | Path) -> Tokenize:
+class Tokenizer:
     """A call's prompt as the server would tokenize it: the model's chat template with the generation prompt."""
-    from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    def __init__(self, model_dir: str | Path) -> None:
+        from transformers import AutoTokenizer
 
-    def ids(call: TracedCall) -> list[int]:
-        text = tok.apply_chat_template([{"role": m.role, "content": m.content} for m in call.messages],
-                                       add_generation_prompt=True, tokenize=False)
-        return list(tok.encode(str(text), add_special_tokens=False))
+        self._tok = AutoTokenizer.from_pretrained(str(model_dir))
+        self._systems: dict[str, int] = {}
 
-    return ids
+    def _ids(self, messages: Sequence[Any], generation: bool) -> list[int]:
+        text = self._tok.apply_chat_template([{"role": m.role, "content": m.content} for m in messages],
+                                             add_generation_prompt=generation, tokenize=False)
+        return list(self._tok.encode(str(text), add_special_tokens=False))
+
+    def __call__(self, call: TracedCall) -> list[int]:
+        return self._ids(call.messages, True)
+
+    def shared(self, call: TracedCall, ids: list[int]) -> int:
+        """How many of the prompt's first tokens are its system message (what every session of a deployment
+        shares); 0 without one."""
+        if not call.messages or call.messages[0].role != "system":
+            return 0
+        key = call.messages[0].content
+        if key not in self._systems:
+            self._systems[key] = len(self._ids(call.messages[:1], False))
+        n = self._systems[key]
+        if ids[:n] != self._ids(call.messages[:1], False):
+            raise ValueError("the chat template does not render the system message as the prompt's first tokens")
+        return n
+
+
+def tokenizer(model_dir: str | Path) -> Tokenizer:
+    return Tokenizer(model_dir)
+
+
+MARKER = 1000
+"""Copy k of a session carries token ``MARKER + k`` after its system message (any id: only block hashes see it)."""
+
+
+def copies(sessions: list[list[Call]], shared: list[list[int]], n: int) -> list[list[Call]]:
+    """``n`` sessions from fewer recorded ones, reused in turn: copy k (k ≥ 1) of a session carries one token of its
+    own right after the system message in every call, so copies share the system prompt, as different
+    conversations do, and nothing after it, while a copy's calls share their prefixes with each other as the
+    original's do."""
+    out = []
+    for i in range(n):
+        k, j = divmod(i, len(sessions))
+        out.append(sessions[j] if k == 0 else
+                   [c._replace(ids=c.ids[:m] + [MARKER + k] + c.ids[m:]) for c, m in zip(sessions[j], shared[j], strict=True)])
+    return out
 
 
 class Timing:
@@ -253,25 +290,30 @@ FF = " +ff"
 """The suffix of a method's rows whose forced tokens were fast-forwarded."""
 
 
-def bench_capacity(traces: dict[str, dict[str, list[TracedCall]]], tokenize: Tokenize, simulation: Simulation,
+def bench_capacity(traces: dict[str, dict[str, list[TracedCall]]], tokenize: Tokenizer, simulation: Simulation,
                    concurrency: Sequence[int], progress: Callable[[str], None] = lambda _: None,
-                   clock: StepTime | None = None, fast_forward: Sequence[bool] = (False,)) -> list[dict[str, Any]]:
-    """Each method's first N sessions at once, for each N (no more than the trace holds), on a fresh scheduler;
-    once per ``fast_forward`` setting (rows of forced tokens appended are named ``METHOD +ff``)."""
+                   clock: StepTime | None = None, fast_forward: Sequence[bool] = (False,),
+                   reuse: bool = False) -> list[dict[str, Any]]:
+    """Each method's first N sessions at once, for each N (no more than the trace holds, or with ``reuse`` distinct
+    copies of its sessions in turn: ``copies``), on a fresh scheduler; once per ``fast_forward`` setting (rows of
+    forced tokens appended are named ``METHOD +ff``)."""
     rows = []
     for strategy, sessions in traces.items():
         calls = [[Call(tokenize(c), c.completion_tokens, c.forced_tokens) for c in s] for s in sessions.values()]
+        shared = [[tokenize.shared(t, c.ids) for t, c in zip(s, cs, strict=True)]
+                  for s, cs in zip(sessions.values(), calls, strict=True)] if reuse else []
         if True in fast_forward and not any(c.forced for s in calls for c in s):
             raise ValueError(f"the trace records no forced tokens for {strategy} (record it with --count-tokens "
                              "embedded, whose vocabulary counts what each call's grammar forces)")
         for ff in fast_forward:
             name = strategy + FF if ff else strategy
             for n in concurrency:
-                if n > len(calls):
-                    progress(f"{name}: the trace holds {len(calls)} sessions, not {n}")
+                if n > len(calls) and not reuse:
+                    progress(f"{name}: the trace holds {len(calls)} sessions, not {n} (--reuse-sessions)")
                     continue
                 progress(f"{name}: {n} sessions at once")
-                rows.append({"strategy": name, **simulation.run(calls[:n], clock, ff)})
+                batch = copies(calls, shared, n) if n > len(calls) else calls[:n]
+                rows.append({"strategy": name, **simulation.run(batch, clock, ff)})
     return rows
 
 

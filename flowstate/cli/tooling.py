@@ -235,11 +235,15 @@ def bench_stepfit_cmd(model_dir: str, requests: int, max_num_seqs: int, chunk: i
               help="Append the tokens each call's grammar forced (recorded with --count-tokens embedded) in one "
                    "step, as an engine that fast-forwards does (FlowState's llamacpp; not vLLM 0.32): rows "
                    "'METHOD +ff'. both: each method with and without.")
+@click.option("--reuse-sessions", "reuse", is_flag=True,
+              help="Let --sessions pass what the trace holds: its sessions reused in turn, each copy made distinct "
+                   "after the system message (one token of its own), so copies share the system prompt and nothing "
+                   "else, as different conversations do.")
 @OUT
 def bench_capacity_cmd(trace_file: str, kv_tokens: int | None, kv_gib: float | None, sessions: str,
                        model_dir: str | None, block_size: int, max_num_batched_tokens: int, strategies: str | None,
                        gpu_cost: str | None, gpu_gib: float | None, step_overhead_ms: float, slo_s: float,
-                       fast_forward: str, out: Path | None) -> None:
+                       fast_forward: str, reuse: bool, out: Path | None) -> None:
     """How many sessions of each method fit in a KV budget at once: an evaluation's recorded calls (flowstate eval
     --trace) fed to vLLM's own scheduler in process (no model runs): preemptions, peak KV use, prefix hits; with
     --gpu-cost, each step timed by a roofline: sessions per GPU-hour, time per call and goodput."""
@@ -267,7 +271,7 @@ def bench_capacity_cmd(trace_file: str, kv_tokens: int | None, kv_gib: float | N
             simulation = Simulation(model_dir, Budget(kv_tokens, block_size, max_num_batched_tokens))
             modes = {"off": (False,), "on": (True,), "both": (False, True)}[fast_forward]
             rows = bench_capacity(traces, tokenizer(model_dir), simulation, numbers(sessions, "--sessions"),
-                                  progress=progress, clock=clock, fast_forward=modes)
+                                  progress=progress, clock=clock, fast_forward=modes, reuse=reuse)
         click.echo(f"KV budget: {kv_tokens} tokens ({kv_tokens // block_size} blocks of {block_size})")
         if clock is not None:
             click.echo(f"Step time: the roofline of {clock.label} at peak, {step_overhead_ms:g} ms a step")

@@ -224,6 +224,12 @@ def test_vllms_own_scheduler_decides_how_many_sessions_fit_a_kv_budget(model_dir
     assert fast["output_tokens"] == plain["output_tokens"] == 256 and fast["appended_tokens"] == 4 * 32
     assert plain["appended_tokens"] == 0 and plain["steps"] - fast["steps"] >= 32 - 4  # a session's serial path
     assert fast["seconds"] < plain["seconds"] and fast["call_p50_s"] < plain["call_p50_s"]
+    # past what the trace holds: its sessions reused as distinct copies, sharing only the system prompt
+    system = len(tokenize(TracedCall(0, traces["short"]["s0"][0].messages[:1], 1))) - 3  # less the generation prompt
+    assert 0 < tokenize.shared(traces["short"]["s0"][0], tokenize(traces["short"]["s0"][0])) <= system + 3
+    (six,) = bench_capacity({"short": traces["short"]}, tokenize, simulation, [6], reuse=True)
+    assert six["calls"] == 12 and six["output_tokens"] == 6 * 64
+    assert bench_capacity({"short": traces["short"]}, tokenize, simulation, [6]) == []
     with pytest.raises(ValueError, match="records no forced tokens"):
         bench_capacity({"x": {"a": [TracedCall(0, traces["short"]["s0"][0].messages, 8)]}}, tokenize, simulation,
                        [1], fast_forward=(True,))

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from flowstate.bench.capacity import Timing, appended
+from flowstate.bench.capacity import MARKER, Call, Timing, appended, copies
 from flowstate.eval import steptime
 from flowstate.eval.steptime import Step, StepTime
 
@@ -101,3 +101,16 @@ def test_forced_tokens_are_spread_over_a_calls_sampled_tokens() -> None:
     for output, forced in [(100, 33), (1300, 640), (5, 1)]:
         runs = appended(output, forced)
         assert len(runs) == output - forced and len(runs) + sum(runs) == output and max(runs) - min(runs) <= 1
+
+
+def test_reused_sessions_are_distinct_copies_after_the_system_prompt() -> None:
+    """Past what a trace holds, sessions are reused in turn; copy k carries its own token after the system
+    message in every call, so copies share the system prompt and a copy's calls share their prefixes."""
+    a = [Call([1, 2, 3, 10, 11], 5, 2), Call([1, 2, 3, 10, 11, 12], 4)]
+    b = [Call([1, 2, 3, 20], 3)]
+    made = copies([a, b], [[3, 3], [3]], 5)
+    assert made[0] == a and made[1] == b
+    assert [c.ids for c in made[2]] == [[1, 2, 3, MARKER + 1, 10, 11], [1, 2, 3, MARKER + 1, 10, 11, 12]]
+    assert made[2][0].output == 5 and made[2][0].forced == 2 and made[3][0].ids == [1, 2, 3, MARKER + 1, 20]
+    assert made[4][0].ids == [1, 2, 3, MARKER + 2, 10, 11]
+    assert copies([a, b], [[3, 3], [3]], 1) == [a]
