@@ -15,6 +15,8 @@ prefill cost, instead of one decode step each. vLLM 0.32 does not (its guidance 
 TODO); FlowState's llamacpp engine does. Which of a call's steps the forced tokens follow is not recorded: they
 are spread evenly over its sampled tokens (what a step computes shifts; how many steps a call takes does not).
 
+A trace holds tens of sessions; ``reuse`` takes N past them with distinct copies (``copies``).
+
 What this leaves out, said where the figures are reported: time (a step is one forward pass, whatever it holds),
 the fixed per-session state of hybrid models' linear-attention layers, and the prefix hits a model's own decoded
 tokens would give the next prompt (placeholder tokens never match; ``bench trace`` on a server has the same gap).
@@ -73,7 +75,7 @@ class Tokenizer:
         from transformers import AutoTokenizer
 
         self._tok = AutoTokenizer.from_pretrained(str(model_dir))
-        self._systems: dict[str, int] = {}
+        self._systems: dict[str, list[int]] = {}
 
     def _ids(self, messages: Sequence[Any], generation: bool) -> list[int]:
         text = self._tok.apply_chat_template([{"role": m.role, "content": m.content} for m in messages],
@@ -90,11 +92,11 @@ class Tokenizer:
             return 0
         key = call.messages[0].content
         if key not in self._systems:
-            self._systems[key] = len(self._ids(call.messages[:1], False))
-        n = self._systems[key]
-        if ids[:n] != self._ids(call.messages[:1], False):
+            self._systems[key] = self._ids(call.messages[:1], False)
+        system = self._systems[key]
+        if ids[: len(system)] != system:
             raise ValueError("the chat template does not render the system message as the prompt's first tokens")
-        return n
+        return len(system)
 
 
 def tokenizer(model_dir: str | Path) -> Tokenizer:
