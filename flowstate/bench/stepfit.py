@@ -36,6 +36,7 @@ class Mix:
     lengths: list[int]
     prefix_caching: bool = False
 
+
 WORDS = "the of and to in is was for on that with as by at from it be this are an or have".split()
 
 
