@@ -11,7 +11,8 @@ _MARK = {"preference": "P", "knowledge": "K", "attribute": "A", "judgement": "J"
 
 
 def session_dump(repo: Repository, session: str) -> dict[str, Any]:
-    """Requests, the Historical State Index and every node with its relations (raises if unknown)."""
+    """Requests, the Historical State Index and every node with its relations, the session it was forked from and
+    those forked from it (raises if unknown)."""
     repo.require_session(session)
     requests = repo.requests(session)
     nodes = repo.nodes(session)
@@ -20,8 +21,9 @@ def session_dump(repo: Repository, session: str) -> dict[str, Any]:
     return {
         "session": session,
         "forked_from": None if fork is None else {"session": fork[0], "requests": fork[1]},
-        "requests": [{"index": r.index, "query": r.query, "response": r.response, "unfinished": r.unfinished}
-                     for r in requests],
+        "forks": [{"session": name, "requests": at} for name, at in repo.forks(session)],
+        "requests": [{"index": r.index, "query": r.query, "response": r.response, "unfinished": r.unfinished,
+                      "created_at": r.created_at, "strategy": r.strategy} for r in requests],
         "index": [
             {"query_id": e.query_id, "user_query": e.user_query, "states": [{"state_id": s, "summary": m} for s, m in e.states]}
             for e in index.entries

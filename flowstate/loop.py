@@ -494,7 +494,8 @@ class RequestRun:
             unfinished=unfinished, memory_calls=(*self.memory_calls, *finish.calls),
         )
         self.repo.persist_request(
-            self.session, self.index_k, self.query, response, nodes, record.to_dict(), unfinished, transcript
+            self.session, self.index_k, self.query, response, nodes, record.to_dict(), unfinished, transcript,
+            strategy=self.strategy.name,
         )
         self.record = record
         if error is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hmac
 import logging
 import unicodedata
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -19,7 +20,9 @@ from starlette.requests import ClientDisconnect
 
 from flowstate.errors import SessionNotFound
 from flowstate.inspection import session_dump
-from flowstate.store.repository import Repository
+from flowstate.store.repository import Repository, SessionSummary
+from flowstate.store.search import BadSearch, Search
+from serving import console
 from serving.chat import IDEMPOTENCY_HEADER, ChatService
 from serving.errors import APIError, bad_request
 from serving.graph import render_html
@@ -41,6 +44,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.responses = ResponsesService(app.state.services, app.state.chat)
     app.state.conversations = Conversations(app.state.services)
     app.include_router(router)
+    app.include_router(console.router)
     app.add_exception_handler(APIError, _api_error)  # type: ignore[arg-type]
     app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
     app.add_exception_handler(ClientDisconnect, _gone)  # type: ignore[arg-type]
@@ -205,14 +209,52 @@ async def conversation_items(conversation_id: str, request: Request, after: str 
 
 
 @router.get("/v1/sessions")
-async def list_sessions(request: Request) -> dict[str, Any]:
+async def list_sessions(request: Request, limit: int = 100, after: str | None = None, name: str = "") -> dict[str, Any]:
+    """The key's sessions, the most recently active first, ``limit`` (1–1000) a page after the session ``after``;
+    ``name`` keeps those whose name contains it (ignoring case)."""
     s = _services(request)
     ns = s.namespace(request)
-    def listed() -> list[dict[str, Any]]:  # storage, in a worker thread: never on the event loop
-        repo = s.config.repo
-        return [{"id": n[len(ns):], "object": "session", "requests": repo.request_count(n)} for n in repo.sessions(ns)]
+    if not 1 <= limit <= 1000:
+        raise bad_request(f"limit is {limit}: 1 to 1000", "limit", "invalid_limit")
+    if len(name) > 200:
+        raise bad_request("name is longer than a session name can be (200 characters)", "name", "invalid_name")
 
-    return {"object": "list", "data": await anyio.to_thread.run_sync(listed)}
+    def listed() -> tuple[list[SessionSummary], bool]:  # storage, in a worker thread: never on the event loop
+        return s.config.repo.session_page(ns, contains=name, limit=limit,
+                                          after=None if after is None else ns + unicodedata.normalize("NFC", after))
+
+    rows, more = await anyio.to_thread.run_sync(listed)
+    data = [{"id": r.name[len(ns):], "object": "session", "requests": r.requests, "states": r.states,
+             "created_at": r.created_at, "last_activity": r.active_at or None, "strategy": r.strategy,
+             "forked_from": None if r.forked_from is None else {"session": r.forked_from[0][len(ns):],
+                                                                 "requests": r.forked_from[1]},
+             "running": s.sessions.running(r.name)} for r in rows]
+    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None, "has_more": more}
+
+
+@router.get("/v1/memory/search")
+async def search_memory(request: Request) -> dict[str, Any]:
+    """The key's states (and, with ``in=states,observations``, raw tool observations) that match ``q``, best first."""
+    s = _services(request)
+    ns = s.namespace(request)
+    p = request.query_params
+    unknown = sorted(set(p) - {"q", "type", "session", "since", "until", "limit", "after", "in"})
+    if unknown:
+        raise bad_request(f"unknown parameter {unknown[0]!r}: q, type, session, since, until, limit, after, in",
+                          unknown[0], "unknown_parameter")
+    try:
+        search = Search.parse(p.get("q"), type=p.get("type"), session=p.get("session"), since=p.get("since"),
+                              until=p.get("until"), limit=p.get("limit"), after=p.get("after"), in_=p.get("in"))
+    except BadSearch as exc:
+        raise bad_request(str(exc), None, "invalid_search") from None
+    if search.session is not None:
+        search = replace(search, session=unicodedata.normalize("NFC", search.session))
+    hits, more = await anyio.to_thread.run_sync(s.config.repo.search, ns, search)
+    return {"object": "list", "data": [{
+        "object": "memory.hit", "session": h.session[len(ns):], "request": h.request, "state_id": h.state_id,
+        "kind": h.kind, "type": h.type, "summary": h.summary, "score": h.score, "created": h.created} for h in hits],
+        "has_more": more, "next": search.cursor(search.offset + search.limit) if more else None}
 
 
 def _session(request: Request, session_id: str) -> tuple[Services, SessionKey]:
@@ -226,9 +268,35 @@ async def get_session(session_id: str, request: Request) -> dict[str, Any]:
     s, key = _session(request, session_id)
     live = await s.sessions.view(key.full)  # memory, else the database
     waiting = live is not None and live.calls is not None
-    dump = await anyio.to_thread.run_sync(_dump, s.config.repo, key, waiting)
+    held = s.sessions.peek(key.full)  # a turn runs in this server's memory (on a shared database, view reads anew)
+    run = held.run if held is not None else None
+    dump = await anyio.to_thread.run_sync(_dump, s.config.repo, key, waiting or run is not None)
     dump["pending"] = {"tool_call_ids": live.calls} if waiting and live and live.calls else None
+    dump["running"] = None if run is None else {  # the request a turn runs (or that waits on tool results) now
+        "index": run.index_k, "query": run.query, "waiting": waiting, "steps": [st.to_dict() for st in list(run.steps)]}
     return {"id": key.name, "object": "session", **dump}
+
+
+@router.get("/v1/sessions/{session_id}/requests/{index}")
+async def get_request(session_id: str, index: int, request: Request) -> dict[str, Any]:
+    """One finished request of the session with its run record: every step's output and what became of it."""
+    s, key = _session(request, session_id)
+
+    def read() -> dict[str, Any] | None:
+        repo = s.config.repo
+        record = repo.request_record(key.full, index)
+        if record is None:
+            return None
+        row = next(r for r in repo.requests(key.full) if r.index == index)
+        return {"index": index, "query": row.query, "response": row.response, "unfinished": row.unfinished,
+                "created_at": row.created_at, "strategy": row.strategy, "record": record}
+
+    found = await anyio.to_thread.run_sync(read)
+    if found is None:
+        raise APIError(404, f"session {key.name!r} has no finished request {index}", type="not_found_error",
+                       param="index", code="request_not_found")
+    found.setdefault("record", {}).pop("session", None)  # the repository's name: the key's namespace is not shown
+    return {"object": "session.request", "session": key.name, **found}
 
 
 GRAPH_HEADERS = {
@@ -301,8 +369,10 @@ def _dump(repo: Repository, key: SessionKey, live: bool) -> dict[str, Any]:
     except SessionNotFound as exc:
         if not live:
             raise _unknown(key.name) from exc
-        dump = {"requests": [], "index": [], "nodes": []}
+        dump = {"requests": [], "index": [], "nodes": [], "forked_from": None, "forks": []}
     dump["session"] = key.name
     if dump.get("forked_from"):  # the sessions of one key are forked from its own
         dump["forked_from"]["session"] = dump["forked_from"]["session"][len(key.namespace):]
+    for fork in dump.get("forks", []):
+        fork["session"] = fork["session"][len(key.namespace):]
     return dump

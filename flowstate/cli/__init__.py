@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from flowstate.cli.evaluate import evaluate
+from flowstate.cli.search import search
 from flowstate.cli.serve import serve
 from flowstate.cli.session import demo, inspect, run
 from flowstate.cli.tooling import bench, model
@@ -16,7 +17,7 @@ def main() -> None:
     """FlowState: execution state as memory for long-horizon LLM agents."""
 
 
-for command in (run, inspect, demo, serve, evaluate, model, bench):
+for command in (run, inspect, search, demo, serve, evaluate, model, bench):
     main.add_command(command)
 
 __all__ = ["main", "serve"]

@@ -359,6 +359,28 @@ def bench_repo_cmd(sizes: str, pg_url: str | None, samples: int, out: Path | Non
         emit(render_table(rows), out, {"rows": rows})
 
 
+@bench.command("search")
+@click.option("--sizes", default="10000,100000", show_default=True, help="States, comma-separated.")
+@click.option("--postgres", "pg_url", default=None, envvar="FLOWSTATE_BENCH_PG",
+              help="A PostgreSQL server (URL of a database whose user may create databases): each size gets a "
+                   "fresh database there [default: $FLOWSTATE_BENCH_PG; without one, SQLite only].")
+@click.option("--queries", default=500, show_default=True, type=click.IntRange(min=10), help="Searches timed per size.")
+@OUT
+def bench_search_cmd(sizes: str, pg_url: str | None, queries: int, out: Path | None) -> None:
+    """Memory search latency (p50/p99) by the number of states, SQLite and PostgreSQL side by side."""
+    from flowstate.bench.repo import Databases
+    from flowstate.bench.search import bench_search, render_table
+
+    with errors(), tempfile.TemporaryDirectory() as tmp:
+        counts = [int(x) for x in sizes.split(",") if x.strip()]
+        databases = Databases(tmp, pg_url)
+        try:
+            rows = bench_search(databases.targets(), counts, queries, progress=progress)
+        finally:
+            databases.close()
+        emit(render_table(rows), out, {"rows": rows})
+
+
 @bench.command("index")
 @click.option("--requests", default=1000, show_default=True, type=click.IntRange(min=1), help="Requests in the session.")
 @click.option("--index-budget", default=4096, show_default=True, type=click.IntRange(min=1),

@@ -7,7 +7,10 @@ session is being forgotten), each in its database's dialect.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from typing import Any
+
+from flowstate.store import search
 
 # The parts whose text is the same in both dialects (but for the words each fills in)
 _PENDING = """
@@ -147,6 +150,23 @@ _RELATIONS_NO_TARGET_KEY = "\n        " + _RELATIONS.format(name="relations_0009
             BEGIN SELECT RAISE(ABORT, 'historical relations are immutable'); END;
 """
 
+_ACTIVITY = """
+        -- When a session was created and last finished a request (unix seconds; 0 and NULL for what came before),
+        -- for listing sessions newest first; when each request was persisted, and by which memory method (NULL
+        -- before): what an operator's console and the search's date filters read.
+        ALTER TABLE sessions ADD COLUMN created_at {id_type};
+        ALTER TABLE sessions ADD COLUMN active_at {id_type} NOT NULL DEFAULT 0;
+        CREATE INDEX sessions_active ON sessions(active_at, id);
+        ALTER TABLE requests ADD COLUMN created_at {id_type};
+        ALTER TABLE requests ADD COLUMN strategy TEXT;
+"""
+_SEARCH = """
+        -- Full-text search over nodes (flowstate/store/search.py): each node's words as FlowState splits them, its
+        -- id and summary (head) apart from its value (body), and the terms its filters narrow by (scope: its key
+        -- namespace, kind, type); written with the node in its request's transaction, gone with its session. The
+        -- migration indexes the nodes already stored.
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     (
         "0001_initial",
@@ -221,6 +241,15 @@ MIGRATIONS: list[tuple[str, str]] = [
             WHEN NEW.idx != COALESCE((SELECT MAX(idx) FROM requests WHERE session_id = NEW.session_id),
                                      (SELECT fork_at FROM sessions WHERE id = NEW.session_id)) + 1
             BEGIN SELECT RAISE(ABORT, 'request index out of order'); END;
+        """,
+    ),
+    ("0010_activity", _ACTIVITY.format(id_type="INTEGER")),
+    (
+        "0011_search",
+        _SEARCH + """
+        CREATE VIRTUAL TABLE node_search USING fts5(head, body, scope, tokenize = 'unicode61 remove_diacritics 0');
+        CREATE TRIGGER node_search_forget AFTER DELETE ON nodes
+            BEGIN DELETE FROM node_search WHERE rowid = OLD.seq; END;
         """,
     ),
 ]
@@ -318,7 +347,20 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
             END $$;
         """,
     ),
+    ("0010_activity", _ACTIVITY.format(id_type="BIGINT")),
+    (
+        "0011_search",
+        _SEARCH + """
+        CREATE TABLE node_search (
+            seq BIGINT PRIMARY KEY REFERENCES nodes(seq) ON DELETE CASCADE,
+            doc tsvector NOT NULL
+        );
+        CREATE INDEX node_search_doc ON node_search USING GIN (doc);
+        """,
+    ),
 ]
+FILLS: dict[str, Callable[[Any, bool], None]] = {"0011_search": search.fill}
+"""Migrations whose data Python computes: run after the migration's SQL, in its transaction (conn, postgres)."""
 MIGRATION_LOCK = 0x466C6F77  # the advisory lock that serializes migrations across processes
 
 
@@ -334,6 +376,8 @@ def apply_postgres(conn: Any) -> list[str]:
             if name in done:
                 continue
             conn.execute(sql)
+            if name in FILLS:
+                FILLS[name](conn, True)
             conn.execute("INSERT INTO schema_migrations (name) VALUES (%s)", (name,))
             applied.append(name)
     return applied
@@ -355,6 +399,8 @@ def apply_sqlite(conn: sqlite3.Connection) -> list[str]:
                 continue
             for statement in _statements(sql):
                 conn.execute(statement)
+            if name in FILLS:
+                FILLS[name](conn, False)
             conn.execute("INSERT INTO schema_migrations (name) VALUES (?)", (name,))
             conn.execute("COMMIT")
         except BaseException:

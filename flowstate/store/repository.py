@@ -7,6 +7,7 @@ request and never leaves half of one. Nothing here changes or deletes a persiste
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 from flowstate.errors import SessionHasForks, SessionNotFound, StorageError
 from flowstate.nodes import Node, Ref, canonical_json
+from flowstate.store import search as fts
 from flowstate.store.backends import Backend, Conn, PostgresBackend, open_backend
 
 # A session's lineage: the session itself (every request of it), then, for a fork, the session it was forked from up
@@ -33,6 +35,8 @@ class RequestRow:
     query: str
     response: str | None
     unfinished: str | None = None
+    created_at: int | None = None  # unix seconds it was persisted (None for requests persisted before that was kept)
+    strategy: str | None = None  # the memory method it ran under (likewise)
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,20 @@ class StoredResponse:
     position: int
     body: dict[str, Any]
     input_items: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    """A session as a list of sessions shows it: its size, when it was made and last finished a request, the memory
+    method of its last request, and the session it was forked from (name, shared requests)."""
+
+    name: str
+    requests: int  # finished requests, a fork's shared ones included
+    states: int  # the states it can read (a fork's shared ones included)
+    created_at: int | None
+    active_at: int  # 0 for a session that finished no request since activity was kept
+    strategy: str | None
+    forked_from: tuple[str, int] | None
 
 
 @dataclass(frozen=True)
@@ -180,8 +198,9 @@ class Repository:
                 if (existing[0], int(existing[1])) != (source, at if source is not None else 0):
                     raise StorageError(f"cannot fork session {session!r} as {name!r}: that session exists")
                 return
-            conn.execute("INSERT INTO sessions (name, parent_id, fork_at) VALUES (?, ?, ?)",
-                         (name, source, at if source is not None else 0))
+            now = int(time.time())
+            conn.execute("INSERT INTO sessions (name, parent_id, fork_at, created_at, active_at) VALUES (?, ?, ?, ?, ?)",
+                         (name, source, at if source is not None else 0, now, now))
 
     def drop_empty_fork(self, session: str) -> bool:
         """Forget a fork that holds nothing of its own — no request, no fork, no waiting request, no stored
@@ -206,6 +225,48 @@ class Repository:
             row = conn.execute("SELECT p.name, s.fork_at FROM sessions s JOIN sessions p ON p.id = s.parent_id"
                                " WHERE s.name = ?", (session,)).fetchone()
         return None if row is None else (row[0], int(row[1]))
+
+    def forks(self, session: str) -> list[tuple[str, int]]:
+        """The sessions forked from this one, with the requests each shares, in creation order."""
+        with self._read() as conn:
+            return [(r[0], int(r[1])) for r in conn.execute(
+                "SELECT c.name, c.fork_at FROM sessions c JOIN sessions p ON p.id = c.parent_id WHERE p.name = ?"
+                " ORDER BY c.id", (session,))]
+
+    def session_page(self, prefix: str, *, contains: str = "", limit: int = 100,
+                     after: str | None = None) -> tuple[list[SessionSummary], bool]:
+        """Sessions whose names start with ``prefix``, the most recently active first (then the newest), ``limit`` at
+        a time from the one after the session named ``after``; with ``contains``, only names (past the prefix) that
+        contain it, ignoring case. Whether more follow. An index seek a page, whatever the number of sessions."""
+        where, args = "substr(s.name, 1, ?) = ?", [len(prefix), prefix]
+        if contains:
+            escaped = contains.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            where += " AND lower(substr(s.name, ?)) LIKE ? ESCAPE '\\'"
+            args += [len(prefix) + 1, f"%{escaped}%"]
+        if after is not None:
+            where += " AND (s.active_at, s.id) < (SELECT active_at, id FROM sessions WHERE name = ?)"
+            args.append(after)
+        sql = ("SELECT s.name, COALESCE((SELECT MAX(r.idx) FROM requests r WHERE r.session_id = s.id), s.fork_at),"
+               " (SELECT COUNT(*) FROM nodes n WHERE n.session_id = s.id AND n.kind = 'state'), s.created_at,"
+               " s.active_at, (SELECT r.strategy FROM requests r WHERE r.session_id = s.id ORDER BY r.idx DESC"
+               " LIMIT 1), p.name, s.fork_at FROM sessions s LEFT JOIN sessions p ON p.id = s.parent_id"
+               f" WHERE {where} ORDER BY s.active_at DESC, s.id DESC LIMIT ?")
+        with self._read() as conn:
+            rows = conn.execute(sql, [*args, limit + 1]).fetchall()
+            out = []
+            for name, requests, states, created, active, strategy, parent, at in rows[:limit]:
+                if parent is not None:  # a fork reads its parent's states up to its point too
+                    states = conn.execute(_LINE + "SELECT COUNT(*) FROM nodes n " + _IN_LINE + " WHERE n.kind = 'state'",
+                                          (name,)).fetchone()[0]
+                out.append(SessionSummary(name, int(requests), int(states), None if created is None else int(created),
+                                          int(active), strategy, None if parent is None else (parent, int(at))))
+        return out, len(rows) > limit
+
+    def search(self, namespace: str, search: fts.Search) -> tuple[list[fts.Hit], bool]:
+        """One page of the states (and observations) of the namespace's sessions that match ``search``, best first,
+        and whether more follow (``flowstate/store/search.py``)."""
+        with self._read() as conn:
+            return fts.run(conn, search, namespace, self.shared, _LINE)
 
     # -- the Responses API's stored responses -------------------------------------------------
 
@@ -288,10 +349,10 @@ class Repository:
     def requests(self, session: str) -> list[RequestRow]:
         with self._read() as conn:
             rows = conn.execute(
-                _LINE + "SELECT r.idx, r.query, r.response, r.unfinished FROM requests r JOIN line l"
-                " ON r.session_id = l.sid AND r.idx <= l.upto ORDER BY r.idx", (session,)
+                _LINE + "SELECT r.idx, r.query, r.response, r.unfinished, r.created_at, r.strategy FROM requests r"
+                " JOIN line l ON r.session_id = l.sid AND r.idx <= l.upto ORDER BY r.idx", (session,)
             ).fetchall()
-        return [RequestRow(int(i), q, r, u) for i, q, r, u in rows]
+        return [RequestRow(int(i), q, r, u, None if c is None else int(c), m) for i, q, r, u, c, m in rows]
 
     def transcripts(self, session: str) -> dict[int, Transcript]:
         """The endpoint's records of the session's requests, by request index (requests persisted before
@@ -399,21 +460,26 @@ class Repository:
         record: dict[str, Any],
         unfinished: str | None = None,
         transcript: Transcript | None = None,
+        strategy: str | None = None,
     ) -> None:
         """Persist: the request, its new nodes (states and referenced observations) and their relations.
 
         One transaction. ``unfinished`` says why a request that has no response ended (step budget);
-        ``transcript``: the endpoint's record of the request, kept beside it.
+        ``transcript``: the endpoint's record of the request, kept beside it; ``strategy``: the memory method it ran
+        under. The nodes are indexed for search in the same transaction.
         ``index`` must be the session's next request index; otherwise another
         writer finished a request of this session meanwhile and nothing is written.
         """
         sid = "(SELECT id FROM sessions WHERE name = ?)"  # no read before the writes: one round trip on a server
         try:
             with self._write(f"cannot persist request {index} of {session!r}") as conn:
-                conn.execute("INSERT INTO sessions (name) VALUES (?) ON CONFLICT (name) DO NOTHING", (session,))
+                now = int(time.time())
+                conn.execute("INSERT INTO sessions (name, created_at, active_at) VALUES (?, ?, ?) ON CONFLICT (name)"
+                             " DO UPDATE SET active_at = excluded.active_at", (session, now, now))
                 conn.execute(  # the database refuses an index out of order (migration 0004)
-                    f"INSERT INTO requests (session_id, idx, query, response, record, unfinished) VALUES ({sid}, ?, ?, ?, ?, ?)",
-                    (session, index, query, response, canonical_json(record), unfinished),
+                    "INSERT INTO requests (session_id, idx, query, response, record, unfinished, created_at, strategy)"
+                    f" VALUES ({sid}, ?, ?, ?, ?, ?, ?, ?)",
+                    (session, index, query, response, canonical_json(record), unfinished, now, strategy),
                 )
                 if nodes:
                     conn.executemany(
@@ -422,6 +488,7 @@ class Repository:
                         [(session, n.id, n.kind, n.type.value, n.summary, canonical_json(n.value), index, n.mark)
                          for n in nodes],
                     )
+                    conn.executemany(fts.index_sql(self.shared), fts.index_rows(session, nodes))
                 if transcript is not None:
                     conn.execute(
                         f"INSERT INTO transcripts (session_id, request_idx, messages, idempotency) VALUES ({sid}, ?, ?, ?)",

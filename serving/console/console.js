@@ -1,0 +1,482 @@
+// FlowState's console: a view of the public routes (/v1/sessions, a session and its requests, /v1/memory/search),
+// read with the key the user signed in with. Every value from a model, a tool or a user is set as text (never as
+// HTML), the key stays in this tab's session storage and travels only as a bearer token.
+"use strict";
+(() => {
+  const KEY = "flowstate.console.key";
+  const SVG = "http://www.w3.org/2000/svg";
+  const TYPES = ["preference", "knowledge", "attribute", "judgement", "artifact"];
+  const RELATION_COLOURS = { supports: "#2a9d8f", derives: "#264653", follows: "#8d99ae", supersedes: "#e76f51" };
+  const TYPE_COLOURS = { preference: "#f4a261", knowledge: "#90be6d", attribute: "#4d9de0", judgement: "#e15554",
+                         artifact: "#9b5de5", observation: "#bdbdbd" };
+  const POLL_MS = 1500;
+  const main = document.getElementById("main");
+  let poll = null;
+
+  class SignInNeeded extends Error {}
+
+  // -- building the page: elements with text children only -------------------------------------------------------
+
+  function build(doc, ns, tag, attrs, children) {
+    const e = ns ? doc.createElementNS(ns, tag) : doc.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+      else if (k === "class") e.setAttribute("class", v);
+      else e.setAttribute(k, v === true ? "" : String(v));
+    }
+    for (const c of children.flat(Infinity)) {
+      if (c === null || c === undefined || c === false) continue;
+      e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return e;
+  }
+  const h = (tag, attrs, ...children) => build(document, null, tag, attrs, children);
+  const s = (tag, attrs, ...children) => build(document, SVG, tag, attrs, children);
+
+  function show(...nodes) {
+    main.replaceChildren(...nodes);
+  }
+
+  const clip = (text, n) => (text.length <= n ? text : text.slice(0, n - 1) + "…");
+  const when = (sec) => (sec ? new Date(sec * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "—");
+  const json = (value) => JSON.stringify(value, null, 2);
+  const sessionHref = (name, state) =>
+    "#/session/" + encodeURIComponent(name) + (state ? "?state=" + encodeURIComponent(state) : "");
+  const kindOf = (node) => (node.kind === "observation" ? "observation" : node.type);
+  const badge = (text, cls) => h("span", { class: "badge " + (cls || "") }, text);
+  const typeBadge = (kind) => h("span", { class: "badge t-" + kind }, kind);
+
+  // -- the API, with the signed-in key ---------------------------------------------------------------------------
+
+  async function api(path, options) {
+    const headers = {};
+    const key = sessionStorage.getItem(KEY);
+    if (key) headers.Authorization = "Bearer " + key;
+    const res = await fetch(path, Object.assign({ cache: "no-store" }, options || {}, { headers }));
+    let body = null;
+    try { body = await res.json(); } catch (e) { body = null; }
+    if (res.status === 401) throw new SignInNeeded(body && body.error ? body.error.message : "sign in");
+    if (!res.ok) {
+      const err = new Error(body && body.error ? body.error.message : res.status + " " + res.statusText);
+      err.status = res.status;
+      throw err;
+    }
+    return body;
+  }
+
+  const sessionPath = (name) => "/v1/sessions/" + encodeURIComponent(name);
+
+  // -- sign in ------------------------------------------------------------------------------------------------------
+
+  function signIn(message) {
+    stopPolling();
+    document.getElementById("sign-out").hidden = true;
+    const form = document.getElementById("sign-in-template").content.firstElementChild.cloneNode(true);
+    show(form);
+    const error = form.querySelector("#sign-in-error");
+    error.textContent = message || "";
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const key = form.querySelector("#api-key").value;
+      sessionStorage.setItem(KEY, key);
+      try {
+        await api("/v1/sessions?limit=1");
+      } catch (e) {
+        sessionStorage.removeItem(KEY);
+        error.textContent = e instanceof SignInNeeded ? "That key is not one this server takes." : e.message;
+        return;
+      }
+      form.querySelector("#api-key").value = "";
+      document.getElementById("sign-out").hidden = false;
+      route();
+    });
+  }
+
+  document.getElementById("sign-out").addEventListener("click", () => {
+    sessionStorage.removeItem(KEY);
+    location.hash = "#/";
+    signIn("Signed out.");
+  });
+
+  // -- sessions -----------------------------------------------------------------------------------------------------
+
+  async function sessionsPage(params) {
+    const name = params.get("name") || "";
+    const after = params.get("after");
+    const query = new URLSearchParams({ limit: "50" });
+    if (name) query.set("name", name);
+    if (after) query.set("after", after);
+    const list = await api("/v1/sessions?" + query);
+    const filter = h("input", { type: "search", id: "session-filter", placeholder: "filter by name", value: name });
+    const form = h("form", { class: "toolbar", onsubmit: (e) => {
+      e.preventDefault();
+      location.hash = "#/" + (filter.value ? "?name=" + encodeURIComponent(filter.value) : "");
+    } }, filter, h("button", { type: "submit" }, "Filter"));
+    const status = h("p", { class: "error", role: "alert", id: "sessions-error" });
+    const rows = list.data.map((row) => h("tr", { "data-session": row.id },
+      h("td", {}, h("a", { href: sessionHref(row.id), class: "session-link" }, row.id), " ",
+        row.running ? badge("running", "running") : null),
+      h("td", {}, row.requests), h("td", {}, row.states), h("td", {}, when(row.last_activity)),
+      h("td", {}, when(row.created_at)), h("td", {}, row.strategy || "—"),
+      h("td", {}, row.forked_from ? h("a", { href: sessionHref(row.forked_from.session) },
+        row.forked_from.session + " @" + row.forked_from.requests) : "—"),
+      h("td", {}, h("button", { type: "button", class: "danger delete", onclick: () => remove(row.id, status) },
+        "Delete"))));
+    const more = [];
+    if (after) more.push(h("a", { href: "#/" + (name ? "?name=" + encodeURIComponent(name) : "") }, "First page"));
+    if (list.has_more) {
+      const next = new URLSearchParams({ after: list.last_id });
+      if (name) next.set("name", name);
+      more.push(h("a", { href: "#/?" + next, id: "next-page" }, "Next page"));
+    }
+    show(h("h1", {}, "Sessions"), form, status,
+      list.data.length ? h("table", { id: "sessions" },
+        h("thead", {}, h("tr", {}, ["Session", "Requests", "States", "Last activity", "Created", "Strategy",
+          "Forked from", ""].map((t) => h("th", {}, t)))),
+        h("tbody", {}, rows))
+        : h("p", { class: "muted" }, name ? "No session's name contains that." : "No sessions yet."),
+      h("p", { class: "toolbar" }, more));
+  }
+
+  async function remove(name, status) {
+    if (!window.confirm("Delete session " + name + " and all of its memory? This cannot be undone.")) return;
+    try {
+      await api(sessionPath(name), { method: "DELETE" });
+    } catch (e) {
+      if (e instanceof SignInNeeded) throw e;
+      status.textContent = "Not deleted: " + e.message;
+      return;
+    }
+    route();
+  }
+
+  // -- one session ----------------------------------------------------------------------------------------------------
+
+  function relationsOf(dump) {
+    const incoming = new Map();
+    for (const node of dump.nodes) {
+      for (const rel of node.relations) {
+        if (!incoming.has(rel.target)) incoming.set(rel.target, []);
+        incoming.get(rel.target).push({ rel: rel.rel, source: node.id });
+      }
+    }
+    return incoming;
+  }
+
+  function graph(dump, selected, select) {
+    const colW = 210, colGap = 80, nodeH = 40, rowGap = 18, top = 56;
+    const at = new Map();
+    dump.requests.forEach((req, col) => {
+      dump.nodes.filter((n) => n.request === req.index).forEach((node, row) => {
+        at.set(node.id, [16 + col * (colW + colGap), top + row * (nodeH + rowGap)]);
+      });
+    });
+    let bottom = top;
+    for (const [, [, y]] of at) bottom = Math.max(bottom, y + nodeH);
+    const width = 32 + Math.max(1, dump.requests.length) * (colW + colGap);
+    const svg = s("svg", { width, height: bottom + 24, id: "state-graph", role: "img", "aria-label": "state graph" });
+    const defs = s("defs", {});
+    for (const [rel, colour] of Object.entries(RELATION_COLOURS)) {
+      defs.append(s("marker", { id: "arrow-" + rel, viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7,
+        markerHeight: 7, orient: "auto-start-reverse" }, s("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: colour })));
+    }
+    svg.append(defs);
+    dump.requests.forEach((req, col) => {
+      const x = 16 + col * (colW + colGap);
+      svg.append(s("text", { x, y: 22, "font-weight": "bold" }, "request " + req.index),
+        s("text", { x, y: 40 }, s("title", {}, req.query), clip(req.query, 34)));
+    });
+    for (const node of dump.nodes) {
+      for (const rel of node.relations) {
+        if (!at.has(node.id) || !at.has(rel.target)) continue;
+        const [x1, y1] = at.get(node.id), [x2, y2] = at.get(rel.target);
+        const sx = x2 < x1 ? x1 : x1 + colW, ex = x2 < x1 ? x2 + colW : x2 > x1 ? x2 : x2 + colW;
+        const sy = y1 + nodeH / 2, ey = y2 + nodeH / 2, bend = x1 === x2 ? 40 : 0;
+        const colour = RELATION_COLOURS[rel.rel] || "#555";
+        svg.append(s("path", { class: "edge", "data-rel": rel.rel, d: `M ${sx} ${sy} C ${sx + bend} ${sy}, ${ex + bend} ${ey}, ${ex} ${ey}`,
+          fill: "none", stroke: colour, "stroke-width": 1.5, "marker-end": "url(#arrow-" + rel.rel + ")" }),
+          s("text", { x: (sx + ex) / 2 + bend, y: (sy + ey) / 2 - 4, fill: colour }, rel.rel));
+      }
+    }
+    for (const node of dump.nodes) {
+      if (!at.has(node.id)) continue;
+      const [x, y] = at.get(node.id);
+      const kind = kindOf(node);
+      const g = s("g", { class: "node" + (node.id === selected ? " selected" : ""), "data-id": node.id,
+        "data-type": kind, tabindex: 0, onclick: () => select(node.id),
+        onkeydown: (e) => { if (e.key === "Enter") select(node.id); } },
+        s("title", {}, node.id + " (" + kind + ")\n" + node.summary),
+        s("rect", { x, y, width: colW, height: nodeH, rx: 6, fill: TYPE_COLOURS[kind] || "#ddd" }),
+        s("text", { x: x + 8, y: y + 16, "font-weight": "bold" }, clip(node.id, 30)),
+        s("text", { x: x + 8, y: y + 32 }, clip(node.summary, 32)));
+      svg.append(g);
+    }
+    return h("div", { class: "graph" }, svg);
+  }
+
+  function statePanel(dump, id, select) {
+    const nodes = new Map(dump.nodes.map((n) => [n.id, n]));
+    const node = nodes.get(id);
+    if (!node) return h("div", { class: "card panel", id: "state" }, h("p", { class: "muted" },
+      id ? "This session has no state " + id + "." : "Select a state in the graph to see its history."));
+    const incoming = relationsOf(dump).get(id) || [];
+    const link = (target) => nodes.has(target)
+      ? h("a", { href: "#", class: "state-link", "data-target": target, onclick: (e) => { e.preventDefault(); select(target); } },
+        target, " ", typeBadge(kindOf(nodes.get(target))))
+      : h("span", { class: "mono" }, target, " (not in this session)");
+    const older = [], newer = [];
+    for (let cur = node, seen = new Set([id]); ;) {  // what it supersedes, back to the first version
+      const rel = cur.relations.find((r) => r.rel === "supersedes" && nodes.has(r.target) && !seen.has(r.target));
+      if (!rel) break;
+      seen.add(rel.target);
+      cur = nodes.get(rel.target);
+      older.push(cur.id);
+    }
+    for (let cur = id, seen = new Set([id]); ;) {  // what supersedes it, up to the current version
+      const by = (relationsOf(dump).get(cur) || []).find((r) => r.rel === "supersedes" && !seen.has(r.source));
+      if (!by) break;
+      seen.add(by.source);
+      newer.push(by.source);
+      cur = by.source;
+    }
+    const chain = [...older.reverse(), id, ...newer];
+    return h("div", { class: "card panel", id: "state", "data-state": id },
+      h("h2", {}, typeBadge(kindOf(node)), " ", h("span", { class: "mono", id: "state-id" }, node.id)),
+      h("p", { id: "state-summary" }, node.summary),
+      h("p", { class: "muted" }, "Written in request " + node.request +
+        (node.kind === "observation" ? " (a raw tool observation)" : "")),
+      h("h3", {}, "Value"), h("pre", { id: "state-value" }, json(node.value)),
+      chain.length > 1 ? [h("h3", {}, "Versions (supersedes)"), h("ol", { id: "supersedes-chain" },
+        chain.map((c) => h("li", {}, c === id ? h("strong", {}, c) : link(c))))] : null,
+      h("h3", {}, "Relations from it"),
+      node.relations.length ? h("ul", { id: "relations-out" }, node.relations.map((r) => h("li", {}, r.rel, " → ", link(r.target))))
+        : h("p", { class: "muted" }, "none"),
+      h("h3", {}, "Relations to it"),
+      incoming.length ? h("ul", { id: "relations-in" }, incoming.map((r) => h("li", {}, link(r.source), " ", r.rel, " →")))
+        : h("p", { class: "muted" }, "none"));
+  }
+
+  function usageLine(usage, grammarMs) {
+    const u = usage || {};
+    const ms = (x) => (x ? Math.round(x * 1000) + " ms" : "0 ms");
+    return h("p", { class: "muted usage" }, `prompt ${u.prompt_tokens || 0} tokens (${u.cached_tokens || 0} cached), ` +
+      `completion ${u.completion_tokens || 0} (${u.forced_tokens || 0} forced), TTFT ${ms(u.ttft_s)}, ` +
+      `decode ${ms(u.decode_s)}` + (grammarMs ? `, grammar ${Math.round(grammarMs)} ms` : ""));
+  }
+
+  function stepView(step, nodes, select, title) {
+    const from = (id) => (nodes.has(id) ? " (from request " + nodes.get(id).request + ")" : "");
+    const ops = [
+      ...step.committed.map((op) => h("li", { class: "op accepted" }, badge("accepted", "accepted"), " ", op.operation, " ",
+        h("a", { href: "#", onclick: (e) => { e.preventDefault(); select(op.state_id); } }, op.state_id),
+        op.summary ? ": " + op.summary : "")),
+      ...step.rejected.map((op) => h("li", { class: "op rejected" }, badge("rejected", "rejected"), " ", op.operation, " ",
+        h("span", { class: "mono" }, op.state_id), " — ", h("span", { class: "reason" }, op.reason))),
+      ...(step.malformed || []).map((m) => h("li", { class: "op rejected" }, badge("malformed", "rejected"), " ",
+        h("span", { class: "mono" }, json(m)))),
+    ];
+    const focus = [
+      ...step.disclosed.map((id) => h("li", {}, badge("disclosed", "accepted"), " ",
+        h("a", { href: "#", onclick: (e) => { e.preventDefault(); select(id); } }, id), from(id))),
+      ...step.refused.map((r) => h("li", {}, badge("refused", "refused"), " ", h("span", { class: "mono" }, r.target_id),
+        " — ", h("span", { class: "reason" }, r.reason))),
+    ];
+    const calls = step.tool_calls.map((c) => h("li", {}, h("span", { class: "mono" }, c.name), " ",
+      c.error ? badge("error", "error") : null, c.repeat_of ? badge("refused as a repeat of " + c.repeat_of, "refused") : null,
+      h("pre", {}, "arguments: " + json(c.arguments) + "\n" + (c.error ? "error: " + c.error : "result: " + json(c.result)))));
+    return h("div", { class: "step", "data-step": step.index },
+      h("h3", {}, title + " — " + step.decision, step.protocol_error ? [" ", badge("protocol error", "error")] : null),
+      usageLine(step.usage, step.grammar_ms),
+      step.protocol_error ? h("p", { class: "error" }, step.protocol_error.block + ": " + step.protocol_error.message) : null,
+      h("details", {}, h("summary", {}, "the output as the model wrote it"), h("pre", { class: "raw" }, step.raw)),
+      focus.length ? [h("h3", {}, "state_focus"), h("ul", { class: "ops" }, focus)] : null,
+      ops.length ? [h("h3", {}, "state_delta"), h("ul", { class: "ops" }, ops)] : null,
+      calls.length ? [h("h3", {}, "tool_calls"), h("ul", { class: "ops" }, calls)] : null,
+      step.final_response !== null && step.final_response !== undefined
+        ? [h("h3", {}, "assistant_message"), h("pre", { class: "answer" }, step.final_response)] : null);
+  }
+
+  function steps(record, nodes, select) {
+    return [
+      ...(record.steps || []).map((st) => stepView(st, nodes, select, "step " + st.index)),
+      ...(record.memory_calls || []).map((st, i) => stepView(st, nodes, select, "the memory method's call " + (i + 1))),
+    ];
+  }
+
+  async function lineage(dump) {
+    const up = [];
+    let parent = dump.forked_from;
+    while (parent && up.length < 16) {
+      up.unshift(parent);
+      try {
+        parent = (await api(sessionPath(parent.session))).forked_from;
+      } catch (e) {
+        if (e instanceof SignInNeeded) throw e;
+        break;
+      }
+    }
+    return up;
+  }
+
+  function forkTree(name, dump, up) {
+    if (!up.length && !dump.forks.length) return null;
+    let inner = h("li", {}, h("strong", {}, name), " (" + dump.requests.length + " requests)",
+      dump.forks.length ? h("ul", {}, dump.forks.map((f) => h("li", {}, h("a", { href: sessionHref(f.session) }, f.session),
+        " shares requests 1–" + f.requests))) : null);
+    for (let i = up.length - 1; i >= 0; i--) {
+      const shared = (i + 1 < up.length ? up[i + 1] : dump.forked_from).requests;
+      inner = h("li", {}, h("a", { href: sessionHref(up[i].session) }, up[i].session),
+        " — the next shares its requests 1–" + shared, h("ul", {}, inner));
+    }
+    return [h("h2", {}, "Forks"), h("div", { class: "tree", id: "fork-tree" }, h("ul", {}, inner))];
+  }
+
+  async function sessionPage(name, params) {
+    const records = new Map(), open = new Set();
+    let dump = await api(sessionPath(name));
+    let selected = params.get("state") || null;
+    let up = await lineage(dump);
+    const render = () => {
+      const nodes = new Map(dump.nodes.map((n) => [n.id, n]));
+      const select = (id) => {
+        selected = id;
+        history.replaceState(null, "", sessionHref(name, id));
+        render();
+        document.getElementById("state").scrollIntoView({ block: "nearest" });
+      };
+      const timeline = dump.requests.map((req) => {
+        const shown = open.has(req.index);
+        const toggle = h("button", { type: "button", class: "steps-toggle", onclick: async () => {
+          if (shown) open.delete(req.index); else {
+            open.add(req.index);
+            if (!records.has(req.index)) {
+              records.set(req.index, (await api(sessionPath(name) + "/requests/" + req.index)).record);
+            }
+          }
+          render();
+        } }, shown ? "Hide steps" : "Show steps");
+        return h("div", { class: "request" + (req.unfinished ? " unfinished" : ""), id: "request-" + req.index },
+          h("h3", {}, "Request " + req.index, " ", h("span", { class: "muted" }, when(req.created_at) +
+            (req.strategy ? " · " + req.strategy : ""))),
+          h("p", {}, h("strong", {}, "Query: "), h("span", { class: "query" }, req.query)),
+          req.response !== null ? h("p", {}, h("strong", {}, "Answer: "), h("span", { class: "response" }, req.response))
+            : h("p", { class: "error" }, "Unfinished: " + (req.unfinished || "")),
+          toggle, shown && records.has(req.index) ? steps(records.get(req.index), nodes, select) : null);
+      });
+      const running = dump.running ? h("div", { class: "request running", id: "running" },
+        h("h3", {}, "Request " + dump.running.index + " ", badge(dump.running.waiting ? "waiting on tool results" : "running",
+          "running")),
+        h("p", {}, h("strong", {}, "Query: "), dump.running.query),
+        steps({ steps: dump.running.steps }, nodes, select)) : null;
+      const states = dump.nodes.filter((n) => n.kind === "state").length;
+      show(
+        h("h1", {}, "Session ", h("span", { id: "session-name" }, name)),
+        h("p", { class: "muted" }, dump.requests.length + " requests, " + states + " states, " +
+          (dump.nodes.length - states) + " observations",
+          dump.forked_from ? [" · forked from ", h("a", { href: sessionHref(dump.forked_from.session) },
+            dump.forked_from.session), " after request " + dump.forked_from.requests] : null),
+        h("p", { class: "legend" }, Object.keys(TYPE_COLOURS).map((t) => h("span", { class: "t-" + t }, t)),
+          Object.entries(RELATION_COLOURS).map(([r]) => h("span", { class: "badge" }, r))),
+        h("div", { class: "layout" },
+          h("div", {}, graph(dump, selected, select), forkTree(name, dump, up),
+            h("h2", {}, "Requests"), h("div", { id: "timeline" }, timeline, running)),
+          statePanel(dump, selected, select)));
+    };
+    render();
+    let seen = JSON.stringify([dump.requests.length, dump.nodes.length, dump.running]);
+    poll = setInterval(async () => {  // a running turn shows up, and settles when it ends
+      let next;
+      try { next = await api(sessionPath(name)); } catch (e) {
+        stopPolling();
+        if (e instanceof SignInNeeded) signIn(e.message);
+        return;
+      }
+      const now = JSON.stringify([next.requests.length, next.nodes.length, next.running]);
+      if (now !== seen) {
+        seen = now;
+        dump = next;
+        up = await lineage(dump);
+        render();
+      }
+    }, POLL_MS);
+  }
+
+  // -- search ---------------------------------------------------------------------------------------------------------
+
+  async function searchPage(params) {
+    const q = h("input", { type: "search", id: "search-q", name: "q", placeholder: "words to search for",
+      value: params.get("q") || "", required: true });
+    const type = h("select", { id: "search-type" }, h("option", { value: "" }, "any type"),
+      TYPES.map((t) => h("option", { value: t, selected: params.get("type") === t }, t)));
+    const obs = h("input", { type: "checkbox", id: "search-observations",
+      checked: (params.get("in") || "").includes("observations") });
+    const session = h("input", { type: "text", id: "search-session", placeholder: "in session (optional)",
+      value: params.get("session") || "" });
+    const form = h("form", { class: "toolbar", onsubmit: (e) => {
+      e.preventDefault();
+      const next = new URLSearchParams({ q: q.value });
+      if (type.value) next.set("type", type.value);
+      if (obs.checked) next.set("in", "states,observations");
+      if (session.value) next.set("session", session.value);
+      location.hash = "#/search?" + next;
+    } }, q, type, h("label", {}, obs, " observations too"), session, h("button", { type: "submit" }, "Search"));
+    const results = h("div", { id: "hits" });
+    const status = h("p", { class: "error", role: "alert", id: "search-error" });
+    show(h("h1", {}, "Search memory"), form, status, results);
+    if (!params.get("q")) return;
+    const query = new URLSearchParams();
+    for (const k of ["q", "type", "in", "session"]) if (params.get(k)) query.set(k, params.get(k));
+    const load = async (after) => {
+      const page = new URLSearchParams(query);
+      if (after) page.set("after", after);
+      let found;
+      try { found = await api("/v1/memory/search?" + page); } catch (e) {
+        if (e instanceof SignInNeeded) throw e;
+        status.textContent = e.message;
+        return;
+      }
+      results.querySelector(".more")?.remove();
+      if (!found.data.length && !after) results.append(h("p", { class: "muted" }, "No state matches."));
+      for (const hit of found.data) {
+        results.append(h("div", { class: "hit" },
+          h("a", { href: sessionHref(hit.session, hit.state_id), class: "hit-link" }, hit.state_id), " ",
+          typeBadge(hit.kind === "observation" ? "observation" : hit.type), " ",
+          h("span", { class: "summary" }, hit.summary),
+          h("div", { class: "muted" }, "session " + hit.session + " · request " + hit.request + " · " + when(hit.created) +
+            " · score " + hit.score.toFixed(3))));
+      }
+      if (found.has_more) {
+        results.append(h("button", { type: "button", class: "more", onclick: () => load(found.next) }, "More"));
+      }
+    };
+    await load(null);
+  }
+
+  // -- routing ----------------------------------------------------------------------------------------------------
+
+  function stopPolling() {
+    if (poll !== null) clearInterval(poll);
+    poll = null;
+  }
+
+  async function route() {
+    stopPolling();
+    const [path, qs] = (location.hash.slice(1) || "/").split("?");
+    const params = new URLSearchParams(qs || "");
+    const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+    try {
+      if (parts[0] === "session" && parts[1]) await sessionPage(parts[1], params);
+      else if (parts[0] === "search") await searchPage(params);
+      else await sessionsPage(params);
+      document.getElementById("sign-out").hidden = !sessionStorage.getItem(KEY);
+    } catch (e) {
+      if (e instanceof SignInNeeded) signIn(sessionStorage.getItem(KEY) ? e.message : "");
+      else show(h("h1", {}, "Something went wrong"), h("p", { class: "error", role: "alert" }, e.message),
+        h("p", {}, h("a", { href: "#/" }, "Back to the sessions")));
+    }
+  }
+
+  window.addEventListener("hashchange", route);
+  route();
+})();

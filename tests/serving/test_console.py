@@ -1,0 +1,225 @@
+"""The console in a real Chromium (Debian's chromium and chromium-driver, driven by Selenium) against a real server on
+both databases: sign in, the key's sessions, a session's states and a rejected operation, following a relation,
+search landing on its hit, deleting a session; values from the model shown as text; a running turn appearing
+without a reload. Each page's screenshot goes to ``$FLOWSTATE_ARTIFACTS`` (CI keeps them) or the test's folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import add, output
+from tests.serving.conftest import Server, lines
+from tests.serving.test_chat import client
+
+REQUIRE_ENV = "FLOWSTATE_REQUIRE_BROWSER"  # CI sets it: no browser is then a failure, not a skip
+ARTIFACTS_ENV = "FLOWSTATE_ARTIFACTS"
+XSS = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
+
+
+def _browser() -> Any:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError as exc:
+        reason = f"selenium is not installed ({exc}): pip install -e '.[test]'"
+    else:
+        if chromium and driver:
+            options = webdriver.ChromeOptions()
+            options.binary_location = chromium
+            for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+                options.add_argument(arg)
+            return webdriver.Chrome(options=options, service=Service(driver))
+        reason = "chromium and chromedriver are not on PATH: apt-get install chromium chromium-driver"
+    if os.environ.get(REQUIRE_ENV):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    b = _browser()
+    b.set_script_timeout(10)
+    yield b
+    b.quit()
+
+
+@pytest.fixture
+def shots(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    folder = Path(os.environ.get(ARTIFACTS_ENV) or tmp_path) / "console"
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def shot(browser: Any, name: str) -> Path:
+        path = folder / f"{request.node.callspec.id if hasattr(request.node, 'callspec') else 'run'}-{name}.png"
+        browser.save_screenshot(str(path))
+        assert path.stat().st_size > 1000
+        return path
+
+    return shot
+
+
+def script() -> list[dict[str, Any]]:
+    out = lines("[trip]", [
+        output(delta=[add("pref_quiet", "preference", note="quiet rooms in Lisbon"),
+                      add("dec_hotel", "judgement", refs=[("supports", "pref_quiet")], hotel="Baixa"),
+                      {"operation": "update", "state_id": "ghost", "summary": "nothing to update"}],
+               content="Noted: a quiet hotel in Lisbon."),
+    ])
+    evil = add("kn_evil", note=XSS)
+    evil["summary"] = XSS
+    out += lines("[evil]", [output(delta=[evil], content=XSS)])
+    out += lines("[spare]", [output(content="spare")])
+    return out
+
+
+def wait_for(browser: Any, css: str, timeout: float = 10) -> Any:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(browser, timeout).until(ec.presence_of_element_located((By.CSS_SELECTOR, css)))
+
+
+def wait_until(browser: Any, check: Any, timeout: float = 10) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(browser, timeout).until(lambda _: check())
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_the_console_as_an_operator_uses_it(db: str, server: Server, browser: Any, shots: Any,
+                                            request: pytest.FixtureRequest) -> None:
+    from selenium.webdriver.common.by import By
+
+    if db == "postgres":
+        server.db = request.getfixturevalue("pg_server").new_database()  # type: ignore[assignment]
+    url = server.start(script(), "--api-key", "key-one", "--api-key", "key-two", "--metrics-key", "metrics-key")
+    for user, text in (("trip", "[trip] a quiet hotel in Lisbon"), ("evil-1", "[evil] " + XSS), ("spare", "[spare] x")):
+        client(url, "key-one").chat.completions.create(model="flowstate", user=user,
+                                                       messages=[{"role": "user", "content": text}])
+    root = url.removesuffix("/v1")
+    browser.get(root + "/ui/")
+    browser.execute_script("sessionStorage.clear()")
+    browser.get(root + "/ui/#/")
+
+    form = wait_for(browser, "#sign-in")  # a key is needed: the sign-in form, one password field
+    assert form.find_element(By.ID, "api-key").get_attribute("type") == "password"
+    shots(browser, "sign-in")
+    for wrong in ("wrong", "metrics-key"):  # /metrics' key opens nothing
+        field = browser.find_element(By.ID, "api-key")
+        field.clear()
+        field.send_keys(wrong)
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait_until(browser, lambda: "not one this server takes" in browser.find_element(By.ID, "sign-in-error").text)
+    field = browser.find_element(By.ID, "api-key")
+    field.clear()
+    field.send_keys("key-one")
+    browser.find_element(By.CSS_SELECTOR, "#sign-in button[type=submit]").click()
+
+    table = wait_for(browser, "#sessions")
+    names = [a.text for a in table.find_elements(By.CSS_SELECTOR, ".session-link")]
+    assert names == ["spare", "evil-1", "trip"]  # newest activity first
+    assert "key-one" not in browser.current_url
+    shots(browser, "sessions")
+
+    table.find_element(By.LINK_TEXT, "trip").click()
+    wait_for(browser, "#state-graph .node[data-id='dec_hotel']")
+    assert browser.find_element(By.ID, "session-name").text == "trip"
+    kinds = {n.get_attribute("data-id"): n.get_attribute("data-type")
+             for n in browser.find_elements(By.CSS_SELECTOR, "#state-graph .node")}
+    assert kinds == {"pref_quiet": "preference", "dec_hotel": "judgement"}
+    assert [e.get_attribute("data-rel") for e in browser.find_elements(By.CSS_SELECTOR, "#state-graph .edge")] == ["supports"]
+    browser.find_element(By.CSS_SELECTOR, "#request-1 .steps-toggle").click()
+    rejected = wait_for(browser, "#request-1 .op.rejected")
+    assert "ghost" in rejected.text and "created in this request" in rejected.find_element(By.CLASS_NAME, "reason").text
+    accepted = [op.text for op in browser.find_elements(By.CSS_SELECTOR, "#request-1 .op.accepted")]
+    assert len(accepted) == 2 and "pref_quiet" in accepted[0]
+    assert "prompt" in browser.find_element(By.CSS_SELECTOR, "#request-1 .usage").text
+
+    browser.find_element(By.CSS_SELECTOR, "#state-graph .node[data-id='dec_hotel']").click()
+    wait_until(browser, lambda: browser.find_element(By.ID, "state").get_attribute("data-state") == "dec_hotel")
+    assert "Baixa" in browser.find_element(By.ID, "state-value").text
+    shots(browser, "session")
+    browser.find_element(By.CSS_SELECTOR, "#relations-out .state-link[data-target='pref_quiet']").click()  # follow it
+    wait_until(browser, lambda: browser.find_element(By.ID, "state").get_attribute("data-state") == "pref_quiet")
+    assert browser.find_element(By.ID, "state-id").text == "pref_quiet"
+    assert "dec_hotel" in browser.find_element(By.ID, "relations-in").text
+    assert "state=pref_quiet" in browser.current_url
+
+    browser.find_element(By.ID, "nav-search").click()
+    box = wait_for(browser, "#search-q")
+    box.send_keys("quiet lisbon")
+    browser.find_element(By.CSS_SELECTOR, "form.toolbar button[type=submit]").click()
+    hit = wait_for(browser, "#hits .hit-link")
+    assert [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#hits .hit-link")] == ["pref_quiet"]
+    shots(browser, "search")
+    hit.click()
+    wait_until(browser, lambda: browser.find_element(By.ID, "state").get_attribute("data-state") == "pref_quiet")
+    assert browser.find_element(By.ID, "session-name").text == "trip"
+
+    browser.get(root + "/ui/#/session/evil-1")  # what a model wrote is shown as text, on every page
+    wait_for(browser, "#state-graph .node[data-id='kn_evil']").click()
+    wait_until(browser, lambda: browser.find_element(By.ID, "state-summary").text == XSS)
+    browser.find_element(By.CSS_SELECTOR, "#request-1 .steps-toggle").click()
+    wait_for(browser, "#request-1 .step .answer")
+    assert XSS in browser.find_element(By.CSS_SELECTOR, "#request-1 .response").text
+    assert XSS in browser.find_element(By.CSS_SELECTOR, "#request-1 .query").text
+    browser.get(root + "/ui/#/search?q=onerror")
+    wait_for(browser, "#hits .hit")
+    assert XSS in browser.find_element(By.CSS_SELECTOR, "#hits .summary").text
+    assert browser.execute_script("return window.__pwned === undefined && document.querySelectorAll('main img, main script').length === 0")
+
+    browser.get(root + "/ui/#/")
+    row = wait_for(browser, "tr[data-session='spare']")
+    row.find_element(By.CSS_SELECTOR, "button.delete").click()
+    browser.switch_to.alert.dismiss()  # not confirmed: nothing deleted
+    assert client(url, "key-one").get("/sessions/spare", cast_to=object)["id"] == "spare"
+    row.find_element(By.CSS_SELECTOR, "button.delete").click()
+    browser.switch_to.alert.accept()
+    wait_until(browser, lambda: not browser.find_elements(By.CSS_SELECTOR, "tr[data-session='spare']"))
+    assert client(url, "key-one").get("/sessions", cast_to=object)["data"][0]["id"] == "evil-1"
+
+    browser.find_element(By.ID, "sign-out").click()  # the other key sees only its own (none)
+    field = wait_for(browser, "#api-key")
+    field.send_keys("key-two")
+    browser.find_element(By.CSS_SELECTOR, "#sign-in button[type=submit]").click()
+    wait_until(browser, lambda: "No sessions yet." in browser.find_element(By.ID, "main").text)
+    browser.get(root + "/ui/#/session/trip")
+    wait_until(browser, lambda: "no session" in browser.find_element(By.ID, "main").text.lower())
+    assert browser.execute_script("return sessionStorage.length") == 1 and "key-two" not in browser.current_url
+
+
+def test_a_running_turn_appears_and_settles(server: Server, browser: Any, shots: Any) -> None:
+    """A server without keys opens without signing in; a turn started after the page loaded shows up while it runs
+    and settles when it ends, with no reload."""
+    from selenium.webdriver.common.by import By
+
+    slow = [{"text": output(delta=[add("kn_first")], content="first"), "when": "[first]"},
+            {"text": output(tools=[{"name": "wait", "arguments": {"seconds": 4}}]), "when": "[slow]"},
+            {"text": output(delta=[add("kn_waited", waited=True)], content="done waiting"), "when": "[slow]"}]
+    url = server.start(slow, "--tools", "tests.serving.slow_tools:TOOLS")
+    api = client(url)
+    api.chat.completions.create(model="flowstate", user="live", messages=[{"role": "user", "content": "[first] go"}])
+    browser.get(url.removesuffix("/v1") + "/ui/#/session/live")
+    browser.refresh()
+    wait_for(browser, "#state-graph .node[data-id='kn_first']")
+    turn = threading.Thread(target=lambda: api.chat.completions.create(
+        model="flowstate", user="live", messages=[{"role": "user", "content": "[slow] wait"}]))
+    turn.start()
+    try:
+        running = wait_for(browser, "#running", timeout=15)
+        assert "[slow] wait" in running.text
+        shots(browser, "running")
+        wait_for(browser, "#state-graph .node[data-id='kn_waited']", timeout=30)
+        assert not browser.find_elements(By.ID, "running")
+        assert "done waiting" in browser.find_element(By.ID, "request-2").text
+    finally:
+        turn.join(30)
