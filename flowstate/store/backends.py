@@ -140,6 +140,12 @@ class _Pg:
     def execute(self, sql: str, args: Sequence[Any] = ()) -> Cursor:
         return self.conn.execute(sql.replace("?", "%s"), tuple(args))  # type: ignore[no-any-return]
 
+    def once(self, sql: str, args: Sequence[Any] = ()) -> Cursor:
+        """Execute never as a prepared statement: for a statement whose best plan depends on its values (psycopg
+        prepares a statement run five times, and PostgreSQL may then keep a generic plan that cannot see them — for
+        a full-text query, how common its words are)."""
+        return self.conn.execute(sql.replace("?", "%s"), tuple(args), prepare=False)  # type: ignore[no-any-return]
+
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         with self.conn.cursor() as cur:  # psycopg pipelines the rows: one round trip, not one per row
             cur.executemany(sql.replace("?", "%s"), [tuple(r) for r in rows])

@@ -300,7 +300,7 @@ def run(conn: Any, search: Search, namespace: str, postgres: bool, line: str) ->
             " WHERE substr(s.name, 1, ?) = ?"  # what the namespace's term found, exactly
             " ORDER BY p.score DESC, p.seq DESC")
     args += [search.limit + 1, search.offset, len(namespace), namespace]
-    rows = conn.execute(sql, args).fetchall()
+    rows = (conn.once if postgres else conn.execute)(sql, args).fetchall()  # planned for its own words, every time
     hits = [Hit(r[0], int(r[1]), r[2], r[3], r[4], r[5], round(float(r[6]), 6), None if r[7] is None else int(r[7]))
             for r in rows[:search.limit]]
     return hits, len(rows) > search.limit
