@@ -20,13 +20,14 @@ from starlette.requests import ClientDisconnect
 
 from flowstate.errors import SessionNotFound
 from flowstate.inspection import session_dump
+from flowstate.store import transfer
 from flowstate.store.repository import Repository, SessionSummary
 from flowstate.store.search import BadSearch, Search
 from serving import console
 from serving.chat import IDEMPOTENCY_HEADER, ChatService
-from serving.errors import APIError, bad_request
+from serving.errors import APIError, bad_request, conflict
 from serving.graph import render_html
-from serving.naming import SESSION_HEADER, SessionKey
+from serving.naming import SESSION_HEADER, SessionKey, check_name
 from serving.responses.conversations import Conversations
 from serving.responses.service import ResponsesService
 from serving.responses.wire import ResponsesRequest
@@ -313,6 +314,57 @@ async def graph(session_id: str, request: Request) -> HTMLResponse:
     live = s.sessions.peek(key.full)
     dump = await anyio.to_thread.run_sync(_dump, s.config.repo, key, live is not None and live.run is not None)
     return HTMLResponse(render_html(dump, key.name), headers=GRAPH_HEADERS)
+
+
+EXPORT_TYPE = "application/x-ndjson"
+MAX_IMPORT_BYTES = 256 << 20
+
+
+@router.get("/v1/sessions/{session_id}/export")
+async def export_session(session_id: str, request: Request) -> Response:
+    """The session as a portable file (flowstate/store/transfer.py): what ``POST /v1/sessions/import`` reads."""
+    s, key = _session(request, session_id)
+    try:
+        lines = await anyio.to_thread.run_sync(s.config.repo.export_sessions, [key.full], key.namespace)
+    except SessionNotFound:
+        raise _unknown(key.name) from None
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key.name)[:80] or "session"
+    return Response("".join(lines), media_type=EXPORT_TYPE,
+                    headers={"Content-Disposition": f'attachment; filename="{safe}.flowstate.jsonl"'})
+
+
+@router.post("/v1/sessions/import")
+async def import_sessions(request: Request) -> dict[str, Any]:
+    """A session file into the key's namespace, all or nothing: ``rename=OLD=NEW`` (repeatable) renames on the way."""
+    s = _services(request)
+    ns = s.namespace(request)
+    renames: dict[str, str] = {}
+    for pair in request.query_params.getlist("rename"):
+        old, sep, new = pair.partition("=")
+        if not sep or not old or not new:
+            raise bad_request(f"rename {pair[:60]!r}: give OLD=NEW", "rename", "invalid_rename")
+        renames[unicodedata.normalize("NFC", old)] = unicodedata.normalize("NFC", new)
+    unknown = sorted(set(request.query_params) - {"rename"})
+    if unknown:
+        raise bad_request(f"unknown parameter {unknown[0]!r}: rename", unknown[0], "unknown_parameter")
+    raw = await _read(request, replace(s.config.ingress, max_body_bytes=MAX_IMPORT_BYTES))
+    try:
+        text = raw.decode("utf-8")
+        file = await anyio.to_thread.run_sync(transfer.read_file, transfer.lines_of(text), renames)
+    except UnicodeDecodeError:
+        raise bad_request("the body is not UTF-8 text", None, "invalid_session_file") from None
+    except transfer.BadSessionFile as exc:
+        raise bad_request(str(exc), None, "invalid_session_file") from None
+    for name in file.names:  # a name the API can address, as every session a client makes
+        if check_name(name, "rename") != name:
+            raise bad_request(f"session name {name[:60]!r} is not in NFC form: rename it", "rename", "invalid_session")
+    try:
+        names = await s.take_in(file, ns)
+    except transfer.SessionExists as exc:
+        raise conflict(str(exc), "session_exists") from None
+    except transfer.BadSessionFile as exc:
+        raise bad_request(str(exc), None, "invalid_session_file") from None
+    return {"object": "session.import", "sessions": names}
 
 
 @router.delete("/v1/sessions/{session_id}")

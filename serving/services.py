@@ -17,6 +17,7 @@ from flowstate.errors import SessionHasForks
 from flowstate.memory.base import Strategy
 from flowstate.memory.state import FLOWSTATE
 from flowstate.store.repository import Repository
+from flowstate.store.transfer import SessionFile
 from flowstate.tools import ToolSet
 from serving.errors import conflict
 from serving.metrics import TenantMetrics
@@ -82,6 +83,28 @@ class Services:
         finally:
             self.sessions.leave(session)
         return deleted or (live is not None and live.run is not None)
+
+
+    async def take_in(self, file: SessionFile, namespace: str) -> list[str]:
+        """Import a checked session file into the namespace (``POST /v1/sessions/import``), holding each of its
+        sessions as a turn would, so that no turn of this server starts in one meanwhile; the names made."""
+        names = sorted(namespace + name for name in file.names)
+        entered: list[str] = []
+        try:
+            for name in names:
+                await self.sessions.enter(name)
+                entered.append(name)
+            running = [n for n in names if (live := self.sessions.peek(n)) is not None and live.run is not None]
+            if running:
+                raise conflict(f"a turn runs in session {running[0][len(namespace):]!r}: its name is taken",
+                               "session_exists")
+            await anyio.to_thread.run_sync(self.config.repo.write_sessions, file, namespace)
+            for name in names:
+                self.sessions.forget(name)  # what memory held of these names (none was in the database) goes
+        finally:
+            for name in reversed(entered):
+                self.sessions.leave(name)
+        return file.names
 
 
 def build(config: ServerConfig) -> Services:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 from flowstate.errors import SessionHasForks, SessionNotFound, StorageError
 from flowstate.nodes import Node, Ref, canonical_json
 from flowstate.store import search as fts
+from flowstate.store import transfer
 from flowstate.store.backends import Backend, Conn, PostgresBackend, open_backend
 
 # A session's lineage: the session itself (every request of it), then, for a fork, the session it was forked from up
@@ -267,6 +268,29 @@ class Repository:
         and whether more follow (``flowstate/store/search.py``)."""
         with self._read() as conn:
             return fts.run(conn, search, namespace, self.shared, _LINE)
+
+    # -- a portable session file (flowstate/store/transfer.py) -----------------------------------
+
+    def export_sessions(self, names: Sequence[str], namespace: str = "") -> list[str]:
+        """The session file (its lines) of the sessions ``names`` (full names, in ``namespace``), read at one point."""
+        from flowstate.store.migrations import MIGRATIONS
+
+        with self._read() as conn:
+            return list(transfer.export_lines(conn, names, namespace, MIGRATIONS[-1][0]))
+
+    def import_sessions(self, lines: Iterable[str], namespace: str = "",
+                        rename: Mapping[str, str] | None = None) -> list[str]:
+        """Import a session file into ``namespace``, all or nothing; the names of the sessions made. A bad file is a
+        ``BadSessionFile``, a taken name a ``SessionExists``, and then nothing is written."""
+        file = transfer.read_file(lines, rename)
+        self.write_sessions(file, namespace)
+        return file.names
+
+    def write_sessions(self, file: transfer.SessionFile, namespace: str = "") -> None:
+        """Write a checked session file's sessions into ``namespace`` in one transaction (a taken name or response
+        id refuses it whole)."""
+        with self._write("cannot import the session file") as conn:
+            transfer.write(conn, file, namespace, self.shared)
 
     # -- the Responses API's stored responses -------------------------------------------------
 
