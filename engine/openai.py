@@ -10,6 +10,7 @@ are retried with exponential backoff; other 4xx answers are configuration errors
 from __future__ import annotations
 
 import re
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -130,6 +131,7 @@ class OpenAIEngine(RemoteEngine):
             stream=True,
             stream_options={"include_usage": True},
             extra_body=extra or None,
+            extra_headers=_trace_headers() or None,
         )
         parts: list[str] = []
         first: float | None = None
@@ -165,6 +167,18 @@ class OpenAIEngine(RemoteEngine):
             ),
             finish_reason=finish,
         )
+
+
+def _trace_headers() -> dict[str, str]:
+    """The W3C trace context (``traceparent``) of the model call's span while FlowState traces, so that the server's
+    own spans (vLLM's ``--otlp-traces-endpoint``) join the trace; nothing, and no import, while it does not."""
+    if "opentelemetry.propagate" not in sys.modules:
+        return {}
+    from opentelemetry import propagate
+
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier
 
 
 def _detail(exc: Any) -> str:

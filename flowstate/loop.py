@@ -22,6 +22,7 @@ from typing import Any
 from engine.base import Engine, Generation, Message, OnText
 from engine.errors import EngineConfigError, EngineError
 from engine.purpose import STEP, Purpose
+from flowstate import tracing
 from flowstate.access import disclose, validate_access
 from flowstate.active import ActiveState
 from flowstate.config import AgentConfig, LoopConfig, Wiring
@@ -229,13 +230,20 @@ class RequestRun:
         ``on_step`` gives, per step, who receives its output while it decodes (where the engine streams)."""
         if self.waiting is not None:
             raise RuntimeError("advance() while client tool calls wait; answer() them first")
-        while not self.done:
-            self.step(transcript, on_step(len(self.steps) + 1) if on_step is not None else None)
-            if self.pending:
-                waiting = self._dispatch()
-                if waiting is not None:
-                    return waiting
-        return None
+        with tracing.span("flowstate.turn", {"flowstate.session": tracing.hashed(self.session),
+                                             "flowstate.request": self.index_k, "flowstate.strategy": self.strategy.name,
+                                             "flowstate.engine": self.engine.name}):
+            while not self.done:
+                with tracing.span("flowstate.step", {"flowstate.step": len(self.steps) + 1}):  # its calls inside
+                    record = self.step(transcript, on_step(len(self.steps) + 1) if on_step is not None else None)
+                    if record is not None and record.protocol_error is not None:
+                        tracing.event("flowstate.protocol_error", record.protocol_error)
+                    if self.pending:
+                        waiting = self._dispatch()
+                        if waiting is not None:
+                            tracing.annotate({"flowstate.waiting_calls": len(waiting.client)})
+                            return waiting
+            return None
 
     def client_call_id(self, position: int, step: int | None = None) -> str:
         """The tool_call_id the client sees for the call at ``position`` (0-based) of ``step`` (default: the latest
@@ -277,6 +285,13 @@ class RequestRun:
         return sum(s.repeated for s in self.steps)
 
     def _call_tool(self, call: ToolCall) -> tuple[Any, str | None]:
+        with tracing.span("flowstate.tool_call", {"flowstate.tool": call.name, "flowstate.step": len(self.steps)}):
+            result, error = self._run_tool(call)
+            if error is not None:
+                tracing.annotate({"flowstate.tool.error": error[:500]})
+            return result, error
+
+    def _run_tool(self, call: ToolCall) -> tuple[Any, str | None]:
         own = self.strategy.call_tool(self.memory_context(), call.name, dict(call.arguments))  # the method's first
         if own is not None:
             if own.scratch is not None:
@@ -323,9 +338,18 @@ class RequestRun:
                   purpose: Purpose = STEP) -> Generation:
         """Every model call of the request, the memory method's included: its sampling, token budget and
         routing key (several servers: this session's calls stay on one)."""
-        return self.engine.generate(messages, grammar=grammar, max_tokens=self.options.max_tokens or self.config.max_tokens,
-                                    on_text=on_text, sampling=self.options.sampling if self.options.sampling.given() else None,
-                                    affinity=self.session, purpose=purpose)
+        with tracing.span("flowstate.model_call", {"flowstate.engine": self.engine.name,
+                                                   "flowstate.purpose": purpose.kind}):
+            generation = self.engine.generate(
+                messages, grammar=grammar, max_tokens=self.options.max_tokens or self.config.max_tokens,
+                on_text=on_text, sampling=self.options.sampling if self.options.sampling.given() else None,
+                affinity=self.session, purpose=purpose)
+            u = generation.usage
+            tracing.annotate({"gen_ai.usage.input_tokens": u.prompt_tokens, "gen_ai.usage.output_tokens":
+                              u.completion_tokens, "flowstate.cached_tokens": u.cached_tokens,
+                              "flowstate.forced_tokens": u.forced_tokens, "flowstate.ttft_s": u.ttft_s,
+                              "flowstate.truncated": generation.truncated})
+            return generation
 
     def call_model(self, purpose: Purpose, system: str, user: str, grammar: str) -> Generation:
         """A memory method's own model call (``purpose``: its declared kind and reply model), under ``grammar``
@@ -412,6 +436,12 @@ class RequestRun:
         )
         p.steps.append(record)
         p.feedback = record.feedback()
+        for r in record.rejected:  # what ISU refused and why, what PSA disclosed or refused: the step's events
+            tracing.event("flowstate.isu.rejected", {k: str(v) for k, v in r.items() if v is not None})
+        if accepted:
+            tracing.event("flowstate.psa.disclosed", {"flowstate.state_ids": list(accepted)})
+        for r in record.refused:
+            tracing.event("flowstate.psa.refused", {k: str(v) for k, v in r.items() if v is not None})
         if record.final_response is not None:
             self._persist(record.final_response, transcript)
         return record

@@ -32,6 +32,7 @@ from serving.responses.conversations import Conversations
 from serving.responses.service import ResponsesService
 from serving.responses.wire import ResponsesRequest
 from serving.services import ServerConfig, Services, build
+from serving.traced import Traced
 from serving.wire import ChatRequest, Ingress, IngressLimits, loads, validated
 
 log = logging.getLogger("flowstate.serving")
@@ -46,6 +47,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.conversations = Conversations(app.state.services)
     app.include_router(router)
     app.include_router(console.router)
+    app.add_middleware(Traced)  # nothing while tracing is off
     app.add_exception_handler(APIError, _api_error)  # type: ignore[arg-type]
     app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
     app.add_exception_handler(ClientDisconnect, _gone)  # type: ignore[arg-type]

@@ -19,6 +19,8 @@ from flowstate.cli.options import (
     load_embedder,
     loop_options,
     mcp_options,
+    otlp_option,
+    traced,
 )
 
 
@@ -93,11 +95,12 @@ def _progress(line: str) -> None:
 @loop_options()
 @layout_option
 @mcp_options
+@otlp_option
 def evaluate(
     suites: str, suite_options: tuple[str, ...], strategy_names: str, policies: str | None, tasks: int, depths: str, seed: int, concurrency: int, out: Path,
     db: str | None, data: str | None, count_tokens: str, trials: int, user_spec: str | None,
     judge_spec: str | None, engine_specs: tuple[str, ...], embed_spec: str | None, kv_model: str, gpu_cost: str,
-    trace: str | None, loop: LoopOptions, layout: str, mcp: McpOptions,
+    trace: str | None, loop: LoopOptions, layout: str, mcp: McpOptions, otlp_endpoint: str | None,
 ) -> None:
     """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed."""
     from engine.spec import label
@@ -136,8 +139,11 @@ def evaluate(
                 click.echo("", err=True)
 
         # several --base-url servers: one routing engine (engines.load), each task's calls on one server
-        summaries = run_campaign(base, grid, specs, compare=compare, load=None if policy else lambda opts: engines.load(**opts),
-                                 loop=configured, decoding=decoding, progress=_progress, done=done, user=user, judge=judge, embedder=embedder)
+        with traced(otlp_endpoint):
+            summaries = run_campaign(base, grid, specs, compare=compare,
+                                     load=None if policy else lambda opts: engines.load(**opts), loop=configured,
+                                     decoding=decoding, progress=_progress, done=done, user=user, judge=judge,
+                                     embedder=embedder)
         if len(grid) > 1:
             for name, _ in summaries:
                 click.echo((out / folder(name) if compare else out).joinpath("sweep.md").read_text())

@@ -54,12 +54,13 @@ _INGRESS = IngressLimits()
 @options.layout_option
 @options.embed_option
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@options.otlp_option
 def serve(
     host: str, port: int, db: str | None, api_keys: tuple[str, ...], metrics_keys: tuple[str, ...],
     tools_ref: str | None, model_id: str,
     loop: options.LoopOptions, log_level: str, max_live_sessions: int, session_memory_mb: float, max_body_mb: float,
     body_timeout: float, header_timeout: float, stream_answers: str, strategy_name: str, layout: str, mcp: options.McpOptions,
-    embed_spec: str | None, **engine_opts: Any,
+    embed_spec: str | None, otlp_endpoint: str | None, **engine_opts: Any,
 ) -> None:
     """Serve an OpenAI-compatible Chat Completions endpoint whose model remembers (FastAPI on uvicorn)."""
     from serving.server import serve as run_server
@@ -80,7 +81,8 @@ def serve(
                                   session_memory_mb=session_memory_mb, ingress=ingress,
                                   stream_answers=stream_answers)
             try:
-                run_server(server, host=host, port=port, log_level=log_level, header_timeout_s=header_timeout)
+                with options.traced(otlp_endpoint):
+                    run_server(server, host=host, port=port, log_level=log_level, header_timeout_s=header_timeout)
             finally:
                 repo.close()
         finally:

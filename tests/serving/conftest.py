@@ -32,7 +32,7 @@ class Server:
         self.url = ""
         self.starts = 0
 
-    def start(self, script: Iterable[dict[str, Any]] | None = None, *args: str) -> str:
+    def start(self, script: Iterable[dict[str, Any]] | None = None, *args: str, env: dict[str, str] | None = None) -> str:
         self.starts += 1
         port = free_port()
         cmd = [sys.executable, "-m", "flowstate.cli", "serve", "--port", str(port), "--db", str(self.db),
@@ -42,8 +42,8 @@ class Server:
             path.write_text("".join(json.dumps(line) + "\n" for line in script))
             cmd += ["--engine", "scripted", "--script", str(path)]
         self.log = self.tmp / f"server{self.starts}.log"
-        env = {**os.environ, "FLOWSTATE_API_KEYS": ""}
-        self.proc = subprocess.Popen(cmd, stdout=self.log.open("wb"), stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(cmd, stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
+                                     env={**os.environ, "FLOWSTATE_API_KEYS": "", **(env or {})})
         self.url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
