@@ -13,6 +13,7 @@ with Persist, and the next request has its own k.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -32,7 +33,7 @@ from flowstate.memory.base import Finish, MemoryContext, Observed, StepInput, St
 from flowstate.nodes import Node, StateType, canonical_json, observation_id
 from flowstate.parse import parse_output
 from flowstate.protocol import ModelOutput, ToolCall
-from flowstate.records import BUDGET, FAILED, LOOPING, RunRecord, StepRecord, ToolCallRecord
+from flowstate.records import BUDGET, CANCELLED, FAILED, LOOPING, RunRecord, StepRecord, ToolCallRecord
 from flowstate.request_options import RequestOptions
 from flowstate.store.repository import Repository, Transcript
 from flowstate.update import apply_delta
@@ -182,6 +183,7 @@ class RequestRun:
         self.progress = Progress(self.start.state)
         self.record: RunRecord | None = None
         self.response: str | None = None  # the final response, once the request ends
+        self.cancelled = threading.Event()  # set from another thread: the request ends at its next step boundary
 
     # read access to the progress; only the driver writes it
     @property
@@ -234,6 +236,8 @@ class RequestRun:
                                              "flowstate.request": self.index_k, "flowstate.strategy": self.strategy.name,
                                              "flowstate.engine": self.engine.name}):
             while not self.done:
+                if self.cancelled.is_set():  # between steps: what the request did so far is kept, as for a failure
+                    raise self._fail(CANCELLED)
                 with tracing.span("flowstate.step", {"flowstate.step": len(self.steps) + 1}):  # its calls inside
                     record = self.step(transcript, on_step(len(self.steps) + 1) if on_step is not None else None)
                     if record is not None and record.protocol_error is not None:

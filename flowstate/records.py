@@ -163,6 +163,7 @@ class RunRecord:
 FAILED = "failed: "  # how the reason of a request that failed (not one that ran out of steps) begins
 LOOPING = "looping: "  # of one that ended because it kept repeating calls
 BUDGET = "no final response within the step budget"  # of one that ran out of steps
+CANCELLED = "cancelled by its client at a step boundary"  # after FAILED: a background response cancelled
 
 
 def unfinished_message(reason: str | None, kept: Sequence[str]) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hmac
 import logging
 import unicodedata
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -40,7 +42,13 @@ log = logging.getLogger("flowstate.serving")
 
 def create_app(config: ServerConfig) -> FastAPI:
     """The app for one engine and one repository."""
-    app = FastAPI(title="FlowState", docs_url=None, redoc_url=None, openapi_url=None)
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.responses.background.keep()  # background responses' leases: a stopped server's are failed
+        yield
+        app.state.responses.background.stop()
+
+    app = FastAPI(title="FlowState", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.services = build(config)
     app.state.chat = ChatService(app.state.services)
     app.state.responses = ResponsesService(app.state.services, app.state.chat)
@@ -148,10 +156,16 @@ async def create_response(request: Request) -> JSONResponse | StreamingResponse:
     return await responses.create(ns, data, request.headers.get(SESSION_HEADER), request.headers.get(IDEMPOTENCY_HEADER))
 
 
-@router.get("/v1/responses/{response_id}")
-async def get_response(response_id: str, request: Request) -> dict[str, Any]:
+@router.get("/v1/responses/{response_id}", response_model=None)
+async def get_response(response_id: str, request: Request, stream: bool = False,
+                       starting_after: int = -1) -> dict[str, Any] | StreamingResponse:
+    """A stored response (a background one: as it stands now); with ``stream``, a streamed background response's
+    events after sequence number ``starting_after``, then as they come."""
     responses: ResponsesService = request.app.state.responses
-    return (await responses.stored(_services(request).namespace(request), response_id)).body
+    ns = _services(request).namespace(request)
+    if stream:
+        return await responses.events(ns, response_id, starting_after)
+    return (await responses.stored(ns, response_id)).body
 
 
 @router.delete("/v1/responses/{response_id}")
@@ -169,9 +183,8 @@ async def input_items(response_id: str, request: Request, after: str | None = No
 
 @router.post("/v1/responses/{response_id}/cancel")
 async def cancel_response(response_id: str, request: Request) -> dict[str, Any]:
-    _services(request).namespace(request)
-    raise bad_request("only background responses can be cancelled, and this server runs none: a response runs to "
-                      "its end within its request", "response_id", "unsupported_parameter")
+    responses: ResponsesService = request.app.state.responses
+    return await responses.cancel(_services(request).namespace(request), response_id)
 
 
 def _conversations(request: Request) -> tuple[Conversations, str]:

@@ -42,6 +42,7 @@ class ServerConfig:
     strategy: Strategy = FLOWSTATE  # the memory method every session of this server runs
     policy: str = ""  # the deployment's task policy, before each client's system message
     model_id: str = "flowstate"
+    background_lease_s: float = 15.0  # a background response's lease: unrenewed this long, its server stopped
     max_concurrency: int = 64  # turns running at once (worker threads); one session's turns are serialized
     max_live_sessions: int = 4096  # idle sessions kept in memory (others reload from the database)
     session_memory_mb: float = 1024.0  # ... and the memory they may hold together (their transcripts), in MiB

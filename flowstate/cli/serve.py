@@ -53,6 +53,10 @@ _INGRESS = IngressLimits()
                    f"budget of N tokens; a state method{memory.APPEND}: the append-only layout, as --layout append).")
 @options.layout_option
 @options.embed_option
+@click.option("--background-lease", "background_lease_s", default=_SERVER["background_lease_s"].default,
+              show_default=True, type=click.FloatRange(min=1),
+              help="Seconds a background response's lease lasts unrenewed: after that its server is taken to have "
+                   "stopped and the response is failed (the server renews it every few seconds while it runs).")
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @options.otlp_option
 def serve(
@@ -60,7 +64,7 @@ def serve(
     tools_ref: str | None, model_id: str,
     loop: options.LoopOptions, log_level: str, max_live_sessions: int, session_memory_mb: float, max_body_mb: float,
     body_timeout: float, header_timeout: float, stream_answers: str, strategy_name: str, layout: str, mcp: options.McpOptions,
-    embed_spec: str | None, otlp_endpoint: str | None, **engine_opts: Any,
+    embed_spec: str | None, background_lease_s: float, otlp_endpoint: str | None, **engine_opts: Any,
 ) -> None:
     """Serve an OpenAI-compatible Chat Completions endpoint whose model remembers (FastAPI on uvicorn)."""
     from serving.server import serve as run_server
@@ -79,7 +83,7 @@ def serve(
             server = ServerConfig(engine=model, repo=repo, keys=keys, metrics_keys=operators, tools=tools, loop=config,
                                   strategy=strategy, model_id=model_id, max_live_sessions=max_live_sessions,
                                   session_memory_mb=session_memory_mb, ingress=ingress,
-                                  stream_answers=stream_answers)
+                                  stream_answers=stream_answers, background_lease_s=background_lease_s)
             try:
                 with options.traced(otlp_endpoint):
                     run_server(server, host=host, port=port, log_level=log_level, header_timeout_s=header_timeout)

@@ -167,6 +167,14 @@ _SEARCH = """
         -- migration indexes the nodes already stored.
 """
 
+_BACKGROUND = """
+        -- A background response (POST /v1/responses with background: true) is stored in progress when it starts and
+        -- again when its turn ends. While it runs, the server running it renews its lease (unix seconds; NULL when no
+        -- turn runs it): a lease no server renewed in time means the server stopped, and the response is failed.
+        ALTER TABLE responses ADD COLUMN lease_at {id_type};
+        CREATE INDEX responses_lease ON responses(lease_at) WHERE lease_at IS NOT NULL;
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     (
         "0001_initial",
@@ -252,6 +260,7 @@ MIGRATIONS: list[tuple[str, str]] = [
             BEGIN DELETE FROM node_search WHERE rowid = OLD.seq; END;
         """,
     ),
+    ("0012_background", _BACKGROUND.format(id_type="INTEGER")),
 ]
 
 
@@ -358,6 +367,7 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX node_search_doc ON node_search USING GIN (doc);
         """,
     ),
+    ("0012_background", _BACKGROUND.format(id_type="BIGINT")),
 ]
 FILLS: dict[str, Callable[[Any, bool], None]] = {"0011_search": search.fill}
 """Migrations whose data Python computes: run after the migration's SQL, in its transaction (conn, postgres)."""

@@ -294,14 +294,37 @@ class Repository:
 
     # -- the Responses API's stored responses -------------------------------------------------
 
-    def save_response(self, response: StoredResponse, created_at: int) -> None:
+    def save_response(self, response: StoredResponse, created_at: int, lease_at: int | None = None) -> None:
+        """Store a response, or store it again (a background response: in progress, then as it ended); ``lease_at``:
+        while a background turn runs it, when its server last said so."""
         with self._write(f"cannot store response {response.id!r}") as conn:
             conn.execute(
-                "INSERT INTO responses (id, namespace, session, position, body, input_items, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO responses (id, namespace, session, position, body, input_items, created_at, lease_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET position = excluded.position,"
+                " body = excluded.body, input_items = excluded.input_items, lease_at = excluded.lease_at",
                 (response.id, response.namespace, response.session, response.position, canonical_json(response.body),
-                 canonical_json(response.input_items), created_at),
+                 canonical_json(response.input_items), created_at, lease_at),
             )
+
+    def renew_leases(self, ids: Sequence[str], now: int) -> None:
+        """The background responses this server runs are still running."""
+        if ids:
+            with self._write("cannot renew background leases") as conn:
+                marks = ", ".join("?" for _ in ids)
+                conn.execute(f"UPDATE responses SET lease_at = ? WHERE lease_at IS NOT NULL AND id IN ({marks})",
+                             (now, *ids))
+
+    def expire_leases(self, before: int, error: dict[str, str]) -> list[str]:
+        """Fail every background response whose lease was last renewed before ``before`` (its server stopped):
+        its stored body says ``failed`` with ``error``; the ids."""
+        with self._write("cannot expire background leases") as conn:
+            rows = conn.execute("SELECT id, body, lease_at FROM responses WHERE lease_at IS NOT NULL AND lease_at < ?",
+                                (before,)).fetchall()
+            for rid, body, lease in rows:
+                obj = {**json.loads(body), "status": "failed", "error": error}
+                conn.execute("UPDATE responses SET body = ?, lease_at = NULL WHERE id = ? AND lease_at = ?",
+                             (canonical_json(obj), rid, lease))
+        return [r[0] for r in rows]
 
     def response(self, response_id: str, namespace: str) -> StoredResponse | None:
         """The stored response with this id, if it is the namespace's (another key's response is not found)."""

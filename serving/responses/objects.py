@@ -100,7 +100,7 @@ class Draft:
         b = self.body
         out: dict[str, Any] = {
             "id": self.id, "object": "response", "created_at": self.created_at, "status": status,
-            "background": False, "error": error,
+            "background": b.background is True, "error": error,
             "incomplete_details": None if incomplete is None else {"reason": incomplete},
             "instructions": b.instructions, "max_output_tokens": b.max_output_tokens, "metadata": b.metadata or {},
             "model": b.model, "output": output or [], "parallel_tool_calls": b.parallel_tool_calls is not False,

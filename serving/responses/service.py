@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 import uuid
 from dataclasses import replace
 from typing import Any
@@ -18,12 +19,14 @@ from serving.completions import extension
 from serving.errors import APIError, bad_request
 from serving.live import fork_point
 from serving.naming import SESSION_HEADER, check_name, header_text, session_name
+from serving.responses.background import Background, Job, follow
 from serving.responses.events import stream
 from serving.responses.objects import Draft, page
 from serving.responses.wire import ResponsesRequest
 from serving.services import Services
 from serving.wire import ChatRequest, validated
 
+RUNNING = ("queued", "in_progress")  # a background response's statuses before it ends
 CHAT_NAMES = {"messages": "input", "response_format": "text.format", "max_tokens": "max_output_tokens"}
 
 
@@ -37,6 +40,7 @@ class ResponsesService:
 
     def __init__(self, services: Services, chat: ChatService) -> None:
         self.s, self.chat = services, chat
+        self.background = Background(services.config.repo, services.config.background_lease_s)
 
     async def create(self, ns: str, data: Any, session_header: str | None,
                      idempotency_header: str | None) -> JSONResponse | StreamingResponse:
@@ -55,6 +59,14 @@ class ResponsesService:
             previous = await anyio.to_thread.run_sync(self.s.config.repo.response, body.previous_response_id, ns)
             if previous is None:
                 raise not_found(body.previous_response_id, "previous_response_id", "previous_response_not_found")
+            if previous.body.get("status") in RUNNING:
+                raise bad_request(f"response {previous.id!r} is still {previous.body['status']} (a background "
+                                  "response): continue from it once it has ended", "previous_response_id",
+                                  "previous_response_in_progress")
+            if previous.body.get("status") in ("failed", "cancelled"):  # a background one that ended so
+                raise bad_request(f"response {previous.id!r} {previous.body['status']}: it has no reply to continue "
+                                  "from; continue from the response before it", "previous_response_id",
+                                  "previous_response_not_continuable")
             named: str | None = previous.session[len(ns):]
         elif (conversation := body.conversation_id()) is not None:
             named = draft.conversation = check_name(conversation, "conversation")
@@ -74,9 +86,22 @@ class ResponsesService:
                 raise APIError(422, f"Idempotency-Key {idem!r} was used for a different request: use a new key for a "
                                     "new request", type="invalid_request_error", param="Idempotency-Key",
                                code="idempotency_key_reused") from None
-        finishing = asyncio.create_task(self._finish(ns, draft, begun, items, fork))
+        job = None
+        if body.background:  # stored in progress before the turn can end and store it again
+            job = Job(begun.session.full)
+            started = StoredResponse(draft.id, ns, begun.session.full, -1, draft.object("in_progress"), items)
+            await anyio.to_thread.run_sync(self.s.config.repo.save_response, started, draft.created_at,
+                                           int(time.time()))
+        finishing = asyncio.create_task(self._finish(ns, draft, begun, items, fork, job))
         self.s.running.add(finishing)  # stored even if the client goes away
         finishing.add_done_callback(self.s.running.discard)
+        if job is not None:
+            job.task = finishing
+            self.background.start(draft.id, job)
+            if not body.stream:
+                return JSONResponse(draft.object("in_progress"))
+            self.background.pump(draft.id, job, stream(draft, finishing, begun.deltas))
+            return StreamingResponse(follow(job, -1), media_type="text/event-stream")
         if not body.stream:
             return JSONResponse(await asyncio.shield(finishing))
         return StreamingResponse(stream(draft, finishing, begun.deltas), media_type="text/event-stream")
@@ -123,25 +148,70 @@ class ResponsesService:
         return found, tuple(sorted(hidden)), approval
 
     async def _finish(self, ns: str, draft: Draft, begun: Begun, items: list[dict[str, Any]],
-                      fork: str | None = None) -> dict[str, Any]:
+                      fork: str | None = None, job: Job | None = None) -> dict[str, Any]:
         """The response object of the turn (or of the reply an identical earlier call got), stored unless
         ``store`` is false. A ``fork`` made for this turn is dropped again if the turn fails before it holds
-        anything of its own."""
+        anything of its own. A background response (``job``) that fails is stored failed, or cancelled."""
         if begun.earlier is not None:
             obj, position = draft.replayed(begun.earlier, begun.extension), begun.earlier_at
         else:
             assert begun.task is not None
             try:
                 result = await begun.task
-            except Exception:
+            except Exception as exc:
                 if fork is not None:
                     await anyio.to_thread.run_sync(self.s.config.repo.drop_empty_fork, ns + fork)
+                if job is None:
+                    raise
+                await self._ended(ns, draft, begun, items, job, exc)
                 raise
             obj, position = draft.finished(result, extension(result, begun.extension)), result.at
         if draft.body.store is not False:
             stored = StoredResponse(draft.id, ns, begun.session.full, position, obj, items)
             await anyio.to_thread.run_sync(self.s.config.repo.save_response, stored, draft.created_at)
         return obj
+
+    async def _ended(self, ns: str, draft: Draft, begun: Begun, items: list[dict[str, Any]], job: Job,
+                     exc: Exception) -> None:
+        """A background response whose turn failed, or was cancelled: stored so (its poller sees how it ended)."""
+        if isinstance(exc, APIError):
+            error = {"code": exc.code or exc.type, "message": exc.message}
+        else:
+            error = {"code": "server_error", "message": f"internal error: {type(exc).__name__}"}
+        obj = draft.object("cancelled" if job.cancelling else "failed", error=None if job.cancelling else error)
+        stored = StoredResponse(draft.id, ns, begun.session.full, -1, obj, items)
+        await anyio.to_thread.run_sync(self.s.config.repo.save_response, stored, draft.created_at)
+
+    async def cancel(self, ns: str, response_id: str) -> dict[str, Any]:
+        """``POST /v1/responses/{id}/cancel``: a background response's turn stopped at its next step boundary (what
+        it did is kept); cancelling one that has ended gives it as it ended."""
+        found = await self.stored(ns, response_id)
+        if not found.body.get("background"):
+            raise bad_request(f"response {response_id!r} is not a background response: only those can be cancelled",
+                              "response_id", "response_not_cancellable")
+
+        def run_of(session: str) -> Any:
+            live = self.s.sessions.peek(session)
+            return None if live is None else live.run
+
+        if not await self.background.cancel(response_id, run_of) and found.body.get("status") in RUNNING:
+            raise APIError(409, f"response {response_id!r} runs on another server of this database: cancel it there",
+                           param="response_id", code="response_runs_elsewhere")
+        return (await self.stored(ns, response_id)).body
+
+    async def events(self, ns: str, response_id: str, starting_after: int) -> StreamingResponse:
+        """``GET /v1/responses/{id}?stream=true``: a streamed background response's events after ``starting_after``,
+        then as they come."""
+        found = await self.stored(ns, response_id)
+        job = self.background.events(response_id)
+        if job is None:
+            how = "it was not streamed" if not found.body.get("background") else \
+                "this server does not hold its events (it ended long ago, ran on another server, or was not streamed)"
+            raise bad_request(f"response {response_id!r} cannot be streamed again: {how}; GET it without stream",
+                              "stream", "stream_not_available")
+        if starting_after < -1:
+            raise bad_request("starting_after is a sequence number the stream sent (0 or more)", "starting_after")
+        return StreamingResponse(follow(job, starting_after), media_type="text/event-stream")
 
     async def stored(self, ns: str, response_id: str) -> StoredResponse:
         found = await anyio.to_thread.run_sync(self.s.config.repo.response, response_id, ns)

@@ -48,9 +48,9 @@ class ResponsesRequest(Ingress):
 
     def check(self) -> None:
         """What the endpoint refuses outright, before any session is touched."""
-        if self.background:
-            raise bad_request("background responses are not supported by this server; send background: false",
-                              "background", "unsupported_parameter")
+        if self.background and self.store is False:
+            raise bad_request("a background response is stored (it is polled by its id): send store: true, or no "
+                              "background", "background", "background_needs_store")
         if self.previous_response_id is not None and self.conversation is not None:
             raise bad_request("previous_response_id and conversation cannot be used together", "previous_response_id")
         check_metadata(self.metadata or {})
