@@ -481,7 +481,10 @@ def _write_session(conn: Conn, s: _Session, sid: int, name: str, namespace: str,
         if s.name != original and isinstance(body.get("conversation"), dict) and \
                 body["conversation"].get("id") == original:
             body["conversation"] = {**body["conversation"], "id": s.name}
-        conn.execute("INSERT INTO responses (id, namespace, session, position, body, input_items, created_at)"
-                     " VALUES (?, ?, ?, ?, ?, ?, ?)", (p["id"], namespace + p["namespace"], name, p["position"],
-                                                       canonical_json(body), canonical_json(p["input_items"]),
-                                                       p["created_at"]))
+        # a background response exported while it ran: no server runs it here, so its lease has run out (the next
+        # lease check fails it)
+        running = body.get("status") in ("queued", "in_progress")
+        conn.execute("INSERT INTO responses (id, namespace, session, position, body, input_items, created_at, "
+                     "lease_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                     (p["id"], namespace + p["namespace"], name, p["position"], canonical_json(body),
+                      canonical_json(p["input_items"]), p["created_at"], 0 if running else None))
