@@ -234,7 +234,7 @@ class RequestRun:
             raise RuntimeError("advance() while client tool calls wait; answer() them first")
         with tracing.span("flowstate.turn", {"flowstate.session": tracing.hashed(self.session),
                                              "flowstate.request": self.index_k, "flowstate.strategy": self.strategy.name,
-                                             "flowstate.engine": self.engine.name}):
+                                             "flowstate.engine": self.engine.name} if tracing.on() else None):
             while not self.done:
                 if self.cancelled.is_set():  # between steps: what the request did so far is kept, as for a failure
                     raise self._fail(CANCELLED)
