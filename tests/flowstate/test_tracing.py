@@ -161,3 +161,38 @@ def test_a_server_s_trace_reaches_a_real_receiver(tmp_path: Path) -> None:
                 for a in rs.resource.attributes}
     assert resource["service.name"] == "flowstate-under-test"
     assert "dora" not in str([s.attributes for s in names.values()])
+
+
+def test_the_openai_engine_sends_traceparent_on(repo: Repository) -> None:
+    """The model call's own span is the parent the OpenAI-compatible server gets (vLLM's spans join the trace); with
+    tracing off, no header is sent."""
+    import engine as engines
+    from tests.engine.openai_stub import send_completion
+
+    seen: list[str | None] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append(self.headers.get("traceparent"))
+            send_completion(self, output(content="hi"), 50, 0)
+
+    stub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=stub.serve_forever, daemon=True).start()
+    try:
+        model = engines.load("openai", base_url=f"http://127.0.0.1:{stub.server_address[1]}/v1", model="m")
+        exporter = InMemorySpanExporter()
+        tracing.enable(exporter=exporter)
+        try:
+            Agent(model, repository=repo, session="gus").run("hello")
+        finally:
+            tracing.disable()
+        Agent(model, repository=repo, session="hal").run("hello")  # tracing off
+    finally:
+        stub.shutdown()
+    call = next(s for s in exporter.get_finished_spans() if s.name == "flowstate.model_call")
+    assert seen[0] is not None and seen[0].startswith(f"00-{call.context.trace_id:032x}-{call.context.span_id:016x}-")
+    assert seen[1:] == [None]
