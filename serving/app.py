@@ -32,7 +32,7 @@ from serving.graph import render_html
 from serving.naming import SESSION_HEADER, SessionKey, check_name
 from serving.responses.conversations import Conversations
 from serving.responses.service import ResponsesService
-from serving.responses.wire import ResponsesRequest
+from serving.responses.wire import ResponsesRequest, check_include
 from serving.services import ServerConfig, Services, build
 from serving.traced import Traced
 from serving.wire import ChatRequest, Ingress, IngressLimits, loads, validated
@@ -163,9 +163,15 @@ async def get_response(response_id: str, request: Request, stream: bool = False,
     events after sequence number ``starting_after``, then as they come."""
     responses: ResponsesService = request.app.state.responses
     ns = _services(request).namespace(request)
+    _include(request)
     if stream:
         return await responses.events(ns, response_id, starting_after)
     return (await responses.stored(ns, response_id)).body
+
+
+def _include(request: Request) -> None:
+    """A GET's ``include`` (``include=…`` repeated, or ``include[]=…`` as the openai SDK sends it), checked."""
+    check_include(request.query_params.getlist("include") + request.query_params.getlist("include[]"))
 
 
 @router.delete("/v1/responses/{response_id}")
@@ -178,6 +184,7 @@ async def delete_response(response_id: str, request: Request) -> dict[str, Any]:
 async def input_items(response_id: str, request: Request, after: str | None = None, limit: int = 20,
                       order: str = "desc") -> dict[str, Any]:
     responses: ResponsesService = request.app.state.responses
+    _include(request)
     return await responses.input_items(_services(request).namespace(request), response_id, after, limit, order)
 
 

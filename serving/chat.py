@@ -133,6 +133,7 @@ class ChatService:
                 kind, new = check_pending(live, fresh)
                 live.hold(idem)  # a retry under this key that resolves meanwhile waits for this turn
         except BaseException:
+            self._forget_if_empty(session)
             s.sessions.leave(session.full)
             raise
         extension = {"session": session.name, "namespace_keyed": bool(ns)}
@@ -144,6 +145,14 @@ class ChatService:
         s.running.add(task)  # runs to the end even if the client goes away
         task.add_done_callback(s.running.discard)
         return Begun(session, extension, task=task, deltas=deltas)
+
+    def _forget_if_empty(self, session: SessionKey) -> None:
+        """A call refused before its session held anything (a new name, its first request refused) leaves nothing
+        in memory either: errors before a response starts store nothing, in the database or here."""
+        live = self.s.sessions.peek(session.full)
+        if live is not None and not live.transcript and live.run is None and live.suspended is None \
+                and live.requests == 0:
+            self.s.sessions.forget(session.full)
 
     async def _turn(self, session: SessionKey, live: Live, p: Prepared, kind: str, new: list[Any],
                         idem: str | None, on_delta: Callable[[Delta], None] | None) -> TurnResult:
@@ -158,6 +167,7 @@ class ChatService:
             result = await anyio.to_thread.run_sync(fn, limiter=s.limiter)
         except APIError as exc:
             s.metrics.failed(session.namespace, exc.code or "error", exc.steps)
+            self._forget_if_empty(session)
             raise
         finally:
             live.release(idem)

@@ -135,11 +135,21 @@ def validated(model: type[BaseModel], data: Any, names: Mapping[str, str] | None
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
+        # a union's branches each report: the one that got furthest into the value says what is wrong with it
+        first = max(exc.errors(), key=lambda e: len(_path(e["loc"])))
+        where = ".".join(_path(first["loc"]))
         for ours, theirs in (names or {}).items():
             where = where.replace(ours, theirs)
         raise bad_request(f"{where}: {first['msg']}" if where else first["msg"], where or None) from exc
+
+
+_BRANCHES = {"str", "int", "float", "bool", "none", "dict[str,any]"}
+
+
+def _path(loc: tuple[int | str, ...]) -> list[str]:
+    """A validation error's place in the body as the client wrote it: without the union branches pydantic names
+    (``str``, ``list[…]``, a model's class name)."""
+    return [str(p) for p in loc if not (isinstance(p, str) and (p in _BRANCHES or "[" in p or p[:1].isupper()))]
 
 
 def canonical_message(message: ChatMessage, where: str) -> dict[str, Any]:
@@ -170,13 +180,29 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+MAX_DEPTH = 64  # JSON nesting a request may hold: whatever ingress accepts, every route that returns it can encode
+
+
+def depth(value: Any) -> int:
+    """How deeply a JSON value nests (a scalar: 0), without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        v, d = todo.pop()
+        if isinstance(v, dict | list):
+            deepest = max(deepest, d)
+            todo.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
 def loads(text: str | bytes) -> Any:
-    """Strict JSON: NaN and Infinity refused, as are integers past Python's digit limit and deep nesting
-    (each a ``ValueError``), and strings that are not valid Unicode (lone surrogates)."""
+    """Strict JSON: NaN and Infinity refused, as are integers past Python's digit limit and nesting past
+    ``MAX_DEPTH`` (each a ``ValueError``), and strings that are not valid Unicode (lone surrogates)."""
     try:
         value = json.loads(text, parse_constant=_no_constant)
     except RecursionError:
-        raise ValueError("nested too deeply") from None
+        raise ValueError(f"nested too deeply (at most {MAX_DEPTH} levels)") from None
+    if depth(value) > MAX_DEPTH:
+        raise ValueError(f"nested {depth(value)} levels deep: at most {MAX_DEPTH}")
     try:
         json.dumps(value, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:

@@ -294,17 +294,33 @@ class Repository:
 
     # -- the Responses API's stored responses -------------------------------------------------
 
-    def save_response(self, response: StoredResponse, created_at: int, lease_at: int | None = None) -> None:
-        """Store a response, or store it again (a background response: in progress, then as it ended); ``lease_at``:
-        while a background turn runs it, when its server last said so."""
+    def save_response(self, response: StoredResponse, created_at: int, lease_at: int | None = None, *,
+                      if_session: bool = False) -> bool:
+        """Store a new response (its id must be new); ``lease_at``: a background response's, stored as it starts.
+        ``if_session``: only while its session is stored (a turn's response, stored after the turn: a session
+        deleted meanwhile keeps nothing of it). Whether it was stored."""
+        values = (response.id, response.namespace, response.session, response.position, canonical_json(response.body),
+                  canonical_json(response.input_items), created_at, lease_at)
+        insert = "INSERT INTO responses (id, namespace, session, position, body, input_items, created_at, lease_at) "
         with self._write(f"cannot store response {response.id!r}") as conn:
-            conn.execute(
-                "INSERT INTO responses (id, namespace, session, position, body, input_items, created_at, lease_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET position = excluded.position,"
-                " body = excluded.body, input_items = excluded.input_items, lease_at = excluded.lease_at",
-                (response.id, response.namespace, response.session, response.position, canonical_json(response.body),
-                 canonical_json(response.input_items), created_at, lease_at),
-            )
+            if not if_session:
+                conn.execute(insert + "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", values)
+                return True
+            done = conn.execute(insert + "SELECT ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM sessions WHERE name"
+                                " = ?) OR EXISTS (SELECT 1 FROM pending_requests WHERE name = ?) RETURNING id",
+                                (*values, response.session, response.session))
+            return done.fetchone() is not None
+
+    def update_response(self, response: StoredResponse) -> bool:
+        """A background response stored again as its turn ended (its lease gone): only while it is stored — one
+        deleted meanwhile (alone, or with its session) stays deleted. Whether it was."""
+        with self._write(f"cannot store response {response.id!r}") as conn:
+            done = conn.execute(
+                "UPDATE responses SET position = ?, body = ?, input_items = ?, lease_at = NULL"
+                " WHERE id = ? AND namespace = ? AND session = ? RETURNING id",
+                (response.position, canonical_json(response.body), canonical_json(response.input_items), response.id,
+                 response.namespace, response.session))
+            return done.fetchone() is not None
 
     def renew_leases(self, ids: Sequence[str], now: int) -> None:
         """The background responses this server runs are still running."""

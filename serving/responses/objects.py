@@ -108,7 +108,7 @@ class Draft:
             "conversation": None if self.conversation is None else {"id": self.conversation},
             "reasoning": {"effort": None, "summary": None}, "store": b.store is not False,
             "temperature": b.temperature, "text": b.text or {"format": {"type": "text"}},
-            "tool_choice": b.tool_choice if b.tool_choice is not None else "auto", "tools": b.tools or [],
+            "tool_choice": b.choice() if b.tool_choice is not None else "auto", "tools": b.tools or [],
             "top_p": b.top_p, "truncation": b.truncation or "disabled",
             "usage": None if usage is None else usage_object(usage), "user": b.user,
         }

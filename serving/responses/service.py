@@ -8,6 +8,7 @@ import hashlib
 import time
 import uuid
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import anyio
@@ -86,6 +87,9 @@ class ResponsesService:
                 raise APIError(422, f"Idempotency-Key {idem!r} was used for a different request: use a new key for a "
                                     "new request", type="invalid_request_error", param="Idempotency-Key",
                                code="idempotency_key_reused") from None
+            except BaseException:  # refused before its turn started: the fork made for it goes again
+                await anyio.to_thread.run_sync(self.s.config.repo.drop_empty_fork, ns + fork)
+                raise
         job = None
         if body.background:  # stored in progress before the turn can end and store it again
             job = Job(begun.session.full)
@@ -168,7 +172,11 @@ class ResponsesService:
             obj, position = draft.finished(result, extension(result, begun.extension)), result.at
         if draft.body.store is not False:
             stored = StoredResponse(draft.id, ns, begun.session.full, position, obj, items)
-            await anyio.to_thread.run_sync(self.s.config.repo.save_response, stored, draft.created_at)
+            if job is not None:  # stored in progress: stored again, unless it was deleted meanwhile
+                await anyio.to_thread.run_sync(self.s.config.repo.update_response, stored)
+            else:  # a session deleted while the turn ran (the DELETE waited for it) keeps nothing of it
+                await anyio.to_thread.run_sync(partial(self.s.config.repo.save_response, stored, draft.created_at,
+                                                       if_session=True))
         return obj
 
     async def _ended(self, ns: str, draft: Draft, begun: Begun, items: list[dict[str, Any]], job: Job,
@@ -180,7 +188,7 @@ class ResponsesService:
             error = {"code": "server_error", "message": f"internal error: {type(exc).__name__}"}
         obj = draft.object("cancelled" if job.cancelling else "failed", error=None if job.cancelling else error)
         stored = StoredResponse(draft.id, ns, begun.session.full, -1, obj, items)
-        await anyio.to_thread.run_sync(self.s.config.repo.save_response, stored, draft.created_at)
+        await anyio.to_thread.run_sync(self.s.config.repo.update_response, stored)
 
     async def cancel(self, ns: str, response_id: str) -> dict[str, Any]:
         """``POST /v1/responses/{id}/cancel``: a background response's turn stopped at its next step boundary (what

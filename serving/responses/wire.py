@@ -6,24 +6,111 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Discriminator, Field, Tag
 
 from flowstate.loop import Approval
 from serving.errors import bad_request
 from serving.wire import Ingress
 
 ROLES = ("user", "assistant", "system", "developer")
+# what ``include`` may ask for, as OpenAI's API documents it (Codex sends reasoning.encrypted_content): accepted, and
+# nothing more is sent, as FlowState's responses hold none of those parts
+INCLUDABLE = ("code_interpreter_call.outputs", "computer_call_output.output.image_url", "file_search_call.results",
+              "message.input_image.image_url", "message.output_text.logprobs", "reasoning.encrypted_content",
+              "web_search_call.action.sources", "web_search_call.results")
 TEXT_PARTS = ("input_text", "output_text", "text")
+
+
+class TextPart(Ingress):
+    """A message's content part: text (``input_text``, ``output_text``, ``text``) or a ``refusal``; other kinds of
+    part (images, files) are refused by the message's check, as FlowState's models read text."""
+
+    type: str
+    text: str | None = None
+    refusal: str | None = None
+
+
+class MessageItem(Ingress):
+    type: Literal["message"] = "message"
+    role: str
+    content: str | list[TextPart]
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallItem(Ingress):
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+    id: str | None = None
+
+
+class OutputPart(Ingress):
+    """A part of a function call's output (a list form of ``output``): text is what the model reads of it."""
+
+    type: str
+    text: str | None = None
+
+
+class FunctionCallOutputItem(Ingress):
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str | list[OutputPart]
+    id: str | None = None
+
+
+class McpApprovalResponseItem(Ingress):
+    type: Literal["mcp_approval_response"]
+    approval_request_id: str
+    approve: bool
+    reason: str | None = None
+    id: str | None = None
+
+
+class OtherItem(Ingress):
+    """An item of a type FlowState does not run (reasoning, item references, hosted tools' items): kept in the
+    stored input, left out of the model's messages."""
+
+    type: str
+
+
+_ITEMS = {"message": MessageItem, "function_call": FunctionCallItem, "function_call_output": FunctionCallOutputItem,
+          "mcp_approval_response": McpApprovalResponseItem}
+
+
+def _item_kind(value: Any) -> str:
+    """Which model validates an input item: its ``type`` (a message may leave it out and give a ``role``)."""
+    if not isinstance(value, dict):
+        return "other"
+    kind = value.get("type", "message" if "role" in value else None)
+    return kind if isinstance(kind, str) and kind in _ITEMS else "other"
+
+
+InputItem = Annotated[
+    Annotated[MessageItem, Tag("message")] | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[McpApprovalResponseItem, Tag("mcp_approval_response")] | Annotated[OtherItem, Tag("other")],
+    Discriminator(_item_kind)]
+
+
+class ToolChoice(Ingress):
+    """``tool_choice`` as an object: a function by name, or ``allowed_tools`` (a mode and the tools it keeps)."""
+
+    type: str
+    name: str | None = None
+    mode: Literal["auto", "required"] | None = None
+    tools: list[dict[str, Any]] | None = None
 
 
 class ResponsesRequest(Ingress):
     model: str
-    input: str | list[dict[str, Any]]
+    input: str | list[InputItem]
     instructions: str | None = None
     tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tool_choice: str | ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     text: dict[str, Any] | None = None
     max_output_tokens: int | None = Field(default=None, ge=1)
@@ -37,6 +124,13 @@ class ResponsesRequest(Ingress):
     conversation: str | dict[str, Any] | None = None
     background: bool | None = None
     truncation: Literal["auto", "disabled"] | None = None
+    include: list[str] | None = None
+
+    def choice(self) -> str | dict[str, Any] | None:
+        """``tool_choice`` as it was sent."""
+        if isinstance(self.tool_choice, ToolChoice):
+            return self.tool_choice.model_dump(exclude_unset=True)
+        return self.tool_choice
 
     def conversation_id(self) -> str | None:
         if isinstance(self.conversation, dict):
@@ -51,6 +145,7 @@ class ResponsesRequest(Ingress):
         if self.background and self.store is False:
             raise bad_request("a background response is stored (it is polled by its id): send store: true, or no "
                               "background", "background", "background_needs_store")
+        check_include(self.include)
         if self.previous_response_id is not None and self.conversation is not None:
             raise bad_request("previous_response_id and conversation cannot be used together", "previous_response_id")
         check_metadata(self.metadata or {})
@@ -77,7 +172,7 @@ class ResponsesRequest(Ingress):
     def items(self) -> list[dict[str, Any]]:
         """The input as items, each with an id (a string input is one user message)."""
         raw = ([{"type": "message", "role": "user", "content": [{"type": "input_text", "text": self.input}]}]
-               if isinstance(self.input, str) else self.input)
+               if isinstance(self.input, str) else [i.model_dump(exclude_unset=True) for i in self.input])
         out = []
         for i, item in enumerate(raw):
             kind = item.get("type", "message" if "role" in item else None)
@@ -95,7 +190,7 @@ class ResponsesRequest(Ingress):
         messages = ([{"role": "system", "content": self.instructions}] if self.instructions else []) + _messages(items)
         if not any(m["role"] in ("user", "tool") for m in messages):
             raise bad_request("the input holds no user message and no function_call_output", "input")
-        tools, choice = _tools(self.tools or [], self.tool_choice)
+        tools, choice = _tools(self.tools or [], self.choice())
         body: dict[str, Any] = {
             "model": self.model, "messages": messages, "tools": tools or None, "tool_choice": choice,
             "stream": self.stream, "user": self.user, "temperature": self.temperature, "top_p": self.top_p,
@@ -124,6 +219,14 @@ class McpTool:
 
 
 APPROVAL_PREFIX = "mcpr_"  # an approval request's id: this prefix and the id of the call it holds
+
+
+def check_include(include: list[str] | None, param: str = "include") -> None:
+    """``include``'s values must be ones the API documents (a 400 names the first that is not)."""
+    for value in include or ():
+        if value not in INCLUDABLE:
+            raise bad_request(f"include: unknown value {value[:80]!r}; the values are {', '.join(INCLUDABLE)}", param,
+                              "invalid_include")
 
 
 def check_metadata(metadata: dict[str, str]) -> dict[str, str]:
@@ -158,7 +261,7 @@ def _message_item(item: dict[str, Any], i: int) -> dict[str, Any]:
 
 
 def _text(parts: list[dict[str, Any]]) -> str:
-    return "".join(str(p.get("text", p.get("refusal", ""))) for p in parts)
+    return "".join(str(p.get("text") or p.get("refusal") or "") for p in parts)
 
 
 def _messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -115,3 +115,24 @@ def test_a_killed_server_s_background_response_fails_and_never_reruns(server: Se
     time.sleep(3)  # no server picks the turn up again
     assert httpx.get(f"{url}/sessions/fay", timeout=30).status_code == 404
     assert c.responses.retrieve(r.id).status == "failed"
+
+
+def test_a_delete_racing_a_turn_removes_what_the_turn_stored(server: Server) -> None:
+    """The rule: a DELETE of a session (or conversation) while a turn runs in it waits for the turn, then removes
+    everything — the turn's request, its memory and its response. The turn's client gets its answer; nothing of it
+    is retrievable afterwards."""
+    import threading
+
+    url = server.start(slow(1.5, "booked", "[race]"), *SLOW)
+    c = client(url, "none")
+    got: dict[str, Any] = {}
+    turn = threading.Thread(target=lambda: got.update(r=c.responses.create(
+        model="flowstate", input="[race] book it", conversation="trip")))
+    turn.start()
+    time.sleep(0.5)
+    deleted = httpx.delete(f"{url}/conversations/trip", timeout=30)
+    turn.join(30)
+    assert deleted.status_code == 200 and got["r"].output_text == "booked"
+    assert httpx.get(f"{url}/responses/{got['r'].id}", timeout=30).status_code == 404
+    assert httpx.get(f"{url}/conversations/trip", timeout=30).status_code == 404
+    assert httpx.get(f"{url}/sessions", timeout=30).json()["data"] == []
