@@ -93,6 +93,7 @@ class Draft:
     conversation: str | None = None
     mcp: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # requested MCP servers' tool specs, by label
     approval: dict[str, str] = field(default_factory=dict)  # tools whose calls wait on approval: their server labels
+    request: str | None = None  # the digest of a request sent with an Idempotency-Key: what a retry must match
 
     def object(self, status: str, output: list[dict[str, Any]] | None = None, usage: Usage | None = None,
                error: dict[str, Any] | None = None, incomplete: str | None = None,
@@ -114,6 +115,8 @@ class Draft:
         }
         if flowstate is not None:
             out["flowstate"] = flowstate  # FlowState's detail of the turn; OpenAI clients ignore it
+        if self.request is not None:
+            out["flowstate"] = {**out.get("flowstate", {}), "request_digest": self.request}
         return out
 
     def finished(self, result: TurnResult, flowstate: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,8 @@ from typing import Any
 import anyio
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from flowstate.errors import StorageError
+from flowstate.nodes import canonical_json
 from flowstate.store.repository import StoredResponse
 from serving.chat import IDEMPOTENCY_HEADER, Begun, ChatService, Moved
 from serving.completions import extension
@@ -42,6 +44,7 @@ class ResponsesService:
     def __init__(self, services: Services, chat: ChatService) -> None:
         self.s, self.chat = services, chat
         self.background = Background(services.config.repo, services.config.background_lease_s)
+        self.keyed: dict[str, tuple[str, asyncio.Future[None]]] = {}  # response id -> (request digest, its end)
 
     async def create(self, ns: str, data: Any, session_header: str | None,
                      idempotency_header: str | None) -> JSONResponse | StreamingResponse:
@@ -74,6 +77,47 @@ class ResponsesService:
         else:
             named = session_name(header_text(session_header, SESSION_HEADER), body.user)
         idem = header_text(idempotency_header, IDEMPOTENCY_HEADER)
+        if idem is None:
+            return await self._create(ns, body, p, draft, items, previous, named, None)
+        # a key names one response of the API key: its id, whatever session the request lands in
+        draft.id = "resp_" + hashlib.sha256(f"{ns}\0{idem}".encode()).hexdigest()[:32]
+        draft.request = hashlib.sha256(canonical_json({k: v for k, v in data.items() if k != "stream"}).encode()
+                                       ).hexdigest()[:32]
+        while (running := self.keyed.get(draft.id)) is not None:  # a call with this key runs: this one waits
+            if running[0] != draft.request:
+                raise _reused(idem)
+            await asyncio.shield(running[1])
+        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.keyed[draft.id] = (draft.request, ended)  # no await since the check: one call of a key runs at a time
+        try:
+            again = await self._again(ns, draft.id, idem, draft.request)
+            if again is not None:
+                self._settle(draft.id, ended)
+                return _sent(again, body.stream, draft)
+            return await self._create(ns, body, p, draft, items, previous, named, idem, ended)
+        except BaseException:
+            self._settle(draft.id, ended)
+            raise
+
+    async def _again(self, ns: str, rid: str, idem: str, digest: str) -> dict[str, Any] | None:
+        """The response a call with this Idempotency-Key already made and stored, or None; the key used for another
+        request is a 422."""
+        stored = await anyio.to_thread.run_sync(self.s.config.repo.response, rid, ns)
+        if stored is None:
+            return None  # never stored, or the call failed: this one runs
+        if (stored.body.get("flowstate") or {}).get("request_digest") != digest:
+            raise _reused(idem)
+        return stored.body
+
+    def _settle(self, rid: str, ended: asyncio.Future[None]) -> None:
+        if self.keyed.get(rid, (None, None))[1] is ended:
+            del self.keyed[rid]
+        if not ended.done():
+            ended.set_result(None)
+
+    async def _create(self, ns: str, body: ResponsesRequest, p: Any, draft: Draft, items: list[dict[str, Any]],
+                      previous: StoredResponse | None, named: str | None, idem: str | None,
+                      ended: asyncio.Future[None] | None = None) -> JSONResponse | StreamingResponse:
         at = None if previous is None else previous.position
         fork: str | None = None
         try:
@@ -99,6 +143,8 @@ class ResponsesService:
         finishing = asyncio.create_task(self._finish(ns, draft, begun, items, fork, job))
         self.s.running.add(finishing)  # stored even if the client goes away
         finishing.add_done_callback(self.s.running.discard)
+        if ended is not None:
+            finishing.add_done_callback(lambda _: self._settle(draft.id, ended))
         if job is not None:
             job.task = finishing
             self.background.start(draft.id, job)
@@ -158,6 +204,8 @@ class ResponsesService:
         anything of its own. A background response (``job``) that fails is stored failed, or cancelled."""
         if begun.earlier is not None:
             obj, position = draft.replayed(begun.earlier, begun.extension), begun.earlier_at
+            if draft.request is not None:  # a keyed retry of a turn whose response was not stored: the same id, once
+                return obj
         else:
             assert begun.task is not None
             try:
@@ -175,8 +223,16 @@ class ResponsesService:
             if job is not None:  # stored in progress: stored again, unless it was deleted meanwhile
                 await anyio.to_thread.run_sync(self.s.config.repo.update_response, stored)
             else:  # a session deleted while the turn ran (the DELETE waited for it) keeps nothing of it
-                await anyio.to_thread.run_sync(partial(self.s.config.repo.save_response, stored, draft.created_at,
-                                                       if_session=True))
+                try:
+                    await anyio.to_thread.run_sync(partial(self.s.config.repo.save_response, stored, draft.created_at,
+                                                           if_session=True))
+                except StorageError:
+                    if draft.request is None:
+                        raise
+                    first = await anyio.to_thread.run_sync(self.s.config.repo.response, draft.id, ns)
+                    if first is None:
+                        raise
+                    return first.body  # another server stored this key's response first: that one is the reply
         return obj
 
     async def _ended(self, ns: str, draft: Draft, begun: Begun, items: list[dict[str, Any]], job: Job,
@@ -237,3 +293,18 @@ class ResponsesService:
         """A cursor page of the response's input items."""
         items = (await self.stored(ns, response_id)).input_items
         return page(items, after, limit, order, f"response {response_id!r}")
+
+
+def _reused(idem: str) -> APIError:
+    return APIError(422, f"Idempotency-Key {idem!r} was used for a different request: a retry must send the same "
+                         "body; use a new key for a new request", type="invalid_request_error",
+                    param="Idempotency-Key", code="idempotency_key_reused")
+
+
+def _sent(obj: dict[str, Any], streamed: bool, draft: Draft) -> JSONResponse | StreamingResponse:
+    """The response a keyed retry gets: the stored one, as a body or as its events."""
+    if not streamed:
+        return JSONResponse(obj)
+    done: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+    done.set_result(obj)
+    return StreamingResponse(stream(draft, done, None), media_type="text/event-stream")  # type: ignore[arg-type]
