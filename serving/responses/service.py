@@ -160,6 +160,12 @@ class ResponsesService:
         """A new session that shares the previous response's session up to that response (the requests it had
         finished), named for this call: by its Idempotency-Key when it has one, so that a retry finds its fork."""
         repo = self.s.config.repo
+        if not await anyio.to_thread.run_sync(repo.has_session, previous.session):  # its session was deleted
+            raise APIError(404, f"response {previous.id!r} belongs to a session that was deleted: there is nothing "
+                                "to continue from", param="previous_response_id", code="previous_response_not_found")
+        if previous.position < 0:
+            raise bad_request(f"response {previous.id!r} has no place in its session to continue from (it ended "
+                              "without a reply)", "previous_response_id", "previous_response_not_continuable")
         at = await anyio.to_thread.run_sync(fork_point, repo, previous.session, previous.position)
         if at is None:
             raise bad_request(f"response {previous.id!r} ended inside a request (in function calls) that a later turn "
@@ -204,8 +210,8 @@ class ResponsesService:
         anything of its own. A background response (``job``) that fails is stored failed, or cancelled."""
         if begun.earlier is not None:
             obj, position = draft.replayed(begun.earlier, begun.extension), begun.earlier_at
-            if draft.request is not None:  # a keyed retry of a turn whose response was not stored: the same id, once
-                return obj
+            if draft.request is not None:  # a keyed retry: the response the first call stored (another server's
+                return await self._first(ns, draft) or obj  # maybe, storing it now), else the earlier reply, same id
         else:
             assert begun.task is not None
             try:
@@ -229,11 +235,25 @@ class ResponsesService:
                 except StorageError:
                     if draft.request is None:
                         raise
-                    first = await anyio.to_thread.run_sync(self.s.config.repo.response, draft.id, ns)
+                    first = await self._first(ns, draft)
                     if first is None:
                         raise
-                    return first.body  # another server stored this key's response first: that one is the reply
+                    return first  # another server stored this key's response first: that one is the reply
         return obj
+
+    async def _first(self, ns: str, draft: Draft, patience_s: float = 2.0) -> dict[str, Any] | None:
+        """The response stored under a keyed call's id (by the call that ran its turn, on this server or another,
+        which stores it as its turn ends: waited for a moment); a 422 when it was made for another body."""
+        deadline = time.monotonic() + patience_s
+        while True:
+            found = await anyio.to_thread.run_sync(self.s.config.repo.response, draft.id, ns)
+            if found is not None:
+                if (found.body.get("flowstate") or {}).get("request_digest") != draft.request:
+                    raise _reused(None)
+                return found.body
+            if time.monotonic() > deadline:
+                return None
+            await asyncio.sleep(0.1)
 
     async def _ended(self, ns: str, draft: Draft, begun: Begun, items: list[dict[str, Any]], job: Job,
                      exc: Exception) -> None:
@@ -295,8 +315,9 @@ class ResponsesService:
         return page(items, after, limit, order, f"response {response_id!r}")
 
 
-def _reused(idem: str) -> APIError:
-    return APIError(422, f"Idempotency-Key {idem!r} was used for a different request: a retry must send the same "
+def _reused(idem: str | None) -> APIError:
+    key = "the Idempotency-Key" if idem is None else f"Idempotency-Key {idem!r}"
+    return APIError(422, f"{key} was used for a different request: a retry must send the same "
                          "body; use a new key for a new request", type="invalid_request_error",
                     param="Idempotency-Key", code="idempotency_key_reused")
 

@@ -53,3 +53,18 @@ def test_a_refused_create_leaves_no_conversation(http: TestClient, bad: list[dic
     assert [s["id"] for s in http.get("/v1/sessions").json()["data"]] == []
     ok = create(http, input="hello", conversation="brand-new")  # the name is still free to use
     assert ok.status_code == 200 and http.get("/v1/conversations/brand-new").status_code == 200
+
+
+def test_a_refusal_names_its_real_cause(http: TestClient) -> None:
+    """Continuing from a response whose session is gone says so (not that it ended inside a request)."""
+    first = create(http, input="one", user="w").json()
+    create(http, input="two", previous_response_id=first["id"])
+    app = http.app
+    repo = app.state.services.config.repo  # type: ignore[attr-defined]
+    from flowstate.store.repository import StoredResponse
+    stored = repo.response(first["id"], "")
+    # a response kept from before its session was deleted (what a database written by an older version may hold)
+    repo.delete_session("w")
+    repo.save_response(StoredResponse(stored.id, "", stored.session, stored.position, stored.body, []), 1)
+    r = create(http, input="three", previous_response_id=first["id"])
+    assert r.status_code == 404 and "session that was deleted" in r.json()["error"]["message"], r.text

@@ -65,3 +65,34 @@ def test_a_key_names_one_response(server: Server) -> None:
     server.stop()
     ids = [rid for rid, _ in stored(server)]
     assert sorted(ids) == sorted({got[0].json()["id"], first.json()["id"], nxt.json()["id"]})  # each stored once
+
+
+@pytest.mark.slow
+def test_one_response_per_key_across_two_servers(tmp_path: Path, pg_server: Any) -> None:
+    """Two servers on one PostgreSQL database, a key's call sent to both at once: one turn, one stored response, the
+    same id and output from both."""
+    db = pg_server.new_database()
+    script = [{"text": output(tools=[{"name": "wait", "arguments": {"seconds": 1}}]), "when": "[two]"},
+              {"text": output(content="one answer"), "when": "[two]"}]
+    a, b = Server(tmp_path / "a"), Server(tmp_path / "b")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a.db = b.db = db  # type: ignore[assignment]
+    try:
+        urls = [a.start(script, *SLOW), b.start(script, *SLOW)]
+        got: list[httpx.Response] = []
+        calls = [threading.Thread(target=lambda u=u: got.append(post(u, "k-9", input="[two] hi", user="shared")))
+                 for u in urls]
+        for c in calls:
+            c.start()
+        for c in calls:
+            c.join(60)
+        assert [r.status_code for r in got] == [200, 200], [r.text for r in got]
+        assert got[0].json()["id"] == got[1].json()["id"]
+        assert got[0].json()["output"] == got[1].json()["output"]
+        session = httpx.get(f"{urls[0]}/sessions/shared", timeout=30).json()
+        assert len(session["requests"]) == 1  # the turn ran once
+    finally:
+        a.stop()
+        b.stop()
+    assert [rid for rid, _ in stored(a)] == [got[0].json()["id"]]
