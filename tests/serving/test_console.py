@@ -89,9 +89,12 @@ def wait_for(browser: Any, css: str, timeout: float = 10) -> Any:
 
 
 def wait_until(browser: Any, check: Any, timeout: float = 10) -> Any:
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(browser, timeout).until(lambda _: check())
+    # a page re-renders while it is read (a route change, a poll): what was found may be gone, or not there yet
+    return WebDriverWait(browser, timeout, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
+                         ).until(lambda _: check())
 
 
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
@@ -223,3 +226,53 @@ def test_a_running_turn_appears_and_settles(server: Server, browser: Any, shots:
         assert "done waiting" in browser.find_element(By.ID, "request-2").text
     finally:
         turn.join(30)
+
+
+def test_a_chain_a_fork_tree_the_filter_and_pages(server: Server, browser: Any, shots: Any) -> None:
+    """The hotel case's session (its judgement superseded in request 3), a fork of it, and enough sessions for two
+    pages: the state's versions, the fork tree both ways, the name filter and the next page, in the browser."""
+    from selenium.webdriver.common.by import By
+
+    from engine.scripted import ScriptedEngine
+    from flowstate import Agent, Repository
+    from flowstate.demo import hotel
+    from flowstate.nodes import Node, Ref, Relation, StateType
+
+    with Repository.open(server.db) as repo:
+        agent = Agent(ScriptedEngine.from_file(hotel.script_path()), repository=repo, session="hotel",
+                      tools=hotel.TOOLS, task_policy=hotel.POLICY)
+        for q in hotel.QUERIES:
+            agent.run(q)
+        repo.fork("hotel", 1, "hotel-b")
+        repo.persist_request("hotel-b", 2, "Switch to B", "Switched.", [
+            Node(id="dec_switch_b", type=StateType.JUDGEMENT, summary="Switch to B", value={"hotel": "B"},
+                 refs=(Ref(rel=Relation.SUPERSEDES, state_id="dec_book_a"),), request=2)], {"steps": []})
+        for i in range(55):
+            repo.persist_request(f"bulk-{i:02d}", 1, "q", "a", [], {"steps": []})
+    root = server.start([{"text": output(content="x")}]).removesuffix("/v1")
+
+    browser.get(root + "/ui/#/session/hotel?state=dec_keep_a")
+    chain = wait_for(browser, "#supersedes-chain")
+    assert [li.text.split()[0] for li in chain.find_elements(By.TAG_NAME, "li")] == ["dec_book_a", "dec_keep_a"]
+    tree = wait_for(browser, "#fork-tree")
+    assert "hotel-b" in tree.text and "shares requests 1–1" in tree.text
+    shots(browser, "chain-and-forks")
+    tree.find_element(By.LINK_TEXT, "hotel-b").click()
+    wait_until(browser, lambda: browser.find_element(By.ID, "session-name").text == "hotel-b")
+    assert "hotel" in wait_for(browser, "#fork-tree").text  # the fork's tree names the session it shares
+    assert wait_for(browser, "#state-graph .node[data-id='dec_book_a']")  # what it shares is in its graph
+
+    browser.get(root + "/ui/#/")
+    first = [a.text for a in wait_for(browser, "#sessions").find_elements(By.CSS_SELECTOR, ".session-link")]
+    assert len(first) == 50 and first[0] == "bulk-54"
+    browser.find_element(By.ID, "next-page").click()
+    wait_until(browser, lambda: "bulk-04" in browser.find_element(By.ID, "sessions").text)
+    rest = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#sessions .session-link")]
+    assert set(rest).isdisjoint(first) and len(first) + len(rest) == 57
+    browser.get(root + "/ui/#/")
+    wait_until(browser, lambda: "bulk-54" in browser.find_element(By.ID, "sessions").text)  # the first page again
+    box = browser.find_element(By.ID, "session-filter")
+    box.send_keys("HOTEL")
+    box.submit()
+    wait_until(browser, lambda: len(browser.find_elements(By.CSS_SELECTOR, "#sessions .session-link")) == 2)
+    assert {a.text for a in browser.find_elements(By.CSS_SELECTOR, "#sessions .session-link")} == {"hotel", "hotel-b"}
