@@ -46,7 +46,7 @@ _INGRESS = IngressLimits()
 @click.option("--stream-answers", default=_SERVER["stream_answers"].default, show_default=True,
               type=click.Choice(STREAM_ANSWERS),
               help="Stream the answer token by token: auto = when decoding under a grammar (the streamed answer is "
-                   "then the final one); always = also without one.")
+                   "then the final one); always = also without one; never = send it whole.")
 @options.loop_options()
 @click.option("--strategy", "strategy_name", default="flowstate", show_default=True,
               help=f"The memory method every session runs: {', '.join(memory.METHODS)} (flowstate-paged:N: an index "
@@ -66,7 +66,8 @@ def serve(
     body_timeout: float, header_timeout: float, stream_answers: str, strategy_name: str, layout: str, mcp: options.McpOptions,
     embed_spec: str | None, background_lease_s: float, otlp_endpoint: str | None, **engine_opts: Any,
 ) -> None:
-    """Serve an OpenAI-compatible Chat Completions endpoint whose model remembers (FastAPI on uvicorn)."""
+    """Serve an OpenAI-compatible endpoint whose model remembers — Chat Completions, the Responses API and
+    conversations, the console at /ui/ and memory search (FastAPI on uvicorn)."""
     from serving.server import serve as run_server
 
     with options.errors():

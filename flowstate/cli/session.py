@@ -128,7 +128,9 @@ def demo(
                         if not as_json:
                             for step in records[-1].get("steps", []):
                                 click.echo(_step_line(step))
-                            click.echo(f"  {exc} (nothing of it was persisted)")
+                            kept = ("kept in the session as an unfinished request" if exc.persisted
+                                    else "nothing of it was persisted")
+                            click.echo(f"  {exc} ({kept})")
                         continue
                     records.append(record.to_dict())
                     if not as_json:
