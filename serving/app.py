@@ -360,12 +360,10 @@ async def import_sessions(request: Request) -> dict[str, Any]:
     """A session file into the key's namespace, all or nothing: ``rename=OLD=NEW`` (repeatable) renames on the way."""
     s = _services(request)
     ns = s.namespace(request)
-    renames: dict[str, str] = {}
-    for pair in request.query_params.getlist("rename"):
-        old, sep, new = pair.partition("=")
-        if not sep or not old or not new:
-            raise bad_request(f"rename {pair[:60]!r}: give OLD=NEW", "rename", "invalid_rename")
-        renames[unicodedata.normalize("NFC", old)] = unicodedata.normalize("NFC", new)
+    try:
+        renames = transfer.renames(unicodedata.normalize("NFC", v) for v in request.query_params.getlist("rename"))
+    except ValueError as exc:
+        raise bad_request(str(exc), "rename", "invalid_rename") from None
     unknown = sorted(set(request.query_params) - {"rename"})
     if unknown:
         raise bad_request(f"unknown parameter {unknown[0]!r}: rename", unknown[0], "unknown_parameter")

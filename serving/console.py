@@ -8,6 +8,7 @@ set as text, and the policy below lets the page run nothing but its own script f
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 
 from fastapi import APIRouter
@@ -30,7 +31,8 @@ HEADERS = {
 router = APIRouter()
 
 
-def _file(name: str) -> bytes:
+@functools.cache
+def _file(name: str) -> bytes:  # read once a process, not on every request
     return (resources.files("serving") / "console" / name).read_bytes()
 
 

@@ -81,19 +81,28 @@ def measure(repo: Repository, session: str, nodes: int, samples: int, seed: int 
     }
 
 
-def bench_repo(targets: dict[str, Callable[[], str]], sizes: Sequence[int], samples: int = 2000,
-               progress: Callable[[str], None] = lambda _: None) -> list[dict[str, Any]]:
-    """``targets``: backend label → a function giving a fresh, empty database (path or URL) for one size."""
+def by_size(targets: dict[str, Callable[[], str]], sizes: Sequence[int],
+            measure_one: Callable[[Repository, int], dict[str, Any]], what: str, said: Callable[[dict[str, Any]], str],
+            progress: Callable[[str], None]) -> list[dict[str, Any]]:
+    """One row per size and database, each measured on a fresh one: ``targets`` maps a backend label to a function
+    giving a fresh, empty database (path or URL); ``said`` is the progress line of a row."""
     rows = []
     for n in sizes:
         for label, fresh in targets.items():
-            progress(f"{label}: {n:,} nodes …")
+            progress(f"{label}: {n:,} {what} …")
             with Repository.open(fresh()) as repo:
-                row = {"backend": label, **measure(repo, "bench", n, samples)}
+                row = {"backend": label, **measure_one(repo, n)}
             rows.append(row)
-            progress(f"{label}: {n:,} nodes: {row['persist_nodes_per_s']:,.0f} nodes/s, disclose p99 "
-                     f"{row['disclose_p99_ms']:.3f} ms, index {row['index_build_s']:.2f} s")
+            progress(f"{label}: {n:,} {what}: {said(row)}")
     return rows
+
+
+def bench_repo(targets: dict[str, Callable[[], str]], sizes: Sequence[int], samples: int = 2000,
+               progress: Callable[[str], None] = lambda _: None) -> list[dict[str, Any]]:
+    """Persist, disclose and index build by size on each database (``by_size``)."""
+    return by_size(targets, sizes, lambda repo, n: measure(repo, "bench", n, samples), "nodes",
+                   lambda r: f"{r['persist_nodes_per_s']:,.0f} nodes/s, disclose p99 {r['disclose_p99_ms']:.3f} ms, "
+                             f"index {r['index_build_s']:.2f} s", progress)
 
 
 def render_table(rows: Sequence[dict[str, Any]]) -> str:

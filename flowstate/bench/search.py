@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from flowstate.bench.repo import _ms
+from flowstate.bench.repo import _ms, by_size
 from flowstate.nodes import Node, Ref, Relation, StateType
 from flowstate.store.repository import Repository
 from flowstate.store.search import Search
@@ -100,16 +100,9 @@ def measure(repo: Repository, states: int, n: int) -> dict[str, Any]:
 
 def bench_search(targets: dict[str, Callable[[], str]], sizes: Sequence[int], n: int = 500,
                  progress: Callable[[str], None] = lambda _: None) -> list[dict[str, Any]]:
-    """``targets``: backend label → a function giving a fresh, empty database (path or URL) for one size."""
-    rows = []
-    for size in sizes:
-        for label, fresh in targets.items():
-            progress(f"{label}: {size:,} states …")
-            with Repository.open(fresh()) as repo:
-                row = {"backend": label, **measure(repo, size, n)}
-            rows.append(row)
-            progress(f"{label}: {size:,} states: search p50 {row['p50_ms']:.2f} ms, p99 {row['p99_ms']:.2f} ms")
-    return rows
+    """Search latency by size on each database (``flowstate.bench.repo.by_size``)."""
+    return by_size(targets, sizes, lambda repo, size: measure(repo, size, n), "states",
+                   lambda r: f"search p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms", progress)
 
 
 def render_table(rows: Sequence[dict[str, Any]]) -> str:

@@ -347,16 +347,25 @@ def _on_engine(options: dict[str, Any], out: Path | None, render: Callable[[Rows
 @OUT
 def bench_repo_cmd(sizes: str, pg_url: str | None, samples: int, out: Path | None) -> None:
     """Persist rate, disclose latency (p50/p99) and index build time by size, SQLite and PostgreSQL side by side."""
-    from flowstate.bench.repo import Databases, bench_repo, render_table
+    from flowstate.bench.repo import bench_repo, render_table
+
+    _on_databases(sizes, pg_url, lambda targets, counts: bench_repo(targets, counts, samples, progress=progress),
+                  render_table, out)
+
+
+def _on_databases(sizes: str, pg_url: str | None, run: Callable[[Any, list[int]], list[dict[str, Any]]],
+                  render: Callable[[list[dict[str, Any]]], str], out: Path | None) -> None:
+    """A bench by size on fresh databases, SQLite and (with ``pg_url``) PostgreSQL side by side; its table."""
+    from flowstate.bench.repo import Databases
 
     with errors(), tempfile.TemporaryDirectory() as tmp:
         counts = [int(x) for x in sizes.split(",") if x.strip()]
         databases = Databases(tmp, pg_url)
         try:
-            rows = bench_repo(databases.targets(), counts, samples, progress=progress)
+            rows = run(databases.targets(), counts)
         finally:
             databases.close()
-        emit(render_table(rows), out, {"rows": rows})
+        emit(render(rows), out, {"rows": rows})
 
 
 @bench.command("search")
@@ -368,17 +377,10 @@ def bench_repo_cmd(sizes: str, pg_url: str | None, samples: int, out: Path | Non
 @OUT
 def bench_search_cmd(sizes: str, pg_url: str | None, queries: int, out: Path | None) -> None:
     """Memory search latency (p50/p99) by the number of states, SQLite and PostgreSQL side by side."""
-    from flowstate.bench.repo import Databases
     from flowstate.bench.search import bench_search, render_table
 
-    with errors(), tempfile.TemporaryDirectory() as tmp:
-        counts = [int(x) for x in sizes.split(",") if x.strip()]
-        databases = Databases(tmp, pg_url)
-        try:
-            rows = bench_search(databases.targets(), counts, queries, progress=progress)
-        finally:
-            databases.close()
-        emit(render_table(rows), out, {"rows": rows})
+    _on_databases(sizes, pg_url, lambda targets, counts: bench_search(targets, counts, queries, progress=progress),
+                  render_table, out)
 
 
 @bench.command("index")

@@ -9,21 +9,12 @@ import click
 
 from flowstate.cli.options import default_db, errors
 from flowstate.store.repository import Repository
+from flowstate.store.transfer import renames
 from serving.naming import Keys
 
 
 def _namespace(api_key: str | None) -> str:
     return Keys([api_key]).namespace(f"Bearer {api_key}") if api_key else ""
-
-
-def _renames(pairs: tuple[str, ...]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in pairs:
-        old, sep, new = pair.partition("=")
-        if not sep or not old or not new:
-            raise click.BadParameter(f"{pair!r}: give OLD=NEW", param_hint="--rename")
-        out[old] = new
-    return out
 
 
 KEY_HELP = ("The sessions of this API key, named as that key names them (what the endpoint's key sees) "
@@ -64,7 +55,10 @@ def export(db: str | None, sessions: tuple[str, ...], everything: bool, api_key:
 def import_(file: Path, db: str | None, rename: tuple[str, ...], api_key: str | None) -> None:
     """Read a session file into a database, all or nothing (a taken name is refused unless renamed)."""
     with errors():
-        renames = _renames(rename)
+        try:
+            renamed = renames(rename)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--rename") from None
         with Repository.open(db or default_db()) as repo, file.open(encoding="utf-8", newline="") as f:
-            names = repo.import_sessions(f, _namespace(api_key), renames)
+            names = repo.import_sessions(f, _namespace(api_key), renamed)
         click.echo(f"imported {len(names)} session(s): {', '.join(names)}")

@@ -276,7 +276,7 @@ class Repository:
         from flowstate.store.migrations import MIGRATIONS
 
         with self._read() as conn:
-            return list(transfer.export_lines(conn, names, namespace, MIGRATIONS[-1][0]))
+            return list(transfer.export_lines(conn, names, namespace, MIGRATIONS[-1][0], _LINE))
 
     def import_sessions(self, lines: Iterable[str], namespace: str = "",
                         rename: Mapping[str, str] | None = None) -> list[str]:

@@ -66,11 +66,6 @@ def _line(obj: dict[str, Any]) -> str:
 
 # -- export ------------------------------------------------------------------------------------------------------
 
-_LINE_OF = ("WITH RECURSIVE line(sid, parent, fork_at, upto) AS ("
-            "SELECT id, parent_id, fork_at, 2147483647 FROM sessions WHERE id = ?"
-            " UNION ALL SELECT s.id, s.parent_id, s.fork_at, l.fork_at FROM sessions s JOIN line l ON s.id = l.parent) ")
-
-
 @dataclass(frozen=True)
 class _Stored:
     sid: int
@@ -81,8 +76,9 @@ class _Stored:
     active_at: int
 
 
-def export_lines(conn: Conn, names: Sequence[str], namespace: str, schema: str) -> Iterator[str]:
-    """The file of the sessions ``names`` (full names, each starting with ``namespace``), header first."""
+def export_lines(conn: Conn, names: Sequence[str], namespace: str, schema: str, lineage: str) -> Iterator[str]:
+    """The file of the sessions ``names`` (full names, each starting with ``namespace``), header first; ``lineage``
+    is the repository's lineage CTE of a session by name (a fork exported without its parent reads through it)."""
     wanted: dict[int, _Stored] = {}
     for name in names:
         row = conn.execute("SELECT id, name, parent_id, fork_at, created_at, active_at FROM sessions WHERE name = ?",
@@ -105,10 +101,10 @@ def export_lines(conn: Conn, names: Sequence[str], namespace: str, schema: str) 
              forked_from={"session": names_of[s.parent][len(namespace):], "requests": s.fork_at}
              if keeps_parent and s.parent is not None else None)
         # its own rows; a fork without its parent in the file: its whole lineage's, as its own
-        line, own = (_LINE_OF, "JOIN line l ON {t}.session_id = l.sid AND {t}.{i} <= l.upto") if s.parent is not None \
-            and not keeps_parent else ("", "")
-        where = own or "WHERE {t}.session_id = ?"
-        args: tuple[Any, ...] = (s.sid,)
+        flat = s.parent is not None and not keeps_parent
+        line = lineage if flat else ""
+        where = "JOIN line l ON {t}.session_id = l.sid AND {t}.{i} <= l.upto" if flat else "WHERE {t}.session_id = ?"
+        args: tuple[Any, ...] = (s.name,) if flat else (s.sid,)
 
         def rows(sql: str, t: str, i: str, order: str) -> Any:
             clause = where.format(t=t, i=i)
@@ -217,6 +213,17 @@ class SessionFile:
     @property
     def names(self) -> list[str]:
         return [s.name for s in self.sessions]
+
+
+def renames(pairs: Iterable[str]) -> dict[str, str]:
+    """``--rename`` / ``?rename=`` values (``OLD=NEW``) as a mapping; a ``ValueError`` names one that is not."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        old, sep, new = pair.partition("=")
+        if not sep or not old or not new:
+            raise ValueError(f"rename {pair[:60]!r}: give OLD=NEW")
+        out[old] = new
+    return out
 
 
 def _where(number: int) -> str:

@@ -211,3 +211,14 @@ def test_the_migration_indexes_an_older_database(db_target: str) -> None:
         hits, _ = repo.search("", Search.parse("lisbon"))
         assert [(h.session, h.state_id, h.created) for h in hits] == [("old", "kn_old", None)]
         assert ids(repo, "hotel", namespace="", since="2000-01-01") == []  # no time kept: outside any date filter
+
+
+def test_the_search_bench_fills_and_times(tmp_path: Path) -> None:
+    """``flowstate bench search``'s rows: the states it wrote are searchable, and its figures are consistent."""
+    from flowstate.bench.search import bench_search, render_table
+
+    rows = bench_search({"sqlite": lambda: str(tmp_path / "bench.db")}, [200], 20)
+    row = rows[0]
+    assert (row["backend"], row["states"], row["queries"]) == ("sqlite", 200, 20)
+    assert row["hits_per_page"] > 0 and 0 < row["p50_ms"] <= row["p99_ms"] <= row["max_ms"]
+    assert "| 200 | sqlite | 20 |" in render_table(rows)

@@ -70,10 +70,16 @@ class Server:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
+    """A server on SQLite; ``@BOTH_DATABASES`` runs the test again on a PostgreSQL database of its own."""
     s = Server(tmp_path)
+    if getattr(request, "param", "sqlite") == "postgres":
+        s.db = request.getfixturevalue("pg_server").new_database()  # type: ignore[assignment]
     yield s
     s.stop()
+
+
+BOTH_DATABASES = pytest.mark.parametrize("server", ["sqlite", "postgres"], indirect=True)
 
 
 def lines(marker: str, outputs: Sequence[str]) -> list[dict[str, Any]]:

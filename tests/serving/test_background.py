@@ -8,14 +8,13 @@ from __future__ import annotations
 import os
 import signal
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.helpers import add, output
-from tests.serving.conftest import Server
+from tests.serving.conftest import BOTH_DATABASES, Server
 from tests.serving.test_chat import client
 
 SLOW = ("--tools", "tests.serving.slow_tools:TOOLS")
@@ -24,15 +23,6 @@ SLOW = ("--tools", "tests.serving.slow_tools:TOOLS")
 def slow(seconds: float, answer: str, tag: str) -> list[dict[str, Any]]:
     return [{"text": output(tools=[{"name": "wait", "arguments": {"seconds": seconds}}]), "when": tag},
             {"text": output(delta=[add("kn_waited", waited=True)], content=answer), "when": tag}]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def server(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    s = Server(tmp_path)
-    if request.param == "postgres":
-        s.db = request.getfixturevalue("pg_server").new_database()  # type: ignore[assignment]
-    yield s
-    s.stop()
 
 
 def poll(c: Any, rid: str, until: tuple[str, ...] = ("completed", "failed", "cancelled", "incomplete"),
@@ -45,6 +35,7 @@ def poll(c: Any, rid: str, until: tuple[str, ...] = ("completed", "failed", "can
         time.sleep(0.1)
 
 
+@BOTH_DATABASES
 def test_create_poll_and_cancel(server: Server) -> None:
     url = server.start(slow(3, "waited once", "[bg]") + slow(3, "never said", "[cancel]")
                        + slow(3, "later", "[again]") + [{"text": output(content="plain"), "when": "[fg]"}], *SLOW)
@@ -77,6 +68,7 @@ def test_create_poll_and_cancel(server: Server) -> None:
         c.responses.create(model="flowstate", input="[fg] x", background=True, store=False)
 
 
+@BOTH_DATABASES
 def test_a_dropped_stream_resumes(server: Server) -> None:
     url = server.start(slow(1, "streamed after a wait", "[st]"), *SLOW)
     c = client(url, "none")
@@ -98,6 +90,7 @@ def test_a_dropped_stream_resumes(server: Server) -> None:
                      timeout=30).status_code == 400
 
 
+@BOTH_DATABASES
 @pytest.mark.slow
 def test_a_killed_server_s_background_response_fails_and_never_reruns(server: Server) -> None:
     url = server.start(slow(8, "never", "[kill]"), *SLOW, "--background-lease", "2")
@@ -117,6 +110,7 @@ def test_a_killed_server_s_background_response_fails_and_never_reruns(server: Se
     assert c.responses.retrieve(r.id).status == "failed"
 
 
+@BOTH_DATABASES
 def test_a_delete_racing_a_turn_removes_what_the_turn_stored(server: Server) -> None:
     """The rule: a DELETE of a session (or conversation) while a turn runs in it waits for the turn, then removes
     everything — the turn's request, its memory and its response. The turn's client gets its answer; nothing of it

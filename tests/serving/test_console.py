@@ -17,6 +17,7 @@ import pytest
 from tests.helpers import add, output
 from tests.serving.conftest import Server, lines
 from tests.serving.test_chat import client
+from tests.serving.test_memory_api import trip
 
 REQUIRE_ENV = "FLOWSTATE_REQUIRE_BROWSER"  # CI sets it: no browser is then a failure, not a skip
 ARTIFACTS_ENV = "FLOWSTATE_ARTIFACTS"
@@ -67,12 +68,7 @@ def shots(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 
 
 def script() -> list[dict[str, Any]]:
-    out = lines("[trip]", [
-        output(delta=[add("pref_quiet", "preference", note="quiet rooms in Lisbon"),
-                      add("dec_hotel", "judgement", refs=[("supports", "pref_quiet")], hotel="Baixa"),
-                      {"operation": "update", "state_id": "ghost", "summary": "nothing to update"}],
-               content="Noted: a quiet hotel in Lisbon."),
-    ])
+    out = trip()
     evil = add("kn_evil", note=XSS)
     evil["summary"] = XSS
     out += lines("[evil]", [output(delta=[evil], content=XSS)])

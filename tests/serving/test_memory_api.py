@@ -22,13 +22,19 @@ ONE = {"Authorization": "Bearer key-one"}
 TWO = {"Authorization": "Bearer key-two"}
 
 
-def script() -> list[dict[str, Any]]:
-    out = lines("[trip]", [
+def trip() -> list[dict[str, Any]]:
+    """The "[trip]" turn: a preference, a judgement that it supports, and an update of a state that is not there
+    (rejected)."""
+    return lines("[trip]", [
         output(delta=[add("pref_quiet", "preference", note="quiet rooms in Lisbon"),
                       add("dec_hotel", "judgement", refs=[("supports", "pref_quiet")], hotel="Baixa"),
                       {"operation": "update", "state_id": "ghost", "summary": "nothing to update"}],
                content="Noted: a quiet hotel in Lisbon."),
     ])
+
+
+def script() -> list[dict[str, Any]]:
+    out = trip()
     out += lines("[later]", [output(focus=["dec_hotel"]),
                              output(delta=[add("dec_keep", "judgement", refs=[("supersedes", "dec_hotel")], keep=True)],
                                     content="Keep the Baixa.")])

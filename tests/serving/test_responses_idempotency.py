@@ -13,18 +13,9 @@ import pytest
 
 from flowstate import Repository
 from tests.helpers import output
-from tests.serving.conftest import Server
+from tests.serving.conftest import BOTH_DATABASES, Server
 
 SLOW = ("--tools", "tests.serving.slow_tools:TOOLS")
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def server(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    s = Server(tmp_path)
-    if request.param == "postgres":
-        s.db = request.getfixturevalue("pg_server").new_database()  # type: ignore[assignment]
-    yield s
-    s.stop()
 
 
 def post(url: str, key: str, **body: Any) -> httpx.Response:
@@ -37,6 +28,7 @@ def stored(server: Server) -> list[tuple[str, str]]:
         return [(r[0], r[1]) for r in conn.execute("SELECT id, session FROM responses ORDER BY id")]
 
 
+@BOTH_DATABASES
 def test_a_key_names_one_response(server: Server) -> None:
     script = [{"text": output(tools=[{"name": "wait", "arguments": {"seconds": 1}}]), "when": "[slow]"},
               {"text": output(content="slow answer"), "when": "[slow]"}]

@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from click.testing import CliRunner
 
 from flowstate.cli import main
 from tests.helpers import add, output
-from tests.serving.conftest import Server, lines
+from tests.serving.conftest import BOTH_DATABASES, Server, lines
 from tests.serving.test_chat import client
 
 ONE = {"Authorization": "Bearer key-one"}
@@ -30,15 +29,7 @@ def script() -> list[dict[str, Any]]:
     return out
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def server(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    s = Server(tmp_path)
-    if request.param == "postgres":
-        s.db = request.getfixturevalue("pg_server").new_database()  # type: ignore[assignment]
-    yield s
-    s.stop()
-
-
+@BOTH_DATABASES
 def test_export_import_over_http_and_go_on(server: Server) -> None:
     url = server.start(script(), "--api-key", "key-one", "--api-key", "key-two")
     client(url, "key-one").chat.completions.create(model="flowstate", user="trip",
@@ -80,6 +71,7 @@ def test_export_import_over_http_and_go_on(server: Server) -> None:
     assert listed() == before
 
 
+@BOTH_DATABASES
 def test_the_cli_moves_a_key_s_sessions(server: Server, tmp_path: Path) -> None:
     url = server.start(script(), "--api-key", "key-one")
     client(url, "key-one").chat.completions.create(model="flowstate", user="trip",
