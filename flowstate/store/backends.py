@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from flowstate.errors import StorageError
+from flowstate.errors import StorageError, install_hint
 from flowstate.store import migrations
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -160,7 +160,7 @@ class PostgresBackend:
             from psycopg_pool import ConnectionPool
         except ImportError as exc:
             raise StorageError(f"a PostgreSQL database needs psycopg ({exc.name} is missing): "
-                               "pip install 'flowstate[postgres]'") from exc
+                               f"{install_hint('postgres')}") from exc
 
         self._errors = (psycopg.Error,)
         self.label = redact(url)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from flowstate.errors import SessionNotFound, StorageError
+from flowstate.errors import DISTRIBUTION, SessionNotFound, StorageError
 from flowstate.nodes import Node, Ref, Relation, StateType, canonical_json
 from flowstate.store import search as fts
 from flowstate.store.backends import Conn
@@ -55,7 +55,7 @@ class SessionExists(StorageError):
 
 def _version() -> str:
     try:
-        return metadata.version("flowstate")
+        return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:  # a source tree that was never installed
         return "unknown"
 

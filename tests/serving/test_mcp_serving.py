@@ -17,7 +17,7 @@ from tests.serving.conftest import Server, lines
 
 SERVER = Path(__file__).resolve().parent.parent / "fixtures" / "mcp" / "server.py"
 
-pytestmark = [pytest.mark.slow, skip_unless("mcp", "the MCP SDK: pip install 'flowstate[mcp]'")]
+pytestmark = [pytest.mark.slow, skip_unless("mcp", "the MCP SDK: pip install -e '.[mcp]'")]
 
 
 def test_an_endpoint_request_uses_an_mcp_tool_through_the_openai_client(server: Server) -> None:

