@@ -1,4 +1,5 @@
-"""Model backends behind one small Protocol, chosen by name; heavy imports stay inside each backend."""
+"""Model backends behind one small abstract base class (``engine.base.Engine``), chosen by name; heavy imports stay inside
+each backend."""
 
 from __future__ import annotations
 

