@@ -33,6 +33,8 @@ class Usage:
     shared_tokens: int = 0  # the prompt's fixed deployment prefix (its system message), where the engine counts it
     forced_tokens: int = 0  # completion tokens the grammar forced, appended without a decode step each
     mask_s: float = 0.0  # of decode_s, the time computing and applying the grammar's token masks (where measured)
+    drafted_tokens: int = 0  # tokens drafted for verification (speculative decoding, where the engine drafts)
+    accepted_tokens: int = 0  # of them, the ones kept (each a completion token that cost no forward pass of its own)
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -44,6 +46,8 @@ class Usage:
             shared_tokens=self.shared_tokens + other.shared_tokens,
             forced_tokens=self.forced_tokens + other.forced_tokens,
             mask_s=self.mask_s + other.mask_s,
+            drafted_tokens=self.drafted_tokens + other.drafted_tokens,
+            accepted_tokens=self.accepted_tokens + other.accepted_tokens,
         )
 
     def to_dict(self) -> dict[str, float | int]:
@@ -56,6 +60,8 @@ class Usage:
             **({"shared_tokens": self.shared_tokens} if self.shared_tokens else {}),
             **({"forced_tokens": self.forced_tokens} if self.forced_tokens else {}),
             **({"mask_s": round(self.mask_s, 6)} if self.mask_s else {}),
+            **({"drafted_tokens": self.drafted_tokens} if self.drafted_tokens else {}),
+            **({"accepted_tokens": self.accepted_tokens} if self.accepted_tokens else {}),
         }
 
 

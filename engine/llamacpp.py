@@ -24,6 +24,7 @@ from typing import Any
 from engine.base import ALL_SAMPLING, Capabilities, Decoding, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError, install_hint
+from engine.lookup import Lookup, Speculation, greedy, sampler, verify
 from engine.purpose import STEP, Purpose
 from engine.text import common_prefix
 
@@ -223,7 +224,7 @@ class LlamaCppEngine(Engine):
     name = "llamacpp"
     options = frozenset({"model", "temperature", "top_p", "max_tokens", "repetition_penalty", "threads",
                          "threads_batch", "batch_size", "context", "seed", "extra_buffers", "chat_template",
-                         "chat_template_kwargs", "fast_forward"})
+                         "chat_template_kwargs", "fast_forward", "speculate"})
 
     def __init__(
         self,
@@ -242,8 +243,12 @@ class LlamaCppEngine(Engine):
         chat_template: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         fast_forward: bool = True,
+        speculate: str | None = None,
     ) -> None:
-        """``fast_forward``: tokens the grammar forces are appended in one forward pass, not decoded one by one."""
+        """``fast_forward``: tokens the grammar forces are appended in one forward pass, not decoded one by one.
+        ``speculate``: ``lookup:K`` drafts up to K tokens a step from the prompt and output so far and verifies them
+        in one forward pass (``engine/lookup.py``); off by default."""
+        self.speculation = Speculation.parse(speculate)
         try:
             import llama_cpp
             import llguidance
@@ -265,6 +270,12 @@ class LlamaCppEngine(Engine):
                 )
         except (ValueError, RuntimeError, OSError) as exc:
             raise EngineConfigError(f"llama.cpp cannot load {path}: {exc}") from exc
+        if self.speculation is not None and batch_size <= self.speculation.k:
+            raise EngineConfigError(f"speculate={speculate} verifies {self.speculation.k + 1} tokens in one batch: "
+                                    f"batch_size must exceed {self.speculation.k}, not {batch_size}")
+        if self.speculation is not None and (self.llm._is_recurrent or self.llm._is_hybrid):
+            raise EngineConfigError(f"speculate needs a KV cache that can drop rejected draft tokens; {Path(path).name} "
+                                    "is a recurrent or hybrid model, whose state cannot be rolled back here")
         self.context: int = self.llm.n_ctx()
         self._vocab = self.llm.n_vocab()
         self._eos = self.llm.token_eos()
@@ -356,8 +367,12 @@ class LlamaCppEngine(Engine):
             processors = llama_cpp.LogitsProcessorList([logits])
         run = _Output(self.llm, matcher if self.fast_forward else None, budget, on_text)
         started = time.perf_counter()
+        drafted = accepted = 0
         try:
-            finish, first = self._decode(prompt, run, matcher, s.temperature, s.top_p, processors)
+            if self.speculation is not None:
+                finish, first, drafted, accepted = self._speculate(prompt, run, matcher, s, logits)
+            else:
+                finish, first = self._decode(prompt, run, matcher, s.temperature, s.top_p, processors)
         except EngineError:
             self.llm.reset()
             raise
@@ -369,7 +384,8 @@ class LlamaCppEngine(Engine):
         text = self.llm.detokenize(run.tokens, special=False).decode("utf-8", errors="replace")
         usage = Usage(prompt_tokens=len(prompt), cached_tokens=max(cached, 0), completion_tokens=len(run.tokens),
                       ttft_s=first - started, decode_s=end - first, forced_tokens=run.forced,
-                      mask_s=logits.mask_s if logits is not None else 0.0)
+                      mask_s=logits.mask_s if logits is not None else 0.0, drafted_tokens=drafted,
+                      accepted_tokens=accepted)
         return Generation(text=text, usage=usage, finish_reason=finish)
 
     def _decode(self, prompt: list[int], run: _Output, matcher: Any, temperature: float, top_p: float,
@@ -404,3 +420,82 @@ class LlamaCppEngine(Engine):
         if matcher is not None and matcher.is_stopped():
             finish = "stop"
         return finish, first
+
+    def _speculate(self, prompt: list[int], run: _Output, matcher: Any, s: Decoding, logits: _Logits | None
+                   ) -> tuple[str, float | None, int, int]:
+        """Decode with drafts from the prompt (``engine/lookup.py``): each forward pass evaluates the tokens not yet
+        evaluated (the last chosen one and the grammar's forced ones) and a draft of up to K tokens, and keeps the
+        draft's prefix the verifier chooses itself, then the verifier's own next token. The finish reason, the first
+        token's time, and the tokens drafted and kept."""
+        import llama_cpp
+        import numpy as np
+
+        assert self.speculation is not None
+        llm, lookup = self.llm, Lookup(self.speculation, prompt)
+        choose = greedy if s.temperature == 0 else sampler(s.temperature, s.top_p, np.random.default_rng(s.seed or 0))
+        llm.n_tokens = min(common_prefix(llm.input_ids[: llm.n_tokens].tolist(), prompt), len(prompt) - 1)
+        llm.eval(prompt[llm.n_tokens:-1])  # the prompt but its last token, which goes with the first draft
+        first: float | None = None
+        drafted = kept_total = 0
+        run.fast_forward()
+        while not run.full and not (matcher is not None and matcher.is_stopped()):
+            context = prompt + run.tokens
+            lookup.extend(context[len(lookup.tokens):])
+            draft = lookup.propose(limit=run.budget - len(run.tokens) - 1)
+            draft = draft[: next((i for i, t in enumerate(draft) if llama_cpp.llama_vocab_is_eog(self._vocab_ptr, t)), len(draft))]
+            if matcher is not None and draft:
+                draft = draft[: matcher.validate_tokens(draft)]
+            pending = context[llm.n_tokens:]
+            rows = self._forward(pending + draft, len(draft) + 1)
+            seen = np.array(context, dtype=np.int64)
+
+            def scores(i: int) -> Any:
+                row = rows[i].copy()
+                return logits(np.concatenate([seen, draft[:i]]) if i else seen, row) if logits is not None else row
+
+            def keep(row: Any, d: int | None) -> tuple[bool, int]:
+                kept, token = choose(row, d)
+                if kept and matcher is not None and not matcher.consume_token(d):
+                    raise EngineError(f"llguidance refused a draft token it had validated: {matcher.get_error()}")
+                return kept, token
+
+            kept, token = verify(draft, scores, keep)
+            drafted, kept_total = drafted + len(draft), kept_total + kept
+            first = first or time.perf_counter()
+            llm.n_tokens -= len(draft) - kept  # the rejected drafts leave the KV cache
+            llm._ctx.kv_cache_seq_rm(-1, llm.n_tokens, -1)
+            if kept:
+                run.emit(draft[:kept])
+            if llama_cpp.llama_vocab_is_eog(self._vocab_ptr, token):
+                return "stop", first, drafted, kept_total
+            if run.full:
+                break
+            if matcher is not None and not matcher.consume_token(token):
+                raise EngineError(f"llguidance refused sampled token {token}: {matcher.get_error()}")
+            run.emit([token])
+            if matcher is None or not matcher.is_stopped():
+                run.fast_forward()
+        stopped = matcher is not None and matcher.is_stopped()
+        return ("stop" if stopped else "length"), first, drafted, kept_total
+
+    def _forward(self, tokens: list[int], rows: int) -> Any:
+        """Evaluate ``tokens`` after the cached context, in one batch where they fit; the logits of the last ``rows``
+        of them (rows × vocabulary)."""
+        import numpy as np
+
+        llm = self.llm
+        if len(tokens) > llm.n_batch:  # a long forced run: its head first, as llama-cpp-python evaluates a prompt
+            llm.eval(tokens[:-rows])
+            tokens = tokens[-rows:]
+        n_past = llm.n_tokens
+        llm._ctx.kv_cache_seq_rm(-1, n_past, -1)
+        llm._batch.set_batch(tokens, n_past, logits_all=False)
+        for i in range(len(tokens) - rows, len(tokens)):
+            llm._batch.batch.logits[i] = True
+        llm._ctx.decode(llm._batch)
+        llm.input_ids[n_past:n_past + len(tokens)] = tokens
+        llm.n_tokens = n_past + len(tokens)
+        out = np.empty((rows, self._vocab), dtype=np.float32)
+        for r in range(rows):
+            out[r] = np.ctypeslib.as_array(llm._ctx.get_logits_ith(len(tokens) - rows + r), shape=(self._vocab,))
+        return out

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from engine.base import Message
+from engine.base import Message, Sampling, Usage
 from engine.errors import EngineConfigError
 from engine.llamacpp import LlamaCppEngine
 from flowstate import Agent, LoopConfig, Repository
@@ -121,3 +121,40 @@ def test_id_aware_grammar_confines_state_focus(llama: LlamaCppEngine) -> None:
         output = parse_output(gen.text)
         assert {f.target_id for f in output.state_focus} <= {"dec_book_a", "pref_budget"}
         assert grammar is not None and "secret_plan" not in grammar
+
+
+def test_speculation_without_a_kept_draft_is_the_one_token_path(calls, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The drafting loop's own bookkeeping (the KV cache, the penalty's context, the grammar's mask, forced tokens)
+    changes no token: with no draft to verify it writes exactly what the one-token path writes."""
+    from engine import lookup
+
+    plain, drafting = LlamaCppEngine(), LlamaCppEngine(speculate="lookup:4")
+    monkeypatch.setattr(lookup.Lookup, "propose", lambda self, limit=None: [])
+    for messages, grammar in calls[:2]:
+        a, b = plain.generate(messages, grammar=grammar), drafting.generate(messages, grammar=grammar)
+        assert (b.text, b.usage.completion_tokens, b.usage.forced_tokens) == (a.text, a.usage.completion_tokens,
+                                                                             a.usage.forced_tokens)
+        assert b.usage.drafted_tokens == 0
+
+
+def test_speculation_drafts_from_the_prompt_and_every_output_parses(calls) -> None:
+    """lookup:4 on the hotel prompts: drafts come (a FlowState output copies ids and values from its prompt), some
+    are kept, each call says how many; greedy and sampled outputs stay under the grammar."""
+    engine = LlamaCppEngine(speculate="lookup:4")
+    gens = [engine.generate(messages, grammar=grammar) for messages, grammar in calls[:2]]
+    gens.append(engine.generate(calls[0][0], grammar=calls[0][1], sampling=Sampling(temperature=0.8, top_p=0.95,
+                                                                                      seed=3)))
+    for (_, grammar), gen in zip([*calls[:2], calls[0]], gens, strict=True):
+        check_under_grammar(grammar or "", gen, COMPACT)
+        assert 0 <= gen.usage.accepted_tokens <= gen.usage.drafted_tokens
+        assert gen.usage.accepted_tokens + gen.usage.forced_tokens <= gen.usage.completion_tokens
+    assert sum(g.usage.drafted_tokens for g in gens) > 20 and sum(g.usage.accepted_tokens for g in gens) > 5
+    total = sum((g.usage for g in gens), Usage()).to_dict()  # what a run record shows of them
+    assert total["drafted_tokens"] >= total["accepted_tokens"] > 0
+
+
+def test_speculation_needs_a_batch_that_holds_the_draft() -> None:
+    with pytest.raises(EngineConfigError, match="batch_size must exceed 4"):
+        LlamaCppEngine(speculate="lookup:4", batch_size=4)
+    with pytest.raises(EngineConfigError, match="speculate takes lookup:K"):
+        LlamaCppEngine(speculate="ngram:4")
