@@ -9,7 +9,10 @@ tokens/s (output tokens over decode time, forced tokens included; and its ratio 
 grammar), the share of output tokens the grammar forced (appended in one pass by engines that fast-forward),
 seconds per call (prefill and decode), prefill tokens/s over the prompt
 tokens that were not cached, the cached share, time to first token, grammar build/compile time,
-the share of outputs that parse, and how many were cut at the token budget.
+the share of outputs that parse, and how many were cut at the token budget. An engine that drafts (``llamacpp``'s
+``speculate=lookup:K``, ``--speculate``) adds the tokens it drafted and kept, the completion tokens each forward pass
+produced beside the forced ones, and how its outputs compare with the same engine's without drafting (the share of
+calls whose text is the same, and where the first that differs parts from it).
 """
 
 from __future__ import annotations
@@ -65,14 +68,20 @@ class ModeResult:
     prefilled: int = 0  # prompt tokens not served from the cache
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
     ttft_s: list[float] = field(default_factory=list)
     grammar_ms: list[float] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
 
     def add(self, gen: Generation, limits: Limits) -> None:
         u = gen.usage
         self.calls += 1
         self.completion_tokens += u.completion_tokens
         self.forced_tokens += u.forced_tokens
+        self.drafted_tokens += u.drafted_tokens
+        self.accepted_tokens += u.accepted_tokens
+        self.texts.append(gen.text)
         self.decode_s += u.decode_s
         self.mask_s += u.mask_s
         self.prompt_tokens += u.prompt_tokens
@@ -89,6 +98,19 @@ class ModeResult:
     @property
     def decode_tok_s(self) -> float:
         return self.completion_tokens / self.decode_s if self.decode_s else 0.0
+
+    def compared(self, other: ModeResult | None) -> dict[str, Any]:
+        """Drafting's figures, and how this engine's outputs compare with ``other``'s (the same engine undrafted)."""
+        if not self.drafted_tokens:
+            return {}
+        sampled = self.completion_tokens - self.forced_tokens  # each from a forward pass or a kept draft
+        parted = [next((i for i, (a, b) in enumerate(zip(x, y, strict=False)) if a != b), min(len(x), len(y)))
+                  for x, y in zip(self.texts, other.texts if other else [], strict=False) if x != y]
+        return {"drafted": self.drafted_tokens, "kept_share": round(self.accepted_tokens / self.drafted_tokens, 3),
+                "tokens_per_pass": round(sampled / (sampled - self.accepted_tokens), 2) if sampled > self.accepted_tokens
+                else None,
+                "same_text": f"{len(self.texts) - len(parted)}/{len(self.texts)}" if other else None,
+                "parts_at_char": ",".join(map(str, parted)) or None}
 
     def row(self, plain: ModeResult | None) -> dict[str, Any]:
         ttft = sum(self.ttft_s)
@@ -117,9 +139,10 @@ class ModeResult:
 
 def bench_decode(
     engines: Mapping[str, Engine], *, calls: int | None = None, max_tokens: int | None = None,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] | None = None, against: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Decode the hotel prompts under each grammar mode on each engine, interleaved call by call."""
+    """Decode the hotel prompts under each grammar mode on each engine, interleaved call by call; ``against`` names,
+    for an engine that drafts, the engine whose outputs its own are compared with."""
     plans = {}
     for name, engine in engines.items():
         limits = for_engine(engine)
@@ -143,14 +166,19 @@ def bench_decode(
                 if progress is not None:
                     progress(f"{name} call {result.calls}/{len(recorded)} {mode}: "
                              f"{result.completion_tokens} tokens so far")
-    return [results[(name, m)].row(results[(name, "none")] if m != "none" else None)
+    against = against or {}
+    return [{**results[(name, m)].row(results[(name, "none")] if m != "none" else None),
+             **results[(name, m)].compared(results.get((against.get(name, ""), m)))}
             for name in engines for m in MODES]
 
 
 HEAD = ["engine", "mode", "limits", "calls", "parsed_share", "truncated", "completion_tokens", "forced_share",
         "decode_tok_s", "mask_ms_per_token", "mask_share", "vs_plain", "s_per_call", "prefill_tok_s", "cached_share",
         "ttft_mean_s", "grammar_ms_mean"]
+DRAFTING = ["drafted", "kept_share", "tokens_per_pass", "same_text", "parts_at_char"]
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:
-    return table(HEAD, rows, none="")
+    if not any("drafted" in r for r in rows):
+        return table(HEAD, rows, none="")
+    return table(HEAD + DRAFTING, [{**dict.fromkeys(DRAFTING), **r} for r in rows], none="")

@@ -69,7 +69,12 @@ def side_by_side(pg_url: str | None) -> list[tuple[str, str]]:
 @click.option("--fast-forward", "fast_forward", default="on", show_default=True, type=click.Choice(["on", "off", "both"]),
               help="llamacpp: append the tokens a grammar forces in one forward pass (on), decode them one by one "
                    "(off), or both side by side (both: each engine twice, the second named '… step-by-step').")
-def bench_decode_cmd(calls: int | None, out: Path | None, fast_forward: str, **engine_opts: Any) -> None:
+@click.option("--speculate", default="off", show_default=True,
+              help="llamacpp: also decode with drafts from the prompt, comma-separated settings side by side (e.g. "
+                   "off,lookup:4,lookup:8: each engine once per setting, named '… lookup:K'), each drafting one "
+                   "compared with the same engine's undrafted outputs.")
+def bench_decode_cmd(calls: int | None, out: Path | None, fast_forward: str, speculate: str,
+                     **engine_opts: Any) -> None:
     """Tokens/s without grammar vs static vs per-step grammar, per engine (--engine a,b: side by side in one run)."""
     from flowstate.bench.decode import bench_decode, render_table
 
@@ -79,9 +84,16 @@ def bench_decode_cmd(calls: int | None, out: Path | None, fast_forward: str, **e
         step_by_step: dict[str, Any] = {"fast_forward": False}
         settings: dict[str, list[tuple[str, dict[str, Any]]]] = {
             "on": [("", {})], "off": [("", step_by_step)], "both": [("", {}), (" step-by-step", step_by_step)]}
-        loaded = {n + suffix: engines.load(n, **engine_opts, **extra, max_tokens=None)
-                  for n in names for suffix, extra in settings[fast_forward]}
-        rows = bench_decode(loaded, calls=calls, max_tokens=max_tokens, progress=progress)
+        drafts = [s.strip() for s in speculate.split(",") if s.strip()] or ["off"]
+        loaded, against = {}, {}
+        for n in names:
+            for suffix, extra in settings[fast_forward]:
+                for draft in drafts:
+                    name = n + suffix + ("" if draft == "off" else f" {draft}")
+                    more = {} if draft == "off" else {"speculate": draft}
+                    loaded[name] = engines.load(n, **engine_opts, **extra, **more, max_tokens=None)
+                    against[name] = n + suffix
+        rows = bench_decode(loaded, calls=calls, max_tokens=max_tokens, progress=progress, against=against)
         emit(render_table(rows), out, {"engines": names, "rows": rows})
 
 
