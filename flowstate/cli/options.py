@@ -79,6 +79,14 @@ def errors() -> Iterator[None]:
         sys.exit(1)
 
 
+FLAGS = {"api_key": "--engine-api-key", "engine_args": "--vllm-arg", "grammar": "--script-grammar"}
+
+
+def flag_of(key: str) -> str:
+    """The engine flag that sets ``key`` (``base_url`` -> ``--base-url``)."""
+    return FLAGS.get(key, "--" + key.replace("_", "-"))
+
+
 def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The options that choose and configure a model backend (defaults live in each backend)."""
     options = [
@@ -115,10 +123,16 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def command(**kwargs: Any) -> Any:
         name = kwargs.get("name") or ""
-        if any(mark in name for mark in ":@="):  # a spec: it fills what the flags leave unset
+        if any(mark in name for mark in ":@="):  # a spec and the flags together: each setting given once
             with errors():
+                spec = parse_spec(name, "--engine")
                 given = {k: v for k, v in kwargs.items() if v is not None and k != "name"}
-                kwargs = {**kwargs, **parse_spec(name, "--engine"), **given}
+                both = sorted(k for k in spec if k in given and given[k] != spec[k])
+                if both:
+                    flags = ", ".join(f"{flag_of(k)} {given[k]!r}" for k in both)
+                    raise ValueError(f"--engine {name!r} sets {', '.join(f'{k}={spec[k]!r}' for k in both)} and "
+                                     f"{flags} sets it again: give each setting once (in the spec or as a flag)")
+                kwargs = {**kwargs, **spec, **given}
         return fn(**kwargs)
 
     for option in reversed(options):

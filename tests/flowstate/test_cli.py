@@ -112,6 +112,8 @@ def test_default_db_comes_from_the_environment(tmp_path: Path) -> None:
     ("eval: a KV budget under 1 GiB", "--kv-model's GPU memory is at least 1 GiB"),
     ("eval: an embedder that is not one", "--embed takes openai:MODEL@URL, minilm[:DIR] or llamacpp[:FILE.gguf], not 'vllm:x'"),
     ("bench capacity: no KV budget", "give the KV budget once: --kv-tokens N or --kv-gib G"),
+    ("an engine spec and a flag that disagree", "--engine 'openai:A@http://127.0.0.1:1/v1' sets model='A' and --model "
+                                                "'B' sets it again: give each setting once"),
 ])
 def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expected: str) -> None:
     db = tmp_path / "m.db"
@@ -124,6 +126,8 @@ def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expect
     junk.write_bytes(b"garbage" * 1000)
     args = {
         "unknown engine": ["run", "q", "--db", db, "--engine", "gpt-17"],
+        "an engine spec and a flag that disagree": ["run", "q", "--db", db, "--engine", "openai:A@http://127.0.0.1:1/v1",
+                                                    "--model", "B"],
         "option the engine does not take": ["run", "q", "--db", db, "--engine", "scripted", "--script", good, "--model", "x"],
         "missing script": ["run", "q", "--db", db, "--engine", "scripted", "--script", tmp_path / "nope.jsonl"],
         "script not JSON": ["run", "q", "--db", db, "--engine", "scripted", "--script", bad_json],
@@ -299,3 +303,14 @@ def test_serve_ranks_by_minilm_with_embed(tmp_path: Path, monkeypatch: pytest.Mo
     mem0, flow = given
     assert isinstance(mem0.ranker, Embeddings) and mem0.ranker.embedder.label == "minilm"
     assert not hasattr(flow, "ranker")
+
+
+def test_an_engine_spec_and_a_flag_that_agree_or_fill_in_run(tmp_path: Path) -> None:
+    """One rule for --engine NAME:…,K=V beside the backend flags: a flag may repeat the spec's value or set what the
+    spec leaves out; only a different value for the same setting is an error (above)."""
+    script = write_script(tmp_path / "s.jsonl", [output(content="hi")] * 2)
+    same = flowstate("run", "q", "--db", tmp_path / "a.db", "--engine", f"scripted,script={script}", "--script", script)
+    assert same.returncode == 0 and same.stdout.strip() == "hi", same.stderr
+    filled = flowstate("run", "q", "--db", tmp_path / "b.db", "--engine", f"scripted,script={script}",
+                       "--script-grammar")
+    assert filled.returncode == 0 and filled.stdout.strip() == "hi", filled.stderr
