@@ -270,12 +270,7 @@ class LlamaCppEngine(Engine):
                 )
         except (ValueError, RuntimeError, OSError) as exc:
             raise EngineConfigError(f"llama.cpp cannot load {path}: {exc}") from exc
-        if self.speculation is not None and batch_size <= self.speculation.k:
-            raise EngineConfigError(f"speculate={speculate} verifies {self.speculation.k + 1} tokens in one batch: "
-                                    f"batch_size must exceed {self.speculation.k}, not {batch_size}")
-        if self.speculation is not None and (self.llm._is_recurrent or self.llm._is_hybrid):
-            raise EngineConfigError(f"speculate needs a KV cache that can drop rejected draft tokens; {Path(path).name} "
-                                    "is a recurrent or hybrid model, whose state cannot be rolled back here")
+        self._check_speculation(batch_size)
         self.context: int = self.llm.n_ctx()
         self._vocab = self.llm.n_vocab()
         self._eos = self.llm.token_eos()
@@ -283,19 +278,34 @@ class LlamaCppEngine(Engine):
         self._llguidance = llguidance
         self._tokenizer = lltokenizer(self._vocab_ptr)
         self._grammars: dict[str, Any] = {}  # grammar text -> compiled llguidance grammar
-        template = chat_template or self.llm.metadata.get("tokenizer.chat_template")
-        if not template:
-            raise EngineConfigError(f"{path} carries no chat template (tokenizer.chat_template); give one with chat_template")
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        def piece(token: int) -> str:
-            return self.llm.detokenize([token], special=True).decode("utf-8", errors="replace")
-
-        self._formatter = Jinja2ChatFormatter(template, eos_token=piece(self._eos), bos_token=piece(self.llm.token_bos()))
+        self._formatter = self._chat_formatter(chat_template, path)
         self.decoding, self.max_tokens = Decoding(temperature, top_p, seed), max_tokens
         self.repetition_penalty, self.fast_forward = repetition_penalty, fast_forward
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._lock = threading.Lock()  # one model, one KV cache: calls from many threads take turns
+
+    def _check_speculation(self, batch_size: int) -> None:
+        if self.speculation is None:
+            return
+        if batch_size <= self.speculation.k:
+            raise EngineConfigError(f"speculate=lookup:{self.speculation.k} verifies {self.speculation.k + 1} tokens "
+                                    f"in one batch: batch_size must exceed {self.speculation.k}, not {batch_size}")
+        if self.llm._is_recurrent or self.llm._is_hybrid:
+            raise EngineConfigError(f"speculate needs a KV cache that can drop rejected draft tokens; {self.model_name} "
+                                    "is a recurrent or hybrid model, whose state cannot be rolled back here")
+
+    def _chat_formatter(self, chat_template: str | None, path: str) -> Any:
+        """The model's chat template (or the one given), rendered as llama-cpp-python renders it."""
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = chat_template or self.llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise EngineConfigError(f"{path} carries no chat template (tokenizer.chat_template); give one with chat_template")
+
+        def piece(token: int) -> str:
+            return self.llm.detokenize([token], special=True).decode("utf-8", errors="replace")
+
+        return Jinja2ChatFormatter(template, eos_token=piece(self._eos), bos_token=piece(self.llm.token_bos()))
 
     @classmethod
     def from_options(cls, **options: Any) -> LlamaCppEngine:
@@ -306,7 +316,7 @@ class LlamaCppEngine(Engine):
 
     def render(self, messages: Sequence[Message]) -> str:
         chat = [{"role": m.role, "content": m.content} for m in messages]
-        prompt: str = self._formatter(messages=chat, **self.chat_template_kwargs).prompt  # type: ignore[arg-type]
+        prompt: str = self._formatter(messages=chat, **self.chat_template_kwargs).prompt
         return prompt
 
     def tokenize(self, text: str) -> list[int]:

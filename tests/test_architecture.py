@@ -187,3 +187,15 @@ def test_every_module_that_runs_a_real_model_shares_the_one_worker() -> None:
     builds = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py")
               if p.name != "test_architecture.py" and real.search(p.read_text(encoding="utf-8"))}
     assert builds and builds <= ONE_AT_A_TIME, sorted(builds - ONE_AT_A_TIME)
+
+
+def test_no_function_is_longer_than_60_lines() -> None:
+    """The house rule: a function that needs more than 60 lines, docstring included, is two functions."""
+    sources = [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")]
+    long = []
+    for path in sources:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None:
+                if (lines := node.end_lineno - node.lineno + 1) > 60:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    assert sources and long == []

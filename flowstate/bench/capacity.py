@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -216,34 +216,16 @@ class Simulation:
             fast_forward: bool = False) -> dict[str, Any]:
         """Sessions (each its calls in order) all at once; what the scheduler did, and with ``clock`` how long it
         took (each step's roofline time, summed). ``fast_forward``: forced tokens are appended, not decoded."""
-        from vllm.sampling_params import SamplingParams
         from vllm.v1.outputs import ModelRunnerOutput
-        from vllm.v1.request import Request
 
         sched = self.scheduler()
         self._check_fits(sessions)
-        queues = [list(calls) for calls in sessions]
-        live: dict[str, tuple[int, Any]] = {}
-        extra: dict[str, list[int]] = {}  # per request, the forced tokens still to append after each sample
-        made = 0
         timing = Timing()
-
-        def submit(session: int) -> None:
-            nonlocal made
-            timing.submitted(f"{session}-{made}")
-            call = queues[session].pop(0)
-            n = max(call.output, 1)
-            req = Request(request_id=f"{session}-{made}", prompt_token_ids=call.ids, pooling_params=None,
-                          sampling_params=SamplingParams(max_tokens=n, min_tokens=n, ignore_eos=True),
-                          block_hasher=self.hasher)
-            extra[req.request_id] = appended(n, call.forced)[::-1] if fast_forward else []
-            made += 1
-            live[req.request_id] = (session, req)
-            sched.add_request(req)
-
-        for i, queue in enumerate(queues):
+        feed = _Feed(sched, [list(calls) for calls in sessions], self.hasher, fast_forward, timing)
+        live, extra = feed.live, feed.extra
+        for i, queue in enumerate(feed.queues):
             if queue:
-                submit(i)
+                feed.submit(i)
         steps = computed = output = preemptions = hits = queries = peak_waiting = kv_waits = forced = 0
         peak_usage = 0.0
         while live:
@@ -270,12 +252,42 @@ class Simulation:
                     del live[rid], extra[rid]
                     preemptions += req.num_preemptions
                     output += req.num_output_tokens
-                    if queues[session]:
-                        submit(session)
-        return {"sessions": len(sessions), "calls": made, "steps": steps, "computed_tokens": computed,
+                    if feed.queues[session]:
+                        feed.submit(session)
+        return {"sessions": len(sessions), "calls": feed.made, "steps": steps, "computed_tokens": computed,
                 "output_tokens": output, "appended_tokens": forced, "peak_kv_usage": round(peak_usage, 3), "peak_waiting": peak_waiting,
                 "kv_wait_steps": kv_waits, "prefix_hit_rate": round(hits / queries, 3) if queries else None, "preemptions": preemptions,
                 **(timing.figures(len(sessions)) if clock is not None else {})}
+
+
+@dataclass
+class _Feed:
+    """Each session's calls fed to the scheduler in turn: its next call once the one before has finished."""
+
+    sched: Any
+    queues: list[list[Call]]
+    hasher: Any
+    fast_forward: bool
+    timing: Timing
+    live: dict[str, tuple[int, Any]] = field(default_factory=dict)  # request id -> (session, request)
+    extra: dict[str, list[int]] = field(default_factory=dict)  # per request, forced tokens still to append
+    made: int = 0
+
+    def submit(self, session: int) -> None:
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.request import Request
+
+        rid = f"{session}-{self.made}"
+        self.timing.submitted(rid)
+        call = self.queues[session].pop(0)
+        n = max(call.output, 1)
+        req = Request(request_id=rid, prompt_token_ids=call.ids, pooling_params=None,
+                      sampling_params=SamplingParams(max_tokens=n, min_tokens=n, ignore_eos=True),
+                      block_hasher=self.hasher)
+        self.extra[rid] = appended(n, call.forced)[::-1] if self.fast_forward else []
+        self.made += 1
+        self.live[rid] = (session, req)
+        self.sched.add_request(req)
 
 
 def _prefix_stats(result: dict[Any, Any]) -> tuple[int, int]:

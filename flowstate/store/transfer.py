@@ -79,13 +79,7 @@ class _Stored:
 def export_lines(conn: Conn, names: Sequence[str], namespace: str, schema: str, lineage: str) -> Iterator[str]:
     """The file of the sessions ``names`` (full names, each starting with ``namespace``), header first; ``lineage``
     is the repository's lineage CTE of a session by name (a fork exported without its parent reads through it)."""
-    wanted: dict[int, _Stored] = {}
-    for name in names:
-        row = conn.execute("SELECT id, name, parent_id, fork_at, created_at, active_at FROM sessions WHERE name = ?",
-                           (name,)).fetchone()
-        if row is None:
-            raise SessionNotFound(f"unknown session {name[len(namespace):]!r}")
-        wanted[int(row[0])] = _Stored(int(row[0]), row[1], row[2], int(row[3]), row[4], int(row[5]))
+    wanted = _wanted(conn, names, namespace)
     names_of = {s.sid: s.name for s in wanted.values()}
     body: list[str] = []
     counts = dict.fromkeys(KINDS, 0)
@@ -100,54 +94,8 @@ def export_lines(conn: Conn, names: Sequence[str], namespace: str, schema: str, 
         emit("session", name=rel, created_at=s.created_at, active_at=s.active_at,
              forked_from={"session": names_of[s.parent][len(namespace):], "requests": s.fork_at}
              if keeps_parent and s.parent is not None else None)
-        # its own rows; a fork without its parent in the file: its whole lineage's, as its own
-        flat = s.parent is not None and not keeps_parent
-        line = lineage if flat else ""
-        where = "JOIN line l ON {t}.session_id = l.sid AND {t}.{i} <= l.upto" if flat else "WHERE {t}.session_id = ?"
-        args: tuple[Any, ...] = (s.name,) if flat else (s.sid,)
-
-        def rows(sql: str, t: str, i: str, order: str) -> Any:
-            clause = where.format(t=t, i=i)
-            return conn.execute(line + sql + " " + clause + " " + order, args)
-
-        for r in rows("SELECT r.idx, r.query, r.response, r.record, r.unfinished, r.created_at, r.strategy FROM"
-                      " requests r", "r", "idx", "ORDER BY r.idx"):
-            record = json.loads(r[3])
-            if record.get("session") == s.name:
-                record["session"] = rel
-            emit("request", session=rel, index=int(r[0]), query=r[1], response=r[2], record=record,
-                 unfinished=r[4], created_at=r[5], strategy=r[6])
-        nodes = list(rows("SELECT n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, n.mark, n.session_id"
-                          " FROM nodes n", "n", "request_idx", "ORDER BY n.request_idx, n.seq"))
-        for n in nodes:
-            emit("node", session=rel, id=n[0], node_kind=n[1], type=n[2], summary=n[3], value=json.loads(n[4]),
-                 request=int(n[5]), mark=n[6])
-        relations: dict[tuple[int, str], list[Any]] = {}
-        for x in conn.execute(line + "SELECT x.session_id, x.source_id, x.position, x.rel, x.target_id FROM relations x"
-                              " JOIN nodes n ON n.session_id = x.session_id AND n.node_id = x.source_id "
-                              + where.format(t="n", i="request_idx") + " ORDER BY x.position", args):
-            relations.setdefault((int(x[0]), x[1]), []).append(x)
-        for n in nodes:
-            for x in relations.get((int(n[7]), n[0]), []):
-                emit("relation", session=rel, source=x[1], position=int(x[2]), rel=x[3], target=x[4])
-        for t in rows("SELECT t.request_idx, t.messages, t.idempotency FROM transcripts t", "t", "request_idx",
-                      "ORDER BY t.request_idx"):
-            emit("transcript", session=rel, request=int(t[0]), messages=json.loads(t[1]),
-                 idempotency=json.loads(t[2]))
-        pending = conn.execute("SELECT request, snapshot FROM pending_requests WHERE name = ?", (s.name,)).fetchone()
-        if pending is not None:
-            snapshot = json.loads(pending[1])
-            if snapshot.get("session") == s.name:
-                snapshot["session"] = rel
-            emit("pending", session=rel, request=int(pending[0]), snapshot=snapshot)
-        conversation = conn.execute("SELECT metadata, created_at FROM conversations WHERE session = ?",
-                                    (s.name,)).fetchone()
-        if conversation is not None:
-            emit("conversation", session=rel, metadata=json.loads(conversation[0]), created_at=int(conversation[1]))
-        for p in conn.execute("SELECT id, namespace, position, body, input_items, created_at FROM responses"
-                              " WHERE session = ? ORDER BY created_at, id", (s.name,)):
-            emit("response", session=rel, id=p[0], namespace=p[1][len(namespace):], position=int(p[2]),
-                 body=json.loads(p[3]), input_items=json.loads(p[4]), created_at=int(p[5]))
+        _graph(conn, s, rel, lineage if s.parent is not None and not keeps_parent else "", emit)
+        _beside(conn, s, rel, namespace, emit)
     digest = hashlib.sha256()
     for b in body:
         digest.update(b.encode())
@@ -156,6 +104,69 @@ def export_lines(conn: Conn, names: Sequence[str], namespace: str, schema: str, 
                                                                sorted(wanted.values(), key=lambda s: s.sid)],
                  "counts": counts, "digest": "sha256:" + digest.hexdigest()})
     yield from body
+
+
+def _wanted(conn: Conn, names: Sequence[str], namespace: str) -> dict[int, _Stored]:
+    wanted: dict[int, _Stored] = {}
+    for name in names:
+        row = conn.execute("SELECT id, name, parent_id, fork_at, created_at, active_at FROM sessions WHERE name = ?",
+                           (name,)).fetchone()
+        if row is None:
+            raise SessionNotFound(f"unknown session {name[len(namespace):]!r}")
+        wanted[int(row[0])] = _Stored(int(row[0]), row[1], row[2], int(row[3]), row[4], int(row[5]))
+    return wanted
+
+
+def _graph(conn: Conn, s: _Stored, rel: str, line: str, emit: Callable[..., None]) -> None:
+    """A session's requests, nodes, relations and transcripts: its own rows, or (``line``, a fork without its parent
+    in the file) its whole lineage's, as its own."""
+    where = "JOIN line l ON {t}.session_id = l.sid AND {t}.{i} <= l.upto" if line else "WHERE {t}.session_id = ?"
+    args: tuple[Any, ...] = (s.name,) if line else (s.sid,)
+
+    def rows(sql: str, t: str, i: str, order: str) -> Any:
+        return conn.execute(line + sql + " " + where.format(t=t, i=i) + " " + order, args)
+
+    for r in rows("SELECT r.idx, r.query, r.response, r.record, r.unfinished, r.created_at, r.strategy FROM"
+                  " requests r", "r", "idx", "ORDER BY r.idx"):
+        record = json.loads(r[3])
+        if record.get("session") == s.name:
+            record["session"] = rel
+        emit("request", session=rel, index=int(r[0]), query=r[1], response=r[2], record=record,
+             unfinished=r[4], created_at=r[5], strategy=r[6])
+    nodes = list(rows("SELECT n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, n.mark, n.session_id"
+                      " FROM nodes n", "n", "request_idx", "ORDER BY n.request_idx, n.seq"))
+    for n in nodes:
+        emit("node", session=rel, id=n[0], node_kind=n[1], type=n[2], summary=n[3], value=json.loads(n[4]),
+             request=int(n[5]), mark=n[6])
+    relations: dict[tuple[int, str], list[Any]] = {}
+    for x in conn.execute(line + "SELECT x.session_id, x.source_id, x.position, x.rel, x.target_id FROM relations x"
+                          " JOIN nodes n ON n.session_id = x.session_id AND n.node_id = x.source_id "
+                          + where.format(t="n", i="request_idx") + " ORDER BY x.position", args):
+        relations.setdefault((int(x[0]), x[1]), []).append(x)
+    for n in nodes:
+        for x in relations.get((int(n[7]), n[0]), []):
+            emit("relation", session=rel, source=x[1], position=int(x[2]), rel=x[3], target=x[4])
+    for t in rows("SELECT t.request_idx, t.messages, t.idempotency FROM transcripts t", "t", "request_idx",
+                  "ORDER BY t.request_idx"):
+        emit("transcript", session=rel, request=int(t[0]), messages=json.loads(t[1]), idempotency=json.loads(t[2]))
+
+
+def _beside(conn: Conn, s: _Stored, rel: str, namespace: str, emit: Callable[..., None]) -> None:
+    """What a session holds beside its graph: a waiting request, its conversation, its stored responses."""
+    pending = conn.execute("SELECT request, snapshot FROM pending_requests WHERE name = ?", (s.name,)).fetchone()
+    if pending is not None:
+        snapshot = json.loads(pending[1])
+        if snapshot.get("session") == s.name:
+            snapshot["session"] = rel
+        emit("pending", session=rel, request=int(pending[0]), snapshot=snapshot)
+    conversation = conn.execute("SELECT metadata, created_at FROM conversations WHERE session = ?",
+                                (s.name,)).fetchone()
+    if conversation is not None:
+        emit("conversation", session=rel, metadata=json.loads(conversation[0]), created_at=int(conversation[1]))
+    for p in conn.execute("SELECT id, namespace, position, body, input_items, created_at FROM responses"
+                          " WHERE session = ? ORDER BY created_at, id", (s.name,)):
+        emit("response", session=rel, id=p[0], namespace=p[1][len(namespace):], position=int(p[2]),
+             body=json.loads(p[3]), input_items=json.loads(p[4]), created_at=int(p[5]))
 
 
 def lines_of(text: str) -> list[str]:
