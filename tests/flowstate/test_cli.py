@@ -67,13 +67,14 @@ def test_run_then_inspect(tmp_path: Path) -> None:
     assert "kn_prices (knowledge)" in text and "--derives--> obs_r1_s1_1" in text
 
 
-def test_run_takes_the_engine_as_one_value_and_flags_win(tmp_path: Path) -> None:
+def test_run_takes_the_engine_as_one_value_and_a_flag_may_not_contradict_it(tmp_path: Path) -> None:
     said = write_script(tmp_path / "a.jsonl", [output(content="from the spec")])
     flag = write_script(tmp_path / "b.jsonl", [output(content="from the flag")])
     result = flowstate("run", "hello", "--db", tmp_path / "m.db", "--engine", f"scripted:{said}")
     assert result.returncode == 0 and "from the spec" in result.stdout, result.stderr
     result = flowstate("run", "hello", "--db", tmp_path / "m.db", "--engine", f"scripted:{said}", "--script", flag)
-    assert result.returncode == 0 and "from the flag" in result.stdout, result.stderr
+    assert result.returncode == 1 and "sets it again: give each setting once" in result.stderr, result.stderr
+    assert "from the" not in result.stdout  # neither ran: a contradiction is never settled silently
     bad = flowstate("run", "hello", "--db", tmp_path / "m.db", "--engine", "scripted,colour=red")
     assert bad.returncode == 1 and bad.stderr.startswith("error: --engine takes NAME[:MODEL][@URL]"), bad.stderr
 
