@@ -73,8 +73,6 @@ class Lookup:
         return []
 
 
-Choose = Callable[[Any], int]
-
 
 def verify(draft: Sequence[int], scores: Callable[[int], Any], choose: Callable[[Any, int | None], tuple[bool, int]]
            ) -> tuple[int, int]:
