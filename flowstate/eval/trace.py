@@ -2,8 +2,11 @@
 
 Every model call of every session — the agent's steps and a memory method's own calls — is one line: its
 session, the strategy and suite, its order in the session, its messages as the engine received them, its
-output's token count and, where the engine reports them, how many of those tokens the call's grammar forced. A message's text is written once per file (``{"text": id, "content": …}``) and calls name
-it by id, so a chat that grows by appending, and a system message every call repeats, cost their size once.
+output (its text) and token count, its grammar where it had one, and, where the engine reports them, how many of
+the output's tokens the grammar forced. A text — a message, an output, a grammar — is written once per file
+(``{"text": id, "content": …}``) and calls name it by id, so a chat that grows by appending, and a system message
+or grammar every call repeats, cost their size once. The outputs and grammars are what ``flowstate bench capacity
+--speculate`` replays drafting against; traces recorded before they were kept read with neither.
 """
 
 from __future__ import annotations
@@ -36,20 +39,25 @@ class TraceWriter:
                 else:
                     self._order[call["session"]] = max(self._order.get(call["session"], 0), call["order"] + 1)
 
-    def record(self, session: str, labels: dict[str, str], messages: Sequence[Message], gen: Generation) -> None:
+    def record(self, session: str, labels: dict[str, str], messages: Sequence[Message], gen: Generation,
+               grammar: str | None = None) -> None:
         lines: list[dict[str, Any]] = []
-        ids = []
-        for m in messages:
-            key = hashlib.sha1(m.content.encode("utf-8")).hexdigest()[:16]
-            ids.append([m.role, key])
+
+        def text(content: str) -> str:
+            key = hashlib.sha1(content.encode("utf-8")).hexdigest()[:16]
             if key not in self._known:
-                lines.append({"text": key, "content": m.content})
+                lines.append({"text": key, "content": content})
+            return key
+
+        ids = [[m.role, text(m.content)] for m in messages]
+        written = {"output": text(gen.text), **({"grammar": text(grammar)} if grammar else {})}
         with self._lock:
-            lines = [line for line in lines if line["text"] not in self._known]
+            # each text once: one the file holds is left out, one the call holds twice written once
+            lines = list({line["text"]: line for line in lines if line["text"] not in self._known}.values())
             self._known.update(line["text"] for line in lines)
             order = self._order.get(session, 0)
             self._order[session] = order + 1
-            lines.append({"session": session, **labels, "order": order, "messages": ids,
+            lines.append({"session": session, **labels, "order": order, "messages": ids, **written,
                           "prompt_tokens": gen.usage.prompt_tokens, "completion_tokens": gen.usage.completion_tokens,
                           **({"forced_tokens": gen.usage.forced_tokens} if gen.usage.forced_tokens else {})})
             with self.path.open("a", encoding="utf-8") as f:
@@ -68,7 +76,7 @@ class Traced(Engine):
                  affinity: str | None = None, purpose: Purpose = STEP) -> Generation:
         gen = self.inner.generate(messages, grammar=grammar, max_tokens=max_tokens, on_text=on_text,
                                   sampling=sampling, affinity=affinity, purpose=purpose)
-        self.writer.record(self.session, self.labels, messages, gen)
+        self.writer.record(self.session, self.labels, messages, gen, grammar)
         return gen
 
     def count_tokens(self, text: str) -> int:
@@ -81,6 +89,8 @@ class TracedCall:
     messages: tuple[Message, ...]
     completion_tokens: int
     forced_tokens: int = 0  # of them, what the call's grammar forced (an engine that fast-forwards appends them)
+    output: str | None = None  # the output's text (None in a trace recorded before outputs were kept)
+    grammar: str | None = None  # the grammar the call decoded under, if any
 
 
 def read(path: str | Path) -> dict[str, dict[str, list[TracedCall]]]:
@@ -99,8 +109,12 @@ def read(path: str | Path) -> dict[str, dict[str, list[TracedCall]]]:
         except KeyError as exc:
             raise ValueError(f"{p}: a call names a text the trace does not hold ({exc})") from exc
         calls = out.setdefault(str(line.get("strategy", "")), {}).setdefault(line["session"], [])
+        try:
+            output, grammar = (texts[line[k]] if k in line else None for k in ("output", "grammar"))
+        except KeyError as exc:
+            raise ValueError(f"{p}: a call names a text the trace does not hold ({exc})") from exc
         calls.append(TracedCall(int(line["order"]), messages, int(line["completion_tokens"]),
-                                int(line.get("forced_tokens", 0))))
+                                int(line.get("forced_tokens", 0)), output, grammar))
     for sessions in out.values():
         for calls in sessions.values():
             calls.sort(key=lambda c: c.order)

@@ -52,6 +52,28 @@ def test_every_call_of_every_session_is_recorded_once_with_its_messages(recordin
     assert len(texts) == len(set(texts))  # each text once, however many calls send it
 
 
+def test_each_call_keeps_its_output_and_grammar_and_an_older_trace_reads_without(recording: Path,
+                                                                                  tmp_path: Path) -> None:
+    from engine.base import Generation, Message, Usage
+    from flowstate.eval.trace import TraceWriter
+
+    traced_eval(recording, tmp_path / "ev", tmp_path / "trace.jsonl")
+    flow = next(iter(read(tmp_path / "trace.jsonl")["flowstate"].values()))
+    # the method's steps emit the protocol's blocks; what the call decoded is kept as it came
+    assert all(c.output is not None for c in flow) and any("<state_delta>" in (c.output or "") for c in flow)
+    writer = TraceWriter(tmp_path / "g.jsonl")
+    grammar = 'start: "a"+'
+    for _ in range(2):
+        writer.record("s", {"strategy": "x"}, [Message("user", "hi")], Generation("aaa", Usage(3, 0, 3)), grammar)
+    calls = read(tmp_path / "g.jsonl")["x"]["s"]
+    assert [(c.output, c.grammar) for c in calls] == [("aaa", grammar)] * 2
+    assert sum('"content"' in line for line in (tmp_path / "g.jsonl").read_text().splitlines()) == 3  # hi, aaa, grammar
+    (tmp_path / "old.jsonl").write_text('{"text": "k", "content": "hi"}\n{"session": "s", "order": 0, '
+                                        '"messages": [["user", "k"]], "completion_tokens": 3}\n')
+    old = read(tmp_path / "old.jsonl")[""]["s"][0]
+    assert (old.output, old.grammar, old.completion_tokens) == (None, None, 3)
+
+
 def test_a_trace_that_is_not_one_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no trace at"):
         read(tmp_path / "absent.jsonl")
