@@ -24,23 +24,47 @@ from typing import Any
 from engine.errors import EngineConfigError
 
 
+METHODS = {"lookup": "FlowState's own prompt lookup (llamacpp)", "ngram": "vLLM's n-gram proposer",
+           "suffix": "vLLM's suffix decoding (arctic-inference)"}
+"""The drafting methods a ``speculate=`` option names; each engine takes those it runs."""
+
+
 @dataclass(frozen=True)
 class Speculation:
-    """``lookup:K``: draft up to ``k`` tokens a step from n-grams of ``min_ngram``..``max_ngram`` tokens."""
+    """``METHOD:K[:MIN-MAX]``: draft up to ``k`` tokens a step, from n-grams of ``min_ngram``..``max_ngram`` tokens
+    (``suffix`` matches suffixes of any length: its bounds are unused)."""
 
     k: int
     max_ngram: int = 3
     min_ngram: int = 1
+    method: str = "lookup"
 
     @classmethod
-    def parse(cls, spec: str | None) -> Speculation | None:
-        """``None``/``""``/``off`` -> no drafting; ``lookup:K`` -> drafts of up to K tokens (1 <= K <= 32)."""
+    def parse(cls, spec: str | None, methods: Sequence[str] = ("lookup",)) -> Speculation | None:
+        """``None``/``""``/``off`` -> no drafting; ``METHOD:K`` -> drafts of up to K tokens (1 <= K <= 32), with
+        ``:MIN-MAX`` the n-gram lengths matched (default 1-3), for a method in ``methods``."""
         if spec is None or spec in ("", "off"):
             return None
-        method, _, k = str(spec).partition(":")
-        if method != "lookup" or not k.isdigit() or not 1 <= int(k) <= 32:
-            raise EngineConfigError(f"speculate takes lookup:K (K drafted tokens a step, 1-32) or off, not {spec!r}")
-        return cls(int(k))
+        method, _, rest = str(spec).partition(":")
+        k, _, bounds = rest.partition(":")
+        low, _, high = (bounds or "1-3").partition("-")
+        if (method not in methods or not k.isdigit() or not 1 <= int(k) <= 32 or not low.isdigit()
+                or not high.isdigit() or not 1 <= int(low) <= int(high) <= 16):
+            forms = " or ".join(f"{m}:K[:MIN-MAX]" if m != "suffix" else f"{m}:K" for m in methods)
+            raise EngineConfigError(f"speculate takes {forms} (K drafted tokens a step, 1-32; n-grams of MIN to MAX "
+                                    f"tokens, 1-16) or off, not {spec!r}")
+        return cls(int(k), int(high), int(low), method)
+
+    def __str__(self) -> str:
+        bounds = f":{self.min_ngram}-{self.max_ngram}" if (self.min_ngram, self.max_ngram) != (1, 3) else ""
+        return f"{self.method}:{self.k}{bounds if self.method != 'suffix' else ''}"
+
+    def vllm_config(self) -> dict[str, Any]:
+        """vLLM's ``speculative_config`` for this method."""
+        if self.method == "suffix":
+            return {"method": "suffix", "num_speculative_tokens": self.k}
+        return {"method": "ngram", "num_speculative_tokens": self.k, "prompt_lookup_min": self.min_ngram,
+                "prompt_lookup_max": self.max_ngram}
 
 
 class Lookup:

@@ -15,9 +15,22 @@ from engine.lookup import Lookup, Speculation, greedy, sampler, verify
 @pytest.mark.parametrize(("spec", "k"), [("lookup:4", 4), ("lookup:1", 1), ("lookup:32", 32)])
 def test_a_speculation_is_lookup_k(spec: str, k: int) -> None:
     assert Speculation.parse(spec) == Speculation(k)
+    assert str(Speculation.parse(spec)) == spec
 
 
-@pytest.mark.parametrize("spec", ["ngram:4", "lookup", "lookup:0", "lookup:33", "lookup:x", "eagle:3"])
+def test_a_speculation_names_its_method_and_ngram_bounds_for_the_engines_that_take_them() -> None:
+    both = ("ngram", "suffix")
+    assert Speculation.parse("ngram:5:2-4", both) == Speculation(5, max_ngram=4, min_ngram=2, method="ngram")
+    assert Speculation.parse("ngram:5:2-4", both).vllm_config() == {  # type: ignore[union-attr]
+        "method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+    assert Speculation.parse("suffix:8", both).vllm_config() == {"method": "suffix", "num_speculative_tokens": 8}  # type: ignore[union-attr]
+    assert str(Speculation.parse("ngram:5:2-4", both)) == "ngram:5:2-4"
+    with pytest.raises(EngineConfigError, match="speculate takes ngram:K.*or suffix:K"):
+        Speculation.parse("lookup:4", both)  # the engine names what it takes
+
+
+@pytest.mark.parametrize("spec", ["ngram:4", "lookup", "lookup:0", "lookup:33", "lookup:x", "eagle:3",
+                                  "lookup:4:3-2", "lookup:4:0-2", "lookup:4:2"])
 def test_a_bad_speculation_says_what_it_takes(spec: str) -> None:
     with pytest.raises(EngineConfigError, match="speculate takes lookup:K"):
         Speculation.parse(spec)
