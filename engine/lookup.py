@@ -23,7 +23,6 @@ from typing import Any
 
 from engine.errors import EngineConfigError
 
-
 METHODS = {"lookup": "FlowState's own prompt lookup (llamacpp)", "ngram": "vLLM's n-gram proposer",
            "suffix": "vLLM's suffix decoding (arctic-inference)"}
 """The drafting methods a ``speculate=`` option names; each engine takes those it runs."""

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from engine.lookup import Speculation
+from flowstate.bench.drafting import Drafter, Propose, Tally, vllm_ngram
 from flowstate.bench.table import table
 from flowstate.eval.metrics import percentile
 from flowstate.eval.steptime import Step, StepTime
@@ -41,11 +43,12 @@ PLACEHOLDER = 7
 
 class Call(NamedTuple):
     """One call as the scheduler gets it: its prompt's token ids, its output's length and how many of those tokens
-    its grammar forced."""
+    its grammar forced, and (to replay drafting) the output's token ids."""
 
     ids: list[int]
     output: int
     forced: int = 0
+    output_ids: tuple[int, ...] = ()
 
 
 def appended(output: int, forced: int) -> list[int]:
@@ -84,6 +87,10 @@ class Tokenizer:
 
     def __call__(self, call: TracedCall) -> list[int]:
         return self._ids(call.messages, True)
+
+    def text(self, text: str) -> list[int]:
+        """A text's token ids as the model decodes it (an output, no special tokens added)."""
+        return list(self._tok.encode(text, add_special_tokens=False))
 
     def shared(self, call: TracedCall, ids: list[int]) -> int:
         """How many of the prompt's first tokens are its system message (what every session of a deployment
@@ -188,7 +195,19 @@ class Simulation:
         init_none_hash(hash_fn)
         self.hasher = get_request_block_hasher(budget.block_size, hash_fn)
 
-    def scheduler(self) -> Any:
+    def _config(self, speculation: Speculation | None) -> Any:
+        """The config, with ``speculation`` vLLM's own speculative config (the scheduler sizes its drafts by it)."""
+        if speculation is None:
+            return self.config
+        from dataclasses import replace as replaced
+
+        from vllm.config import ParallelConfig, SpeculativeConfig
+
+        spec = SpeculativeConfig(**speculation.vllm_config(), target_model_config=self.config.model_config,
+                                 target_parallel_config=ParallelConfig())
+        return replaced(self.config, speculative_config=spec)
+
+    def scheduler(self, speculation: Speculation | None = None) -> Any:
         import torch
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -198,8 +217,9 @@ class Simulation:
         spec = FullAttentionSpec(block_size=self.budget.block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
         kv = KVCacheConfig(num_blocks=self.budget.blocks, kv_cache_tensors=[],
                            kv_cache_groups=[KVCacheGroupSpec(["attention"], spec)])
-        return Scheduler(vllm_config=self.config, kv_cache_config=kv, block_size=self.budget.block_size,
-                         structured_output_manager=StructuredOutputManager(self.config), log_stats=True)
+        config = self._config(speculation)
+        return Scheduler(vllm_config=config, kv_cache_config=kv, block_size=self.budget.block_size,
+                         structured_output_manager=StructuredOutputManager(config), log_stats=True)
 
     def _check_fits(self, sessions: Sequence[Sequence[Call]]) -> None:
         longest = max((len(c.ids) + c.output for calls in sessions for c in calls), default=0)
@@ -213,16 +233,21 @@ class Simulation:
             and len(sched.running) < self.budget.max_num_seqs
 
     def run(self, sessions: Sequence[Sequence[Call]], clock: StepTime | None = None,
-            fast_forward: bool = False) -> dict[str, Any]:
+            fast_forward: bool = False, speculation: Speculation | None = None) -> dict[str, Any]:
         """Sessions (each its calls in order) all at once; what the scheduler did, and with ``clock`` how long it
-        took (each step's roofline time, summed). ``fast_forward``: forced tokens are appended, not decoded."""
-        from vllm.v1.outputs import ModelRunnerOutput
+        took (each step's roofline time, summed). ``fast_forward``: forced tokens are appended, not decoded.
+        ``speculation``: each decode step verifies the draft vLLM's n-gram proposer makes (``drafting``)."""
+        from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 
-        sched = self.scheduler()
+        if speculation is not None and fast_forward:
+            raise ValueError("speculation replays vLLM, which does not fast-forward: give --speculate or "
+                             "--fast-forward, not both")
+        sched = self.scheduler(speculation)
         self._check_fits(sessions)
         timing = Timing()
-        feed = _Feed(sched, [list(calls) for calls in sessions], self.hasher, fast_forward, timing)
-        live, extra = feed.live, feed.extra
+        feed = _Feed(sched, [list(calls) for calls in sessions], self.hasher, fast_forward, timing,
+                     vllm_ngram(speculation) if speculation else None, speculation.k if speculation else 0)
+        live = feed.live
         for i, queue in enumerate(feed.queues):
             if queue:
                 feed.submit(i)
@@ -236,7 +261,7 @@ class Simulation:
             scheduled = sum(plan.num_scheduled_tokens.values())
             computed += scheduled
             kv_waits += self._waited_for_kv(sched, scheduled)
-            sampled = [[PLACEHOLDER] * (1 + (extra[r].pop() if extra[r] else 0))
+            sampled = [[PLACEHOLDER] * feed.yielded(r, len(plan.scheduled_spec_decode_tokens.get(r, ())))
                        if live[r][1].num_computed_tokens >= live[r][1].num_tokens else [] for r in ids_]
             forced += sum(max(len(out) - 1, 0) for out in sampled)
             if clock is not None:
@@ -249,14 +274,18 @@ class Simulation:
             for rid, (session, req) in list(live.items()):
                 if req.is_finished():
                     timing.finished(rid)
-                    del live[rid], extra[rid]
+                    feed.finished(rid)
                     preemptions += req.num_preemptions
                     output += req.num_output_tokens
                     if feed.queues[session]:
                         feed.submit(session)
+            if feed.drafters:
+                drafts = {r: [PLACEHOLDER] * d.draft() for r, d in feed.drafters.items()}
+                sched.update_draft_token_ids(DraftTokenIds(list(drafts), list(drafts.values())))
         return {"sessions": len(sessions), "calls": feed.made, "steps": steps, "computed_tokens": computed,
                 "output_tokens": output, "appended_tokens": forced, "peak_kv_usage": round(peak_usage, 3), "peak_waiting": peak_waiting,
                 "kv_wait_steps": kv_waits, "prefix_hit_rate": round(hits / queries, 3) if queries else None, "preemptions": preemptions,
+                **(feed.tally.figures() if speculation else {}),
                 **(timing.figures(len(sessions)) if clock is not None else {})}
 
 
@@ -269,9 +298,25 @@ class _Feed:
     hasher: Any
     fast_forward: bool
     timing: Timing
+    propose: Propose | None = None  # drafting replayed (``drafting``), drafts of up to ``k`` tokens
+    k: int = 0
     live: dict[str, tuple[int, Any]] = field(default_factory=dict)  # request id -> (session, request)
     extra: dict[str, list[int]] = field(default_factory=dict)  # per request, forced tokens still to append
+    drafters: dict[str, Drafter] = field(default_factory=dict)
+    forced: dict[str, int] = field(default_factory=dict)
+    tally: Tally = field(default_factory=Tally)
     made: int = 0
+
+    def yielded(self, rid: str, verified: int) -> int:
+        """The tokens a request's step yields: one, the forced tokens appended after it, or what its draft kept."""
+        if rid in self.drafters:
+            return self.drafters[rid].advance(verified)
+        return 1 + (self.extra[rid].pop() if self.extra[rid] else 0)
+
+    def finished(self, rid: str) -> None:
+        del self.live[rid], self.extra[rid]
+        if rid in self.drafters:
+            self.tally.add(self.drafters.pop(rid), self.forced.pop(rid))
 
     def submit(self, session: int) -> None:
         from vllm.sampling_params import SamplingParams
@@ -285,6 +330,11 @@ class _Feed:
                       sampling_params=SamplingParams(max_tokens=n, min_tokens=n, ignore_eos=True),
                       block_hasher=self.hasher)
         self.extra[rid] = appended(n, call.forced)[::-1] if self.fast_forward else []
+        if self.propose is not None:
+            if len(call.output_ids) != n:
+                raise ValueError("replaying drafting needs each call's output token ids (--speculate reads them "
+                                 "from the trace's outputs)")
+            self.drafters[rid], self.forced[rid] = Drafter(call.ids, call.output_ids, self.k, self.propose), call.forced
         self.made += 1
         self.live[rid] = (session, req)
         self.sched.add_request(req)
@@ -307,28 +357,43 @@ FF = " +ff"
 def bench_capacity(traces: dict[str, dict[str, list[TracedCall]]], tokenize: Tokenizer, simulation: Simulation,
                    concurrency: Sequence[int], progress: Callable[[str], None] = lambda _: None,
                    clock: StepTime | None = None, fast_forward: Sequence[bool] = (False,),
-                   reuse: bool = False) -> list[dict[str, Any]]:
+                   reuse: bool = False, speculate: Sequence[Speculation | None] = (None,)) -> list[dict[str, Any]]:
     """Each method's first N sessions at once, for each N (no more than the trace holds, or with ``reuse`` distinct
     copies of its sessions in turn: ``copies``), on a fresh scheduler; once per ``fast_forward`` setting (rows of
-    forced tokens appended are named ``METHOD +ff``)."""
+    forced tokens appended are named ``METHOD +ff``) and per ``speculate`` setting (rows of drafts verified are
+    named ``METHOD ngram:K``; with any, every row's outputs are the trace's texts as ``tokenize`` encodes them)."""
+    modes = [(ff, sp) for ff in fast_forward for sp in speculate]
+    if any(ff and sp for ff, sp in modes):
+        raise ValueError("--speculate replays vLLM, which does not fast-forward: give it with --fast-forward off")
     rows = []
     for strategy, sessions in traces.items():
-        calls = [[Call(tokenize(c), c.completion_tokens, c.forced_tokens) for c in s] for s in sessions.values()]
+        calls = [[_call(c, tokenize, any(speculate)) for c in s] for s in sessions.values()]
         shared = [[tokenize.shared(t, c.ids) for t, c in zip(s, cs, strict=True)]
                   for s, cs in zip(sessions.values(), calls, strict=True)] if reuse else []
         if True in fast_forward and not any(c.forced for s in calls for c in s):
             raise ValueError(f"the trace records no forced tokens for {strategy} (record it with --count-tokens "
                              "embedded, whose vocabulary counts what each call's grammar forces)")
-        for ff in fast_forward:
-            name = strategy + FF if ff else strategy
+        for ff, sp in modes:
+            name = strategy + (FF if ff else "") + (f" {sp}" if sp else "")
             for n in concurrency:
                 if n > len(calls) and not reuse:
                     progress(f"{name}: the trace holds {len(calls)} sessions, not {n} (--reuse-sessions)")
                     continue
                 progress(f"{name}: {n} sessions at once")
                 batch = copies(calls, shared, n) if n > len(calls) else calls[:n]
-                rows.append({"strategy": name, **simulation.run(batch, clock, ff)})
+                rows.append({"strategy": name, **simulation.run(batch, clock, ff, sp)})
     return rows
+
+
+def _call(call: TracedCall, tokenize: Tokenizer, outputs: bool) -> Call:
+    """A traced call as the scheduler gets it; with ``outputs`` its output's token ids too (its length theirs)."""
+    if not outputs:
+        return Call(tokenize(call), call.completion_tokens, call.forced_tokens)
+    if call.output is None:
+        raise ValueError("the trace keeps no outputs (recorded before they were kept): record it again with "
+                         "flowstate eval --trace to replay drafting")
+    ids = tuple(tokenize.text(call.output)) or (PLACEHOLDER,)
+    return Call(tokenize(call), len(ids), min(call.forced_tokens, len(ids)), ids)
 
 
 def sustained(rows: list[dict[str, Any]]) -> dict[str, int]:
@@ -358,13 +423,15 @@ def best(rows: list[dict[str, Any]], slo_s: float | None = None) -> dict[str, tu
 
 HEAD = ["strategy", "sessions", "calls", "steps", "computed_tokens", "output_tokens", "appended_tokens", "peak_kv_usage", "peak_waiting",
         "kv_wait_steps", "prefix_hit_rate", "preemptions"]
+DRAFTED = ["drafted_tokens", "kept_tokens", "kept_share", "tokens_per_step", "copied_share", "free_share", "forced_share"]
 TIMED = ["seconds", "sessions_per_hour", "call_p50_s", "call_p99_s", "ttft_p50_s", "ttft_p99_s", "compute_bound_steps"]
 
 
 def render_table(rows: list[dict[str, Any]], slo_s: float = 10.0) -> str:
     most = ", ".join(f"{s} {n}" for s, n in sustained(rows).items())
     timed = any("seconds" in r for r in rows)
-    out = table(HEAD + TIMED if timed else HEAD, rows) + f"\n\nMost sessions at once, none preempted or kept waiting for KV: {most}"
+    head = HEAD + (DRAFTED if any("drafted_tokens" in r for r in rows) else []) + (TIMED if timed else [])
+    out = table(head, rows) + f"\n\nMost sessions at once, none preempted or kept waiting for KV: {most}"
     if timed:
         top = ", ".join(f"{s} {v:g} (N = {n})" for s, (n, v) in best(rows).items())
         good = ", ".join(f"{s} {v:g} (N = {n})" for s, (n, v) in best(rows, slo_s).items())

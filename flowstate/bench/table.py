@@ -7,7 +7,7 @@ from typing import Any
 
 
 def table(head: Sequence[str], rows: Sequence[dict[str, Any]], none: str = "–") -> str:
-    """Rows as a Markdown table of the ``head`` columns; a missing figure (None) reads ``none``."""
+    """Rows as a Markdown table of the ``head`` columns; a missing figure (None, or no such key) reads ``none``."""
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(none if r[h] is None else str(r[h]) for h in head) + " |" for r in rows]
+    lines += ["| " + " | ".join(none if r.get(h) is None else str(r[h]) for h in head) + " |" for r in rows]
     return "\n".join(lines)

@@ -251,14 +251,19 @@ def bench_stepfit_cmd(model_dir: str, requests: int, max_num_seqs: int, chunk: i
               help="Let --sessions pass what the trace holds: its sessions reused in turn, each copy made distinct "
                    "after the system message (one token of its own), so copies share the system prompt and nothing "
                    "else, as different conversations do.")
+@click.option("--speculate", default="off", show_default=True, metavar="off,ngram:K[:MIN-MAX],...",
+              help="Replay vLLM's n-gram drafting on the trace's recorded outputs (exact greedy acceptance): each "
+                   "decode step verifies its draft, as prefill-like work in the step. Comma-separated settings, a "
+                   "row each ('METHOD ngram:4'); needs --fast-forward off.")
 @OUT
 def bench_capacity_cmd(trace_file: str, kv_tokens: int | None, kv_gib: float | None, sessions: str,
                        model_dir: str | None, block_size: int, max_num_batched_tokens: int, strategies: str | None,
                        gpu_cost: str | None, gpu_gib: float | None, step_overhead_ms: float, slo_s: float,
-                       fast_forward: str, reuse: bool, out: Path | None) -> None:
+                       fast_forward: str, reuse: bool, speculate: str, out: Path | None) -> None:
     """How many sessions of each method fit in a KV budget at once: an evaluation's recorded calls (flowstate eval
     --trace) fed to vLLM's own scheduler in process (no model runs): preemptions, peak KV use, prefix hits; with
     --gpu-cost, each step timed by a roofline: sessions per GPU-hour, time per call and goodput."""
+    from engine.lookup import Speculation
     from flowstate.bench.capacity import Budget, Simulation, bench_capacity, render_table, tokenizer
     from flowstate.eval import steptime
     from flowstate.eval.kv import GIB, from_config
@@ -282,8 +287,9 @@ def bench_capacity_cmd(trace_file: str, kv_tokens: int | None, kv_gib: float | N
             assert kv_tokens is not None
             simulation = Simulation(model_dir, Budget(kv_tokens, block_size, max_num_batched_tokens))
             modes = {"off": (False,), "on": (True,), "both": (False, True)}[fast_forward]
+            drafts = [Speculation.parse(x.strip(), ("ngram",)) for x in speculate.split(",") if x.strip()] or [None]
             rows = bench_capacity(traces, tokenizer(model_dir), simulation, numbers(sessions, "--sessions"),
-                                  progress=progress, clock=clock, fast_forward=modes, reuse=reuse)
+                                  progress=progress, clock=clock, fast_forward=modes, reuse=reuse, speculate=drafts)
         click.echo(f"KV budget: {kv_tokens} tokens ({kv_tokens // block_size} blocks of {block_size})")
         if clock is not None:
             click.echo(f"Step time: the roofline of {clock.label} at peak, {step_overhead_ms:g} ms a step")

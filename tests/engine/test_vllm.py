@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -233,6 +234,45 @@ def test_vllms_own_scheduler_decides_how_many_sessions_fit_a_kv_budget(model_dir
     with pytest.raises(ValueError, match="records no forced tokens"):
         bench_capacity({"x": {"a": [TracedCall(0, traces["short"]["s0"][0].messages, 8)]}}, tokenize, simulation,
                        [1], fast_forward=(True,))
+
+
+def test_drafting_replayed_on_vllms_scheduler_yields_the_same_outputs_in_fewer_steps(model_dir: Path) -> None:
+    """``bench capacity --speculate ngram:K``: outputs that copy their prompt (as an agent copies ids and values)
+    are decoded in fewer steps with vLLM's n-gram drafts, every row the same output tokens; an output the prompt
+    does not hold keeps no draft; a trace without outputs, and drafting with fast-forward, are clear errors."""
+    from engine.lookup import Speculation
+    from flowstate.bench.capacity import Budget, Simulation, bench_capacity, tokenizer
+    from flowstate.eval import steptime
+    from flowstate.eval.trace import TracedCall
+
+    tokenize = tokenizer(model_dir)
+    fact = " ".join(f"booking B{i:03d} for guest G{i:03d} in room {100 + i}" for i in range(12))
+    copying = (Message("system", "You book hotels."), Message("user", f"The records: {fact}. Repeat them."))
+    letters = random.Random(7)
+    made_up = " ".join("".join(letters.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(5)) for _ in range(40))
+
+    def call(output: str) -> TracedCall:
+        return TracedCall(0, copying, len(tokenize.text(output)), output=output)
+
+    traces = {"copy": {f"c{i}": [call(fact)] for i in range(4)}, "new": {"n0": [call(made_up)]}}
+    simulation = Simulation(model_dir, Budget(kv_tokens=8192, max_num_batched_tokens=512))
+    ngram = Speculation.parse("ngram:4", ("ngram",))
+    rows = bench_capacity(traces, tokenize, simulation, [1, 4], clock=steptime.load("qwen3.5-9b@h200"),
+                          speculate=(None, ngram))
+    by = {(r["strategy"], r["sessions"]): r for r in rows}
+    plain, drafted = by[("copy", 4)], by[("copy ngram:4", 4)]
+    assert plain["output_tokens"] == drafted["output_tokens"] == 4 * len(tokenize.text(fact))
+    assert drafted["kept_tokens"] > 0.5 * drafted["output_tokens"] and drafted["tokens_per_step"] > 2.5
+    assert drafted["steps"] < 0.6 * plain["steps"] and drafted["call_p99_s"] < plain["call_p99_s"]
+    assert drafted["computed_tokens"] > plain["computed_tokens"]  # the rejected drafts were verified too
+    assert drafted["copied_share"] + drafted["free_share"] == pytest.approx(1.0, abs=0.002)
+    assert "drafted_tokens" not in plain
+    new = by[("new ngram:4", 1)]
+    assert new["kept_tokens"] < 0.3 * new["output_tokens"] < drafted["kept_tokens"] / 4  # nothing there to copy
+    with pytest.raises(ValueError, match="keeps no outputs"):
+        bench_capacity({"x": {"a": [TracedCall(0, copying, 8)]}}, tokenize, simulation, [1], speculate=(ngram,))
+    with pytest.raises(ValueError, match="does not fast-forward"):
+        bench_capacity(traces, tokenize, simulation, [1], fast_forward=(True,), speculate=(ngram,))
 
 
 def test_the_step_time_model_is_fitted_to_vllms_own_steps(model_dir: Path, tmp_path: Path) -> None:
