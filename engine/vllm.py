@@ -23,6 +23,7 @@ from typing import Any
 from engine.base import ALL_SAMPLING, Capabilities, Decoding, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import apply_template, check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError, install_hint
+from engine.lookup import Speculation
 from engine.purpose import STEP, Purpose
 
 CPU_KV_CACHE_BYTES = 1 << 30  # on CPU, vLLM otherwise reserves most of the machine's memory
@@ -45,6 +46,21 @@ def check_engine_args(args: dict[str, Any], dataclass_type: Any) -> dict[str, An
     return dict(args)
 
 
+def speculative_kwargs(speculation: Speculation, engine_args: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's engine arguments for ``speculation``, with each request's acceptance counted; refused when the
+    engine arguments give a speculative config too, or suffix decoding's package is missing."""
+    if "speculative_config" in engine_args:
+        raise EngineConfigError(f"speculate={speculation} and the vLLM engine argument speculative_config both "
+                                "configure drafting: give one")
+    if speculation.method == "suffix":
+        from vllm.utils.import_utils import has_arctic_inference
+
+        if not has_arctic_inference():
+            raise EngineConfigError(f"speculate={speculation} needs arctic-inference (vLLM's suffix decoding): "
+                                    "pip install arctic-inference, or use speculate=ngram:K")
+    return {"speculative_config": speculation.vllm_config(), "per_request_spec_decode_metrics": "summary"}
+
+
 def _check(model: str | None, backend: str) -> str:
     """The model folder, once it and the grammar backend are known to be usable."""
     if model is None:
@@ -65,7 +81,7 @@ class VLLMEngine(Engine):
     capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, prefix_cache_reset=True)
     options = frozenset({"model", "dtype", "temperature", "top_p", "max_tokens", "backend", "max_model_len",
                          "gpu_memory_utilization", "kv_cache_bytes", "enforce_eager", "chat_template_kwargs",
-                         "engine_args", "tensor_parallel_size"})
+                         "engine_args", "tensor_parallel_size", "speculate"})
 
     def __init__(
         self,
@@ -83,11 +99,16 @@ class VLLMEngine(Engine):
         chat_template_kwargs: dict[str, Any] | None = None,
         engine_args: dict[str, Any] | None = None,
         tensor_parallel_size: int | None = None,
+        speculate: str | None = None,
     ) -> None:
         """``engine_args`` are any of vLLM's own engine arguments (``AsyncEngineArgs`` fields, e.g.
         ``tensor_parallel_size``, ``quantization``, ``kv_cache_dtype``, ``max_num_seqs``); they win over the
-        options above and are checked against vLLM's dataclass before anything loads."""
+        options above and are checked against vLLM's dataclass before anything loads. ``speculate``:
+        ``ngram:K[:MIN-MAX]`` (vLLM's prompt-lookup proposer) or ``suffix:K`` (suffix decoding, needs
+        ``arctic-inference``) drafts up to K tokens a step, verified under the request's grammar; each call's
+        usage reports the tokens drafted and accepted."""
         model = _check(model, backend)
+        self.speculation = speculation = Speculation.parse(speculate, ("ngram", "suffix"))
         # vLLM logs to stdout by default, which would mix with `flowstate run --json`
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
         try:
@@ -110,6 +131,7 @@ class VLLMEngine(Engine):
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         if tensor_parallel_size is not None:
             kwargs["tensor_parallel_size"] = tensor_parallel_size
+        kwargs.update(speculative_kwargs(speculation, engine_args or {}) if speculation else {})
         kwargs.update(check_engine_args(engine_args or {}, AsyncEngineArgs))
         max_model_len = int(kwargs["max_model_len"])
         self.llm = self._start(AsyncLLM, AsyncEngineArgs(**kwargs), model)
@@ -212,9 +234,12 @@ class VLLMEngine(Engine):
             raise EngineError("vLLM returned no output")
         completion = final.outputs[0]
         first = first or end
+        drafts = getattr(completion, "spec_decode_metrics", None)  # where speculate= drafts
+        accepted = sum(j * n for j, n in enumerate(drafts.histogram)) if drafts is not None else 0
         usage = Usage(
             prompt_tokens=len(ids), cached_tokens=int(getattr(final, "num_cached_tokens", 0) or 0),
             completion_tokens=len(completion.token_ids), ttft_s=first - started, decode_s=end - first,
+            drafted_tokens=drafts.num_draft_tokens if drafts is not None else 0, accepted_tokens=accepted,
         )
         return Generation(text=completion.text, usage=usage, finish_reason=str(completion.finish_reason or "stop"))
 

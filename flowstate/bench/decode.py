@@ -10,9 +10,9 @@ grammar), the share of output tokens the grammar forced (appended in one pass by
 seconds per call (prefill and decode), prefill tokens/s over the prompt
 tokens that were not cached, the cached share, time to first token, grammar build/compile time,
 the share of outputs that parse, and how many were cut at the token budget. An engine that drafts (``llamacpp``'s
-``speculate=lookup:K``, ``--speculate``) adds the tokens it drafted and kept, the completion tokens each forward pass
-produced beside the forced ones, and how its outputs compare with the same engine's without drafting (the share of
-calls whose text is the same, and where the first that differs parts from it).
+``speculate=lookup:K``, ``vllm``'s ``speculate=ngram:K``; ``--speculate``) adds the tokens it drafted and kept, the
+completion tokens each forward pass produced beside the forced ones, and how its outputs compare with the same
+engine's without drafting (the share of calls whose text is the same, and where the first that differs parts from it).
 """
 
 from __future__ import annotations

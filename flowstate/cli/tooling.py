@@ -70,9 +70,9 @@ def side_by_side(pg_url: str | None) -> list[tuple[str, str]]:
               help="llamacpp: append the tokens a grammar forces in one forward pass (on), decode them one by one "
                    "(off), or both side by side (both: each engine twice, the second named '… step-by-step').")
 @click.option("--speculate", default="off", show_default=True,
-              help="llamacpp: also decode with drafts from the prompt, comma-separated settings side by side (e.g. "
-                   "off,lookup:4,lookup:8: each engine once per setting, named '… lookup:K'), each drafting one "
-                   "compared with the same engine's undrafted outputs.")
+              help="Also decode with drafts from the prompt, comma-separated settings side by side (llamacpp: "
+                   "off,lookup:4,lookup:8; vllm: off,ngram:4: each engine once per setting, named '… METHOD:K'), "
+                   "each drafting one compared with the same engine's undrafted outputs.")
 def bench_decode_cmd(calls: int | None, out: Path | None, fast_forward: str, speculate: str,
                      **engine_opts: Any) -> None:
     """Tokens/s without grammar vs static vs per-step grammar, per engine (--engine a,b: side by side in one run)."""

