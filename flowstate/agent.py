@@ -48,12 +48,12 @@ class Agent:
         self.session = session
         self.tools = tools if isinstance(tools, ToolSet) else ToolSet(tools)
         self.strategy = strategy
-        self.agent = AgentConfig(engine, strategy=strategy, tools=self.tools, policy=task_policy, loop=config)
-        self.config = self.agent.loop
-        self.limits = self.agent.limits
-        self.system = self.agent.system_prompt()
+        self.setup = AgentConfig(engine, strategy=strategy, tools=self.tools, policy=task_policy, loop=config)
+        self.loop = self.setup.loop  # the loop's settings (``config``)
+        self.limits = self.setup.limits
+        self.system = self.setup.system_prompt()
 
     def run(self, query: str) -> RunRecord:
         """Execute one request (the session's next) and persist it; raises ``RequestFailed`` on failure."""
         return run_request(engine=self.engine, repo=self.repository, session=self.session, query=query,
-                           agent=self.agent)
+                           agent=self.setup)

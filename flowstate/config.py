@@ -123,8 +123,8 @@ class AgentConfig:
             grammars = self._grammars.pop(key, None)
         if grammars is None:
             grammars = Grammars(specs, self.loop.grammar, self.strategy.blocks, self.limits, options)
-            if validate:
-                grammars.validate()
+        if validate:  # a cached configuration too: another caller may have cached it without validating
+            grammars.validate()
         with self._lock:
             self._grammars[key] = grammars
             while len(self._grammars) > GRAMMAR_CACHE:

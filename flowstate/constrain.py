@@ -56,12 +56,16 @@ class Grammars:
         self._bounds = ToolBounds(limits.tool_text, limits.tool_items)
         self.static = self._build(None) if mode is GrammarMode.STATIC else None
         self._static: dict[tuple[bool, bool], str] = {}  # the static grammar of a final or holding step
+        self.validated = False
 
     def validate(self) -> None:
-        """Raise ``grammars.check.GrammarError`` unless llguidance compiles this configuration's grammar."""
+        """Raise ``grammars.check.GrammarError`` unless llguidance compiles this configuration's grammar (compiled
+        once: a configuration that compiled stays valid)."""
         from grammars.check import validate
 
-        validate(self.static or self._build(None))
+        if not self.validated:
+            validate(self.static or self._build(None))
+            self.validated = True
 
     def _build(self, ids: StepIds | None, final: bool = False, hold: bool = False) -> str:
         o = self.options

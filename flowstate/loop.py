@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.base import Engine, Generation, Message, OnText
-from engine.errors import EngineConfigError, EngineError
+from engine.errors import EngineError
 from engine.purpose import STEP, Purpose
 from flowstate import tracing
 from flowstate.access import disclose, validate_access
@@ -34,7 +34,7 @@ from flowstate.nodes import Node, StateType, canonical_json, observation_id
 from flowstate.parse import parse_output
 from flowstate.protocol import ModelOutput, ToolCall
 from flowstate.records import BUDGET, CANCELLED, FAILED, LOOPING, RunRecord, StepRecord, ToolCallRecord
-from flowstate.request_options import RequestOptions
+from flowstate.request_options import RequestOptions, check_supported
 from flowstate.store.repository import Repository, Transcript
 from flowstate.update import apply_delta
 
@@ -167,9 +167,7 @@ class RequestRun:
         """``policy``: the request's own policy (an endpoint client's system message); ``wiring``: what a
         restored request was started under (else built from ``agent``)."""
         require_query(query)
-        refused = options.sampling.given() - engine.capabilities.sampling
-        if refused:
-            raise EngineConfigError(f"the {engine.name} engine cannot honour {', '.join(sorted(refused))} per request")
+        check_supported(options, engine)
         self.wiring = wiring if wiring is not None else agent.wiring(client_tools, policy, options)
         self.engine, self.repo, self.session, self.query = engine, repo, session, query
         self.agent, self.options = agent, options

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from flowstate.errors import ProtocolError
 from flowstate.limits import STANDARD, Limits
-from flowstate.protocol import BLOCKS, AssistantMessage, BoundedProtocol, Malformed, ModelOutput, bounded
+from flowstate.protocol import BLOCKS, BoundedProtocol, Malformed, MessageBlock, ModelOutput, bounded
 
 _TAG = re.compile(r"<(/?)([a-z_]+)>")
 
@@ -162,11 +162,11 @@ def parse_output(
     if values.get("tool_calls") and message is not None and message.content is not None:
         malformed.append(Malformed("assistant_message", 1, "a final answer in the same step as tool calls was "
                                    "not given; answer once you have seen the tool results"))
-        values["assistant_message"] = AssistantMessage()
+        values["assistant_message"] = MessageBlock()
     output = ModelOutput.model_construct(
         state_focus=tuple(values.get("state_focus", ())), state_delta=tuple(values.get("state_delta", ())),
         tool_calls=tuple(values.get("tool_calls", ())),
-        assistant_message=values.get("assistant_message", AssistantMessage()), malformed=tuple(malformed),
+        assistant_message=values.get("assistant_message", MessageBlock()), malformed=tuple(malformed),
     )
     if output.is_empty() and not malformed:
         parts = [b for b in ("state_focus", "state_delta") if b in blocks] + ["the execution decision"]

@@ -113,7 +113,10 @@ class ToolCall(_Strict):
     arguments: dict[str, JsonValue] = Field(default_factory=dict)
 
 
-class AssistantMessage(_Strict):
+class MessageBlock(_Strict):
+    """The ``<assistant_message>`` block: the reply to the user, or null while the request goes on (the wire's
+    assistant message is ``serving.messages.AssistantMessage``)."""
+
     content: str | None = None
 
 
@@ -136,7 +139,7 @@ class ModelOutput(_Strict):
     state_focus: tuple[FocusItem, ...] = ()
     state_delta: tuple[DeltaOp, ...] = ()
     tool_calls: tuple[ToolCall, ...] = ()
-    assistant_message: AssistantMessage = AssistantMessage()
+    assistant_message: MessageBlock = MessageBlock()
     malformed: tuple[Any, ...] = Field(default=(), exclude=True)
 
     @property
@@ -175,12 +178,12 @@ class BoundedProtocol:
         """One item of an array block, validated under the limits, as the protocol's own model."""
         return _unbounded(self.items[block].validate_python(raw))
 
-    def assistant_message(self, raw: Any) -> AssistantMessage:
-        message: AssistantMessage = _unbounded(self.message.validate_python(raw))
+    def assistant_message(self, raw: Any) -> MessageBlock:
+        message: MessageBlock = _unbounded(self.message.validate_python(raw))
         return message
 
 
-_BASES = (FocusItem, AddOp, UpdateOp, RemoveOp, AssistantMessage, ToolCall)
+_BASES = (FocusItem, AddOp, UpdateOp, RemoveOp, MessageBlock, ToolCall)
 
 
 def _unbounded(value: Any) -> Any:
@@ -203,7 +206,7 @@ def bounded(limits: Limits = STANDARD) -> BoundedProtocol:
     update = create_model("UpdateOp", __base__=UpdateOp, summary=(text | None, None), value=(value | None, None),
                           refs=(refs | None, None))
     op = Annotated[add | update | RemoveOp, Field(discriminator="operation")]  # type: ignore[valid-type]
-    message = create_model("AssistantMessage", __base__=AssistantMessage,
+    message = create_model("MessageBlock", __base__=MessageBlock,
                            content=(Annotated[str, Field(max_length=limits.content)] | None, None))
     blocks: dict[str, Any] = {
         "state_focus": Annotated[list[focus], Field(max_length=limits.focus)],  # type: ignore[valid-type]

@@ -11,10 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.base import Sampling
-from flowstate.protocol import AssistantMessage, Malformed, ModelOutput, ToolCall
+from engine.base import Engine, Sampling
+from engine.errors import EngineConfigError
+from flowstate.protocol import Malformed, MessageBlock, ModelOutput, ToolCall
 
 TOOL_CHOICES = ("auto", "none", "required")
+
+
+class UnsupportedOption(EngineConfigError):
+    """A request's option its engine cannot honour; ``param`` names it (an endpoint's 400 says which)."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 @dataclass(frozen=True)
@@ -81,8 +90,16 @@ class RequestOptions:
         if self.required and message.content is not None:
             bad.append(Malformed("assistant_message", 1, f"tool_choice {self.tool_choice!r}: call a tool instead "
                                  "of answering"))
-            message = AssistantMessage()
+            message = MessageBlock()
         if not bad:
             return output
         return output.model_copy(update={"tool_calls": tuple(kept), "assistant_message": message,
                                          "malformed": (*output.malformed, *bad)})
+
+
+def check_supported(options: RequestOptions, engine: Engine) -> None:
+    """The one check of what a request asks its engine for: sampling the engine cannot set per request is refused
+    (``UnsupportedOption``), never silently dropped."""
+    refused = sorted(options.sampling.given() - engine.capabilities.sampling)
+    if refused:
+        raise UnsupportedOption(f"the {engine.name} engine cannot honour {', '.join(refused)} per request", refused[0])

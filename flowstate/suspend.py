@@ -21,6 +21,7 @@ from flowstate.protocol import ToolCall
 from flowstate.records import StepRecord
 from flowstate.request_options import RequestOptions
 from flowstate.store.repository import Repository
+from grammars.check import GrammarError
 
 VERSION = 2  # 2: the waiting client calls and the client's tool names are the run's (1: the server's)
 
@@ -67,7 +68,11 @@ def restore(snap: dict[str, Any], *, engine: Engine, repo: Repository, agent: Ag
                          f"{agent.strategy.name!r}")
     options = options_from(snap["options"])
     specs = snap["tool_specs"]
-    wiring = Wiring(snap["system"], tuple(specs), agent.grammars(specs, options))
+    try:  # the snapshot's tool schemas compile, as a new request's must (the one check, in the agent's cache)
+        grammars = agent.grammars(specs, options, validate=True)
+    except GrammarError as exc:
+        raise ValueError(f"the suspended request's tools cannot be decoded under a grammar: {exc}") from exc
+    wiring = Wiring(snap["system"], tuple(specs), grammars)
     client = [t for t in specs if t["name"] in set(snap["client_tools"])]
     run = RequestRun(engine=engine, repo=repo, session=snap["session"], query=snap["query"], agent=agent,
                      options=options, client_tools=client, wiring=wiring)

@@ -96,7 +96,7 @@ class Live:
         kept; returns what to store so that any server can go on with it."""
         self._remember(key)
         self.transcript.append({"role": "assistant", "content": None, "tool_calls": calls})
-        self.suspended = {"run": snapshot, "live": self.waiting()}
+        self.suspended = {"run": snapshot, "live": self.unsettled()}
         return self.suspended
 
     def finish(self, response: str, key: str | None) -> bool:
@@ -146,7 +146,7 @@ class Live:
         waiting = None if self.suspended is None else self.suspended["run"].get("waiting")
         return None if waiting is None else list(waiting["client"])
 
-    def waiting(self) -> dict[str, Any]:
+    def unsettled(self) -> dict[str, Any]:
         """What the server holds of the waiting request besides the run itself, as JSON."""
         return {"transcript": self.transcript[self.settled:], "keys": self.request_keys()}
 

@@ -19,7 +19,7 @@ from flowstate.loop import Approval, RequestRun, Waiting
 from flowstate.nodes import canonical_json
 from flowstate.output_stream import AnswerStream, ToolCallStream
 from flowstate.records import StepRecord, ToolCallRecord, unfinished_message
-from flowstate.request_options import RequestOptions
+from flowstate.request_options import RequestOptions, UnsupportedOption, check_supported
 from flowstate.store.repository import Repository
 from flowstate.suspend import restore, snapshot
 from grammars.check import GrammarError
@@ -78,10 +78,10 @@ class Turns:
         clash = {t["name"] for t in client_tools} & taken
         if clash:
             raise bad_request(f"tools {sorted(clash)} are already server-side tools of this endpoint", "tools")
-        refused = options.sampling.given() - self.engine.capabilities.sampling
-        if refused:
-            raise bad_request(f"the {self.engine.name} engine cannot honour {', '.join(sorted(refused))} per request",
-                              sorted(refused)[0], "unsupported_parameter")
+        try:
+            check_supported(options, self.engine)  # the core's rule; refused here before the request starts
+        except UnsupportedOption as exc:
+            raise bad_request(str(exc), exc.param, "unsupported_parameter") from exc
         try:
             self.agent.grammars(self.agent.specs(client_tools), options, validate=True)
         except GrammarError as exc:

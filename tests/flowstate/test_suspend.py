@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from engine.scripted import ScriptedEngine
 from flowstate import Repository
 from flowstate.config import AgentConfig
@@ -13,6 +15,7 @@ from flowstate.loop import RequestRun
 from flowstate.memory.state import FLOWSTATE
 from flowstate.records import ToolCallRecord
 from flowstate.suspend import restore, snapshot
+from grammars.check import GrammarError
 from tests.helpers import add, output
 
 TOOLS = [{"name": "get_price", "description": "Price.", "parameters": {
@@ -110,3 +113,24 @@ def test_a_call_that_waits_on_approval_runs_when_approved_and_is_a_tool_error_wh
             assert (record.result, record.error) == (result, error)
             assert run.advance() is None
         assert ran == ["A"]  # the refused call never ran
+
+
+UNDECODABLE = {"name": "get_price", "description": "Price.", "parameters": {  # llguidance has no propertyNames
+    "type": "object", "properties": {}, "propertyNames": {"pattern": "a"}}}
+
+
+def test_a_grammar_is_validated_wherever_it_was_cached_first(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A snapshot's tools are checked as a new request's are, and a grammar cached unvalidated (by a restore or a
+    caller that did not ask) is still checked when a request asks for the check."""
+    engine = ScriptedEngine(script(), grammar=True)
+    agent = AgentConfig(engine, FLOWSTATE)
+    with Repository.open(tmp_path / "m.db") as repo:
+        stored = json.loads(json.dumps(snapshot(start(repo, engine))))
+        assert restore(stored, engine=engine, repo=repo, agent=agent).index_k == 2
+        stored["tool_specs"] = [UNDECODABLE]
+        with pytest.raises(ValueError, match="suspended request's tools cannot be decoded under a grammar"):
+            restore(stored, engine=engine, repo=repo, agent=agent)
+    specs = agent.specs([UNDECODABLE])
+    assert agent.grammars(specs) is not None  # cached, not compiled
+    with pytest.raises(GrammarError, match="propertyNames"):
+        agent.grammars(specs, validate=True)
