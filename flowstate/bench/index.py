@@ -20,7 +20,7 @@ from flowstate.config import LoopConfig
 from flowstate.eval.calls import calls_of
 from flowstate.eval.policies import Policy, PolicyEngine
 from flowstate.eval.runner import run_task, token_counter
-from flowstate.eval.suites import generate
+from flowstate.eval.suites import Spec, generate
 from flowstate.memory import get
 from flowstate.store.repository import Repository
 
@@ -30,7 +30,7 @@ MARKS = (1, 10, 100, 250, 500, 1000, 2000, 5000)
 def run(requests: int, budget: int, prompt_budget: int, suite: str = "hotel", policy: str = "oracle",
         tokens: str = "words", seed: int = 0) -> list[dict[str, Any]]:
     """One row per strategy (flat, then bounded) for one session of ``requests`` requests."""
-    task = generate(suite, 1, requests, seed)[0]
+    task = generate(suite, 1, Spec(requests, seed))[0]
     count = token_counter(tokens)
     rows = []
     for name in ("flowstate", f"flowstate-paged:{budget}"):

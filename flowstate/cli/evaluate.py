@@ -239,7 +239,7 @@ def _checked(suites: str, strategy_names: str, layout: str, kv_model: str, gpu_c
 
 def _policies(policies: str | None, compare: bool) -> tuple[list[str], str | None]:
     """The reference policies ``--policy`` names, and the first (none: a model runs)."""
-    from flowstate.eval.runner import POLICIES
+    from flowstate.eval.suites import POLICIES
 
     policy_list = [p.strip() for p in policies.split(",") if p.strip()] if policies else []
     if policies is not None and (not policy_list or any(p not in POLICIES for p in policy_list)):

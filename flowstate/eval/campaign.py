@@ -18,7 +18,7 @@ from engine.spec import label
 from flowstate.config import LoopConfig
 from flowstate.eval.models import folder, write_models
 from flowstate.eval.report import write_report
-from flowstate.eval.runner import EvalConfig, Progress, run_eval
+from flowstate.eval.runner import EvalConfig, OnProgress, run_eval
 from flowstate.eval.sweep import Point, write_sweep
 
 Summary = dict[str, Any]
@@ -26,7 +26,7 @@ Summary = dict[str, Any]
 
 def run_campaign(base: EvalConfig, grid: Sequence[Point], models: Sequence[dict[str, Any]], *, compare: bool,
                  load: Callable[[dict[str, Any]], Engine] | None, loop: Callable[[Engine | None, dict[str, Any]], LoopConfig],
-                 decoding: Callable[[dict[str, Any]], dict[str, Any]], progress: Progress = lambda _: None,
+                 decoding: Callable[[dict[str, Any]], dict[str, Any]], progress: OnProgress = lambda _: None,
                  done: Callable[[], None] = lambda: None, user: Engine | None = None,
                  judge: Engine | None = None, embedder: Embedder | None = None) -> list[tuple[str, Summary]]:
     """Every model (its engine options) over every point of the grid; each model's name and last point's summary.

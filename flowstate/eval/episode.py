@@ -18,7 +18,7 @@ class Outcome:
     memory_calls: list[dict[str, Any]]
 
 
-def run_request(agent: Agent, query: str) -> Outcome:
+def request_outcome(agent: Agent, query: str) -> Outcome:
     """Run ``query`` as the agent session's next request; a failed request is an outcome, not an exception."""
     try:
         record = agent.run(query)

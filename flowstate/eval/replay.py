@@ -130,8 +130,6 @@ def load(path: str | Path) -> list[dict[str, Any]]:
 
 class ReplayTask(Task):
     suite = "tau-replay"
-    reference = "replay"
-    always_replayed = True  # a recording replays itself, in each strategy's protocol
 
     def __init__(self, task_id: str, policy: str, turns: list[Turn]) -> None:
         super().__init__(task_id, [t.query for t in turns])

@@ -15,7 +15,7 @@ from flowstate.eval import gpu, kv, metrics
 from flowstate.eval.calls import calls_of
 from flowstate.eval.kv import footprint
 from flowstate.eval.runner import EvalConfig, config_dict
-from flowstate.eval.suites import TAU3, generate
+from flowstate.eval.suites import TAU3, Spec, generate
 from flowstate.memory import EMBEDDING
 
 BASELINE = "full-context"
@@ -26,7 +26,7 @@ def summarize(rows: Sequence[dict[str, Any]], config: EvalConfig) -> dict[str, A
     kv_model = kv.load(config.kv_model)
     cost = gpu.load(config.gpu_cost, config.decode_weight)
     for suite in config.suites:
-        kind = generate(suite, 1, 1, config.seed, data_dir=config.tau2_data, replay=config.replay)[0]
+        kind = generate(suite, 1, Spec(1, config.seed, data_dir=config.tau2_data, data=config.replay))[0]
         for strategy in config.strategies:
             rs = [r for r in rows if r["suite"] == suite and r["strategy"] == strategy]
             pairs.append({

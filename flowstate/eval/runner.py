@@ -16,44 +16,27 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from engine.base import Engine
 from engine.embeddings import Embedder
 from engine.text import tokenize
 from flowstate.agent import Agent
 from flowstate.config import LoopConfig
-from flowstate.eval.episode import run_request
-from flowstate.eval.policies import Answerer, Policy, PolicyEngine
-from flowstate.eval.replay import ReplayPolicy, ReplayTask
-from flowstate.eval.suites import REPLAY, TAU3, check_options, generate
+from flowstate.eval.episode import request_outcome
+from flowstate.eval.policies import PolicyEngine
+from flowstate.eval.suites import Spec, check_options, check_run, generate
+from flowstate.eval.suites import suite as suite_named
 from flowstate.eval.task import Score, Task
 from flowstate.eval.tau3.conversation import Conversation, run_conversation
-from flowstate.eval.tau3.gold import GoldPolicy
-from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import tau2_guidelines
 from flowstate.eval.trace import Traced, TraceWriter
-from flowstate.limits import STANDARD, Limits
+from flowstate.limits import STANDARD
 from flowstate.mcp import connect
 from flowstate.memory import embedded, get
 from flowstate.memory.base import Strategy
 from flowstate.store.repository import Repository
 from flowstate.tools import ToolSet
-
-POLICIES = ("oracle", "realistic", "memoryless")
-"""The reference policies: the optimistic bound, a realistic one, the memoryless bound (``flowstate.eval.policies``)."""
-
-Reference = Callable[[Task, Strategy, Limits, str | None], Answerer]
-REFERENCES: dict[str, Reference] = {
-    # the generated suites: the bound ``--policy`` names
-    "suite": lambda task, strategy, limits, bound: Policy(task, strategy, memory=bound != "memoryless", limits=limits,
-                                                          realistic=bound == "realistic"),
-    # a recording replays its own calls with realistic memory work
-    "replay": lambda task, strategy, limits, bound: ReplayPolicy(cast(ReplayTask, task), strategy, limits),
-    # a τ³ task: its gold actions
-    "gold": lambda task, strategy, limits, bound: GoldPolicy(cast(Tau3Task, task), strategy, limits),
-}
-"""Which reference policy plays a task, by what the task declares (``Task.reference``)."""
 
 
 @dataclass(frozen=True)
@@ -176,7 +159,7 @@ def run_task(task: Task, strategy: Strategy, engine: Engine, repo: Repository, l
     subtasks, scores = [], []
     for k, query in enumerate(task.queries, start=1):
         env["day"] = k
-        out = run_request(agent, query)
+        out = request_outcome(agent, query)
         score = task.check(k, out.response, env)
         scores.append(score)
         subtasks.append(_subtask_row(k, out.response, out.steps, score, out.error, out.memory_calls))
@@ -184,10 +167,10 @@ def run_task(task: Task, strategy: Strategy, engine: Engine, repo: Repository, l
             "started": started, "ended": time.time(), "success": task.success(scores), "subtasks": subtasks}
 
 
-Progress = Callable[[str], None]
+OnProgress = Callable[[str], None]  # told a line at each step of the run (``flowstate.loop.Progress`` is a request's state)
 
 
-def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress = lambda _: None,
+def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: OnProgress = lambda _: None,
              user: Engine | None = None, judge: Engine | None = None, embedder: Embedder | None = None) -> list[dict[str, Any]]:
     """Run what ``results.jsonl`` does not hold yet; return the rows of this configuration.
 
@@ -197,16 +180,7 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: Progress =
     strategies = [embedded(get(name), embedder) for name in config.strategies]
     check_options(config.suites, config.sizes)
     check_count(config.count_tokens)
-    if config.policy is not None and config.policy not in POLICIES:
-        raise ValueError(f"unknown reference policy {config.policy!r}; valid: {', '.join(POLICIES)}")
-    if config.policy in ("memoryless", "realistic") and any(s in TAU3 for s in config.suites):
-        raise ValueError(f"the τ³ suites replay their gold actions (--policy oracle), not a {config.policy} policy")
-    if REPLAY in config.suites and config.policy != "realistic":
-        raise ValueError("tau-replay replays its recordings through each strategy (no model) with a realistic memory "
-                         "policy: give --policy realistic")
-    if config.mcp and any(s not in TAU3 for s in config.suites):
-        raise ValueError("--mcp gives the τ³ suites' tools from MCP servers (graded against the domain's own tools); "
-                         f"{', '.join(s for s in config.suites if s not in TAU3)} cannot take them")
+    check_run(config.suites, config.policy, bool(config.mcp))
     suites = {suite: _tasks(config, suite, judge) for suite in config.suites}
     if config.policy is None and not engines:
         raise ValueError("no engine to evaluate")
@@ -244,7 +218,7 @@ class RunContext:
     results: Results
     engines: tuple[Engine, ...]
     run: str  # this run's id, on each of its rows
-    progress: Progress
+    progress: OnProgress
     user: Engine | None = None
     judge: Engine | None = None
     tokens: Callable[[str], Sequence[Any]] = tokenize
@@ -271,19 +245,21 @@ def _run_pair(ctx: RunContext, suite: str, strategy: Strategy, total: int, finis
     # a model's vocabulary also counts what each call's grammar forces, as an engine that fast-forwards appends it
     forced = tokens.forced if isinstance(tokens, Vocabulary) else None
 
+    chosen = suite_named(suite)
+    rules = chosen.rules
+
     def one(item: tuple[int, Task]) -> None:
         i, task = item
         limits = config.loop.limits or STANDARD
-        if config.policy is not None or task.always_replayed:  # the reference policy the task declares plays it
-            engine: Engine = PolicyEngine(REFERENCES[task.reference](task, strategy, limits, config.policy),
-                                          tokens, forced)
+        if config.policy is not None or rules.replayed:  # the reference policy the suite declares plays it
+            engine: Engine = PolicyEngine(chosen.reference(task, strategy, limits, config.policy), tokens, forced)
         else:
             engine = ctx.engines[i % len(ctx.engines)]  # several servers: tasks spread over all of them
         if trace is not None:
             engine = Traced(engine, trace, f"{config.namespace}{suite}/{strategy.name}/{task.id}",
                             {"suite": suite, "strategy": strategy.name})
-        if task.conversational:
-            talk = run_conversation(cast(Tau3Task, task), strategy, engine, ctx.repo, config.loop, ctx.user, ctx.judge,
+        if rules.conversational:
+            talk = run_conversation(task, strategy, engine, ctx.repo, config.loop, ctx.user, ctx.judge,
                                     namespace=config.namespace, guidelines=tau2_guidelines(config.tau2_data),
                                     tools=ctx.tools)
             row = conversation_row(talk, ctx.run)
@@ -334,8 +310,8 @@ def check_count(name: str) -> None:
 
 
 def _tasks(config: EvalConfig, suite: str, judge: Engine | None = None) -> list[Task]:
-    return generate(suite, config.tasks, config.depth, config.seed, config.sizes, config.tau2_data, config.trials,
-                    config.replay, judge)
+    return generate(suite, config.tasks, Spec(config.depth, config.seed, config.sizes or {}, config.tau2_data,
+                                              config.trials, config.replay, judge))
 
 
 def _check_identity(config: EvalConfig) -> None:

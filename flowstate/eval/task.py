@@ -58,15 +58,12 @@ TASK_POLICY = (
 
 
 class Task(ABC):
-    """One task instance; subclasses hold its generated data, and declare how it runs: as subtasks or as a
-    conversation, and which reference policy drives it (``flowstate.eval.runner.REFERENCES``)."""
+    """One task instance; subclasses hold its generated data. How it runs (as subtasks or as a conversation) and
+    which reference policy drives it, its suite declares (``flowstate.eval.suites.Rules``)."""
 
     suite: str = ""
     soft: bool = False  # the suite reports sPS
     micro_ps: bool = False  # PS over all subtasks (travel) rather than averaged per task
-    conversational: bool = False  # a conversation with a user (τ³), not a fixed list of subtask queries
-    reference: str = "suite"  # the reference policy that plays it: the suites' bounds, a recording's replay, τ³'s gold
-    always_replayed: bool = False  # it runs under its reference policy whatever the engine (a recording)
 
     @property
     def policy(self) -> str:

@@ -24,7 +24,8 @@ from typing import Any
 from engine.base import Engine
 from flowstate.agent import Agent
 from flowstate.config import LoopConfig
-from flowstate.eval.episode import run_request
+from flowstate.eval.episode import request_outcome
+from flowstate.eval.task import Task
 from flowstate.eval.tau3.evaluate import grade, replay_calls
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import ScriptedUser, SimulatedUser, User, ends
@@ -86,12 +87,14 @@ class Conversation:
 
 
 def run_conversation(
-    task: Tau3Task, strategy: Strategy, engine: Engine, repo: Repository, loop: LoopConfig,
+    task: Task, strategy: Strategy, engine: Engine, repo: Repository, loop: LoopConfig,
     user_engine: Engine | None = None, judge: Engine | None = None,
     max_turns: int = MAX_TURNS, namespace: str = "", guidelines: str | None = None, tools: ToolSet | None = None,
 ) -> Conversation:
     """``tools``: the agent's tools instead of the domain's own (an MCP server's); this session's share of them is
     released when the conversation ends."""
+    if not isinstance(task, Tau3Task):
+        raise TypeError(f"a conversation plays a τ³ task, not {type(task).__name__}")
     session = f"{namespace}{task.suite}/{strategy.name}/{task.id}"
     repo.delete_session(session)  # what a killed run left of this task
     agent = Agent(engine, repository=repo, session=session, tools=tools if tools is not None else task.tools(task.new_env()),
@@ -119,7 +122,7 @@ def _converse(task: Tau3Task, agent: Agent, strategy: Strategy, user_engine: Eng
             ended_by = "user"
             break
         conversation.append(("user", message))
-        out = run_request(agent, message)
+        out = request_outcome(agent, message)
         response, steps = out.response, out.steps
         calls += [c for s in steps for c in s.get("tool_calls", [])]  # τ³ matches failed calls too
         trajectory += trajectory_of(message, steps, response)

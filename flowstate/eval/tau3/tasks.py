@@ -20,9 +20,6 @@ SUITES = {"tau3-airline": "airline", "tau3-retail": "retail"}
 class Tau3Task(Task):
     """One τ³ task (one trial of it): its data, a fresh database per run, the domain's tools."""
 
-    conversational = True
-    reference = "gold"
-
     def __init__(self, suite: str, data: DomainData, spec: dict[str, Any], trial: int, trials: int) -> None:
         task_id = f"{spec['id']}" if trials == 1 else f"{spec['id']}/trial{trial}"
         super().__init__(task_id, [])

@@ -191,21 +191,21 @@ def test_the_report_gives_what_a_gpu_pays_beside_tokens(recording: Path, tmp_pat
 
 
 def test_sessions_join_recorded_conversations_and_results_enlarge_search_pages(recording: Path) -> None:
-    from flowstate.eval.suites import generate, options
+    from flowstate.eval.suites import Spec, generate, options
 
     assert options("tau-replay") == {"sessions": 1, "results": 1}
-    [joined] = generate("tau-replay", 5, 1, sizes={"sessions": 2}, replay=str(recording))  # 2 conversations: 1 session
-    single = generate("tau-replay", 5, 1, replay=str(recording))
+    [joined] = generate("tau-replay", 5, Spec(1, sizes={"sessions": 2}, data=str(recording)))  # 2 conversations: 1 session
+    single = generate("tau-replay", 5, Spec(1, data=str(recording)))
     assert len(single) == 2 and joined.queries == single[0].queries + single[1].queries
     assert isinstance(joined, ReplayTask) and len(joined.expected) == 10
-    [big] = generate("tau-replay", 1, 1, sizes={"results": 3}, replay=str(recording))
+    [big] = generate("tau-replay", 1, Spec(1, sizes={"results": 3}, data=str(recording)))
     assert isinstance(big, ReplayTask)
     flights = big.turns[0].steps[1][0].result["flights"]
     # the recorded item first, then copies with other ids; lists of plain values (reservation ids) stay as they are
     assert flights == [{"flight_number": "HAT001"}, {"flight_number": "HAT001-1"}, {"flight_number": "HAT001-2"}]
     assert big.turns[0].steps[0][0].result["reservations"] == ["ABC123"]
     with pytest.raises(ValueError, match="at least 1"):
-        generate("tau-replay", 1, 1, sizes={"sessions": 0}, replay=str(recording))
+        generate("tau-replay", 1, Spec(1, sizes={"sessions": 0}, data=str(recording)))
 
 
 def test_a_joined_session_replays_through_every_strategy(recording: Path, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 from flowstate.eval.calls import calls_of
 from flowstate.eval.policies import BOUNDED
 from flowstate.eval.runner import EvalConfig, run_eval
-from flowstate.eval.suites import SUITES, generate
+from flowstate.eval.suites import SUITES, Spec, generate
 from flowstate.memory import METHODS as STRATEGIES
 from flowstate.memory import get
 
@@ -41,7 +41,7 @@ def test_oracle_solves_and_memoryless_fails_dependent_subtasks(suite: str, tmp_p
 
 @pytest.mark.parametrize("suite", sorted(SUITES))
 def test_generation_is_deterministic_per_seed(suite: str) -> None:
-    a, b, c = generate(suite, 3, 4, 7), generate(suite, 3, 4, 7), generate(suite, 3, 4, 8)
+    a, b, c = generate(suite, 3, Spec(4, 7)), generate(suite, 3, Spec(4, 7)), generate(suite, 3, Spec(4, 8))
     assert [t.queries for t in a] == [t.queries for t in b]
     assert [t.queries for t in a] != [t.queries for t in c]
     assert all(t.depth == 4 for t in a) and len({t.id for t in a}) == 3
@@ -93,7 +93,7 @@ def _run(task: Task, strategy: Strategy, policy_type: type[Policy] = Policy) -> 
 @pytest.mark.parametrize("suite", sorted(SUITES))
 def test_every_reference_step_is_needed(suite: str) -> None:
     for strategy in map(get, sorted(set(STRATEGIES) - set(BOUNDED))):
-        for task in generate(suite, 3, 6, 1):
+        for task in generate(suite, 3, Spec(6, 1)):
             policy, _, row = _run(task, strategy)
             assert row["success"], (suite, strategy.name)
             assert policy.mergeable() == [], (suite, strategy.name)
@@ -112,9 +112,9 @@ class AsksLate(Policy):
 
 
 def test_the_minimality_check_catches_a_step_that_could_have_been_merged() -> None:
-    task = generate("shopping", 1, 4, 0)[0]
+    task = generate("shopping", 1, Spec(4, 0))[0]
     minimal, _, row = _run(task, FLOWSTATE)
-    late, _, late_row = _run(generate("shopping", 1, 4, 0)[0], FLOWSTATE, AsksLate)
+    late, _, late_row = _run(generate("shopping", 1, Spec(4, 0))[0], FLOWSTATE, AsksLate)
     assert row["success"] and late_row["success"] and minimal.mergeable() == []
     found = late.mergeable()
     assert any("waits for ['fact_r1_s2_1'], which it could have asked for a step earlier" in f for f in found)
@@ -129,7 +129,7 @@ def test_the_minimality_check_catches_a_step_that_could_have_been_merged() -> No
 
 @pytest.mark.parametrize("suite", REALISTIC)
 def test_realistic_prompts_keep_their_prefix_across_steps_and_requests(suite: str) -> None:
-    task = generate(suite, 1, 4, 0)[0]
+    task = generate(suite, 1, Spec(4, 0))[0]
     _, engine, _ = _run(task, FLOWSTATE)
     system = engine.prompts[0][0].content
     assert all(p[0].content == system for p in engine.prompts)  # the static part never changes
@@ -148,7 +148,7 @@ def test_realistic_prompts_keep_their_prefix_across_steps_and_requests(suite: st
 @pytest.mark.parametrize("suite", REALISTIC)
 def test_realistic_observations_are_benchmark_sized_and_their_size_is_an_option(suite: str) -> None:
     def largest(sizes: dict[str, int]) -> int:
-        task = generate(suite, 1, 2, 0, sizes)[0]
+        task = generate(suite, 1, Spec(2, 0, sizes))[0]
         _, _, row = _run(task, FLOWSTATE)
         calls = calls_of(row["subtasks"])
         return max(c.prompt_tokens for c in calls) - calls[0].prompt_tokens
@@ -198,7 +198,7 @@ def test_a_suite_gives_the_depth_asked_or_refuses_it(suite: str) -> None:
     not have)."""
     for depth in (16, 64):
         try:
-            tasks = generate(suite, 2, depth, 0)
+            tasks = generate(suite, 2, Spec(depth, 0))
         except ValueError as exc:
             assert "at most" in str(exc)
             continue
@@ -232,7 +232,7 @@ def test_the_realistic_policy_records_every_result_and_asks_for_history_in_a_ste
     from flowstate.eval.runner import run_task
     from flowstate.store.repository import Repository
 
-    task = generate("shopping", 1, 4, 0)[0]
+    task = generate("shopping", 1, Spec(4, 0))[0]
     policy = Policy(task, get("flowstate"), memory=True, realistic=True)
     steps: list[tuple[str, dict[str, Any]]] = []
 
@@ -259,7 +259,7 @@ def test_the_realistic_policy_records_every_result_and_asks_for_history_in_a_ste
 
 
 def test_a_shopping_query_names_the_product_its_fit_depends_on() -> None:
-    for task in generate("shopping", 4, 8, 0):
+    for task in generate("shopping", 4, Spec(8, 0)):
         for k in range(2, 9):
             j = task.depends[k - 2]
             assert f"for the {task.correct[j - 1].category} I bought earlier" in task.queries[k - 1]
@@ -272,7 +272,7 @@ def test_planning_credits_each_constraint_a_booking_meets_as_the_papers_travel_s
     from flowstate.eval.suites.planning import PlanningTask
     from flowstate.eval.task import Score
 
-    [task] = generate("planning", 1, 6, 0)
+    [task] = generate("planning", 1, Spec(6, 0))
     assert isinstance(task, PlanningTask) and task.soft and task.micro_ps
     k = next(k for k in range(2, 7) if task.kind(k) == "stay" and task.relative[k - 1])
     best = task.correct(k)
@@ -294,7 +294,7 @@ def test_planning_computes_each_subtasks_right_choice_once() -> None:
     """A subtask's right choice reads every earlier one's: memoised, subtask k costs k choices, not 2^k."""
     from flowstate.eval.suites.planning import PlanningTask
 
-    [task] = generate("planning", 1, 12, 0)
+    [task] = generate("planning", 1, Spec(12, 0))
     assert isinstance(task, PlanningTask)
     made: list[int] = []
     choose = task.choice
@@ -319,3 +319,30 @@ def test_every_suite_is_one_protocol_and_declares_its_options() -> None:
     assert [t.id for t in suite("chain").tasks(2, Spec(depth=3))] == [t.id for t in generate("chain", 2, 3)]
     with pytest.raises(ValueError, match="unknown suite 'nope'; valid suites: hotel"):
         suite("nope")
+
+
+def test_each_suite_declares_the_rules_its_runs_are_checked_against() -> None:
+    """Which ``--policy`` a suite runs under, whether it takes ``--mcp``, and which reference plays its tasks: its
+    rules say, and the runner asks them (it names no suite)."""
+    from flowstate.eval.policies import Policy
+    from flowstate.eval.suites import TAU3, check_run, suite
+    from flowstate.limits import STANDARD
+
+    for policy in (None, "oracle", "realistic", "memoryless"):
+        check_run(["hotel", "shopping"], policy, mcp=False)
+    check_run(list(TAU3), "oracle", mcp=True)
+    check_run(["tau-replay"], "realistic", mcp=False)
+    refused = [(["tau3-retail"], "realistic", False, "replay their gold actions .*not a realistic policy"),
+               (["tau-replay"], None, False, "give --policy realistic"),
+               (["hotel"], "best", False, "unknown reference policy 'best'"),
+               (["tau3-airline", "hotel"], "oracle", True, "tau3-airline, tau3-retail\\); hotel cannot take them")]
+    for names, policy, mcp, message in refused:
+        with pytest.raises(ValueError, match=message):
+            check_run(names, policy, mcp)
+    rules = {name: suite(name).rules for name in ("hotel", "tau3-airline", "tau-replay")}
+    assert [(r.conversational, r.replayed) for r in rules.values()] == [(False, False), (True, False), (False, True)]
+    [task] = generate("hotel", 1, 2)
+    played = suite("hotel").reference(task, FLOWSTATE, STANDARD, "memoryless")
+    assert isinstance(played, Policy) and not played.memory
+    with pytest.raises(TypeError, match="plays τ³ tasks, not HotelTask"):
+        suite("tau3-airline").reference(task, FLOWSTATE, STANDARD, "oracle")

@@ -494,14 +494,14 @@ def test_db_hash_sees_any_change() -> None:
 def gold_digests(suite: str, count: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """Per task, ours and the fixture's: the digest of every gold action's result (or "error") on a fresh database,
     and of the final database."""
-    from flowstate.eval.suites import generate
+    from flowstate.eval.suites import Spec, generate
     from flowstate.eval.tau3.digest import digest
 
     domain = suite.removeprefix("tau3-")
     fixture = json.loads((Path(__file__).parents[2] / "fixtures" / "tau2" / f"{domain}_v1.0.1.json").read_text())
     assert f"tau2-bench v1.0.1, tau2.domains.{domain}" in fixture["source"] and len(fixture["tasks"]) == count
     ours = {}
-    for task in generate(suite, count, 1, 0):
+    for task in generate(suite, count, Spec(1, 0)):
         db = task.new_env()
         tools = task.tools(db)
         results = []
