@@ -1,4 +1,4 @@
-"""The embedded default on the real model (SmolLM2-135M-Instruct, CPU): the grammar makes every step
+"""The transformers engine on the real model (SmolLM2-135M-Instruct, CPU): the grammar makes every step
 parse, the model alone does not produce the format, and the id-aware grammar confines state_focus."""
 
 from __future__ import annotations
@@ -26,23 +26,16 @@ def test_every_step_parses_under_the_grammar_and_not_without_it(smol: Transforme
     engine = Recording(smol)
     with Repository.open(":memory:") as repo:
         agent = Agent(engine, repository=repo, session="real", tools=hotel.TOOLS, task_policy=hotel.POLICY,
-                      config=LoopConfig(max_steps=2, max_protocol_errors=1))
-        steps = []
-        for query in hotel.QUERIES:  # under the grammar every request ends: its last allowed step answers
-            record = agent.run(query)
-            assert record.unfinished is None and record.response
-            steps += record.to_dict()["steps"]
-            if len(steps) >= 2:  # two steps: both parse, and the second reuses the first's KV prefix
-                break
-    assert len(steps) >= 2
-    assert [s["protocol_error"] for s in steps] == [None] * len(steps)
-    assert all(s["usage"]["completion_tokens"] > 0 for s in steps)
-    assert engine.calls[1][2].usage.cached_tokens > 0  # KV prefix reuse across steps
-    # the same prompts without a grammar: the model alone does not write the four blocks
-    for messages, _, _ in engine.calls[:2]:
-        free = smol.generate(messages, grammar=None, max_tokens=96)
-        with pytest.raises(ProtocolError):
-            parse_output(free.text)
+                      config=LoopConfig(max_steps=1, max_protocol_errors=1))
+        record = agent.run(hotel.QUERIES[0])  # under the grammar the request ends: its one allowed step answers
+    assert record.unfinished is None and record.response
+    [step] = record.to_dict()["steps"]
+    assert step["protocol_error"] is None and step["usage"]["completion_tokens"] > 0
+    # the same prompt without a grammar: its KV prefix is reused, and the model alone does not write the four blocks
+    free = smol.generate(engine.calls[0][0], grammar=None, max_tokens=96)
+    assert free.usage.cached_tokens > 0
+    with pytest.raises(ProtocolError):
+        parse_output(free.text)
 
 
 def test_a_grammar_the_backend_refuses_is_a_clear_error(smol: TransformersEngine) -> None:
