@@ -283,7 +283,9 @@ class Simulation:
                 drafts = {r: [PLACEHOLDER] * d.draft() for r, d in feed.drafters.items()}
                 sched.update_draft_token_ids(DraftTokenIds(list(drafts), list(drafts.values())))
         return {"sessions": len(sessions), "calls": feed.made, "steps": steps, "computed_tokens": computed,
-                "output_tokens": output, "appended_tokens": forced, "peak_kv_usage": round(peak_usage, 3), "peak_waiting": peak_waiting,
+                # appended: the forced tokens fast-forwarded (with drafts, what they kept is kept_tokens, not this)
+                "output_tokens": output, "appended_tokens": 0 if speculation else forced,
+                "peak_kv_usage": round(peak_usage, 3), "peak_waiting": peak_waiting,
                 "kv_wait_steps": kv_waits, "prefix_hit_rate": round(hits / queries, 3) if queries else None, "preemptions": preemptions,
                 **(feed.tally.figures() if speculation else {}),
                 **(timing.figures(len(sessions)) if clock is not None else {})}
