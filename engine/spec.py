@@ -18,7 +18,7 @@ from engine.errors import EngineConfigError
 KEYS = {"engine": "name", "model": "model", "base-url": "base_url", "preset": "preset", "dtype": "dtype",
         "temperature": "temperature", "top-p": "top_p", "max-tokens": "max_tokens", "script": "script",
         "api-key": "api_key", "max-model-len": "max_model_len", "tensor-parallel-size": "tensor_parallel_size",
-        "gpu-memory-utilization": "gpu_memory_utilization"}
+        "gpu-memory-utilization": "gpu_memory_utilization", "speculate": "speculate"}
 NUMBERS = {"temperature": float, "top_p": float, "max_tokens": int, "max_model_len": int, "tensor_parallel_size": int,
            "gpu_memory_utilization": float}
 # KEY prefix -> the option holding a dict of them

@@ -26,6 +26,10 @@ def test_pairs_nested_arguments_and_the_long_form() -> None:
     assert parse("vllm:/models/q,vllm.kv_cache_dtype=fp8,vllm.max-num-seqs=256,chat-template.enable_thinking=false") == {
         "name": "vllm", "model": "/models/q", "engine_args": {"kv_cache_dtype": "fp8", "max_num_seqs": 256},
         "chat_template_kwargs": {"enable_thinking": False}}
+    # drafting, as each engine spells it (the engine checks the method: llamacpp lookup, vllm ngram or suffix)
+    assert parse("vllm:/models/q,speculate=ngram:4:2-4") == {"name": "vllm", "model": "/models/q",
+                                                             "speculate": "ngram:4:2-4"}
+    assert parse("llamacpp,speculate=lookup:4") == {"name": "llamacpp", "speculate": "lookup:4"}
 
 
 @pytest.mark.parametrize(("text", "message"), [
