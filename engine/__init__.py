@@ -1,5 +1,5 @@
-"""Model backends behind one small abstract base class (``engine.base.Engine``), chosen by name; heavy imports stay inside
-each backend."""
+"""Model backends behind one small abstract base class (``engine.base.Engine``), chosen by name; heavy imports stay
+inside each backend."""
 
 from __future__ import annotations
 
@@ -56,4 +56,5 @@ def _build(module_name: str, attr_path: str, preset: str | None, options: dict[s
     return engine
 
 
-__all__ = ["BACKENDS", "DEFAULT", "Engine", "EngineConfigError", "EngineError", "Generation", "Message", "Usage", "load"]
+__all__ = ["BACKENDS", "DEFAULT", "Engine", "EngineConfigError", "EngineError", "Generation", "Message", "Usage",
+           "load"]

@@ -54,7 +54,8 @@ class ServerEmbedder(Embedder):
             batch = list(texts[start:start + BATCH])
             vectors = self._server.embed(batch)
             if len(vectors) != len(batch):
-                raise EngineError(f"server {self._server.base_url} returned {len(vectors)} embeddings for {len(batch)} texts")
+                raise EngineError(f"server {self._server.base_url} returned {len(vectors)} embeddings for "
+                                  f"{len(batch)} texts")
             out += [unit(v) for v in vectors]
         return out
 
@@ -137,7 +138,8 @@ def load(spec: str, option: str = "--embed", api_key: str | None = None) -> Embe
     opts = parse(spec, option)
     name, extra = opts.pop("name"), set(opts) - {"model", "base_url", "api_key"}
     if extra:
-        raise EngineConfigError(f"{option} {label({'name': name, **opts})} takes a model and a URL only, not {sorted(extra)}")
+        raise EngineConfigError(f"{option} {label({'name': name, **opts})} takes a model and a URL only, "
+                                f"not {sorted(extra)}")
     if name == "openai":
         return ServerEmbedder(opts.get("base_url"), model=opts.get("model"), api_key=opts.get("api_key") or api_key)
     if name == "llamacpp":

@@ -291,8 +291,9 @@ class LlamaCppEngine(Engine):
             raise EngineConfigError(f"speculate=lookup:{self.speculation.k} verifies {self.speculation.k + 1} tokens "
                                     f"in one batch: batch_size must exceed {self.speculation.k}, not {batch_size}")
         if self.llm._is_recurrent or self.llm._is_hybrid:
-            raise EngineConfigError(f"speculate needs a KV cache that can drop rejected draft tokens; {self.model_name} "
-                                    "is a recurrent or hybrid model, whose state cannot be rolled back here")
+            raise EngineConfigError(f"speculate needs a KV cache that can drop rejected draft tokens; "
+                                    f"{self.model_name} is a recurrent or hybrid model, whose state cannot be rolled "
+                                    "back here")
 
     def _chat_formatter(self, chat_template: str | None, path: str) -> Any:
         """The model's chat template (or the one given), rendered as llama-cpp-python renders it."""
@@ -300,7 +301,8 @@ class LlamaCppEngine(Engine):
 
         template = chat_template or self.llm.metadata.get("tokenizer.chat_template")
         if not template:
-            raise EngineConfigError(f"{path} carries no chat template (tokenizer.chat_template); give one with chat_template")
+            raise EngineConfigError(f"{path} carries no chat template (tokenizer.chat_template); give one with "
+                                    "chat_template")
 
         def piece(token: int) -> str:
             return self.llm.detokenize([token], special=True).decode("utf-8", errors="replace")
@@ -452,7 +454,8 @@ class LlamaCppEngine(Engine):
             context = prompt + run.tokens
             lookup.extend(context[len(lookup.tokens):])
             draft = lookup.propose(limit=run.budget - len(run.tokens) - 1)
-            draft = draft[: next((i for i, t in enumerate(draft) if llama_cpp.llama_vocab_is_eog(self._vocab_ptr, t)), len(draft))]
+            ends = (i for i, t in enumerate(draft) if llama_cpp.llama_vocab_is_eog(self._vocab_ptr, t))
+            draft = draft[: next(ends, len(draft))]
             if matcher is not None and draft:
                 draft = draft[: matcher.validate_tokens(draft)]
             pending = context[llm.n_tokens:]

@@ -80,14 +80,16 @@ class OpenAIEngine(RemoteEngine):
             except (o.APIConnectionError, o.APITimeoutError, o.RateLimitError, o.InternalServerError) as exc:
                 if attempt == self.retries:
                     what = "unreachable" if isinstance(exc, o.APIConnectionError) else "failing"
-                    raise EngineUnavailable(f"server {self.base_url} {what} after {self.retries + 1} tries: {exc}") from exc
+                    raise EngineUnavailable(f"server {self.base_url} {what} after {self.retries + 1} tries: "
+                                            f"{exc}") from exc
                 time.sleep(self.backoff_s * 2**attempt)
             except o.APIStatusError as exc:
                 detail = _detail(exc)
                 if exc.status_code == 400 and OVERFLOW.search(detail):  # vLLM's, OpenAI's words for it
                     raise ContextOverflow(f"server {self.base_url}: the prompt does not fit the model's context: "
                                           f"{detail}") from exc
-                raise EngineConfigError(f"server {self.base_url} refused the request ({exc.status_code}): {detail}") from exc
+                raise EngineConfigError(f"server {self.base_url} refused the request ({exc.status_code}): "
+                                        f"{detail}") from exc
         raise AssertionError("unreachable")
 
     def embed(self, texts: list[str]) -> list[list[float]]:

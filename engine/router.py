@@ -60,7 +60,8 @@ class RouterEngine(Engine):
             placed = self._placed.get(affinity)
             if placed in healthy:
                 return placed
-            best = max(healthy, key=lambda i: hashlib.sha256(f"{affinity}\0{self.servers[i].base_url}".encode()).digest())
+            best = max(healthy,
+                       key=lambda i: hashlib.sha256(f"{affinity}\0{self.servers[i].base_url}".encode()).digest())
             self._placed[affinity] = best
             return best
 

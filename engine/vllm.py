@@ -65,12 +65,14 @@ def _check(model: str | None, backend: str) -> str:
     """The model folder, once it and the grammar backend are known to be usable."""
     if model is None:
         raise EngineConfigError(
-            "the vllm engine needs --model: a transformers folder (flowstate model export DIR writes the embedded model)"
+            "the vllm engine needs --model: a transformers folder (flowstate model export DIR writes the embedded "
+            "model)"
         )
     if not (Path(model).is_dir() and (Path(model) / "config.json").is_file()):
         raise EngineConfigError(f"model {model!r} is not a transformers folder with config.json")
     if backend not in ("guidance", "xgrammar"):
-        raise EngineConfigError(f"grammar backend must be guidance or xgrammar (vLLM's outlines backend has no CFG), not {backend!r}")
+        raise EngineConfigError("grammar backend must be guidance or xgrammar (vLLM's outlines backend has no CFG), "
+                                f"not {backend!r}")
     return model
 
 
