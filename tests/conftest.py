@@ -74,25 +74,56 @@ def make_agent(repo: Repository) -> AgentFactory:
     return factory
 
 
-# Modules whose tests run a real model (llama.cpp, transformers, MiniLM) or vLLM: one xdist group, so on a machine
-# of few cores only one of them runs at a time (two would halve each one's CPU and make their timeouts fire), while
-# the other worker takes the rest. A new module that loads a model belongs here.
+# Modules whose tests run a real model (llama.cpp, transformers, MiniLM) or vLLM: one unit of work for xdist, so on a
+# machine of few cores only one of them runs at a time, on one worker (two would halve each one's CPU and make their
+# timeouts fire), while the other worker takes the rest. A new module that loads a model belongs here.
 ONE_AT_A_TIME = frozenset({
-    "tests/engine/test_embeddings.py", "tests/engine/test_errors.py", "tests/engine/test_llamacpp.py", "tests/engine/test_llamacpp_options.py",
-    "tests/engine/test_llamacpp_threads.py", "tests/engine/test_transformers.py", "tests/engine/test_vllm.py",
-    "tests/flowstate/eval/test_kv_measured.py", "tests/flowstate/eval/test_real_model.py",
+    "tests/engine/test_embeddings.py", "tests/engine/test_errors.py", "tests/engine/test_llamacpp.py",
+    "tests/engine/test_llamacpp_options.py", "tests/engine/test_llamacpp_threads.py", "tests/engine/test_transformers.py",
+    "tests/engine/test_vllm.py", "tests/flowstate/eval/test_kv_measured.py", "tests/flowstate/eval/test_real_model.py",
     "tests/flowstate/eval/test_trace.py", "tests/flowstate/test_demo_embedded.py", "tests/flowstate/test_real_model.py",
     "tests/serving/test_adversarial.py", "tests/serving/test_real_model.py", "tests/test_readme.py",
 })
+MODEL = "model"  # the unit of work that holds every test of ONE_AT_A_TIME
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit of work xdist hands one worker whole: every real model's test in one (``MODEL``), any other test
+    alone (as ``--dist load`` would)."""
+    return MODEL if nodeid.partition("::")[0] in ONE_AT_A_TIME else nodeid
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: without xdist (or with -n 0) nothing calls it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's scope scheduler with our units (``unit_of``), whatever ``--dist`` says: the test ids decide, not a
+    marker (xdist 3.8's ``xdist_group`` is lost under pytest 9.2, which no longer reads the id xdist rewrites)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneModelAtATime(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return OneModelAtATime(config, log)
+
+
+# Each test's time limit (pytest-timeout; setup and teardown included), by what it runs: a hung test fails with its
+# traceback instead of stopping the run. A test's own ``@pytest.mark.timeout`` wins.
+TIMEOUT_S = {"model": 1200, "slow": 600, "fast": 180}
+
+
+def time_limit(item: pytest.Item) -> int:
+    """The seconds ``item`` may take: a real model's test the most, a ``slow`` one less, the rest 3 minutes."""
+    if unit_of(item.nodeid) == MODEL:
+        return TIMEOUT_S["model"]
+    return TIMEOUT_S["slow" if item.get_closest_marker("slow") else "fast"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A real model's tests share one worker (``ONE_AT_A_TIME``). A test marked ``gpu`` runs only where torch sees a
-    CUDA device; elsewhere it is skipped, saying so."""
-    root = Path(__file__).resolve().parent.parent
+    """Every test gets its time limit (``time_limit``). A test marked ``gpu`` runs only where torch sees a CUDA
+    device; elsewhere it is skipped, saying so."""
     for item in items:
-        if item.path.resolve().relative_to(root).as_posix() in ONE_AT_A_TIME:
-            item.add_marker(pytest.mark.xdist_group("model"))
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(time_limit(item)))
     gpu = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu:
         return

@@ -216,7 +216,7 @@ def test_concurrent_writers_of_one_session_never_store_a_request_twice(db_target
     outcomes: list[str] = []
 
     def persist(repo: Repository, node: str) -> None:
-        barrier.wait()
+        barrier.wait(timeout=30)
         try:
             repo.persist_request("shared", 1, f"from {node}", "r", [state(node)], {})
             outcomes.append("stored")
@@ -227,7 +227,7 @@ def test_concurrent_writers_of_one_session_never_store_a_request_twice(db_target
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(timeout=60)
     assert sorted(outcomes)[-1] == "stored" and outcomes.count("stored") == 1, outcomes
     loser = next(o for o in outcomes if o != "stored")  # a conflict seen first, or the database's own refusal
     assert "request 1" in loser and "'shared'" in loser
@@ -258,7 +258,7 @@ def test_session_lock_serializes_across_repositories(pg_server: Any) -> None:
             order.append("bob")
         with b.session_lock("alice"):
             order.append("b in")
-        t.join()
+        t.join(timeout=60)
         assert order == ["a in", "bob", "a out", "b in"]
         a.close()
         b.close()

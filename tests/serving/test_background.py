@@ -100,7 +100,7 @@ def test_a_killed_server_s_background_response_fails_and_never_reruns(server: Se
     assert c.responses.retrieve(r.id).status == "in_progress"
     assert server.proc is not None
     os.kill(server.proc.pid, signal.SIGKILL)
-    server.proc.wait()
+    server.proc.wait(timeout=30)
     url = server.start(slow(8, "never", "[kill]"), *SLOW, "--background-lease", "2")
     c = client(url, "none")
     failed = poll(c, r.id, timeout=30)

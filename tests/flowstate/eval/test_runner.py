@@ -43,7 +43,7 @@ def test_resume_after_a_kill_redoes_nothing_and_loses_nothing(tmp_path: Path) ->
     while len(lines(results)) < 12 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    proc.wait(timeout=30)
     before = {(r["suite"], r["strategy"], r["task"]): r for r in map(json.loads, lines(results))}
     assert 12 <= len(before) < TOTAL, "the run was not interrupted mid-way"
     with results.open("a") as f:
