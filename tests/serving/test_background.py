@@ -123,7 +123,10 @@ def test_a_delete_racing_a_turn_removes_what_the_turn_stored(server: Server) -> 
     turn = threading.Thread(target=lambda: got.update(r=c.responses.create(
         model="flowstate", input="[race] book it", conversation="trip")))
     turn.start()
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30  # the turn is running (on a loaded machine it may take a while to begin)
+    while (r := httpx.get(f"{url}/sessions/trip", timeout=30)).status_code != 200 or r.json()["running"] is None:
+        assert time.monotonic() < deadline, "the turn never began"
+        time.sleep(0.05)
     deleted = httpx.delete(f"{url}/conversations/trip", timeout=30)
     turn.join(30)
     assert deleted.status_code == 200 and got["r"].output_text == "booked"
