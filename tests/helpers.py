@@ -9,6 +9,7 @@ from engine.base import Capabilities, Engine, Generation, Message
 from engine.purpose import STEP, Purpose
 from engine.scripted import ScriptedEngine
 from flowstate import Agent
+from flowstate.eval.rows import TaskRow
 from flowstate.protocol import ModelOutput, render_output
 
 AgentFactory = Callable[..., tuple[Agent, ScriptedEngine]]
@@ -68,3 +69,15 @@ def check_under_grammar(grammar: str, gen: Generation, limits: Any) -> None:
     else:
         assert accepts(grammar, gen.text), gen.text
         parse_output(gen.text, limits=limits)
+
+
+SUBTASK = {"k": 1, "correct": True, "credit": 1.0, "response": "ok", "error": None, "steps": 1, "parse_failures": 0,
+           "rejected": 0, "usage": {"prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0}, "calls": []}
+
+
+def task_row(subtasks: Sequence[dict[str, Any]] = (), **fields: Any) -> TaskRow:
+    """A task's row as results.jsonl holds one, read through the one adapter: what a test gives, the rest defaults
+    (each subtask's too)."""
+    return TaskRow.from_dict({"suite": "hotel", "strategy": "flowstate", "task": "t", "depth": max(len(subtasks), 1),
+                              "run": "r", "started": 0.0, "ended": 1.0, "success": True,
+                              "subtasks": [{**SUBTASK, "k": k, **s} for k, s in enumerate(subtasks, 1)], **fields})

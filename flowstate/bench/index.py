@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from flowstate.config import LoopConfig
-from flowstate.eval.calls import calls_of
 from flowstate.eval.policies import Policy, PolicyEngine
+from flowstate.eval.rows import calls_of
 from flowstate.eval.runner import run_task, token_counter
 from flowstate.eval.suites import Spec, generate
 from flowstate.memory import get
@@ -39,13 +39,13 @@ def run(requests: int, budget: int, prompt_budget: int, suite: str = "hotel", po
         started = time.perf_counter()
         with tempfile.TemporaryDirectory() as folder, Repository.open(Path(folder) / "memory.db") as repo:
             row = run_task(task, strategy, engine, repo, LoopConfig(max_steps=16), "bench")
-        largest = [max(c.prompt_tokens for c in calls_of([s])) for s in row["subtasks"]]
-        calls = calls_of(row["subtasks"])
+        largest = [max(c.prompt_tokens for c in calls_of([s])) for s in row.subtasks]
+        calls = calls_of(row.subtasks)
         rows.append({
             "strategy": name, "requests": requests, "suite": suite, "policy": policy, "tokens": tokens,
             "prompt_at": {k: largest[k - 1] for k in MARKS if k <= requests},
             "largest_prompt": max(largest), "over_budget": sum(c.prompt_tokens > prompt_budget for c in calls),
-            "calls": len(calls), "solved": sum(s["correct"] for s in row["subtasks"]),
+            "calls": len(calls), "solved": sum(s.correct for s in row.subtasks),
             "total": sum(c.prompt_tokens + c.completion_tokens for c in calls), "uncached": sum(c.prompt_tokens - c.cached_tokens for c in calls),
             "seconds": round(time.perf_counter() - started, 1),
         })

@@ -16,13 +16,11 @@ from typing import Any
 
 from flowstate.bench.table import table
 from flowstate.eval import metrics
-from flowstate.eval.calls import calls_of
+from flowstate.eval.rows import TaskRow as Row
+from flowstate.eval.rows import calls_of
 
 SUITES = ("hotel", "chain", "bundle", "shopping")
 STRATEGIES = ("flowstate", "full-context", "mage", "bm25", "no-psa")
-
-Row = dict[str, Any]
-
 
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """The Wilson score interval of a proportion, in % (0–100 for n = 0)."""
@@ -36,10 +34,10 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 def figures(rows: Sequence[Row]) -> dict[str, Any]:
     """One (suite, strategy)'s behaviour figures over its task rows."""
-    subtasks = [s for r in rows for s in r["subtasks"]]
-    steps = sum(int(s["steps"]) for s in subtasks)
+    subtasks = [s for r in rows for s in r.subtasks]
+    steps = sum(s.steps for s in subtasks)
     calls = calls_of(subtasks)
-    wins, correct = sum(bool(r["success"]) for r in rows), sum(bool(s["correct"]) for s in subtasks)
+    wins, correct = sum(r.success for r in rows), sum(s.correct for s in subtasks)
     cost = metrics.cost(rows)
     return {
         "tasks": len(rows), "subtasks": len(subtasks), "steps": steps,
@@ -48,7 +46,7 @@ def figures(rows: Sequence[Row]) -> dict[str, Any]:
         "tool_use": cost["tool_use"], "tool_calls": cost["tool_calls"],
         "rejections_per_step": cost["rejected_operations"] / max(steps, 1),
         "protocol_feedback_per_step": cost["parse_failures"] / max(steps, 1),
-        "disclosure_steps": sum(int(s.get("disclosure_steps", 0)) for s in subtasks) / max(len(subtasks), 1),
+        "disclosure_steps": sum(s.disclosure_steps for s in subtasks) / max(len(subtasks), 1),
         "repeated_calls": cost["repeated_calls"], "loops": cost["loops"], "budget_ends": cost["budget_ends"],
         "decoded_per_call": sum(c.completion_tokens for c in calls) / max(len(calls), 1),
         "wall_s": metrics.wall_time(rows),
@@ -63,7 +61,7 @@ def render(rows: Sequence[Row]) -> str:
     """The figures of every (suite, strategy) in ``rows``, one table."""
     pairs: dict[tuple[str, str], list[Row]] = {}
     for r in rows:
-        pairs.setdefault((r["suite"], r["strategy"]), []).append(r)
+        pairs.setdefault((r.suite, r.strategy), []).append(r)
     header = ["suite", "strategy", "n", "SR [95% CI]", "PS [95% CI]", "tool use", "rejected/step", "protocol fb/step",
               "disclosure steps", "repeated calls", "loops", "budget ends", "steps/subtask", "decoded/call", "min"]
     body = []

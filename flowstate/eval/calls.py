@@ -4,7 +4,7 @@ list, too."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.base import Usage
@@ -20,7 +20,3 @@ def read(value: Mapping[str, Any] | Sequence[float]) -> Usage:
         return Usage(**{k: v for k, v in value.items() if k in Usage.__dataclass_fields__})
     return Usage(**dict(zip(ORDER, value, strict=False)))  # type: ignore[arg-type]
 
-
-def calls_of(subtasks: Iterable[Mapping[str, Any]]) -> list[Usage]:
-    """Every call of these subtask rows, in order."""
-    return [read(c) for s in subtasks for c in s["calls"]]

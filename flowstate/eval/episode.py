@@ -4,25 +4,26 @@ its response, its steps, its failure, and the memory method's own model calls (t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from flowstate.agent import Agent
 from flowstate.errors import RequestFailed
+from flowstate.records import StepRecord
 
 
 @dataclass(frozen=True)
 class Outcome:
     response: str | None
-    steps: list[dict[str, Any]]
+    steps: tuple[StepRecord, ...]
     error: str | None  # why the request ended without a response (unfinished or failed)
-    memory_calls: list[dict[str, Any]]
+    memory_calls: tuple[StepRecord, ...]
 
 
 def request_outcome(agent: Agent, query: str) -> Outcome:
-    """Run ``query`` as the agent session's next request; a failed request is an outcome, not an exception."""
+    """Run ``query`` as the agent session's next request; a failed request is an outcome, not an exception (with the
+    steps it ran, as its error carries them)."""
     try:
         record = agent.run(query)
     except RequestFailed as exc:
-        return Outcome(None, (exc.record or {}).get("steps", []), str(exc), [])
-    return Outcome(record.response, [s.to_dict() for s in record.steps], record.unfinished,
-                   [s.to_dict() for s in record.memory_calls])
+        steps = tuple(StepRecord.from_dict(s) for s in (exc.record or {}).get("steps", []))
+        return Outcome(None, steps, str(exc), ())
+    return Outcome(record.response, record.steps, record.unfinished, record.memory_calls)

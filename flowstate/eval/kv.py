@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowstate.eval.calls import calls_of
+from flowstate.eval.rows import TaskRow, calls_of
 
 SHIPPED = Path(__file__).with_name("kv_models.json")
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "fp8": 1}
@@ -89,12 +90,12 @@ def load(name_or_path: str) -> KVModel:
     return model if total is None else KVModel(**{**model.__dict__, "weights_bytes": int(total)})
 
 
-def footprint(rows: list[dict[str, Any]], model: KVModel, gpu_gib: float) -> dict[str, Any]:
+def footprint(rows: Sequence[TaskRow], model: KVModel, gpu_gib: float) -> dict[str, Any]:
     """Per task (session): its peak context (prompt + completion of its largest call); over the tasks: mean
     context per call, mean and largest peak, KV bytes at the mean peak, and sessions of that peak that fit."""
     peaks, contexts = [], []
     for r in rows:
-        calls = [c.prompt_tokens + c.completion_tokens for c in calls_of(r["subtasks"])]
+        calls = [c.prompt_tokens + c.completion_tokens for c in calls_of(r.subtasks)]
         if calls:
             peaks.append(max(calls))
             contexts += calls

@@ -12,42 +12,43 @@ from pathlib import Path
 from typing import Any
 
 from flowstate.eval import gpu, kv, metrics
-from flowstate.eval.calls import calls_of
 from flowstate.eval.kv import footprint
+from flowstate.eval.rows import TaskRow, calls_of
 from flowstate.eval.runner import EvalConfig, config_dict
-from flowstate.eval.suites import TAU3, Spec, generate
+from flowstate.eval.suites import TAU3
+from flowstate.eval.suites import suite as suite_named
 from flowstate.memory import EMBEDDING
 
 BASELINE = "full-context"
 
 
-def summarize(rows: Sequence[dict[str, Any]], config: EvalConfig) -> dict[str, Any]:
+def summarize(rows: Sequence[TaskRow], config: EvalConfig) -> dict[str, Any]:
     pairs = []
     kv_model = kv.load(config.kv_model)
     cost = gpu.load(config.gpu_cost, config.decode_weight)
-    for suite in config.suites:
-        kind = generate(suite, 1, Spec(1, config.seed, data_dir=config.tau2_data, data=config.replay))[0]
+    for name in config.suites:
+        rules = suite_named(name).rules
         for strategy in config.strategies:
-            rs = [r for r in rows if r["suite"] == suite and r["strategy"] == strategy]
+            rs = [r for r in rows if r.suite == name and r.strategy == strategy]
             pairs.append({
-                "suite": suite, "strategy": strategy,
-                "quality": metrics.quality(rs, soft=kind.soft, micro=kind.micro_ps),
+                "suite": name, "strategy": strategy,
+                "quality": metrics.quality(rs, soft=rules.soft, micro=rules.micro_ps),
                 "cost": metrics.cost(rs), "by_depth": metrics.by_depth(rs), "speed": metrics.speed(rs),
-                **({"tau3": metrics.tau3_quality(rs)} if suite in TAU3 and rs else {}),
+                **({"tau3": metrics.tau3_quality(rs)} if name in TAU3 and rs else {}),
                 "kv": footprint(rs, kv_model, config.gpu_memory_gib),
                 "gpu": gpu_figures(rs, cost),
             })
     return {"config": config_dict(config), "pairs": pairs}
 
 
-def gpu_figures(rows: Sequence[dict[str, Any]], cost: gpu.GPUCost) -> dict[str, Any]:
+def gpu_figures(rows: Sequence[TaskRow], cost: gpu.GPUCost) -> dict[str, Any]:
     """Per task: what a GPU pays (``GPUCost.pet``'s parts: uncached prefill with the fixed prefix shared, forced and
     decoded tokens, PET), and disclosure steps (model calls that only asked for history)."""
     n = max(len(rows), 1)
-    figures = cost.pet(calls_of(s for r in rows for s in r["subtasks"]))
+    figures = cost.pet(calls_of([s for r in rows for s in r.subtasks]))
     return {"cost": {"label": cost.label, "w": cost.w, "kappa": cost.kappa},
             **{f"{k}_per_task": v / n for k, v in figures.items()},
-            "disclosure_steps_per_task": sum(int(s.get("disclosure_steps", 0)) for r in rows for s in r["subtasks"]) / n}
+            "disclosure_steps_per_task": sum(s.disclosure_steps for r in rows for s in r.subtasks) / n}
 
 
 def _f(x: float | None, digits: int = 1) -> str:
@@ -435,7 +436,7 @@ def save_tokens_vs_sr(fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str) -
 FIGURES = ("accuracy_by_depth.png", "tokens_vs_success.png", "tokens_by_depth.png")
 
 
-def write_report(rows: Sequence[dict[str, Any]], config: EvalConfig) -> dict[str, Any]:
+def write_report(rows: Sequence[TaskRow], config: EvalConfig) -> dict[str, Any]:
     """Write summary.json, report.md and (with matplotlib: the ``plots`` extra) the figures into ``config.out``;
     return the summary."""
     summary = summarize(rows, config)

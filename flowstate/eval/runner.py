@@ -25,9 +25,10 @@ from flowstate.agent import Agent
 from flowstate.config import LoopConfig
 from flowstate.eval.episode import request_outcome
 from flowstate.eval.policies import PolicyEngine
+from flowstate.eval.rows import SubtaskRow, TaskRow
 from flowstate.eval.suites import Spec, check_options, check_run, generate
 from flowstate.eval.suites import suite as suite_named
-from flowstate.eval.task import Score, Task
+from flowstate.eval.task import Task
 from flowstate.eval.tau3.conversation import Conversation, run_conversation
 from flowstate.eval.tau3.users import tau2_guidelines
 from flowstate.eval.trace import Traced, TraceWriter
@@ -102,53 +103,35 @@ class Results:
                 if f.read(1) != b"\n":
                     f.write(b"\n")
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[TaskRow]:
+        """The rows of every finished task, as whichever run wrote them (``TaskRow.from_dict`` reads older ones)."""
         if not self.path.exists():
             return []
         rows = []
         for line in self.path.read_text(encoding="utf-8").splitlines():
             try:
-                rows.append(json.loads(line))
+                rows.append(TaskRow.from_dict(json.loads(line)))
             except json.JSONDecodeError:  # a line cut by a crash mid-write: that task is redone
                 continue
         return rows
 
-    def append(self, row: dict[str, Any]) -> None:
+    def append(self, row: TaskRow) -> None:
         with self._lock, self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.write(json.dumps(row.to_dict(), ensure_ascii=False) + "\n")
             f.flush()
             os.fsync(f.fileno())
 
 
-def _subtask_row(k: int, response: str | None, steps: Sequence[dict[str, Any]], score: Score | None,
-                 error: str | None, memory_calls: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
-    """One subtask's row; the memory method's own model calls count in its usage and calls."""
-    calls = [*steps, *memory_calls]
-    usage = {key: sum(int(s["usage"][key]) for s in calls) for key in ("prompt_tokens", "cached_tokens", "completion_tokens")}
-    return {
-        "k": k, "correct": bool(score and score.correct), "credit": score.credit if score else 0.0,
-        "response": response, "error": error,
-        "steps": len(steps), "parse_failures": sum(s["protocol_error"] is not None for s in steps),
-        "truncations": sum(bool(s.get("truncated")) for s in steps),
-        "rejected": sum(len(s["rejected"]) + len(s["refused"]) + len(s.get("malformed", ())) for s in steps),
-        "usage": usage, "memory_calls": len(memory_calls),
-        "disclosure_steps": sum(s.get("decision") == "defer" for s in steps),  # steps that only waited for history
-        "tool_calls": sum(len(s.get("tool_calls", ())) for s in steps),
-        "repeated_calls": sum(bool(c.get("repeat_of")) for s in steps for c in s.get("tool_calls", ())),
-        "calls": [s["usage"] for s in calls],
-    }
-
-
-def conversation_row(talk: Conversation, run: str) -> dict[str, Any]:
+def conversation_row(talk: Conversation, run: str) -> TaskRow:
     """A τ³ conversation's row: each of its turns a subtask, all graded by the conversation's reward."""
-    subtasks = [{**_subtask_row(t.k, t.response, t.steps, None, t.error, t.memory_calls),
-                 "correct": talk.success, "credit": talk.success} for t in talk.turns]
-    return {**talk.header, "depth": len(subtasks), "run": run, "success": talk.success, "subtasks": subtasks,
-            "tau3": talk.tau3}
+    subtasks = tuple(SubtaskRow.of(t.k, t.response, t.steps, talk.success, float(talk.success), t.error,
+                                   t.memory_calls) for t in talk.turns)
+    return TaskRow(talk.task.suite, talk.strategy, talk.task.id, len(subtasks), run, talk.started, talk.ended,
+                   talk.success, subtasks, talk.task.base, talk.task.trial, talk.tau3)
 
 
 def run_task(task: Task, strategy: Strategy, engine: Engine, repo: Repository, loop: LoopConfig, run: str,
-             namespace: str = "") -> dict[str, Any]:
+             namespace: str = "") -> TaskRow:
     """One task: its subtasks as consecutive requests of a fresh session, each graded when it ends."""
     session = f"{namespace}{task.suite}/{strategy.name}/{task.id}"
     repo.delete_session(session)  # what a killed run left of this task
@@ -162,16 +145,17 @@ def run_task(task: Task, strategy: Strategy, engine: Engine, repo: Repository, l
         out = request_outcome(agent, query)
         score = task.check(k, out.response, env)
         scores.append(score)
-        subtasks.append(_subtask_row(k, out.response, out.steps, score, out.error, out.memory_calls))
-    return {"suite": task.suite, "strategy": strategy.name, "task": task.id, "depth": task.depth, "run": run,
-            "started": started, "ended": time.time(), "success": task.success(scores), "subtasks": subtasks}
+        subtasks.append(SubtaskRow.of(k, out.response, out.steps, score.correct, score.credit, out.error,
+                                      out.memory_calls))
+    return TaskRow(task.suite, strategy.name, task.id, task.depth, run, started, time.time(), task.success(scores),
+                   tuple(subtasks))
 
 
 OnProgress = Callable[[str], None]  # told a line at each step of the run (``flowstate.loop.Progress`` is a request's state)
 
 
 def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: OnProgress = lambda _: None,
-             user: Engine | None = None, judge: Engine | None = None, embedder: Embedder | None = None) -> list[dict[str, Any]]:
+             user: Engine | None = None, judge: Engine | None = None, embedder: Embedder | None = None) -> list[TaskRow]:
     """Run what ``results.jsonl`` does not hold yet; return the rows of this configuration.
 
     ``user`` and ``judge``: the τ³ suites' user simulator and NL-assertion judge engines (None: the
@@ -188,7 +172,7 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: OnProgress
     _check_identity(config)
     results = Results(config.out / "results.jsonl")
     earlier = results.rows()
-    done = {(r["suite"], r["strategy"], r["task"]) for r in earlier}
+    done = {(r.suite, r.strategy, r.task) for r in earlier}
     run = uuid.uuid4().hex[:12]
     tokens = token_counter(config.count_tokens) if config.policy is not None else tokenize
     trace = TraceWriter(config.trace) if config.trace else None
@@ -199,8 +183,8 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: OnProgress
             for suite, tasks in suites.items():
                 for strategy in strategies:
                     todo = [(i, t) for i, t in enumerate(tasks) if (suite, strategy.name, t.id) not in done]
-                    finished = [r for r in earlier if r["suite"] == suite and r["strategy"] == strategy.name
-                                and r["task"] in {t.id for t in tasks}]
+                    finished = [r for r in earlier if r.suite == suite and r.strategy == strategy.name
+                                and r.task in {t.id for t in tasks}]
                     _run_pair(ctx, suite, strategy, len(tasks), finished, todo)
         finally:
             if tools is not None:
@@ -226,11 +210,11 @@ class RunContext:
     tools: ToolSet | None = None
 
 
-def _run_pair(ctx: RunContext, suite: str, strategy: Strategy, total: int, finished: list[dict[str, Any]],
+def _run_pair(ctx: RunContext, suite: str, strategy: Strategy, total: int, finished: list[TaskRow],
               todo: list[tuple[int, Task]]) -> None:
     config, progress, tokens, trace = ctx.config, ctx.progress, ctx.tokens, ctx.trace
     label = f"{suite} × {strategy.name}"
-    state = {"done": len(finished), "success": sum(bool(r["success"]) for r in finished), "tokens": 0}
+    state = {"done": len(finished), "success": sum(r.success for r in finished), "tokens": 0}
     lock = threading.Lock()
     started = time.monotonic()
 
@@ -268,8 +252,8 @@ def _run_pair(ctx: RunContext, suite: str, strategy: Strategy, total: int, finis
         ctx.results.append(row)
         with lock:
             state["done"] += 1
-            state["success"] += bool(row["success"])
-            state["tokens"] += sum(s["usage"]["prompt_tokens"] + s["usage"]["completion_tokens"] for s in row["subtasks"])
+            state["success"] += row.success
+            state["tokens"] += row.tokens
             report()
 
     report()
@@ -278,14 +262,14 @@ def _run_pair(ctx: RunContext, suite: str, strategy: Strategy, total: int, finis
             pass
 
 
-def select(rows: list[dict[str, Any]], config: EvalConfig, tasks: dict[str, list[str]]) -> list[dict[str, Any]]:
+def select(rows: list[TaskRow], config: EvalConfig, tasks: dict[str, list[str]]) -> list[TaskRow]:
     """The rows of this configuration's (suite, strategy, task) triples, the latest of each (``tasks``: the task
     ids of each suite, as the run generated them: never generated again to filter)."""
     wanted = {(s, t) for s, ids in tasks.items() for t in ids}
-    latest: dict[tuple[str, str, str], dict[str, Any]] = {}
+    latest: dict[tuple[str, str, str], TaskRow] = {}
     for r in rows:
-        if (r["suite"], r["task"]) in wanted and r["strategy"] in config.strategies:
-            latest[(r["suite"], r["strategy"], r["task"])] = r
+        if (r.suite, r.task) in wanted and r.strategy in config.strategies:
+            latest[(r.suite, r.strategy, r.task)] = r
     return list(latest.values())
 
 

@@ -62,8 +62,6 @@ class Task(ABC):
     which reference policy drives it, its suite declares (``flowstate.eval.suites.Rules``)."""
 
     suite: str = ""
-    soft: bool = False  # the suite reports sPS
-    micro_ps: bool = False  # PS over all subtasks (travel) rather than averaged per task
 
     @property
     def policy(self) -> str:

@@ -54,11 +54,11 @@ def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(mem0, "today", lambda: "2026-01-01")  # Mem0's extraction prompt states the day it runs
     config = EvalConfig(suites=SUITES, strategies=STRATEGIES, tasks=2, depth=4, out=tmp_path / "ev", policy="oracle")
     rows = run_eval(config, [])
-    by_task = {f"{r['suite']}/{r['strategy']}/{r['task']}": r for r in rows}
+    by_task = {f"{r.suite}/{r.strategy}/{r.task}": r for r in rows}
     assert len(by_task) == len(engines) == len(SUITES) * len(STRATEGIES) * 2  # one policy engine per task
     out: dict[str, Any] = {}
     for (key, row), engine in zip(by_task.items(), engines, strict=True):
-        out[key] = {"success": row["success"], "calls": [s["calls"] for s in row["subtasks"]],
+        out[key] = {"success": row.success, "calls": [[c.to_dict() for c in s.calls] for s in row.subtasks],
                     "prompts": prompts.get(id(engine), [])}
     return out
 

@@ -86,5 +86,5 @@ def test_an_evaluation_goes_on_past_a_memory_methods_failed_call(tmp_path: Path)
     config = EvalConfig(suites=("hotel",), strategies=(strategy.name,), tasks=2, depth=2, out=tmp_path / "ev")
     rows = run_eval(config, [MemoryCallsDown(strategy.blocks)])
     assert len(rows) == 2  # both tasks ran to their end
-    errors = [s.get("error") or "" for r in rows for s in r["subtasks"]]
+    errors = [s.error or "" for r in rows for s in r.subtasks]
     assert errors and all("memory call down" in e for e in errors)

@@ -21,16 +21,16 @@ def test_a_new_method_runs_under_the_oracle_with_one_registry_line(tmp_path: Pat
     monkeypatch.setitem(METHODS, "gist", "tests.fixtures.gist:GIST")  # the one line
     config = EvalConfig(suites=("hotel",), strategies=("full-context", "gist"), tasks=2, depth=3, out=tmp_path,
                         policy="oracle")
-    rows = {(r["strategy"], r["task"]): r for r in run_eval(config, [])}
+    rows = {(r.strategy, r.task): r for r in run_eval(config, [])}
     assert len(rows) == 4
     for (strategy, task), full in rows.items():
         if strategy != "full-context":
             continue
         gist = rows["gist", task]
-        assert gist["success"] == full["success"] is True
-        for mine, theirs in zip(gist["subtasks"], full["subtasks"], strict=True):
-            assert mine["memory_calls"] == 1 and theirs["memory_calls"] == 0  # its own call, once a request
-            assert mine["usage"]["completion_tokens"] > theirs["usage"]["completion_tokens"]  # its tokens count
+        assert gist.success == full.success is True
+        for mine, theirs in zip(gist.subtasks, full.subtasks, strict=True):
+            assert mine.memory_calls == 1 and theirs.memory_calls == 0  # its own call, once a request
+            assert mine.usage.completion_tokens > theirs.usage.completion_tokens  # its tokens count
 
 
 def test_policies_answer_memory_calls_by_their_declared_kind() -> None:

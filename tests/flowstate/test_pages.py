@@ -9,7 +9,7 @@ import pytest
 from engine.scripted import ScriptedEngine
 from flowstate import Agent, Repository
 from flowstate.config import LoopConfig
-from flowstate.eval.calls import calls_of
+from flowstate.eval.rows import calls_of
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.history import HistoricalIndex, IndexEntry
 from flowstate.memory import get
@@ -109,9 +109,9 @@ def test_the_bounded_index_solves_what_the_flat_one_does_on_deep_sessions(tmp_pa
                                policy="oracle"), [])
     rows += run_eval(EvalConfig(suites=("hotel",), strategies=strategies, tasks=1, depth=120, out=tmp_path / "h",
                                 policy="oracle"), [])
-    assert len(rows) == 6 and all(r["success"] for r in rows)
-    largest = {s: max(c.prompt_tokens for r in rows if (r["suite"], r["strategy"]) == ("hotel", s)
-                      for c in calls_of(r["subtasks"])) for s in strategies}
+    assert len(rows) == 6 and all(r.success for r in rows)
+    largest = {s: max(c.prompt_tokens for r in rows if (r.suite, r.strategy) == ("hotel", s)
+                      for c in calls_of(r.subtasks)) for s in strategies}
     assert largest["flowstate-paged:1024"] < 0.5 * largest["flowstate"]  # the flat index grows, the bounded one not
 
 

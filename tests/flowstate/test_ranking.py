@@ -79,7 +79,7 @@ def test_the_report_says_which_ranking_ran(tmp_path: Path) -> None:
     config = EvalConfig(suites=("hotel",), strategies=("reasoningbank", "mem0-style"), tasks=1, depth=2,
                         out=tmp_path / "embedded", policy="oracle", embed=concepts.label)
     rows = run_eval(config, [], embedder=concepts)
-    assert concepts.calls and all(s["correct"] is not None for r in rows for s in r["subtasks"])
+    assert concepts.calls and all(s.correct is not None for r in rows for s in r.subtasks)
     text = markdown(summarize(rows, config))
     assert "reasoningbank and mem0-style rank by the embeddings of test:concepts, as their sources do." in text
     assert config.identity()["embed"] == "test:concepts"
@@ -96,7 +96,7 @@ def test_an_embedder_that_fails_fails_the_request_and_the_evaluation_goes_on(tmp
                         embed="test:down")
     rows = run_eval(config, [], embedder=Down())
     assert len(rows) == 2  # both tasks ran to their end
-    errors = [s.get("error") or "" for r in rows for s in r["subtasks"]]
+    errors = [s.error or "" for r in rows for s in r.subtasks]
     assert any("embedding server down" in e for e in errors), errors
 
 

@@ -33,9 +33,9 @@ def test_a_real_model_acts_under_the_per_step_grammar_in_every_strategy(tmp_path
         rows = run_eval(config, [engine])
     finally:
         engine.close()
-    assert sorted(r["strategy"] for r in rows) == ["flowstate", "full-context"]
+    assert sorted(r.strategy for r in rows) == ["flowstate", "full-context"]
     for row in rows:
-        (sub,) = row["subtasks"]
-        assert sub["parse_failures"] == 0, row["strategy"]  # the grammar holds the form on a 151k vocabulary
-        assert not (sub["error"] or "").startswith(BUDGET), (row["strategy"], sub["error"])
-        assert sub["tool_calls"] >= 1, (row["strategy"], sub["response"])  # it acts, not answers at once
+        (sub,) = row.subtasks
+        assert sub.parse_failures == 0, row.strategy  # the grammar holds the form on a 151k vocabulary
+        assert not (sub.error or "").startswith(BUDGET), (row.strategy, sub.error)
+        assert sub.tool_calls >= 1, (row.strategy, sub.response)  # it acts, not answers at once

@@ -143,12 +143,12 @@ def test_mem0_update_phase_adds_updates_deletes_and_fails_open(tmp_path: Path) -
 def test_memory_calls_count_in_the_evaluation(tmp_path: Path) -> None:
     rows = run_eval(EvalConfig(suites=("chain",), strategies=("mem0-style", "bm25"), tasks=1, depth=3, out=tmp_path,
                                policy="oracle"), [])
-    by = {r["strategy"]: r for r in rows}
+    by = {r.strategy: r for r in rows}
     # extraction; then, once memories are stored, the update phase's call too
-    assert [s["memory_calls"] for s in by["mem0-style"]["subtasks"]] == [2, 2, 2]
-    assert all(s["memory_calls"] == 0 for s in by["bm25"]["subtasks"])
-    mem0 = by["mem0-style"]["subtasks"][0]
-    assert len(mem0["calls"]) == mem0["steps"] + 2  # the extraction and update calls are two more, with their tokens
+    assert [s.memory_calls for s in by["mem0-style"].subtasks] == [2, 2, 2]
+    assert all(s.memory_calls == 0 for s in by["bm25"].subtasks)
+    mem0 = by["mem0-style"].subtasks[0]
+    assert len(mem0.calls) == mem0.steps + 2  # the extraction and update calls are two more, with their tokens
 
 
 def test_zipact_tracks_the_query_every_tool_result_and_the_final_response(tmp_path: Path) -> None:

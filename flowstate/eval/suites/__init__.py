@@ -49,13 +49,16 @@ class Rules:
     """How a suite's tasks run: under which ``--policy`` values (None: a model plays them), why it refuses the
     others, whether its tools may come from MCP servers (``--mcp``), whether each task is a conversation with a
     user rather than a list of subtask queries, and whether it plays under its reference policy whatever the
-    engine (a recording replays itself)."""
+    engine (a recording replays itself); and how its quality is reported: with sPS (a subtask's share of its
+    constraints met) and PS over all subtasks rather than averaged per task (the paper's Travel figures)."""
 
     policies: tuple[str | None, ...] = (None, *POLICIES)
     refusal: str = ""  # why a policy not in ``policies`` is refused ({policy} names it)
     mcp: bool = False
     conversational: bool = False
     replayed: bool = False
+    soft: bool = False
+    micro_ps: bool = False
 
 
 def suite_policy(task: Task, strategy: Strategy, limits: Limits, bound: str | None) -> Answerer:
@@ -171,11 +174,13 @@ class Arena:
     reference = staticmethod(suite_policy)
 
 
+SCORED_BY_CONSTRAINT = Rules(soft=True, micro_ps=True)  # travel and planning: credit per constraint met
+
 REGISTRY: dict[str, Suite] = {
     "hotel": Generated("hotel", hotel.generate), "bundle": Generated("bundle", bundle.generate),
-    "travel": Generated("travel", travel.generate), "chain": Generated("chain", chain.generate),
+    "travel": Generated("travel", travel.generate, rules=SCORED_BY_CONSTRAINT), "chain": Generated("chain", chain.generate),
     "shopping": Generated("shopping", shopping.generate, shopping.OPTIONS),
-    "planning": Generated("planning", planning.generate, planning.OPTIONS),
+    "planning": Generated("planning", planning.generate, planning.OPTIONS, SCORED_BY_CONSTRAINT),
     "reasoning": Generated("reasoning", reasoning.generate, reasoning.OPTIONS),
     **{name: Tau3(name) for name in TAU3}, REPLAY: Replay(), ARENA: Arena(),
 }

@@ -49,8 +49,6 @@ def _minutes(hhmm: str) -> int:
 
 class PlanningTask(Task):
     suite = "planning"
-    soft = True  # sPS: the share of a booking's constraints it satisfies (the paper's Travel sPS)
-    micro_ps = True  # PS over all evaluated subtasks (the paper's Travel PS)
 
     def __init__(self, task_id: str, city: str, travellers: list[str], origins: list[str], relative: list[int | None],
                  absolute: list[dict[str, Any]], flights: dict[str, list[dict[str, Any]]],

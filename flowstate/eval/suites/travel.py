@@ -17,8 +17,6 @@ NAMES = ["Ana", "Ben", "Chloe", "Dev", "Eva", "Femi", "Gus", "Hana", "Ivo", "Jun
 
 class TravelTask(Task):
     suite = "travel"
-    soft = True
-    micro_ps = True
 
     def __init__(self, task_id: str, travellers: list[str], needs: dict[str, str], hotels: dict[str, list[str]]) -> None:
         queries = [

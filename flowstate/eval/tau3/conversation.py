@@ -25,11 +25,13 @@ from engine.base import Engine
 from flowstate.agent import Agent
 from flowstate.config import LoopConfig
 from flowstate.eval.episode import request_outcome
+from flowstate.eval.rows import Tau3Row
 from flowstate.eval.task import Task
 from flowstate.eval.tau3.evaluate import grade, replay_calls
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import ScriptedUser, SimulatedUser, User, ends
 from flowstate.memory.base import Strategy
+from flowstate.records import StepRecord, ToolCallRecord
 from flowstate.store.repository import Repository
 from flowstate.tools import ToolSet
 
@@ -38,23 +40,22 @@ MAX_ERRORS = 10
 """tau2's ``max_errors``: tool errors in one conversation before it ends with reward 0."""
 
 
-def tool_message(call: dict[str, Any]) -> str:
+def tool_message(call: ToolCallRecord) -> str:
     """A tool result as tau2's environment writes it into the trajectory: the result as JSON (a string as it is),
     an error as ``Error: <message>``."""
-    if "error" in call and call["error"] is not None:
-        return "Error: " + re.sub(r"^\w+Error: ", "", str(call["error"]))
-    result = call.get("result")
-    return result if isinstance(result, str) else json.dumps(result, default=str)
+    if call.error is not None:
+        return "Error: " + re.sub(r"^\w+Error: ", "", call.error)
+    return call.result if isinstance(call.result, str) else json.dumps(call.result, default=str)
 
 
-def trajectory_of(message: str, steps: Sequence[dict[str, Any]], response: str | None) -> list[tuple[str, str]]:
+def trajectory_of(message: str, steps: Sequence[StepRecord], response: str | None) -> list[tuple[str, str]]:
     """One request as tau2's trajectory holds it: the user's message, each step's tool calls (an assistant turn with
     no content) and their results, the answer."""
     out = [("user", message)]
     for step in steps:
-        if step.get("tool_calls"):
+        if step.tool_calls:
             out.append(("assistant", "None"))
-            out += [("tool", tool_message(c)) for c in step["tool_calls"]]
+            out += [("tool", tool_message(c)) for c in step.tool_calls]
     if response is not None:
         out.append(("assistant", response))
     return out
@@ -70,20 +71,23 @@ class Turn:
 
     k: int
     response: str | None
-    steps: list[dict[str, Any]]
+    steps: tuple[StepRecord, ...]
     error: str | None
-    memory_calls: list[dict[str, Any]]  # the memory method's own calls (their tokens count)
+    memory_calls: tuple[StepRecord, ...]  # the memory method's own calls (their tokens count)
 
 
 @dataclass(frozen=True)
 class Conversation:
-    """A τ³ conversation as it ran and was graded: its turns, whether it succeeded, what grading found, and the
-    task's fields of its row (the runner turns it into one)."""
+    """A τ³ conversation as it ran and was graded: its task and strategy, when it ran, its turns, whether it
+    succeeded and what grading found (the runner turns it into a row)."""
 
-    header: dict[str, Any]
+    task: Tau3Task
+    strategy: str
+    started: float
+    ended: float
     turns: tuple[Turn, ...]
     success: bool
-    tau3: dict[str, Any]
+    tau3: Tau3Row
 
 
 def run_conversation(
@@ -124,9 +128,9 @@ def _converse(task: Tau3Task, agent: Agent, strategy: Strategy, user_engine: Eng
         conversation.append(("user", message))
         out = request_outcome(agent, message)
         response, steps = out.response, out.steps
-        calls += [c for s in steps for c in s.get("tool_calls", [])]  # τ³ matches failed calls too
+        calls += [c.to_dict() for s in steps for c in s.tool_calls]  # τ³ matches failed calls too
         trajectory += trajectory_of(message, steps, response)
-        turns.append(Turn(k, response, list(steps), out.error, list(out.memory_calls)))
+        turns.append(Turn(k, response, steps, out.error, out.memory_calls))
         if response is None:
             ended_by = "failed request"
             break
@@ -137,9 +141,6 @@ def _converse(task: Tau3Task, agent: Agent, strategy: Strategy, user_engine: Eng
         message = user.reply(response)
     db, differ = replay_calls(task, calls, compare)
     graded = grade(task, db, calls, conversation, judge, ended_normally=ended_by == "user", trajectory=trajectory)
-    compared = {"results_compared": sum(c["name"] in agent.tools for c in calls), "results_differ": differ} \
-        if compare else {}
-    header = {"suite": task.suite, "strategy": strategy.name, "task": task.id, "base_task": task.base,
-              "trial": task.trial, "started": started, "ended": time.time()}
-    return Conversation(header, tuple(turns), graded.reward == 1.0,
-                        {**graded.to_dict(), "ended_by": ended_by, "user": user_kind, **compared})
+    compared = sum(c["name"] in agent.tools for c in calls) if compare else None
+    tau3 = Tau3Row(graded, ended_by, user_kind, compared, tuple(differ) if compare else None)
+    return Conversation(task, strategy.name, started, time.time(), tuple(turns), graded.reward == 1.0, tau3)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from engine.base import Usage
-from flowstate.eval.calls import calls_of, read
+from flowstate.eval.calls import read
 from flowstate.eval.gpu import GPUCost
+from flowstate.eval.rows import SubtaskRow, calls_of
 
 
 def test_old_and_new_rows_read_as_the_same_figures() -> None:
@@ -16,8 +17,10 @@ def test_old_and_new_rows_read_as_the_same_figures() -> None:
 
 
 def test_a_report_reads_an_old_results_file_as_a_new_one() -> None:
-    old = [{"calls": [[100, 20, 10, 0.1, 0.2, 50, 2], [80, 0, 5, 0.1, 0.1]]}]
-    new = [{"calls": [c.to_dict() for c in calls_of(old)]}]
+    fields = {"k": 1, "correct": True, "credit": 1.0, "response": "x", "error": None, "steps": 2, "parse_failures": 0,
+              "rejected": 0, "usage": {"prompt_tokens": 180, "cached_tokens": 20, "completion_tokens": 15}}
+    old = [SubtaskRow.from_dict({**fields, "calls": [[100, 20, 10, 0.1, 0.2, 50, 2], [80, 0, 5, 0.1, 0.1]]})]
+    new = [SubtaskRow.from_dict({**fields, "calls": [c.to_dict() for c in calls_of(old)]})]
     cost = GPUCost("x", w=3.0, kappa=0.001, source="test")
     assert cost.pet(calls_of(old)) == cost.pet(calls_of(new))
     assert cost.pet(calls_of(new))["shared_uncached"] == (100 - 50) + (80 - 0)

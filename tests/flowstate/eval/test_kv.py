@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from flowstate.eval.kv import GIB, footprint, from_config, load
+from flowstate.eval.rows import TaskRow
+from tests.helpers import task_row
 
 
 def test_bytes_per_token_from_a_dense_config() -> None:
@@ -40,8 +42,8 @@ def test_any_config_json_with_its_weights_and_sessions_that_fit(tmp_path: Path) 
 
 
 def test_footprint_takes_each_sessions_peak_context() -> None:
-    def row(*calls: tuple[int, int]) -> dict[str, object]:
-        return {"subtasks": [{"calls": [[p, 0, c, 0.0, 0.0] for p, c in calls]}]}
+    def row(*calls: tuple[int, int]) -> TaskRow:
+        return task_row([{"calls": [[p, 0, c, 0.0, 0.0] for p, c in calls]}])
 
     out = footprint([row((1000, 50), (3000, 100)), row((500, 10))], load("llama-3.1-8b"), 80)
     assert out["max_peak_context"] == 3100 and out["peak_context"] == (3100 + 510) / 2

@@ -69,7 +69,7 @@ def test_sr_is_the_last_subtask_and_ps_the_share_correct(tmp_path: Path) -> None
     config = EvalConfig(suites=("memoryarena",), strategies=("full-context",), tasks=1, depth=1,
                         out=tmp_path / "ev", replay=str(data))
     [row] = run_eval(config, [ScriptedEngine([answer("5"), answer("24")])])
-    assert [s["correct"] for s in row["subtasks"]] == [True, False] and row["success"] is False
+    assert [s.correct for s in row.subtasks] == [True, False] and row.success is False
     oracle = run_eval(EvalConfig(suites=("memoryarena",), strategies=("flowstate", "full-context"), tasks=1,
                                  depth=1, out=tmp_path / "oracle", replay=str(data), policy="oracle"), [])
-    assert all(r["success"] for r in oracle) and len(oracle) == 2
+    assert all(r.success for r in oracle) and len(oracle) == 2

@@ -7,18 +7,22 @@ from typing import Any
 import pytest
 
 from flowstate.eval import metrics
+from flowstate.eval.rows import TaskRow
 
 
-def row(correct: list[bool], credit: list[float] | None = None, success: bool | None = None, **extra: Any) -> dict[str, Any]:
+def row(correct: list[bool], credit: list[float] | None = None, success: bool | None = None, **extra: Any) -> TaskRow:
+    """A task's row as an early run wrote it to results.jsonl (no tool calls, truncations or memory calls counted),
+    read through the one adapter."""
     credit = credit or [float(c) for c in correct]
     subtasks = [
-        {"correct": c, "credit": cr, "response": "x", "steps": 2, "parse_failures": 0, "rejected": 1,
+        {"k": k, "correct": c, "credit": cr, "response": "x", "error": None, "steps": 2, "parse_failures": 0, "rejected": 1,
          "usage": {"prompt_tokens": 100, "cached_tokens": 40, "completion_tokens": 10},
          "calls": [[60, 20, 6, 0.5, 1.0], [40, 20, 4, 0.1, 0.3]]}
-        for c, cr in zip(correct, credit, strict=True)
+        for k, (c, cr) in enumerate(zip(correct, credit, strict=True), 1)
     ]
-    return {"subtasks": subtasks, "success": correct[-1] if success is None else success,
-            "run": "a", "started": 0.0, "ended": 10.0, **extra}
+    return TaskRow.from_dict({"suite": "hotel", "strategy": "flowstate", "task": "t", "depth": len(correct),
+                              "subtasks": subtasks, "success": correct[-1] if success is None else success,
+                              "run": "a", "started": 0.0, "ended": 10.0, **extra})
 
 
 ROWS = [row([True, True, False]), row([True, False, True]), row([False, True]), row([True, True, True])]

@@ -67,16 +67,16 @@ def test_every_strategy_reproduces_every_recorded_action(recording: Path, tmp_pa
                         policy="realistic", replay=str(recording))
     rows = run_eval(config, [])
     assert len(rows) == 2 * len(METHODS)
-    assert [(r["strategy"], r["task"]) for r in rows if not r["success"]] == []
-    by = {(r["strategy"], r["task"]): r for r in rows}
-    task = rows[0]["task"]
+    assert [(r.strategy, r.task) for r in rows if not r.success] == []
+    by = {(r.strategy, r.task): r for r in rows}
+    task = rows[0].task
     # request 2's answer repeats HAT001 from request 1's result, which flowstate's prompt shows only as an index
     # summary: it asks for the state in a step of its own; full context has the result in its chat
-    assert by[("flowstate", task)]["subtasks"][1]["steps"] == 2
-    assert by[("full-context", task)]["subtasks"][1]["steps"] == 1
+    assert by[("flowstate", task)].subtasks[1].steps == 2
+    assert by[("full-context", task)].subtasks[1].steps == 1
     # request 3 needs nothing from earlier requests (its call's arguments are in its query): no disclosure step
-    assert by[("flowstate", task)]["subtasks"][2]["steps"] == by[("full-context", task)]["subtasks"][2]["steps"] == 3
-    tokens = {s: sum(x["usage"]["prompt_tokens"] for x in by[(s, task)]["subtasks"]) for s in ("flowstate", "full-context")}
+    assert by[("flowstate", task)].subtasks[2].steps == by[("full-context", task)].subtasks[2].steps == 3
+    tokens = {s: sum(x.usage.prompt_tokens for x in by[(s, task)].subtasks) for s in ("flowstate", "full-context")}
     assert tokens["flowstate"] != tokens["full-context"]  # the memory work differs; the actions do not
 
 
@@ -151,12 +151,12 @@ def test_a_value_the_state_left_out_is_disclosed_from_the_result_it_cites(tmp_pa
     path.write_text(json.dumps([{"task_id": 0, "traj": name_conversation()}]))
     config = EvalConfig(suites=("tau-replay",), strategies=("flowstate", "full-context"), tasks=1, depth=1,
                         out=tmp_path / "ev", policy="realistic", replay=str(path))
-    rows = {r["strategy"]: r for r in run_eval(config, [])}
-    assert rows["flowstate"]["success"] and rows["full-context"]["success"]
-    second = rows["flowstate"]["subtasks"][1]
+    rows = {r.strategy: r for r in run_eval(config, [])}
+    assert rows["flowstate"].success and rows["full-context"].success
+    second = rows["flowstate"].subtasks[1]
     # the index names the state, not the name: it asks for the state, then for the result the state cites
-    assert second["disclosure_steps"] == 2 and second["steps"] == 4
-    assert rows["full-context"]["subtasks"][1]["steps"] == 2
+    assert second.disclosure_steps == 2 and second.steps == 4
+    assert rows["full-context"].subtasks[1].steps == 2
 
 
 def test_a_value_it_cannot_bring_into_view_fails_the_request_as_a_memory_miss(tmp_path: Path,
@@ -169,8 +169,8 @@ def test_a_value_it_cannot_bring_into_view_fails_the_request_as_a_memory_miss(tm
     config = EvalConfig(suites=("tau-replay",), strategies=("flowstate",), tasks=1, depth=1, out=tmp_path / "ev",
                         policy="realistic", replay=str(path))
     [row] = run_eval(config, [])
-    assert not row["success"] and row["subtasks"][0]["correct"]
-    assert row["subtasks"][1]["response"] == f"{replay.MISS} Noah" and not row["subtasks"][1]["correct"]
+    assert not row.success and row.subtasks[0].correct
+    assert row.subtasks[1].response == f"{replay.MISS} Noah" and not row.subtasks[1].correct
 
 
 def test_the_report_gives_what_a_gpu_pays_beside_tokens(recording: Path, tmp_path: Path) -> None:
@@ -213,7 +213,7 @@ def test_a_joined_session_replays_through_every_strategy(recording: Path, tmp_pa
                         depth=1, out=tmp_path / "ev", policy="realistic", replay=str(recording),
                         sizes={"sessions": 2, "results": 2})
     rows = run_eval(config, [])
-    assert [r["success"] for r in rows] == [True, True, True] and all(len(r["subtasks"]) == 6 for r in rows)
+    assert [r.success for r in rows] == [True, True, True] and all(len(r.subtasks) == 6 for r in rows)
 
 
 def run_replay(recording: Path, tmp_path: Path, strategy: Any) -> tuple[list[bool], list[str | None], list[Any]]:

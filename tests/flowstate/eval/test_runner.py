@@ -135,7 +135,7 @@ def test_tasks_in_flight_are_spread_over_several_engines(tmp_path: Path) -> None
     tasks = generate("bundle", 6, 3)
     engines = [Router(tasks, get("flowstate")), Router(tasks, get("flowstate"))]
     rows = run_eval(config, engines)
-    assert len(rows) == 6 and all(r["success"] for r in rows)
+    assert len(rows) == 6 and all(r.success for r in rows)
     for i, engine in enumerate(engines):  # task i went to engine i % 2, all of its subtasks
         assert engine.served == {t.id for t in tasks[i::2]}
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from flowstate.eval.calls import calls_of
 from flowstate.eval.policies import BOUNDED
+from flowstate.eval.rows import calls_of
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.eval.suites import SUITES, Spec, generate
+from flowstate.eval.suites import suite as suite_named
 from flowstate.memory import METHODS as STRATEGIES
 from flowstate.memory import get
 
@@ -24,18 +25,18 @@ def test_oracle_solves_and_memoryless_fails_dependent_subtasks(suite: str, tmp_p
                             policy=policy)
         results[policy] = run_eval(config, [])
     for strategy in STRATEGIES:
-        oracle = [r for r in results["oracle"] if r["strategy"] == strategy]
-        blind = [r for r in results["memoryless"] if r["strategy"] == strategy]
+        oracle = [r for r in results["oracle"] if r.strategy == strategy]
+        blind = [r for r in results["memoryless"] if r.strategy == strategy]
         assert len(oracle) == len(blind) == 6
         if strategy in BOUNDED:  # its memory may not show what a subtask needs: the first subtask is still solved
-            assert all(r["subtasks"][0]["correct"] for r in oracle), strategy
+            assert all(r.subtasks[0].correct for r in oracle), strategy
             continue
-        assert all(r["success"] for r in oracle), strategy
-        assert all(s["correct"] and s["credit"] == 1.0 and s["parse_failures"] == 0 and s["rejected"] == 0
-                   for r in oracle for s in r["subtasks"]), strategy
+        assert all(r.success for r in oracle), strategy
+        assert all(s.correct and s.credit == 1.0 and s.parse_failures == 0 and s.rejected == 0
+                   for r in oracle for s in r.subtasks), strategy
         # the first subtask needs no memory: both solve it; later ones do
-        assert all(r["subtasks"][0]["correct"] for r in blind), strategy
-        dependent = [s["correct"] for r in blind for s in r["subtasks"][1:]]
+        assert all(r.subtasks[0].correct for r in blind), strategy
+        dependent = [s.correct for r in blind for s in r.subtasks[1:]]
         assert sum(dependent) < 0.75 * len(dependent), (strategy, sum(dependent), len(dependent))
 
 
@@ -95,7 +96,7 @@ def test_every_reference_step_is_needed(suite: str) -> None:
     for strategy in map(get, sorted(set(STRATEGIES) - set(BOUNDED))):
         for task in generate(suite, 3, Spec(6, 1)):
             policy, _, row = _run(task, strategy)
-            assert row["success"], (suite, strategy.name)
+            assert row.success, (suite, strategy.name)
             assert policy.mergeable() == [], (suite, strategy.name)
 
 
@@ -115,10 +116,10 @@ def test_the_minimality_check_catches_a_step_that_could_have_been_merged() -> No
     task = generate("shopping", 1, Spec(4, 0))[0]
     minimal, _, row = _run(task, FLOWSTATE)
     late, _, late_row = _run(generate("shopping", 1, Spec(4, 0))[0], FLOWSTATE, AsksLate)
-    assert row["success"] and late_row["success"] and minimal.mergeable() == []
+    assert row.success and late_row.success and minimal.mergeable() == []
     found = late.mergeable()
     assert any("waits for ['fact_r1_s2_1'], which it could have asked for a step earlier" in f for f in found)
-    assert sum(s["steps"] for s in late_row["subtasks"]) > sum(s["steps"] for s in row["subtasks"])
+    assert sum(s.steps for s in late_row.subtasks) > sum(s.steps for s in row.subtasks)
     # a step whose action uses nothing that just arrived is caught too
     trace = list(minimal.trace)
     i = next(i for i, s in enumerate(trace) if s.k == 2 and s.t == 2)
@@ -150,7 +151,7 @@ def test_realistic_observations_are_benchmark_sized_and_their_size_is_an_option(
     def largest(sizes: dict[str, int]) -> int:
         task = generate(suite, 1, Spec(2, 0, sizes))[0]
         _, _, row = _run(task, FLOWSTATE)
-        calls = calls_of(row["subtasks"])
+        calls = calls_of(row.subtasks)
         return max(c.prompt_tokens for c in calls) - calls[0].prompt_tokens
 
     defaults = options(suite)
@@ -165,11 +166,11 @@ def test_flowstate_costs_less_than_full_context_where_observations_are_realistic
     rows = run_eval(config, [])
 
     def total(suite: str, strategy: str, key: str) -> int:
-        return sum(int(s["usage"][key]) for r in rows if (r["suite"], r["strategy"]) == (suite, strategy)
-                   for s in r["subtasks"])
+        return sum(getattr(s.usage, key) for r in rows if (r.suite, r.strategy) == (suite, strategy)
+                   for s in r.subtasks)
 
     for suite in REALISTIC:
-        assert all(r["success"] for r in rows if r["suite"] == suite)
+        assert all(r.success for r in rows if r.suite == suite)
         tokens = {s: total(suite, s, "prompt_tokens") + total(suite, s, "completion_tokens")
                   for s in ("flowstate", "full-context")}
         assert tokens["flowstate"] <= 0.6 * tokens["full-context"], suite
@@ -183,7 +184,7 @@ def test_tokens_can_be_counted_with_the_embedded_models_vocabulary(tmp_path: Pat
         config = EvalConfig(suites=("shopping",), strategies=("flowstate", "full-context"), tasks=1, depth=4,
                             out=tmp_path / count, policy="oracle", count_tokens=count)
         rows = run_eval(config, [])
-        totals[count] = {r["strategy"]: sum(s["usage"]["prompt_tokens"] for s in r["subtasks"]) for r in rows}
+        totals[count] = {r.strategy: sum(s.usage.prompt_tokens for s in r.subtasks) for r in rows}
     assert totals["words"] != totals["embedded"]  # another tokenizer: other counts ...
     for counted in totals.values():  # ... and the same conclusion
         assert counted["flowstate"] < counted["full-context"]
@@ -211,11 +212,11 @@ def test_the_realistic_policy_is_the_costlier_bound_and_still_solves_every_suite
     rows = {policy: run_eval(EvalConfig(suites=(suite,), strategies=strategies, tasks=3, depth=5, out=tmp_path / policy,
                                         policy=policy), []) for policy in ("oracle", "realistic")}
     for strategy in strategies:
-        assert all(r["success"] for r in rows["realistic"] if r["strategy"] == strategy), strategy
+        assert all(r.success for r in rows["realistic"] if r.strategy == strategy), strategy
 
     def total(policy: str, key: str) -> int:
-        return sum(int(s["usage"][key]) if key != "steps" else s["steps"] for r in rows[policy]
-                   if r["strategy"] == "flowstate" for s in r["subtasks"])
+        return sum(getattr(s.usage, key) if key != "steps" else s.steps for r in rows[policy]
+                   if r.strategy == "flowstate" for s in r.subtasks)
 
     # it records every result it used and looks history up by words, in steps of their own: more of both
     assert total("realistic", "steps") >= total("oracle", "steps")
@@ -244,7 +245,7 @@ def test_the_realistic_policy_records_every_result_and_asks_for_history_in_a_ste
 
     with Repository.open(tmp_path / "m.db") as repo:
         row = run_task(task, get("flowstate"), PolicyEngine(answer), repo, LoopConfig(), "r")
-    assert row["success"]
+    assert row.success
     looks = [b for _, b in steps if b["state_focus"]]
     assert looks and all(b["tool_calls"] == [] and b["assistant_message"] == {"content": None} for b in looks)
     recorded = [op for _, b in steps for op in b["state_delta"]]
@@ -273,7 +274,9 @@ def test_planning_credits_each_constraint_a_booking_meets_as_the_papers_travel_s
     from flowstate.eval.task import Score
 
     [task] = generate("planning", 1, Spec(6, 0))
-    assert isinstance(task, PlanningTask) and task.soft and task.micro_ps
+    rules = {name: suite_named(name).rules for name in ("planning", "travel", "hotel", "shopping")}
+    assert isinstance(task, PlanningTask) and rules["planning"].soft and rules["planning"].micro_ps
+    assert rules["travel"].soft and not rules["hotel"].soft and not rules["shopping"].micro_ps
     k = next(k for k in range(2, 7) if task.kind(k) == "stay" and task.relative[k - 1])
     best = task.correct(k)
     assert task.check(k, "ok", {"booked": {k: best}}) == Score(True, 1.0)

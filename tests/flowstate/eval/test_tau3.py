@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from engine.scripted import ScriptedEngine
-from flowstate.eval.calls import calls_of
+from flowstate.eval.rows import TaskRow, calls_of
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.eval.tau3.airline import AirlineTools
 from flowstate.eval.tau3.domain import DomainData, db_hash
@@ -20,6 +20,7 @@ from flowstate.eval.tau3.retail import RetailTools
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import STOP, ScriptedUser, SimulatedUser
 from flowstate.store.repository import Repository
+from tests.helpers import task_row
 from tests.optional import skip_unless
 
 AIRLINE_DB: dict[str, Any] = {
@@ -296,18 +297,18 @@ def test_ten_tool_errors_end_the_conversation_with_reward_0(tmp_path: Path) -> N
     with Repository.open(tmp_path / "m.db") as repo:
         row = converse(task, FULL_CONTEXT, ScriptedEngine(script), repo, LoopConfig(),
                                user_engine=ScriptedEngine(["Cancel R1.", "Try again.", "###STOP###"]))
-    assert MAX_ERRORS == 10 and row["tau3"]["ended_by"] == "too many errors"
-    assert row["tau3"]["reward"] == 0.0 and not row["success"] and len(row["subtasks"]) == 1  # no second request
+    assert MAX_ERRORS == 10 and row.tau3.ended_by == "too many errors"
+    assert row.tau3.grade.reward == 0.0 and not row.success and len(row.subtasks) == 1  # no second request
 
 
 def test_checks_count_only_conversations_that_ended_normally() -> None:
     from flowstate.eval.metrics import tau3_quality
 
-    def row(task: str, ended: bool, db: bool) -> dict[str, Any]:
-        return {"task": task, "success": ended and db, "tau3": {
+    def row(task: str, ended: bool, db: bool) -> TaskRow:
+        return task_row(task=task, success=ended and db, tau3={
             "reward": 1.0 if ended and db else 0.0, "db_match": db, "ended_normally": ended, "actions": [db],
             "communicate": [True], "nl": None, "checks_run": ["DB"], "checks_skipped": [], "gold_errors": [],
-            "ended_by": "user" if ended else "turns"}}
+            "ended_by": "user" if ended else "turns"})
 
     quality = tau3_quality([row("a", True, True), row("b", False, False), row("c", False, False)])
     assert quality["db_accuracy"] == 100.0 and quality["action_accuracy"] == 100.0  # the cut ones computed none
@@ -351,10 +352,10 @@ def test_turn_capped_and_failed_conversations_score_0_through_the_harness(tmp_pa
         failed = converse(task, FULL_CONTEXT, ScriptedEngine(["garbage"] * 3), repo,
                                   LoopConfig(max_protocol_errors=3),
                                   user_engine=ScriptedEngine(["Cancel R1; ana_3."]))
-    assert ok["success"] and ok["tau3"]["reward"] == 1.0
-    assert capped["tau3"]["ended_by"] == "turns" and capped["tau3"]["db_match"]
-    assert capped["tau3"]["reward"] == 0.0 and not capped["success"]
-    assert failed["tau3"]["ended_by"] == "failed request" and failed["tau3"]["reward"] == 0.0
+    assert ok.success and ok.tau3.grade.reward == 1.0
+    assert capped.tau3.ended_by == "turns" and capped.tau3.grade.db_match
+    assert capped.tau3.grade.reward == 0.0 and not capped.success
+    assert failed.tau3.ended_by == "failed request" and failed.tau3.grade.reward == 0.0
     quality = tau3_quality([ok, capped, failed])
     assert quality["scored_runs"] == 3 and quality["db_only"] is None
     assert abs(quality["pass_k"][0] - 100 / 3) < 1e-9
@@ -363,11 +364,11 @@ def test_turn_capped_and_failed_conversations_score_0_through_the_harness(tmp_pa
 def test_unscored_tasks_are_left_out_of_pass_k_and_reported_as_db_only() -> None:
     from flowstate.eval.metrics import tau3_quality
 
-    def row(task: str, reward: float | None, db: bool) -> dict[str, Any]:
-        return {"task": task, "success": reward == 1.0, "tau3": {
+    def row(task: str, reward: float | None, db: bool) -> TaskRow:
+        return task_row(task=task, success=reward == 1.0, tau3={
             "reward": reward, "db_match": db, "ended_normally": True, "actions": [], "communicate": [], "nl": None,
             "checks_run": ["DB"], "checks_skipped": ["NL_ASSERTION"] if reward is None else [], "gold_errors": [],
-            "ended_by": "user"}}
+            "ended_by": "user"})
 
     quality = tau3_quality([row("a", 1.0, True), row("b", None, True), row("c", None, False)])
     assert quality["pass_k"] == [100.0]  # over the one scored task, not counting the unscored as passed
@@ -424,13 +425,13 @@ def test_a_conversation_through_the_loop_with_a_simulated_user(tmp_path: Path) -
                                user_engine=user)
         nodes = {n.id: n for n in repo.nodes(f"tau3-airline/flowstate/{task.id}")}
     # the simulated user's "Yes." is not the scripted confirmation, but the gold policy's turns are by count
-    assert row["tau3"]["ended_by"] == "user" and row["success"] and row["tau3"]["db_match"]
-    assert len(row["subtasks"]) == 2
+    assert row.tau3.ended_by == "user" and row.success and row.tau3.grade.db_match
+    assert len(row.subtasks) == 2
     # what turn 2 needs (the reservation's ids) was kept as a state citing the tool result, and asked for in turn 2
     fact = next(n for n in nodes.values() if n.id.startswith("fact_"))
     assert fact.value == {"reservation_id": "R1", "user_id": "ana_3"} and fact.refs[0].state_id.startswith("obs_")
-    turn2 = row["subtasks"][1]
-    assert turn2["steps"] == 3  # ask for the states, act, answer
+    turn2 = row.subtasks[1]
+    assert turn2.steps == 3  # ask for the states, act, answer
 
 
 @pytest.mark.slow  # whole domains / many tasks: seconds, not milliseconds
@@ -440,13 +441,13 @@ def test_the_gold_policy_scores_100_on_every_airline_task(tmp_path: Path) -> Non
                         out=tmp_path, policy="oracle")
     rows = run_eval(config, [])
     assert len(rows) == 100
-    failed = [(r["strategy"], r["task"], r["tau3"]) for r in rows if not r["success"]]
+    failed = [(r.strategy, r.task, r.tau3) for r in rows if not r.success]
     assert failed == []
-    assert all(r["tau3"]["gold_errors"] == [] for r in rows)  # every gold action runs on our tools
-    assert all(r["tau3"]["checks_run"] == ["DB", "COMMUNICATE"] for r in rows)
+    assert all(r.tau3.grade.gold_errors == [] for r in rows)  # every gold action runs on our tools
+    assert all(r.tau3.grade.checks_run == ["DB", "COMMUNICATE"] for r in rows)
     data = rows[0]  # the data is τ³ v1.0.1's
     from flowstate.eval.tau3.domain import load
-    assert load("airline").v1_0_1() and data["suite"] == "tau3-airline"
+    assert load("airline").v1_0_1() and data.suite == "tau3-airline"
 
 
 @pytest.mark.slow  # whole domains / many tasks: seconds, not milliseconds
@@ -459,17 +460,17 @@ def test_retail_on_tau2s_own_data_scores_every_task_that_needs_no_judge_and_all_
     assert load("retail").v1_0_1()
     rows = run_eval(EvalConfig(suites=("tau3-retail",), strategies=("full-context",), tasks=114, depth=1,
                                out=tmp_path / "nojudge", policy="oracle"), [])
-    graded = [r["tau3"] for r in rows]
-    assert len(rows) == 114 and sum(g["reward"] is None for g in graded) == 40
-    assert sum(g["judge_note"] == "no nl_assertions to evaluate" for g in graded) == 72
-    assert all(r["success"] for r in rows if r["tau3"]["reward"] is not None)  # pass^1 100 over the 74 scored
-    needing = [r["task"] for r in rows if r["tau3"]["reward"] is None][:3]
+    graded = [r.tau3 for r in rows]
+    assert len(rows) == 114 and sum(g.grade.reward is None for g in graded) == 40
+    assert sum(g.grade.judge_note == "no nl_assertions to evaluate" for g in graded) == 72
+    assert all(r.success for r in rows if r.tau3.grade.reward is not None)  # pass^1 100 over the 74 scored
+    needing = [r.task for r in rows if r.tau3.grade.reward is None][:3]
     verdict = json.dumps({"results": [{"expectedOutcome": "x", "reasoning": "", "metExpectation": True}] * 8})
     judged = run_eval(EvalConfig(suites=("tau3-retail",), strategies=("full-context",), tasks=114, depth=1,
                                  out=tmp_path / "judge", policy="oracle", judge="scripted"), [],
                       judge=ScriptedEngine([verdict] * 114))
-    assert all(r["tau3"]["reward"] is not None for r in judged)  # with a judge every task is scored
-    assert all(r["success"] for r in judged if r["task"] in needing)
+    assert all(r.tau3.grade.reward is not None for r in judged)  # with a judge every task is scored
+    assert all(r.success for r in judged if r.task in needing)
 
 
 @pytest.mark.slow  # whole domains / many tasks: seconds, not milliseconds
@@ -481,7 +482,7 @@ def test_the_gold_policy_answers_memory_calls_without_losing_a_gold_action(tmp_p
     rows = run_eval(EvalConfig(suites=("tau3-airline",), strategies=strategies, tasks=10, depth=1, out=tmp_path,
                                policy="oracle"), [])
     assert len(rows) == 10 * len(strategies)
-    assert [(r["strategy"], r["task"]) for r in rows if not r["success"]] == []
+    assert [(r.strategy, r.task) for r in rows if not r.success] == []
 
 
 def test_db_hash_sees_any_change() -> None:
@@ -554,9 +555,9 @@ def test_a_memory_methods_own_calls_count_in_a_tau3_conversations_tokens(tmp_pat
     with Repository.open(tmp_path / "m.db") as repo:
         row = converse(task, mage, PolicyEngine(GoldPolicy(task, mage)), repo, LoopConfig(),
                                user_engine=ScriptedEngine(["Cancel R1; ana_3.", "Yes.", "###STOP###"]))
-    assert row["success"]
-    own = sum(s["memory_calls"] for s in row["subtasks"])
+    assert row.success
+    own = sum(s.memory_calls for s in row.subtasks)
     assert own >= 1  # Compress at least, once a turn ends
-    for s in row["subtasks"]:
-        assert len(s["calls"]) == s["steps"] + s["memory_calls"]  # every call's figures, the method's own included
-        assert s["usage"]["prompt_tokens"] == sum(c.prompt_tokens for c in calls_of([s]))
+    for s in row.subtasks:
+        assert len(s.calls) == s.steps + s.memory_calls  # every call's figures, the method's own included
+        assert s.usage.prompt_tokens == sum(c.prompt_tokens for c in calls_of([s]))

@@ -79,9 +79,9 @@ def test_the_gold_replay_through_the_server_equals_the_native_tools_on_all_50_ta
                         concurrency=2)  # two tasks in flight, each with its own server process
     rows = run_eval(config, [])
     tasks = load("airline").tasks
-    assert len(rows) == 50 and all(r["success"] for r in rows)
-    assert all(r["tau3"]["db_match"] and r["tau3"]["results_differ"] == [] for r in rows)
+    assert len(rows) == 50 and all(r.success for r in rows)
+    assert all(r.tau3.grade.db_match and r.tau3.results_differ == () for r in rows)
     gold = {str(t["id"]): len(t["evaluation_criteria"].get("actions") or []) for t in tasks}
-    assert {r["task"]: r["tau3"]["results_compared"] for r in rows} == gold  # every gold action went through it
+    assert {r.task: r.tau3.results_compared for r in rows} == gold  # every gold action went through it
     quality = tau3_quality(rows)
     assert (quality["results_compared"], quality["results_differ"]) == (sum(gold.values()), 0) == (142, 0)

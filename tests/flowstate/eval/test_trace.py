@@ -13,7 +13,7 @@ import pytest
 from openai import OpenAI
 
 from flowstate.bench.trace import bench_trace, scrape
-from flowstate.eval.calls import calls_of
+from flowstate.eval.rows import TaskRow, calls_of
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.eval.trace import read
 from tests.engine.openai_stub import send
@@ -28,7 +28,7 @@ def recording(tmp_path: Path) -> Path:
     return path
 
 
-def traced_eval(recording: Path, out: Path, trace: Path) -> list[dict[str, Any]]:
+def traced_eval(recording: Path, out: Path, trace: Path) -> list[TaskRow]:
     config = EvalConfig(suites=("tau-replay",), strategies=("flowstate", "full-context"), tasks=2, depth=1, out=out,
                         policy="realistic", replay=str(recording), trace=str(trace))
     return run_eval(config, [])
@@ -39,8 +39,8 @@ def test_every_call_of_every_session_is_recorded_once_with_its_messages(recordin
     traces = read(tmp_path / "trace.jsonl")
     assert set(traces) == {"flowstate", "full-context"} and all(len(s) == 2 for s in traces.values())
     for row in rows:
-        calls = traces[row["strategy"]][f"tau-replay/{row['strategy']}/{row['task']}"]
-        recorded = calls_of(row["subtasks"])
+        calls = traces[row.strategy][f"tau-replay/{row.strategy}/{row.task}"]
+        recorded = calls_of(row.subtasks)
         assert [c.order for c in calls] == list(range(len(recorded)))
         assert [c.completion_tokens for c in calls] == [c.completion_tokens for c in recorded]
         assert calls[0].messages[0].role == "system" and "Airline Agent Policy" in calls[0].messages[0].content
