@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
@@ -25,7 +26,7 @@ from flowstate.inspection import session_dump
 from flowstate.store import transfer
 from flowstate.store.repository import Repository, SessionSummary
 from flowstate.store.search import BadSearch, Search
-from serving import console
+from serving import admin, console
 from serving.chat import IDEMPOTENCY_HEADER, ChatService
 from serving.errors import APIError, bad_request, conflict
 from serving.graph import render_html
@@ -34,6 +35,7 @@ from serving.responses.conversations import Conversations
 from serving.responses.service import ResponsesService
 from serving.responses.wire import ResponsesRequest, check_include
 from serving.services import ServerConfig, Services, build
+from serving.tenancy import Authenticated
 from serving.traced import Traced
 from serving.wire import ChatRequest, Ingress, IngressLimits, loads, validated
 
@@ -54,10 +56,13 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.responses = ResponsesService(app.state.services, app.state.chat)
     app.state.conversations = Conversations(app.state.services)
     app.include_router(router)
+    app.include_router(admin.router)
     app.include_router(console.router)
+    app.add_middleware(Authenticated, auth=app.state.services.auth)  # who calls, resolved once before any route
     app.add_middleware(Traced)  # nothing while tracing is off
     app.add_exception_handler(APIError, _api_error)  # type: ignore[arg-type]
     app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
     app.add_exception_handler(ClientDisconnect, _gone)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _bug)
     return app
@@ -78,6 +83,14 @@ async def _api_error(_: Request, exc: APIError) -> JSONResponse:
 async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:
     kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
     return JSONResponse(APIError(exc.status_code, str(exc.detail), type=kind).body(), status_code=exc.status_code)
+
+
+async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    """A typed route's parameters or body that do not validate: 422, in OpenAI's error shape, naming the first."""
+    first = exc.errors()[0] if exc.errors() else {}
+    where = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
+    message = f"{where or 'request'}: {first.get('msg', 'invalid')}"
+    return JSONResponse(APIError(422, message, param=where, code="invalid_value").body(), status_code=422)
 
 
 async def _gone(_: Request, exc: ClientDisconnect) -> Response:
@@ -124,7 +137,7 @@ async def prometheus(request: Request) -> Response:
     """The whole server's figures for a metrics key (or on a server without keys); a client key's own otherwise."""
     s = _services(request)
     scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
-    operator = not s.keys or (scheme.lower() == "bearer" and any(
+    operator = s.auth.open or request.state.caller.admin or (scheme.lower() == "bearer" and any(
         hmac.compare_digest(token.encode(), k.encode()) for k in s.config.metrics_keys if k))
     body = s.metrics.render(None if operator else s.namespace(request))
     return Response(body, media_type="text/plain; version=0.0.4")

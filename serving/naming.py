@@ -1,15 +1,12 @@
-"""Who a call is and which session it names: API keys (each key a namespace of sessions), session names (the
+"""Which session a call names: session names (the
 ``X-FlowState-Session`` header, else ``user``), and a session's key within the server."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import unicodedata
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from serving.errors import APIError, bad_request
+from serving.errors import bad_request
 
 SESSION_HEADER = "x-flowstate-session"
 MAX_NAME = 200
@@ -27,28 +24,6 @@ class SessionKey:
     def full(self) -> str:
         """The name in the repository and the registry."""
         return self.namespace + self.name
-
-
-class Keys:
-    """The server's API keys; each key owns a namespace of sessions."""
-
-    def __init__(self, keys: Sequence[str]) -> None:
-        self._keys = [k for k in keys if k]
-
-    def __bool__(self) -> bool:
-        return bool(self._keys)
-
-    def namespace(self, authorization: str | None) -> str:
-        """The session-name prefix of the caller's key ('' without keys); 401 for a missing or wrong key."""
-        if not self._keys:
-            return ""
-        scheme, _, token = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            raise APIError(401, "missing API key: send Authorization: Bearer KEY", type="authentication_error",
-                           code="invalid_api_key")
-        if not any(hmac.compare_digest(token.encode(), k.encode()) for k in self._keys):
-            raise APIError(401, "invalid API key", type="authentication_error", code="invalid_api_key")
-        return "k" + hashlib.sha256(token.encode()).hexdigest()[:16] + "/"
 
 
 NAME_RULE = (f"a session name is 1 to {MAX_NAME} characters: letters and digits (any script), and . _ - : @ + = ~; "

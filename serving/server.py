@@ -65,12 +65,14 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, log_l
           header_timeout_s: float = HEADER_TIMEOUT_S) -> None:
     """Serve until interrupted."""
     where = f"http://{host}:{port}/v1"
-    if config.keys:
-        note = f"{len(config.keys)} API key(s); sessions are namespaced by key"
+    app = create_app(config)
+    if not app.state.services.auth.open:
+        note = (f"{len(config.keys)} static API key(s), {len(config.admin_keys)} admin key(s), tenants' keys from the "
+                "database; sessions are namespaced by tenant")
     elif is_loopback(host):
         note = "no API keys: loopback only, every local client can reach every session"
     else:
         note = "WARNING: no API keys on a non-loopback address: anyone who can connect can read every session"
     print(f"FlowState serving {config.model_id!r} ({config.engine.name}) at {where} — {note}", file=sys.stderr, flush=True)
-    uvicorn.run(create_app(config), host=host, port=port, log_level=log_level,
+    uvicorn.run(app, host=host, port=port, log_level=log_level,
                 http=header_timeout_protocol(header_timeout_s))

@@ -21,8 +21,8 @@ from flowstate.store.transfer import SessionFile
 from flowstate.tools import ToolSet
 from serving.errors import conflict
 from serving.metrics import TenantMetrics
-from serving.naming import Keys
 from serving.registry import Registry
+from serving.tenancy import Authenticator, Caller, forbidden
 from serving.turns import Turns
 from serving.wire import IngressLimits
 
@@ -35,7 +35,8 @@ class ServerConfig:
 
     engine: Engine
     repo: Repository
-    keys: Sequence[str] = ()
+    keys: Sequence[str] = ()  # static client keys: each adopted at start as a tenant of its own (flowstate/store/tenants.py)
+    admin_keys: Sequence[str] = ()  # keys that manage tenants and keys (/v1/admin/...), never a tenant's memory
     metrics_keys: Sequence[str] = ()  # keys that read the whole server's /metrics (a client key reads its own)
     tools: ToolSet = field(default_factory=ToolSet)
     loop: LoopConfig = field(default_factory=LoopConfig)
@@ -55,7 +56,7 @@ class Services:
     """What the routes serve, for one app."""
 
     config: ServerConfig
-    keys: Keys
+    auth: Authenticator
     sessions: Registry
     turns: Turns
     metrics: TenantMetrics
@@ -64,7 +65,24 @@ class Services:
     running: set[asyncio.Task[Any]] = field(default_factory=set)  # turns, and responses being stored
 
     def namespace(self, request: Request) -> str:
-        return self.keys.namespace(request.headers.get("authorization"))
+        """The caller's tenant's namespace ('' on an open server); 401 without a valid key, 403 for an admin key
+        (it manages tenants and keys, and reads no tenant's memory)."""
+        caller: Caller = request.state.caller
+        if caller.error is not None:
+            raise caller.error
+        if caller.namespace is None:
+            raise forbidden("an admin key manages tenants and keys; it reads no tenant's memory: use a tenant's key")
+        return caller.namespace
+
+    def admin(self, request: Request) -> None:
+        """Nothing, for an admin key; 401 without a valid key, 403 for a tenant's key (or on a server without
+        admin keys)."""
+        caller: Caller = request.state.caller
+        if caller.admin:
+            return
+        if caller.error is not None and not self.auth.open:
+            raise caller.error
+        raise forbidden("the admin routes need an admin key (--admin-key, $FLOWSTATE_ADMIN_KEYS)")
 
     async def forget(self, session: str) -> bool:
         """Delete a session (``DELETE /v1/sessions/{id}``, and a conversation's): from the database and from memory,
@@ -114,7 +132,7 @@ def build(config: ServerConfig) -> Services:
                         int(config.session_memory_mb * (1 << 20)))
     config.tools.hold_while(sessions.running)  # a bounded MCP source never ends a connection a turn is using
     return Services(
-        config=config, keys=Keys(config.keys), sessions=sessions,
+        config=config, auth=Authenticator(config.repo.tenants, config.keys, config.admin_keys), sessions=sessions,
         turns=Turns(config.engine, config.repo, AgentConfig(config.engine, strategy=config.strategy, tools=config.tools,
                                                             policy=config.policy, loop=config.loop),
                     config.stream_answers),

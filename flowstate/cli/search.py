@@ -10,13 +10,12 @@ import click
 from flowstate.cli.options import default_db, errors
 from flowstate.store.repository import Repository
 from flowstate.store.search import MAX_LIMIT, Search
-from serving.naming import Keys
 
 
 @click.command()
 @click.argument("query")
 @click.option("--db", default=None, help="The memory: a SQLite file or a postgresql:// URL [default: as for run].")
-@click.option("--api-key", default=None, help="Only this API key's sessions, named as that key names them "
+@click.option("--api-key", default=None, help="Only the sessions of this API key's tenant, named as its keys name them "
                                               "[default: every session of the database, by its stored name].")
 @click.option("--type", "types", default=None, help="State types, comma-separated (preference, knowledge, attribute, "
                                                     "judgement, artifact) [default: any].")
@@ -34,9 +33,9 @@ def search(query: str, db: str | None, api_key: str | None, types: str | None, s
     with errors():
         what = Search.parse(query, type=types, session=session, since=since, until=until, limit=limit, after=after,
                             in_=in_)
-        namespace = Keys([api_key]).namespace(f"Bearer {api_key}") if api_key else ""
         repo = Repository.open(db or default_db(), create=False)
         try:
+            namespace = repo.tenants.namespace_of(api_key) if api_key else ""
             hits, more = repo.search(namespace, what)
         finally:
             repo.close()

@@ -25,6 +25,9 @@ _INGRESS = IngressLimits()
 @click.option("--db", default=None, help="The memory: a SQLite file or a postgresql:// URL [default: as for run].")
 @options.engine_options
 @click.option("--api-key", "api_keys", multiple=True, help="A client key (repeatable) [default: $FLOWSTATE_API_KEYS, comma-separated; none].")
+@click.option("--admin-key", "admin_keys", multiple=True,
+              help="A key that manages tenants and their keys at /v1/admin/... (repeatable) [default: "
+                   "$FLOWSTATE_ADMIN_KEYS, comma-separated; none]; it reads no tenant's memory.")
 @click.option("--metrics-key", "metrics_keys", multiple=True,
               help="A key that reads the whole server's /metrics (repeatable) [default: $FLOWSTATE_METRICS_KEYS, "
                    "comma-separated]; with API keys, a client key reads only its own turns' figures.")
@@ -60,7 +63,8 @@ _INGRESS = IngressLimits()
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @options.otlp_option
 def serve(
-    host: str, port: int, db: str | None, api_keys: tuple[str, ...], metrics_keys: tuple[str, ...],
+    host: str, port: int, db: str | None, api_keys: tuple[str, ...], admin_keys: tuple[str, ...],
+    metrics_keys: tuple[str, ...],
     tools_ref: str | None, model_id: str,
     loop: options.LoopOptions, log_level: str, max_live_sessions: int, session_memory_mb: float, max_body_mb: float,
     body_timeout: float, header_timeout: float, stream_answers: str, strategy_name: str, layout: str, mcp: options.McpOptions,
@@ -73,6 +77,7 @@ def serve(
     with options.errors():
         keys = list(api_keys) or _listed("FLOWSTATE_API_KEYS")
         operators = list(metrics_keys) or _listed("FLOWSTATE_METRICS_KEYS")
+        admins = list(admin_keys) or _listed("FLOWSTATE_ADMIN_KEYS")
         embedder = options.load_embedder(embed_spec)  # what mem0-style and reasoningbank rank by (None: BM25)
         strategy = memory.embedded(memory.get(*memory.laid_out((strategy_name,), layout)), embedder)
         tools = mcp.tools(tools_ref)
@@ -81,7 +86,8 @@ def serve(
             repo = Repository.open(db or options.default_db())
             config = loop.config(model)
             ingress = IngressLimits(max_body_bytes=int(max_body_mb * (1 << 20)), body_timeout_s=body_timeout)
-            server = ServerConfig(engine=model, repo=repo, keys=keys, metrics_keys=operators, tools=tools, loop=config,
+            server = ServerConfig(engine=model, repo=repo, keys=keys, admin_keys=admins, metrics_keys=operators,
+                                  tools=tools, loop=config,
                                   strategy=strategy, model_id=model_id, max_live_sessions=max_live_sessions,
                                   session_memory_mb=session_memory_mb, ingress=ingress,
                                   stream_answers=stream_answers, background_lease_s=background_lease_s)

@@ -10,14 +10,13 @@ import click
 from flowstate.cli.options import default_db, errors
 from flowstate.store.repository import Repository
 from flowstate.store.transfer import renames
-from serving.naming import Keys
 
 
-def _namespace(api_key: str | None) -> str:
-    return Keys([api_key]).namespace(f"Bearer {api_key}") if api_key else ""
+def _namespace(repo: Repository, api_key: str | None) -> str:
+    return repo.tenants.namespace_of(api_key) if api_key else ""
 
 
-KEY_HELP = ("The sessions of this API key, named as that key names them (what the endpoint's key sees) "
+KEY_HELP = ("The sessions of this API key's tenant, named as its keys name them (what the endpoint's key sees) "
             "[default: the database's stored names].")
 
 
@@ -33,8 +32,8 @@ def export(db: str | None, sessions: tuple[str, ...], everything: bool, api_key:
     with errors():
         if bool(sessions) == everything:
             raise click.UsageError("give --session NAME (repeatable) or --all")
-        namespace = _namespace(api_key)
         with Repository.open(db or default_db(), create=False) as repo:
+            namespace = _namespace(repo, api_key)
             names = repo.sessions(namespace) if everything else [namespace + s for s in sessions]
             lines = repo.export_sessions(names, namespace)
         if str(out) == "-":
@@ -60,5 +59,5 @@ def import_(file: Path, db: str | None, rename: tuple[str, ...], api_key: str | 
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--rename") from None
         with Repository.open(db or default_db()) as repo, file.open(encoding="utf-8", newline="") as f:
-            names = repo.import_sessions(f, _namespace(api_key), renamed)
+            names = repo.import_sessions(f, _namespace(repo, api_key), renamed)
         click.echo(f"imported {len(names)} session(s): {', '.join(names)}")

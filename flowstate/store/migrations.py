@@ -175,6 +175,27 @@ _BACKGROUND = """
         CREATE INDEX responses_lease ON responses(lease_at) WHERE lease_at IS NOT NULL;
 """
 
+_TENANTS = """
+        -- Tenants own memory: a tenant's id is the namespace of its sessions (a key given with --api-key before
+        -- tenants existed is adopted as the tenant "k" + the first 16 hex digits of its digest, the namespace its
+        -- sessions always had). Keys prove who calls: only their SHA-256 digest is kept, never the secret.
+        CREATE TABLE tenants (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            created_at {id_type} NOT NULL
+        );
+        CREATE TABLE api_keys (
+            id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL REFERENCES tenants(id),
+            digest TEXT NOT NULL UNIQUE,
+            created_at {id_type} NOT NULL,
+            expires_at {id_type},
+            revoked_at {id_type},
+            replaces TEXT
+        );
+        CREATE INDEX api_keys_tenant ON api_keys(tenant_id);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     (
         "0001_initial",
@@ -261,6 +282,7 @@ MIGRATIONS: list[tuple[str, str]] = [
         """,
     ),
     ("0012_background", _BACKGROUND.format(id_type="INTEGER")),
+    ("0013_tenants", _TENANTS.format(id_type="INTEGER")),
 ]
 
 
@@ -368,6 +390,7 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
         """,
     ),
     ("0012_background", _BACKGROUND.format(id_type="BIGINT")),
+    ("0013_tenants", _TENANTS.format(id_type="BIGINT")),
 ]
 FILLS: dict[str, Callable[[Any, bool], None]] = {"0011_search": search.fill}
 """Migrations whose data Python computes: run after the migration's SQL, in its transaction (conn, postgres)."""

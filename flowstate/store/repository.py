@@ -18,6 +18,7 @@ from flowstate.nodes import Node, Ref, canonical_json
 from flowstate.store import search as fts
 from flowstate.store import transfer
 from flowstate.store.backends import Backend, Conn, PostgresBackend, open_backend
+from flowstate.store.tenants import TenantStore
 
 # A session's lineage: the session itself (every request of it), then, for a fork, the session it was forked from up
 # to the fork's point, and so on up (each ancestor only up to its child's point). Every read of a session's requests,
@@ -108,6 +109,7 @@ class Repository:
 
     def __init__(self, backend: Backend) -> None:
         self._db = backend
+        self.tenants = TenantStore(backend)  # who owns memory and the keys that prove it (flowstate/store/tenants.py)
         self.path = backend.label  # what messages name: the file, or the URL without its password
         self.shared = isinstance(backend, PostgresBackend)  # several processes may use it at once
 

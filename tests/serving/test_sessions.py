@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from flowstate import Repository
 from serving.errors import APIError
 from serving.history import fingerprint, match, new_messages
-from serving.naming import Keys, check_name, header_text, session_name
+from serving.naming import check_name, header_text, session_name
 from serving.registry import Registry
+from serving.tenancy import Authenticator
 
 U1 = {"role": "user", "content": "first"}
 A1 = {"role": "assistant", "content": "answer one"}
@@ -70,19 +74,20 @@ def test_a_header_name_is_utf8_like_the_user_field() -> None:
         header_text("\xff\xfe", "x-flowstate-session")
 
 
-def test_names_fingerprints_and_keys() -> None:
+def test_names_fingerprints_and_keys(repo: Repository, tmp_path: Path) -> None:
     assert session_name("hdr", "usr") == "hdr" and session_name(None, "usr") == "usr" and session_name(None, None) is None
     fp = fingerprint("policy", [U1, A1])
     assert fp.startswith("fp-") and fp == fingerprint("policy", [U1, A1, U2])  # stable over the conversation
     assert fp != fingerprint("other policy", [U1])
-    keys = Keys(["k1", "k2"])
-    assert keys.namespace("Bearer k1") != keys.namespace("Bearer k2")
-    assert keys.namespace("bearer k1") == keys.namespace("Bearer k1")
+    keys = Authenticator(repo.tenants, ["k1", "k2"])
+    one, two, same = (anyio.run(keys.caller, h) for h in ("Bearer k1", "Bearer k2", "bearer k1"))
+    assert one.namespace == "k" + hashlib.sha256(b"k1").hexdigest()[:16] + "/"  # what it has always been
+    assert one.namespace != two.namespace and same == one
     for bad in (None, "Bearer", "Bearer k3", "Basic k1"):
-        with pytest.raises(APIError) as info:
-            keys.namespace(bad)
-        assert info.value.status == 401
-    assert Keys([]).namespace(None) == ""
+        refused = anyio.run(keys.caller, bad)
+        assert refused.namespace is None and refused.error is not None and refused.error.status == 401
+    with Repository.open(tmp_path / "open.db") as empty:
+        assert anyio.run(Authenticator(empty.tenants).caller, None).namespace == ""
 
 
 def test_idle_sessions_leave_memory_but_waiting_ones_stay(repo: Repository) -> None:

@@ -1,0 +1,113 @@
+"""``flowstate tenants …`` and ``flowstate keys …``: tenants and their API keys on a database, from the shell (what
+``/v1/admin/…`` does over HTTP). A running server sees a change within its key cache's bound (2 s)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from typing import Any
+
+import click
+
+from flowstate.cli.options import default_db, errors
+from flowstate.store.repository import Repository
+from flowstate.store.tenants import TenantError, TenantStore
+
+DB = click.option("--db", default=None, help="The memory: a SQLite file or a postgresql:// URL [default: as for run].")
+MAX_GRACE_S = 30 * 86_400
+
+
+@contextmanager
+def _store(db: str | None) -> Iterator[TenantStore]:
+    with errors():
+        repo = Repository.open(db or default_db())
+        try:
+            yield repo.tenants
+        except TenantError as exc:
+            raise click.ClickException(str(exc)) from None
+        finally:
+            repo.close()
+
+
+def _echo(value: Any) -> None:
+    click.echo(json.dumps(value, ensure_ascii=False, indent=2))
+
+
+@click.group()
+def tenants() -> None:
+    """Tenants: who owns memory (a tenant's id is the namespace of its sessions)."""
+
+
+@tenants.command("create")
+@click.argument("name")
+@DB
+def create_tenant(name: str, db: str | None) -> None:
+    """Make a tenant named NAME; print it."""
+    from serving.errors import APIError
+    from serving.naming import check_name
+
+    try:
+        check_name(name, "name")
+    except APIError as exc:
+        raise click.BadParameter(exc.message, param_hint="NAME") from None
+    with _store(db) as store:
+        _echo(asdict(store.create_tenant(name)))
+
+
+@tenants.command("list")
+@DB
+def list_tenants(db: str | None) -> None:
+    """Every tenant, oldest first."""
+    with _store(db) as store:
+        _echo([asdict(t) for t in store.tenants()])
+
+
+@click.group()
+def keys() -> None:
+    """API keys: what proves a caller is a tenant (stored as digests; a secret is printed once, when made)."""
+
+
+@keys.command("create")
+@click.argument("tenant")
+@click.option("--expires-in", type=click.IntRange(60, 10 * 365 * 86_400), default=None,
+              help="Seconds the key works [default: until revoked].")
+@DB
+def create_key(tenant: str, expires_in: int | None, db: str | None) -> None:
+    """Make a key for TENANT (its id); print it with its secret, which is not kept anywhere."""
+    with _store(db) as store:
+        key, secret = store.create_key(tenant, None if expires_in is None else int(time.time()) + expires_in)
+        _echo({**asdict(key), "secret": secret})
+
+
+@keys.command("list")
+@click.argument("tenant")
+@DB
+def list_keys(tenant: str, db: str | None) -> None:
+    """TENANT's keys (never their secrets)."""
+    with _store(db) as store:
+        _echo([asdict(k) for k in store.keys(tenant)])
+
+
+@keys.command("rotate")
+@click.argument("key_id")
+@click.option("--grace", "grace_s", type=click.IntRange(0, MAX_GRACE_S), default=3600, show_default=True,
+              help="Seconds the old key goes on working.")
+@DB
+def rotate_key(key_id: str, grace_s: int, db: str | None) -> None:
+    """A new key for KEY_ID's tenant; KEY_ID stops working after the grace period. Prints both (the new one's secret
+    once)."""
+    with _store(db) as store:
+        old, new, secret = store.rotate(key_id, grace_s)
+        _echo({"old": asdict(old), "new": {**asdict(new), "secret": secret}})
+
+
+@keys.command("revoke")
+@click.argument("key_id")
+@DB
+def revoke_key(key_id: str, db: str | None) -> None:
+    """Stop KEY_ID now (every server sharing the database refuses it within 2 s)."""
+    with _store(db) as store:
+        _echo(asdict(store.revoke(key_id)))

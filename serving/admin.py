@@ -1,0 +1,138 @@
+"""``/v1/admin/...``: tenants and their keys, managed while the server runs, by an admin key only. A key's secret is
+in the one response that makes it (a new key, a rotation) and nowhere else: the database keeps its digest."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+import anyio
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from flowstate.store.tenants import Key, Tenant, TenantError
+from serving.errors import APIError, bad_request, conflict
+from serving.naming import MAX_NAME, check_name
+from serving.services import Services
+
+
+def _admin(request: Request) -> None:
+    """Before anything else of an admin route (its body included): an admin key, or 401 / 403."""
+    s: Services = request.app.state.services
+    s.admin(request)
+
+
+router = APIRouter(prefix="/v1/admin", dependencies=[Depends(_admin)])
+DAY = 86_400
+MAX_GRACE_S = 30 * DAY  # how long a rotated key may go on working
+DEFAULT_GRACE_S = 3600
+MAX_LIFETIME_S = 10 * 365 * DAY
+
+
+class NewTenant(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=MAX_NAME)
+
+
+class NewKey(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    expires_in: int | None = Field(None, ge=60, le=MAX_LIFETIME_S, description="seconds the key works; none: until revoked")
+
+
+class Rotation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    grace_s: int = Field(DEFAULT_GRACE_S, ge=0, le=MAX_GRACE_S, description="seconds the old key goes on working")
+
+
+class TenantObject(BaseModel):
+    id: str
+    object: Literal["tenant"] = "tenant"
+    name: str
+    created_at: int
+
+
+class KeyObject(BaseModel):
+    id: str
+    object: Literal["api_key"] = "api_key"
+    tenant: str
+    created_at: int
+    expires_at: int | None
+    revoked_at: int | None
+    replaces: str | None
+    secret: str | None = Field(None, description="only in the response that made the key")
+
+
+class Rotated(BaseModel):
+    object: Literal["api_key.rotation"] = "api_key.rotation"
+    old: KeyObject
+    new: KeyObject
+
+
+class Listed(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[TenantObject] | list[KeyObject]
+
+
+def _tenant(t: Tenant) -> TenantObject:
+    return TenantObject(id=t.id, name=t.name, created_at=t.created_at)
+
+
+def _key(k: Key, secret: str | None = None) -> KeyObject:
+    return KeyObject(id=k.id, tenant=k.tenant, created_at=k.created_at, expires_at=k.expires_at,
+                     revoked_at=k.revoked_at, replaces=k.replaces, secret=secret)
+
+
+async def _store(request: Request, call: Any, *args: Any) -> Any:
+    """An admin's store operation, in a worker thread; the store's refusals as 404 / 409. A change is seen by this
+    server at once (its key cache dropped), by others sharing the database within ``KEY_CACHE_S``."""
+    s: Services = request.app.state.services
+    try:
+        out = await anyio.to_thread.run_sync(call, *args)
+    except TenantError as exc:
+        if exc.kind == "exists":
+            raise conflict(str(exc), "tenant_exists") from None
+        raise APIError(404, str(exc), type="not_found_error", code=f"{exc.kind}") from None
+    s.auth.forget()
+    return out
+
+
+def _tenants(request: Request) -> Any:
+    s: Services = request.app.state.services
+    return s.config.repo.tenants
+
+
+@router.post("/tenants", status_code=201)
+async def create_tenant(request: Request, body: NewTenant) -> TenantObject:
+    name = check_name(body.name, "name")
+    return _tenant(await _store(request, _tenants(request).create_tenant, name))
+
+
+@router.get("/tenants")
+async def list_tenants(request: Request) -> Listed:
+    return Listed(data=[_tenant(t) for t in await _store(request, _tenants(request).tenants)])
+
+
+@router.post("/tenants/{tenant_id}/keys", status_code=201)
+async def create_key(request: Request, tenant_id: str, body: NewKey | None = None) -> KeyObject:
+    expires = None if body is None or body.expires_in is None else int(time.time()) + body.expires_in
+    key, secret = await _store(request, _tenants(request).create_key, tenant_id, expires)
+    return _key(key, secret)
+
+
+@router.get("/tenants/{tenant_id}/keys")
+async def list_keys(request: Request, tenant_id: str) -> Listed:
+    return Listed(data=[_key(k) for k in await _store(request, _tenants(request).keys, tenant_id)])
+
+
+@router.post("/keys/{key_id}/rotate")
+async def rotate_key(request: Request, key_id: str, body: Rotation | None = None) -> Rotated:
+    grace = DEFAULT_GRACE_S if body is None else body.grace_s
+    old, new, secret = await _store(request, _tenants(request).rotate, key_id, grace)
+    return Rotated(old=_key(old), new=_key(new, secret))
+
+
+@router.delete("/keys/{key_id}")
+async def revoke_key(request: Request, key_id: str) -> KeyObject:
+    if not key_id.startswith("key_"):
+        raise bad_request(f"{key_id!r} is not a key id (key_…)", "key_id", "invalid_key_id")
+    return _key(await _store(request, _tenants(request).revoke, key_id))

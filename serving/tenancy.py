@@ -1,0 +1,100 @@
+"""Who is calling: one layer in front of every route. ``Authenticated`` (ASGI middleware) resolves the request's
+bearer key once — an admin key, or a tenant's key looked up by digest in the database (off the event loop, cached
+for ``KEY_CACHE_S``) — and routes ask ``Services.namespace`` / ``Services.admin`` for the outcome, never the key."""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from flowstate.store.tenants import Key, TenantStore, digest
+from serving.errors import APIError
+
+KEY_CACHE_S = 2.0
+"""How long a server trusts what it last read of a key: a key revoked (or rotated past its grace) on any server is
+refused by every server sharing the database within this bound."""
+CACHE_SIZE = 4096  # keys remembered (unknown ones too, so random tokens do not each reach the database)
+
+MISSING = "missing API key: send Authorization: Bearer KEY"
+
+
+def unauthorized(message: str) -> APIError:
+    return APIError(401, message, type="authentication_error", code="invalid_api_key")
+
+
+def forbidden(message: str) -> APIError:
+    return APIError(403, message, type="permission_error", code="insufficient_permissions")
+
+
+@dataclass(frozen=True)
+class Caller:
+    """What the request's key proved: a tenant (its namespace), the operator (``admin``), or nothing (``error``)."""
+
+    namespace: str | None = None
+    admin: bool = False
+    error: APIError | None = None
+
+
+class Authenticator:
+    """The server's keys: static admin keys, and tenants' keys in the database (static ``--api-key`` keys adopted
+    there at start). Open — every caller in the namespace '' — only when no key of either kind exists at start."""
+
+    def __init__(self, store: TenantStore, static_keys: Sequence[str] = (), admin_keys: Sequence[str] = ()) -> None:
+        self.store = store
+        self.admin_keys = [k.encode() for k in admin_keys if k]
+        for key in static_keys:
+            if key:
+                store.adopt(key)
+        self.open = not self.admin_keys and not store.any_keys()
+        self._cache: OrderedDict[str, tuple[float, Key | None]] = OrderedDict()
+
+    async def caller(self, authorization: str | None) -> Caller:
+        if self.open:
+            return Caller(namespace="")
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return Caller(error=unauthorized(MISSING))
+        if any(hmac.compare_digest(token.encode(), k) for k in self.admin_keys):
+            return Caller(admin=True)
+        key = await self._key(digest(token))
+        if key is None or not key.valid(time.time()):
+            return Caller(error=unauthorized("invalid API key" if key is None or key.revoked_at is not None
+                                             else "expired API key"))
+        return Caller(namespace=key.tenant + "/")
+
+    async def _key(self, key_digest: str) -> Key | None:
+        now = time.monotonic()
+        cached = self._cache.get(key_digest)
+        if cached is not None and now - cached[0] < KEY_CACHE_S:
+            return cached[1]
+        key = await anyio.to_thread.run_sync(self.store.lookup, key_digest)
+        self._cache[key_digest] = (now, key)
+        self._cache.move_to_end(key_digest)
+        while len(self._cache) > CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return key
+
+    def forget(self) -> None:
+        """Drop what was cached (this server changed a key: it sees the change at once)."""
+        self._cache.clear()
+
+
+class Authenticated:
+    """ASGI middleware: the request's ``Caller`` in ``scope["state"]["caller"]`` before any route runs."""
+
+    def __init__(self, app: ASGIApp, auth: Authenticator) -> None:
+        self.app, self.auth = app, auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
+            state: dict[str, Any] = scope.setdefault("state", {})
+            state["caller"] = await self.auth.caller(header)
+        await self.app(scope, receive, send)
