@@ -10,7 +10,7 @@ import pytest
 
 from flowstate.records import LOOPING
 from flowstate.store.repository import Repository
-from tests.helpers import AgentFactory, output
+from tests.helpers import AgentFactory, output, task_row
 
 RUNS: list[dict[str, Any]] = []
 
@@ -127,12 +127,12 @@ def test_the_report_counts_repeated_calls_and_loops() -> None:
                 "parse_failures": 0, "rejected": 0, "response": None if error else "ok", "error": error,
                 "tool_calls": tool_calls, "repeated_calls": repeated}
 
-    rows = [{"subtasks": [sub(3, 2, LOOPING + "3 calls"), sub(0, 0, None)]},
-            {"subtasks": [sub(1, 0, "no final response within the step budget of 16 steps")]}]
+    rows = [task_row([sub(3, 2, LOOPING + "3 calls"), sub(0, 0, None)]),
+            task_row([sub(1, 0, "no final response within the step budget of 16 steps")])]
     c = cost(rows)
     assert (c["tool_calls"], c["repeated_calls"], c["loops"], c["budget_ends"]) == (4, 2, 1, 1)
     assert c["tool_use"] == pytest.approx(2 / 3)
-    older = [{"subtasks": [{k: v for k, v in sub(1, 0, None).items() if k not in ("tool_calls", "repeated_calls")}]}]
+    older = [task_row([{k: v for k, v in sub(1, 0, None).items() if k not in ("tool_calls", "repeated_calls")}])]
     assert cost(older)["repeated_calls"] == 0 and cost(older)["tool_calls"] is None  # rows of older runs count none
 
 
