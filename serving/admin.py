@@ -4,13 +4,16 @@ in the one response that makes it (a new key, a rotation) and nowhere else: the 
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from typing import Any, Literal
 
 import anyio
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from flowstate.store.tenants import Key, Tenant, TenantError
+from flowstate.store.quotas import Quota
+from flowstate.store.repository import Repository
+from flowstate.store.tenants import Key, Tenant, TenantError, TenantStore
 from serving.errors import APIError, bad_request, conflict
 from serving.naming import MAX_NAME, check_name
 from serving.services import Services
@@ -29,14 +32,32 @@ DEFAULT_GRACE_S = 3600
 MAX_LIFETIME_S = 10 * 365 * DAY
 
 
+class QuotaIn(BaseModel):
+    """A tenant's limits; a limit left out (or null) is none."""
+
+    model_config = ConfigDict(extra="forbid")
+    requests_per_minute: int | None = Field(default=None, ge=1, le=1_000_000)
+    concurrent_turns: int | None = Field(default=None, ge=1, le=100_000)
+    tokens_per_day: int | None = Field(default=None, ge=1, le=10**13)
+
+    def quota(self) -> Quota:
+        return Quota(self.requests_per_minute, self.concurrent_turns, self.tokens_per_day)
+
+
 class NewTenant(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=MAX_NAME)
+    quota: QuotaIn = Field(default_factory=lambda: QuotaIn())
+
+
+class TenantChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    quota: QuotaIn
 
 
 class NewKey(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    expires_in: int | None = Field(None, ge=60, le=MAX_LIFETIME_S, description="seconds the key works; none: until revoked")
+    expires_in: int | None = Field(default=None, ge=60, le=MAX_LIFETIME_S, description="seconds the key works; none: until revoked")
 
 
 class Rotation(BaseModel):
@@ -49,6 +70,7 @@ class TenantObject(BaseModel):
     object: Literal["tenant"] = "tenant"
     name: str
     created_at: int
+    quota: QuotaIn
 
 
 class KeyObject(BaseModel):
@@ -73,8 +95,8 @@ class Listed(BaseModel):
     data: list[TenantObject] | list[KeyObject]
 
 
-def _tenant(t: Tenant) -> TenantObject:
-    return TenantObject(id=t.id, name=t.name, created_at=t.created_at)
+def _tenant(t: Tenant, q: Quota) -> TenantObject:
+    return TenantObject(id=t.id, name=t.name, created_at=t.created_at, quota=QuotaIn(**asdict(q)))
 
 
 def _key(k: Key, secret: str | None = None) -> KeyObject:
@@ -96,20 +118,46 @@ async def _store(request: Request, call: Any, *args: Any) -> Any:
     return out
 
 
-def _tenants(request: Request) -> Any:
+def _repo(request: Request) -> Repository:
     s: Services = request.app.state.services
-    return s.config.repo.tenants
+    return s.config.repo
+
+
+def _tenants(request: Request) -> TenantStore:
+    return _repo(request).tenants
 
 
 @router.post("/tenants", status_code=201)
 async def create_tenant(request: Request, body: NewTenant) -> TenantObject:
     name = check_name(body.name, "name")
-    return _tenant(await _store(request, _tenants(request).create_tenant, name))
+    repo = _repo(request)
+
+    def create() -> Tenant:
+        tenant = repo.tenants.create_tenant(name)
+        repo.quotas.set_quota(tenant.id, body.quota.quota())
+        return tenant
+
+    return _tenant(await _store(request, create), body.quota.quota())
 
 
 @router.get("/tenants")
 async def list_tenants(request: Request) -> Listed:
-    return Listed(data=[_tenant(t) for t in await _store(request, _tenants(request).tenants)])
+    repo = _repo(request)
+    found = await _store(request, lambda: [(t, repo.quotas.quota(t.id)) for t in repo.tenants.tenants()])
+    return Listed(data=[_tenant(t, q) for t, q in found])
+
+
+@router.patch("/tenants/{tenant_id}")
+async def change_tenant(request: Request, tenant_id: str, body: TenantChange) -> TenantObject:
+    """A tenant's limits, changed: in force for its next request on every server."""
+    repo = _repo(request)
+
+    def change() -> Tenant:
+        tenant = repo.tenants.tenant(tenant_id)
+        repo.quotas.set_quota(tenant_id, body.quota.quota())
+        return tenant
+
+    return _tenant(await _store(request, change), body.quota.quota())
 
 
 @router.post("/tenants/{tenant_id}/keys", status_code=201)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 import unicodedata
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 import anyio
@@ -141,6 +142,23 @@ async def prometheus(request: Request) -> Response:
         hmac.compare_digest(token.encode(), k.encode()) for k in s.config.metrics_keys if k))
     body = s.metrics.render(None if operator else s.namespace(request))
     return Response(body, media_type="text/plain; version=0.0.4")
+
+
+@router.get("/v1/usage")
+async def usage(request: Request) -> dict[str, Any]:
+    """The caller's tenant's quota and where it stands: this minute's requests, running turns, today's model tokens
+    (UTC), each limit null where there is none."""
+    s = _services(request)
+    ns = s.namespace(request)
+    if not ns:
+        return {"object": "usage", "tenant": None, "quota": None, "usage": None}
+    tenant = ns[:-1]
+    quota, now = await anyio.to_thread.run_sync(s.config.repo.quotas.quota, tenant), time.time()
+    used = await anyio.to_thread.run_sync(s.config.repo.quotas.usage, tenant)
+    return {"object": "usage", "tenant": tenant, "quota": asdict(quota),
+            "usage": {"requests_this_minute": used.requests, "running_turns": used.turns, "tokens_today": used.tokens,
+                      "minute_resets_in_s": round(used.minute_ends - now, 1),
+                      "day_resets_in_s": round(used.day_ends - now, 1)}}
 
 
 @router.get("/v1/models")

@@ -20,6 +20,7 @@ from serving.history import fingerprint, new_messages
 from serving.live import Live, reply_message
 from serving.messages import AssistantMessage, Delta
 from serving.naming import SESSION_HEADER, SessionKey, header_text, session_name
+from serving.quotas import Admitted
 from serving.services import Services
 from serving.turns import Checked, TurnResult, check_pending
 from serving.wire import ChatRequest, canonical_message, check_tools
@@ -97,7 +98,15 @@ class ChatService:
         """One chat completion call: the session's next turn, or the reply an identical earlier call got."""
         p = await anyio.to_thread.run_sync(self.prepare, body)  # new tools' grammar compiles: off the event loop
         named = session_name(header_text(session_header, SESSION_HEADER), body.user)
-        begun = await self.begin(ns, p, named, header_text(idempotency_header, IDEMPOTENCY_HEADER), bool(body.stream))
+        idem = header_text(idempotency_header, IDEMPOTENCY_HEADER)
+        admitted = await self.s.admissions.admit(ns)  # the tenant's quota: a 429 before anything is stored
+        try:
+            begun = await self.begin(ns, p, named, idem, bool(body.stream), admitted=admitted)
+        except BaseException:
+            await admitted.end(0)
+            raise
+        if begun.task is None:  # nothing runs (an identical earlier call's reply): its slot is free at once
+            await admitted.end(0)
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
         if begun.earlier is not None:  # an exact resend of an answered turn: the same answer, nothing run again
             return replayed(completion_id, body.model, begun.earlier, begun.extension, bool(body.stream))
@@ -110,7 +119,7 @@ class ChatService:
                                         begun.deltas), media_type="text/event-stream")
 
     async def begin(self, ns: str, p: Prepared, named: str | None, idem: str | None, streamed: bool,
-                    continue_at: int | None = None) -> Begun:
+                    continue_at: int | None = None, admitted: Admitted | None = None) -> Begun:
         """Find the call's session (``named``, else by the conversation's fingerprint) and set its turn going, or
         find the reply an identical earlier call got. With ``continue_at`` the conversation is only the new
         messages of a session whose transcript must have that length (``Moved`` otherwise)."""
@@ -141,7 +150,7 @@ class ChatService:
             s.sessions.leave(session.full)
             return Begun(session, extension, earlier=reply_message(live.transcript[earlier]), earlier_at=earlier + 1)
         deltas: asyncio.Queue[Delta] | None = asyncio.Queue() if streamed else None
-        task = asyncio.create_task(self._turn(session, live, p, kind, new, idem, _feed(deltas)))
+        task = asyncio.create_task(self._turn(session, live, p, kind, new, idem, _feed(deltas), admitted))
         s.running.add(task)  # runs to the end even if the client goes away
         task.add_done_callback(s.running.discard)
         return Begun(session, extension, task=task, deltas=deltas)
@@ -155,23 +164,30 @@ class ChatService:
             self.s.sessions.forget(session.full)
 
     async def _turn(self, session: SessionKey, live: Live, p: Prepared, kind: str, new: list[Any],
-                        idem: str | None, on_delta: Callable[[Delta], None] | None) -> TurnResult:
-        """The turn in a worker thread while the session is held; counted in the metrics."""
+                    idem: str | None, on_delta: Callable[[Delta], None] | None,
+                    admitted: Admitted | None = None) -> TurnResult:
+        """The turn in a worker thread while the session is held; counted in the metrics and, with its model tokens,
+        against its tenant's quota."""
         s = self.s
         started = time.perf_counter()
+        tokens = 0
         try:
             if kind == "start":
                 fn = lambda: s.turns.start(live, new, p.policy, p.checked, idem, on_delta)  # noqa: E731
             else:
                 fn = lambda: s.turns.resume(live, new, idem, on_delta, p.approvals)  # noqa: E731
             result = await anyio.to_thread.run_sync(fn, limiter=s.limiter)
+            tokens = result.model_tokens
         except APIError as exc:
             s.metrics.failed(session.namespace, exc.code or "error", exc.steps)
+            tokens = sum(c.usage.prompt_tokens + c.usage.completion_tokens for c in exc.steps)
             self._forget_if_empty(session)
             raise
         finally:
             live.release(idem)
             s.sessions.leave(session.full)
+            if admitted is not None:
+                await admitted.end(tokens)
         s.metrics.observe(session.namespace, result, time.perf_counter() - started)
         return result
 

@@ -39,6 +39,8 @@ class Metrics:
         self.truncations = Counter("flowstate_truncations", "Model outputs cut at the completion budget", registry=r)
         self.unfinished = Counter("flowstate_requests_unfinished", "Agent requests that ended at the step budget",
                                   registry=r)
+        self.throttled = Counter("flowstate_throttled_requests", "Requests refused by a tenant's quota (429), by the "
+                                 "limit that refused them", ["limit"], registry=r)
         self.turn_latency = Histogram("flowstate_turn_latency_seconds", "Wall time of one chat completion call",
                                       buckets=LATENCY_BUCKETS, registry=r)
         self.call_latency = Histogram("flowstate_model_call_latency_seconds", "Wall time of one model call",
@@ -97,6 +99,12 @@ class TenantMetrics:
         self.total.failed(outcome, steps)
         if namespace:
             self.of(namespace).failed(outcome, steps)
+
+    def throttle(self, namespace: str, limit: str) -> None:
+        """A request refused by its tenant's quota (``limit``: requests, turns or tokens)."""
+        self.total.throttled.labels(limit).inc()
+        if namespace:
+            self.of(namespace).throttled.labels(limit).inc()
 
     def render(self, namespace: str | None = None) -> bytes:
         """The whole server's figures (``None``), or one key namespace's."""

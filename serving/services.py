@@ -21,6 +21,7 @@ from flowstate.store.transfer import SessionFile
 from flowstate.tools import ToolSet
 from serving.errors import conflict
 from serving.metrics import TenantMetrics
+from serving.quotas import Admissions
 from serving.registry import Registry
 from serving.tenancy import Authenticator, Caller, forbidden
 from serving.turns import Turns
@@ -43,6 +44,7 @@ class ServerConfig:
     strategy: Strategy = FLOWSTATE  # the memory method every session of this server runs
     policy: str = ""  # the deployment's task policy, before each client's system message
     model_id: str = "flowstate"
+    turn_lease_s: float = 30.0  # a turn's quota slot: unrenewed this long (its server killed), it no longer counts
     background_lease_s: float = 15.0  # a background response's lease: unrenewed this long, its server stopped
     max_concurrency: int = 64  # turns running at once (worker threads); one session's turns are serialized
     max_live_sessions: int = 4096  # idle sessions kept in memory (others reload from the database)
@@ -59,6 +61,7 @@ class Services:
     auth: Authenticator
     sessions: Registry
     turns: Turns
+    admissions: Admissions
     metrics: TenantMetrics
     limiter: anyio.CapacityLimiter
     models: set[str]
@@ -131,12 +134,15 @@ def build(config: ServerConfig) -> Services:
     sessions = Registry(config.repo, config.max_live_sessions, config.tools.release,
                         int(config.session_memory_mb * (1 << 20)))
     config.tools.hold_while(sessions.running)  # a bounded MCP source never ends a connection a turn is using
+    config.repo.quotas.lease_s = config.turn_lease_s
+    metrics = TenantMetrics(config.engine, config.tools.sources)
     return Services(
         config=config, auth=Authenticator(config.repo.tenants, config.keys, config.admin_keys), sessions=sessions,
         turns=Turns(config.engine, config.repo, AgentConfig(config.engine, strategy=config.strategy, tools=config.tools,
                                                             policy=config.policy, loop=config.loop),
                     config.stream_answers),
-        metrics=TenantMetrics(config.engine, config.tools.sources),
+        admissions=Admissions(config.repo.quotas, metrics.throttle),
+        metrics=metrics,
         limiter=anyio.CapacityLimiter(config.max_concurrency),
         models={config.model_id, config.engine.model_name or config.model_id},
     )

@@ -52,6 +52,12 @@ class TurnResult:
     unfinished: str | None = None  # why it ended without a final answer (the step budget; the message says so)
     at: int = 0  # the session's transcript length after this turn: where the session's next turn continues
     approved: tuple[tuple[str, ToolCallRecord], ...] = ()  # calls the client's approvals ran or refused, by call id
+    memory_calls: tuple[StepRecord, ...] = ()  # the memory method's own model calls in this turn (a tenant's cost too)
+
+    @property
+    def model_tokens(self) -> int:
+        """Prompt and completion tokens of every model call this turn made, the memory method's own included."""
+        return sum(s.usage.prompt_tokens + s.usage.completion_tokens for s in (*self.steps, *self.memory_calls))
 
     @property
     def finish_reason(self) -> str:
@@ -130,7 +136,7 @@ class Turns:
                approved: tuple[tuple[str, ToolCallRecord], ...] = ()) -> TurnResult:
         run = live.run
         assert run is not None
-        first = len(run.steps)
+        first, first_memory = len(run.steps), len(run.memory_calls)
         on_step = None
         if on_delta is not None and self.streams_answers:
             def on_step(step: int) -> OnText:
@@ -139,19 +145,21 @@ class Turns:
             waiting = run.advance(live.so_far(key), on_step)
         except RequestFailed as exc:
             self._drop(live)
-            raise _failure(exc, tuple(run.steps[first:])) from exc
+            raise _failure(exc, (*run.steps[first:], *run.memory_calls[first_memory:])) from exc
         except BaseException:  # a storage fault or a bug: the session must not stay half-advanced
             self._drop(live)
             raise
         if waiting is not None:
-            return self._result(run, first, self._wait(live, run, waiting, key), len(live.transcript), approved)
+            return self._result(run, (first, first_memory), self._wait(live, run, waiting, key), len(live.transcript),
+                                approved)
         assert run.record is not None
         response = run.record.response
         if response is None:  # the step budget ran out: say so, with what was kept
             response = unfinished_message(run.record.unfinished, run.record.persisted_states)
         if live.finish(response, key):  # it had waited on the client: its stored snapshot goes
             self.repo.clear_pending(live.name)
-        return self._result(run, first, AssistantMessage(content=response), len(live.transcript), approved)
+        return self._result(run, (first, first_memory), AssistantMessage(content=response), len(live.transcript),
+                            approved)
 
     def _drop(self, live: Live) -> None:
         """The unfinished request failed: the session is as before it, its stored snapshot gone."""
@@ -213,12 +221,14 @@ class Turns:
         return AssistantMessage(tool_calls=calls)
 
     @staticmethod
-    def _result(run: RequestRun, first: int, message: AssistantMessage, at: int,
+    def _result(run: RequestRun, first: tuple[int, int], message: AssistantMessage, at: int,
                 approved: tuple[tuple[str, ToolCallRecord], ...]) -> TurnResult:
-        steps = tuple(run.steps[first:])
+        """This turn's part of the request: its steps and memory calls from ``first`` (their counts at its start)."""
+        steps = tuple(run.steps[first[0]:])
         usage = sum((s.usage for s in steps), Usage())
         unfinished = run.record.unfinished if run.record is not None else None
-        return TurnResult(message, usage, steps, run.index_k, not message.tool_calls, unfinished, at, approved)
+        memory = tuple(run.record.memory_calls if run.record is not None else run.memory_calls)[first[1]:]
+        return TurnResult(message, usage, steps, run.index_k, not message.tool_calls, unfinished, at, approved, memory)
 
 
 def _failure(exc: RequestFailed, steps: tuple[StepRecord, ...]) -> APIError:

@@ -60,6 +60,10 @@ _INGRESS = IngressLimits()
               show_default=True, type=click.FloatRange(min=1),
               help="Seconds a background response's lease lasts unrenewed: after that its server is taken to have "
                    "stopped and the response is failed (the server renews it every few seconds while it runs).")
+@click.option("--turn-lease", "turn_lease_s", default=_SERVER["turn_lease_s"].default, show_default=True,
+              type=click.FloatRange(min=1),
+              help="Seconds a running turn's quota slot lasts unrenewed: after that a killed server's turns no longer "
+                   "count against their tenant's concurrent turns (the server renews them every third of it).")
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @options.otlp_option
 def serve(
@@ -68,7 +72,7 @@ def serve(
     tools_ref: str | None, model_id: str,
     loop: options.LoopOptions, log_level: str, max_live_sessions: int, session_memory_mb: float, max_body_mb: float,
     body_timeout: float, header_timeout: float, stream_answers: str, strategy_name: str, layout: str, mcp: options.McpOptions,
-    embed_spec: str | None, background_lease_s: float, otlp_endpoint: str | None, **engine_opts: Any,
+    embed_spec: str | None, background_lease_s: float, turn_lease_s: float, otlp_endpoint: str | None, **engine_opts: Any,
 ) -> None:
     """Serve an OpenAI-compatible endpoint whose model remembers — Chat Completions, the Responses API and
     conversations, the console at /ui/ and memory search (FastAPI on uvicorn)."""
@@ -90,7 +94,8 @@ def serve(
                                   tools=tools, loop=config,
                                   strategy=strategy, model_id=model_id, max_live_sessions=max_live_sessions,
                                   session_memory_mb=session_memory_mb, ingress=ingress,
-                                  stream_answers=stream_answers, background_lease_s=background_lease_s)
+                                  stream_answers=stream_answers, background_lease_s=background_lease_s,
+                                  turn_lease_s=turn_lease_s)
             try:
                 with options.traced(otlp_endpoint):
                     run_server(server, host=host, port=port, log_level=log_level, header_timeout_s=header_timeout)

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from flowstate.cli.options import default_db, errors
+from flowstate.store.quotas import Quota
 from flowstate.store.repository import Repository
 from flowstate.store.tenants import TenantError, TenantStore
 
@@ -21,15 +22,21 @@ MAX_GRACE_S = 30 * 86_400
 
 
 @contextmanager
-def _store(db: str | None) -> Iterator[TenantStore]:
+def _repo(db: str | None) -> Iterator[Repository]:
     with errors():
         repo = Repository.open(db or default_db())
         try:
-            yield repo.tenants
+            yield repo
         except TenantError as exc:
             raise click.ClickException(str(exc)) from None
         finally:
             repo.close()
+
+
+@contextmanager
+def _store(db: str | None) -> Iterator[TenantStore]:
+    with _repo(db) as repo:
+        yield repo.tenants
 
 
 def _echo(value: Any) -> None:
@@ -41,11 +48,25 @@ def tenants() -> None:
     """Tenants: who owns memory (a tenant's id is the namespace of its sessions)."""
 
 
+def quota_options(fn: Any) -> Any:
+    for flag, name, top, what in (("--rpm", "requests_per_minute", 1_000_000, "requests per minute"),
+                                  ("--turns", "concurrent_turns", 100_000, "turns running at once"),
+                                  ("--daily-tokens", "tokens_per_day", 10**13, "model tokens per UTC day")):
+        fn = click.option(flag, name, type=click.IntRange(0, top), default=0, show_default=True,
+                          help=f"The tenant's limit on {what} (0: none).")(fn)
+    return fn
+
+
+def _quota(limits: dict[str, int]) -> Quota:
+    return Quota(**{k: v or None for k, v in limits.items()})
+
+
 @tenants.command("create")
 @click.argument("name")
+@quota_options
 @DB
-def create_tenant(name: str, db: str | None) -> None:
-    """Make a tenant named NAME; print it."""
+def create_tenant(name: str, db: str | None, **limits: int) -> None:
+    """Make a tenant named NAME, with its limits; print it."""
     from serving.errors import APIError
     from serving.naming import check_name
 
@@ -53,8 +74,23 @@ def create_tenant(name: str, db: str | None) -> None:
         check_name(name, "name")
     except APIError as exc:
         raise click.BadParameter(exc.message, param_hint="NAME") from None
-    with _store(db) as store:
-        _echo(asdict(store.create_tenant(name)))
+    with _repo(db) as repo:
+        tenant = repo.tenants.create_tenant(name)
+        repo.quotas.set_quota(tenant.id, _quota(limits))
+        _echo({**asdict(tenant), "quota": asdict(repo.quotas.quota(tenant.id))})
+
+
+@tenants.command("quota")
+@click.argument("tenant")
+@quota_options
+@DB
+def set_quota(tenant: str, db: str | None, **limits: int) -> None:
+    """Set TENANT's limits (each one given; 0 for none); a running server applies them to its next request."""
+    with _repo(db) as repo:
+        repo.tenants.tenant(tenant)
+        repo.quotas.set_quota(tenant, _quota(limits))
+        _echo({"tenant": tenant, "quota": asdict(repo.quotas.quota(tenant)),
+               "usage": asdict(repo.quotas.usage(tenant))})
 
 
 @tenants.command("list")

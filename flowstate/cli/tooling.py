@@ -386,6 +386,21 @@ def _on_databases(sizes: str, pg_url: str | None, run: Callable[[Any, list[int]]
         emit(render(rows), out, {"rows": rows})
 
 
+@bench.command("admission")
+@click.option("--postgres", "pg_url", default=None, envvar="FLOWSTATE_BENCH_PG",
+              help="A PostgreSQL server (URL of a database whose user may create databases): a fresh database there "
+                   "[default: $FLOWSTATE_BENCH_PG; without one, SQLite only].")
+@click.option("--requests", default=2000, show_default=True, type=click.IntRange(min=10), help="Requests timed a step.")
+@OUT
+def bench_admission_cmd(pg_url: str | None, requests: int, out: Path | None) -> None:
+    """What a request pays for tenants before its turn: its key resolved, its quota admitted and ended (p50/p99),
+    beside keys off, SQLite and PostgreSQL side by side."""
+    from flowstate.bench.admission import bench_admission, render_table
+
+    _on_databases("1", pg_url, lambda targets, _: bench_admission(targets, requests, progress=progress),
+                  render_table, out)
+
+
 @bench.command("search")
 @click.option("--sizes", default="10000,100000", show_default=True, help="States, comma-separated.")
 @click.option("--postgres", "pg_url", default=None, envvar="FLOWSTATE_BENCH_PG",

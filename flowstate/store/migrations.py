@@ -196,6 +196,33 @@ _TENANTS = """
         CREATE INDEX api_keys_tenant ON api_keys(tenant_id);
 """
 
+_QUOTAS = """
+        -- A tenant's limits (NULL: none), and what counts against them where every server sees it: requests per
+        -- minute, running turns (each with a lease its server renews; a lapsed lease no longer counts) and model
+        -- tokens per UTC day.
+        ALTER TABLE tenants ADD COLUMN requests_per_minute INTEGER;
+        ALTER TABLE tenants ADD COLUMN concurrent_turns INTEGER;
+        ALTER TABLE tenants ADD COLUMN tokens_per_day {id_type};
+        CREATE TABLE quota_minutes (
+            tenant_id TEXT NOT NULL,
+            minute {id_type} NOT NULL,
+            requests INTEGER NOT NULL,
+            PRIMARY KEY (tenant_id, minute)
+        );
+        CREATE TABLE quota_turns (
+            id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL,
+            lease_at DOUBLE PRECISION NOT NULL
+        );
+        CREATE INDEX quota_turns_tenant ON quota_turns(tenant_id);
+        CREATE TABLE quota_days (
+            tenant_id TEXT NOT NULL,
+            day {id_type} NOT NULL,
+            tokens {id_type} NOT NULL,
+            PRIMARY KEY (tenant_id, day)
+        );
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     (
         "0001_initial",
@@ -283,6 +310,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ),
     ("0012_background", _BACKGROUND.format(id_type="INTEGER")),
     ("0013_tenants", _TENANTS.format(id_type="INTEGER")),
+    ("0014_quotas", _QUOTAS.format(id_type="INTEGER")),
 ]
 
 
@@ -391,6 +419,7 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
     ),
     ("0012_background", _BACKGROUND.format(id_type="BIGINT")),
     ("0013_tenants", _TENANTS.format(id_type="BIGINT")),
+    ("0014_quotas", _QUOTAS.format(id_type="BIGINT")),
 ]
 FILLS: dict[str, Callable[[Any, bool], None]] = {"0011_search": search.fill}
 """Migrations whose data Python computes: run after the migration's SQL, in its transaction (conn, postgres)."""

@@ -18,6 +18,7 @@ from flowstate.nodes import Node, Ref, canonical_json
 from flowstate.store import search as fts
 from flowstate.store import transfer
 from flowstate.store.backends import Backend, Conn, PostgresBackend, open_backend
+from flowstate.store.quotas import QuotaStore
 from flowstate.store.tenants import TenantStore
 
 # A session's lineage: the session itself (every request of it), then, for a fork, the session it was forked from up
@@ -110,6 +111,7 @@ class Repository:
     def __init__(self, backend: Backend) -> None:
         self._db = backend
         self.tenants = TenantStore(backend)  # who owns memory and the keys that prove it (flowstate/store/tenants.py)
+        self.quotas = QuotaStore(backend)  # what each tenant may use, counted where every server sees it
         self.path = backend.label  # what messages name: the file, or the URL without its password
         self.shared = isinstance(backend, PostgresBackend)  # several processes may use it at once
 

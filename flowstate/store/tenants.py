@@ -5,6 +5,7 @@ made, with an optional expiry; rotated by making a new one and letting the old o
 from __future__ import annotations
 
 import hashlib
+import math
 import secrets
 import time
 from dataclasses import dataclass
@@ -128,7 +129,7 @@ class TenantStore:
             if row is None or Key(*row).revoked_at is not None:
                 raise TenantError(f"no key {key_id!r}" if row is None else f"key {key_id!r} is revoked", "not_found")
             old = Key(*row)
-            now = int(time.time())
+            now = math.ceil(time.time())  # whole seconds, rounded up: the grace is never shorter than asked
             ends = now + grace_s if old.expires_at is None else min(old.expires_at, now + grace_s)
             lifetime = None if old.expires_at is None else max(old.expires_at - old.created_at, 1)
             key, secret = self._insert_key(conn, old.tenant, None if lifetime is None else now + lifetime, old.id)

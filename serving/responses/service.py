@@ -22,6 +22,7 @@ from serving.completions import extension
 from serving.errors import APIError, bad_request
 from serving.live import fork_point
 from serving.naming import SESSION_HEADER, check_name, header_text, session_name
+from serving.quotas import Admitted
 from serving.responses.background import Background, Job, follow
 from serving.responses.events import stream
 from serving.responses.objects import Draft, page
@@ -118,22 +119,14 @@ class ResponsesService:
     async def _create(self, ns: str, body: ResponsesRequest, p: Any, draft: Draft, items: list[dict[str, Any]],
                       previous: StoredResponse | None, named: str | None, idem: str | None,
                       ended: asyncio.Future[None] | None = None) -> JSONResponse | StreamingResponse:
-        at = None if previous is None else previous.position
-        fork: str | None = None
+        admitted = await self.s.admissions.admit(ns)  # the tenant's quota: a 429 before anything is stored
         try:
-            begun = await self.chat.begin(ns, p, named, idem, body.stream, at)
-        except Moved:  # a later turn continued that response: this one forks the session there
-            assert previous is not None and at is not None
-            fork = await self._fork(ns, previous, idem)
-            try:
-                begun = await self.chat.begin(ns, p, fork, idem, body.stream, at)
-            except Moved:  # that key's fork went on under another call: the key was used for a different request
-                raise APIError(422, f"Idempotency-Key {idem!r} was used for a different request: use a new key for a "
-                                    "new request", type="invalid_request_error", param="Idempotency-Key",
-                               code="idempotency_key_reused") from None
-            except BaseException:  # refused before its turn started: the fork made for it goes again
-                await anyio.to_thread.run_sync(self.s.config.repo.drop_empty_fork, ns + fork)
-                raise
+            begun, fork = await self._begin(ns, body, p, previous, named, idem, admitted)
+        except BaseException:
+            await admitted.end(0)
+            raise
+        if begun.task is None:  # nothing runs: its slot is free at once
+            await admitted.end(0)
         job = None
         if body.background:  # stored in progress before the turn can end and store it again
             job = Job(begun.session.full)
@@ -155,6 +148,28 @@ class ResponsesService:
         if not body.stream:
             return JSONResponse(await asyncio.shield(finishing))
         return StreamingResponse(stream(draft, finishing, begun.deltas), media_type="text/event-stream")
+
+    async def _begin(self, ns: str, body: ResponsesRequest, p: Any, previous: StoredResponse | None,
+                     named: str | None, idem: str | None, admitted: Admitted) -> tuple[Begun, str | None]:
+        """The response's turn set going in its session, or in a fork of it where a later turn went on from the
+        previous response: (what began, the fork's name or None)."""
+        at = None if previous is None else previous.position
+        fork: str | None = None
+        try:
+            begun = await self.chat.begin(ns, p, named, idem, body.stream, at, admitted)
+        except Moved:  # a later turn continued that response: this one forks the session there
+            assert previous is not None and at is not None
+            fork = await self._fork(ns, previous, idem)
+            try:
+                begun = await self.chat.begin(ns, p, fork, idem, body.stream, at, admitted)
+            except Moved:  # that key's fork went on under another call: the key was used for a different request
+                raise APIError(422, f"Idempotency-Key {idem!r} was used for a different request: use a new key for a "
+                                    "new request", type="invalid_request_error", param="Idempotency-Key",
+                               code="idempotency_key_reused") from None
+            except BaseException:  # refused before its turn started: the fork made for it goes again
+                await anyio.to_thread.run_sync(self.s.config.repo.drop_empty_fork, ns + fork)
+                raise
+        return begun, fork
 
     async def _fork(self, ns: str, previous: StoredResponse, idem: str | None) -> str:
         """A new session that shares the previous response's session up to that response (the requests it had

@@ -1,0 +1,126 @@
+"""Tenants' quotas, counted in the database every server shares, so that two servers never admit twice a limit:
+requests per minute (a row per tenant and minute), concurrent turns (a row per running turn, with a lease its server
+renews: a killed server's turns stop counting when their lease runs out) and model tokens per day (a row per tenant
+and UTC day). Admission is one write transaction, serialized per tenant (PostgreSQL: the tenant's row locked;
+SQLite: its one writer), and decided before anything of the request is stored."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+
+from flowstate.store.backends import Backend, Conn, PostgresBackend
+
+DAY_S = 86_400
+
+
+@dataclass(frozen=True)
+class Quota:
+    """A tenant's limits (None: none of that kind)."""
+
+    requests_per_minute: int | None = None
+    concurrent_turns: int | None = None
+    tokens_per_day: int | None = None
+
+    def __bool__(self) -> bool:
+        return any(v is not None for v in (self.requests_per_minute, self.concurrent_turns, self.tokens_per_day))
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Where a tenant stands now: this minute's requests, running turns, today's tokens."""
+
+    requests: int
+    turns: int
+    tokens: int
+    minute_ends: float  # unix seconds
+    day_ends: float
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Admission: a turn's slot id (None if refused or unlimited), or which limit refused it and when to retry."""
+
+    quota: Quota
+    usage: Usage  # as it stands after this admission
+    turn: str | None = None
+    refused: str | None = None  # "requests", "turns" or "tokens"
+    retry_after_s: float = 0.0
+
+
+class QuotaStore:
+    def __init__(self, backend: Backend, lease_s: float = 30.0) -> None:
+        self._db = backend
+        self.lease_s = lease_s
+        self._pg = isinstance(backend, PostgresBackend)
+
+    def quota(self, tenant: str) -> Quota:
+        with self._db.read() as conn:
+            row = conn.execute("SELECT requests_per_minute, concurrent_turns, tokens_per_day FROM tenants WHERE id = ?",
+                               (tenant,)).fetchone()
+        return Quota() if row is None else Quota(*row)
+
+    def set_quota(self, tenant: str, quota: Quota) -> bool:
+        """Change a tenant's limits; False if there is no such tenant."""
+        with self._db.write(f"cannot change the quota of tenant {tenant!r}") as conn:
+            row = conn.execute("UPDATE tenants SET requests_per_minute = ?, concurrent_turns = ?, tokens_per_day = ? "
+                               "WHERE id = ? RETURNING id", (quota.requests_per_minute, quota.concurrent_turns,
+                                                           quota.tokens_per_day, tenant)).fetchone()
+        return row is not None
+
+    def _usage(self, conn: Conn, tenant: str, now: float) -> Usage:
+        minute, day = int(now // 60), int(now // DAY_S)
+        conn.execute("DELETE FROM quota_turns WHERE tenant_id = ? AND lease_at < ?", (tenant, now - self.lease_s))
+        requests = conn.execute("SELECT requests FROM quota_minutes WHERE tenant_id = ? AND minute = ?",
+                                (tenant, minute)).fetchone()
+        turns = conn.execute("SELECT COUNT(*) FROM quota_turns WHERE tenant_id = ?", (tenant,)).fetchone()
+        tokens = conn.execute("SELECT tokens FROM quota_days WHERE tenant_id = ? AND day = ?", (tenant, day)).fetchone()
+        return Usage(requests[0] if requests else 0, turns[0], tokens[0] if tokens else 0, (minute + 1) * 60.0,
+                     (day + 1) * float(DAY_S))
+
+    def usage(self, tenant: str) -> Usage:
+        with self._db.write("cannot read a tenant's usage") as conn:  # it drops lapsed turns
+            return self._usage(conn, tenant, time.time())
+
+    def admit(self, tenant: str) -> Verdict:
+        """Admit one request of ``tenant`` against its limits, counting it, or say which limit refuses it. A tenant
+        without limits is admitted without a write."""
+        quota = self.quota(tenant)
+        now = time.time()
+        if not quota:
+            return Verdict(quota, Usage(0, 0, 0, (now // 60 + 1) * 60, (now // DAY_S + 1) * DAY_S))
+        with self._db.write(f"cannot admit a request of tenant {tenant!r}") as conn:
+            if self._pg:  # one admission of a tenant at a time, across every server
+                conn.execute("SELECT id FROM tenants WHERE id = ? FOR UPDATE", (tenant,))
+            usage = self._usage(conn, tenant, now)
+            if quota.tokens_per_day is not None and usage.tokens >= quota.tokens_per_day:
+                return Verdict(quota, usage, refused="tokens", retry_after_s=usage.day_ends - now)
+            if quota.requests_per_minute is not None and usage.requests >= quota.requests_per_minute:
+                return Verdict(quota, usage, refused="requests", retry_after_s=usage.minute_ends - now)
+            if quota.concurrent_turns is not None and usage.turns >= quota.concurrent_turns:
+                return Verdict(quota, usage, refused="turns", retry_after_s=1.0)
+            conn.execute("INSERT INTO quota_minutes (tenant_id, minute, requests) VALUES (?, ?, 1) "
+                         "ON CONFLICT (tenant_id, minute) DO UPDATE SET requests = quota_minutes.requests + 1",
+                         (tenant, int(now // 60)))
+            conn.execute("DELETE FROM quota_minutes WHERE tenant_id = ? AND minute < ?", (tenant, int(now // 60) - 1))
+            turn = "turn_" + secrets.token_hex(8)
+            conn.execute("INSERT INTO quota_turns (id, tenant_id, lease_at) VALUES (?, ?, ?)", (turn, tenant, now))
+        after = Usage(usage.requests + 1, usage.turns + 1, usage.tokens, usage.minute_ends, usage.day_ends)
+        return Verdict(quota, after, turn=turn)
+
+    def renew(self, turns: list[str]) -> None:
+        """Renew the leases of turns this server runs (called every few seconds while any runs)."""
+        if turns:
+            with self._db.write("cannot renew turn leases") as conn:
+                conn.executemany("UPDATE quota_turns SET lease_at = ? WHERE id = ?", [(time.time(), t) for t in turns])
+
+    def end(self, turn: str | None, tenant: str, tokens: int) -> None:
+        """A turn ended: its slot (if it held one) is free, and the model tokens it spent count in its tenant's day."""
+        day = int(time.time() // DAY_S)
+        with self._db.write("cannot end a turn's quota") as conn:
+            if turn is not None:
+                conn.execute("DELETE FROM quota_turns WHERE id = ?", (turn,))
+            if tokens:
+                conn.execute("INSERT INTO quota_days (tenant_id, day, tokens) VALUES (?, ?, ?) ON CONFLICT "
+                             "(tenant_id, day) DO UPDATE SET tokens = quota_days.tokens + ?", (tenant, day, tokens, tokens))
