@@ -4,6 +4,7 @@ in the one response that makes it (a new key, a rotation) and nowhere else: the 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, Literal
 
@@ -11,12 +12,14 @@ import anyio
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from flowstate.store.audit import ACTIONS, MAX_PAGE, Entry
 from flowstate.store.quotas import Quota
 from flowstate.store.repository import Repository
 from flowstate.store.tenants import Key, Tenant, TenantError, TenantStore
 from serving.errors import APIError, bad_request, conflict
 from serving.naming import MAX_NAME, check_name
 from serving.services import Services
+from serving.tenancy import entry
 
 
 def _admin(request: Request) -> None:
@@ -104,18 +107,30 @@ def _key(k: Key, secret: str | None = None) -> KeyObject:
                      revoked_at=k.revoked_at, replaces=k.replaces, secret=secret)
 
 
-async def _store(request: Request, call: Any, *args: Any) -> Any:
-    """An admin's store operation, in a worker thread; the store's refusals as 404 / 409. A change is seen by this
-    server at once (its key cache dropped), by others sharing the database within ``KEY_CACHE_S``."""
+async def _store(request: Request, call: Any, *args: Any, refused: Entry | None = None) -> Any:
+    """An admin's store operation, in a worker thread (it records itself in the audit trail, in its transaction);
+    the store's refusals as 404 / 409, recorded as ``refused``. A change is seen by this server at once (its key
+    cache dropped), by others sharing the database within ``KEY_CACHE_S``."""
     s: Services = request.app.state.services
     try:
         out = await anyio.to_thread.run_sync(call, *args)
     except TenantError as exc:
+        if refused is not None:
+            await anyio.to_thread.run_sync(s.config.repo.audit.record, refused.refused(str(exc)))
         if exc.kind == "exists":
             raise conflict(str(exc), "tenant_exists") from None
         raise APIError(404, str(exc), type="not_found_error", code=f"{exc.kind}") from None
     s.auth.forget()
     return out
+
+
+def _did(request: Request, action: str, target: str, tenant: str | None = None, **detail: Any) -> Entry:
+    return entry(request.state.caller, action, target, tenant, **detail)
+
+
+def _audited(request: Request, action: str, **detail: Any) -> Callable[[str, str], Entry]:
+    """The audit entry of a store operation, given what it made or changed and its tenant."""
+    return lambda made, tenant: _did(request, action, made, tenant, **detail)
 
 
 def _repo(request: Request) -> Repository:
@@ -132,12 +147,15 @@ async def create_tenant(request: Request, body: NewTenant) -> TenantObject:
     name = check_name(body.name, "name")
     repo = _repo(request)
 
+    quota = body.quota.quota()
+
     def create() -> Tenant:
-        tenant = repo.tenants.create_tenant(name)
-        repo.quotas.set_quota(tenant.id, body.quota.quota())
+        tenant = repo.tenants.create_tenant(name, audit=_audited(request, "tenant.create", name=name,
+                                                                 quota=asdict(quota)))
+        repo.quotas.set_quota(tenant.id, quota)
         return tenant
 
-    return _tenant(await _store(request, create), body.quota.quota())
+    return _tenant(await _store(request, create, refused=_did(request, "tenant.create", name)), quota)
 
 
 @router.get("/tenants")
@@ -152,18 +170,22 @@ async def change_tenant(request: Request, tenant_id: str, body: TenantChange) ->
     """A tenant's limits, changed: in force for its next request on every server."""
     repo = _repo(request)
 
+    quota = body.quota.quota()
+
     def change() -> Tenant:
         tenant = repo.tenants.tenant(tenant_id)
-        repo.quotas.set_quota(tenant_id, body.quota.quota())
+        repo.quotas.set_quota(tenant_id, quota, _did(request, "tenant.quota", tenant_id, tenant_id, quota=asdict(quota)))
         return tenant
 
-    return _tenant(await _store(request, change), body.quota.quota())
+    return _tenant(await _store(request, change, refused=_did(request, "tenant.quota", tenant_id, tenant_id)), quota)
 
 
 @router.post("/tenants/{tenant_id}/keys", status_code=201)
 async def create_key(request: Request, tenant_id: str, body: NewKey | None = None) -> KeyObject:
     expires = None if body is None or body.expires_in is None else int(time.time()) + body.expires_in
-    key, secret = await _store(request, _tenants(request).create_key, tenant_id, expires)
+    key, secret = await _store(request, _tenants(request).create_key, tenant_id, expires,
+                               _audited(request, "key.create", expires_at=expires),
+                               refused=_did(request, "key.create", tenant_id, tenant_id))
     return _key(key, secret)
 
 
@@ -175,7 +197,9 @@ async def list_keys(request: Request, tenant_id: str) -> Listed:
 @router.post("/keys/{key_id}/rotate")
 async def rotate_key(request: Request, key_id: str, body: Rotation | None = None) -> Rotated:
     grace = DEFAULT_GRACE_S if body is None else body.grace_s
-    old, new, secret = await _store(request, _tenants(request).rotate, key_id, grace)
+    old, new, secret = await _store(request, _tenants(request).rotate, key_id, grace,
+                                    _audited(request, "key.rotate", rotated=key_id, grace_s=grace),
+                                    refused=_did(request, "key.rotate", key_id))
     return Rotated(old=_key(old), new=_key(new, secret))
 
 
@@ -183,4 +207,40 @@ async def rotate_key(request: Request, key_id: str, body: Rotation | None = None
 async def revoke_key(request: Request, key_id: str) -> KeyObject:
     if not key_id.startswith("key_"):
         raise bad_request(f"{key_id!r} is not a key id (key_…)", "key_id", "invalid_key_id")
-    return _key(await _store(request, _tenants(request).revoke, key_id))
+    return _key(await _store(request, _tenants(request).revoke, key_id, _audited(request, "key.revoke"),
+                             refused=_did(request, "key.revoke", key_id)))
+
+
+class AuditObject(BaseModel):
+    id: str
+    object: Literal["audit.entry"] = "audit.entry"
+    at: float
+    tenant: str | None
+    key: str | None
+    actor: str
+    action: str
+    target: str
+    result: str
+    detail: dict[str, Any]
+
+
+class AuditPage(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[AuditObject]
+    has_more: bool
+    last_id: str | None
+
+
+@router.get("/audit")
+async def audit(request: Request, since: float | None = None, tenant: str | None = None, action: str | None = None,
+                limit: int = 100, after: str | None = None) -> AuditPage:
+    """The audit trail, oldest first: from ``since`` (unix seconds), of one ``tenant``, of one ``action``, a page of
+    ``limit`` (1–1000) after the entry ``after``."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise bad_request(f"limit is {limit}: 1 to {MAX_PAGE}", "limit", "invalid_limit")
+    if action is not None and action not in ACTIONS:
+        raise bad_request(f"unknown action {action!r}: {', '.join(ACTIONS)}", "action", "invalid_action")
+    found, more = await anyio.to_thread.run_sync(_repo(request).audit.entries, since, tenant, action, limit, after)
+    data = [AuditObject(id=e.id, at=e.at, tenant=e.tenant, key=e.key, actor=e.actor, action=e.action, target=e.target,
+                        result=e.result, detail=dict(e.detail)) for e in found]
+    return AuditPage(data=data, has_more=more, last_id=data[-1].id if data else None)

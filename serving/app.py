@@ -36,7 +36,7 @@ from serving.responses.conversations import Conversations
 from serving.responses.service import ResponsesService
 from serving.responses.wire import ResponsesRequest, check_include
 from serving.services import ServerConfig, Services, build
-from serving.tenancy import Authenticated
+from serving.tenancy import Authenticated, entry
 from serving.traced import Traced
 from serving.wire import ChatRequest, Ingress, IngressLimits, loads, validated
 
@@ -252,7 +252,8 @@ async def update_conversation(conversation_id: str, request: Request) -> dict[st
 @router.delete("/v1/conversations/{conversation_id}")
 async def delete_conversation(conversation_id: str, request: Request) -> dict[str, Any]:
     conversations, ns = _conversations(request)
-    return await conversations.delete(ns, unicodedata.normalize("NFC", conversation_id))
+    cid = unicodedata.normalize("NFC", conversation_id)
+    return await conversations.delete(ns, cid, entry(request.state.caller, "session.delete", cid))
 
 
 @router.get("/v1/conversations/{conversation_id}/items")
@@ -305,6 +306,7 @@ async def search_memory(request: Request) -> dict[str, Any]:
     if search.session is not None:
         search = replace(search, session=unicodedata.normalize("NFC", search.session))
     hits, more = await anyio.to_thread.run_sync(s.config.repo.search, ns, search)
+    await s.record(entry(request.state.caller, "memory.search", (p.get("q") or "")[:200], hits=len(hits)))
     return {"object": "list", "data": [{
         "object": "memory.hit", "session": h.session[len(ns):], "request": h.request, "state_id": h.state_id,
         "kind": h.kind, "type": h.type, "summary": h.summary, "score": h.score, "created": h.created} for h in hits],
@@ -377,10 +379,13 @@ MAX_IMPORT_BYTES = 256 << 20
 async def export_session(session_id: str, request: Request) -> Response:
     """The session as a portable file (flowstate/store/transfer.py): what ``POST /v1/sessions/import`` reads."""
     s, key = _session(request, session_id)
+    did = entry(request.state.caller, "session.export", key.name)
     try:
         lines = await anyio.to_thread.run_sync(s.config.repo.export_sessions, [key.full], key.namespace)
     except SessionNotFound:
+        await s.record(did.refused("no such session"))
         raise _unknown(key.name) from None
+    await s.record(did)  # before a line of it leaves
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key.name)[:80] or "session"
     return Response("".join(lines), media_type=EXPORT_TYPE,
                     headers={"Content-Disposition": f'attachment; filename="{safe}.flowstate.jsonl"'})
@@ -409,19 +414,25 @@ async def import_sessions(request: Request) -> dict[str, Any]:
     for name in file.names:  # a name the API can address, as every session a client makes
         if check_name(name, "rename") != name:
             raise bad_request(f"session name {name[:60]!r} is not in NFC form: rename it", "rename", "invalid_session")
+    did = entry(request.state.caller, "session.import", ",".join(file.names)[:500], sessions=len(file.names))
     try:
-        names = await s.take_in(file, ns)
-    except transfer.SessionExists as exc:
-        raise conflict(str(exc), "session_exists") from None
-    except transfer.BadSessionFile as exc:
-        raise bad_request(str(exc), None, "invalid_session_file") from None
+        names = await s.take_in(file, ns, did)
+    except (transfer.SessionExists, transfer.BadSessionFile, APIError) as exc:
+        await s.record(did.refused(str(exc)))
+        if isinstance(exc, transfer.SessionExists):
+            raise conflict(str(exc), "session_exists") from None
+        if isinstance(exc, transfer.BadSessionFile):
+            raise bad_request(str(exc), None, "invalid_session_file") from None
+        raise
     return {"object": "session.import", "sessions": names}
 
 
 @router.delete("/v1/sessions/{session_id}")
 async def delete_session(session_id: str, request: Request) -> dict[str, Any]:
     s, key = _session(request, session_id)
-    if not await s.forget(key.full):
+    did = entry(request.state.caller, "session.delete", key.name)
+    if not await s.forget(key.full, did):
+        await s.record(did.refused("no such session"))
         raise _unknown(key.name)
     return {"id": key.name, "object": "session.deleted", "deleted": True}
 

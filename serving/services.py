@@ -16,6 +16,7 @@ from flowstate.config import AgentConfig, LoopConfig
 from flowstate.errors import SessionHasForks
 from flowstate.memory.base import Strategy
 from flowstate.memory.state import FLOWSTATE
+from flowstate.store.audit import Entry
 from flowstate.store.repository import Repository
 from flowstate.store.transfer import SessionFile
 from flowstate.tools import ToolSet
@@ -87,14 +88,18 @@ class Services:
             raise caller.error
         raise forbidden("the admin routes need an admin key (--admin-key, $FLOWSTATE_ADMIN_KEYS)")
 
-    async def forget(self, session: str) -> bool:
+    async def record(self, entry: Entry) -> None:
+        """An action in the audit trail, in a transaction of its own (a read, or a refusal)."""
+        await anyio.to_thread.run_sync(self.config.repo.audit.record, entry)
+
+    async def forget(self, session: str, audit: Entry | None = None) -> bool:
         """Delete a session (``DELETE /v1/sessions/{id}``, and a conversation's): from the database and from memory,
         once no turn holds it; False if there was none."""
         await self.sessions.enter(session)
         try:
             live = self.sessions.peek(session)
             try:
-                deleted = await anyio.to_thread.run_sync(self.config.repo.delete_session, session)
+                deleted = await anyio.to_thread.run_sync(self.config.repo.delete_session, session, audit)
             except SessionHasForks as exc:  # names hold no '/': the key's namespace is what comes before the last
                 ns = session[:session.rfind("/") + 1]
                 forks = ", ".join(repr(f[len(ns):]) for f in exc.forks[:5])
@@ -107,7 +112,7 @@ class Services:
         return deleted or (live is not None and live.run is not None)
 
 
-    async def take_in(self, file: SessionFile, namespace: str) -> list[str]:
+    async def take_in(self, file: SessionFile, namespace: str, audit: Entry | None = None) -> list[str]:
         """Import a checked session file into the namespace (``POST /v1/sessions/import``), holding each of its
         sessions as a turn would, so that no turn of this server starts in one meanwhile; the names made."""
         names = sorted(namespace + name for name in file.names)
@@ -120,7 +125,7 @@ class Services:
             if running:
                 raise conflict(f"a turn runs in session {running[0][len(namespace):]!r}: its name is taken",
                                "session_exists")
-            await anyio.to_thread.run_sync(self.config.repo.write_sessions, file, namespace)
+            await anyio.to_thread.run_sync(self.config.repo.write_sessions, file, namespace, audit)
             for name in names:
                 self.sessions.forget(name)  # what memory held of these names (none was in the database) goes
         finally:

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from flowstate.store.audit import Entry
 from flowstate.store.tenants import Key, TenantStore, digest
 from serving.errors import APIError
 
@@ -40,6 +41,7 @@ class Caller:
     namespace: str | None = None
     admin: bool = False
     error: APIError | None = None
+    key: str | None = None  # the key's id as the audit trail names it (never its secret)
 
 
 class Authenticator:
@@ -62,12 +64,12 @@ class Authenticator:
         if scheme.lower() != "bearer" or not token:
             return Caller(error=unauthorized(MISSING))
         if any(hmac.compare_digest(token.encode(), k) for k in self.admin_keys):
-            return Caller(admin=True)
+            return Caller(admin=True, key="admin:" + digest(token)[:12])
         key = await self._key(digest(token))
         if key is None or not key.valid(time.time()):
             return Caller(error=unauthorized("invalid API key" if key is None or key.revoked_at is not None
                                              else "expired API key"))
-        return Caller(namespace=key.tenant + "/")
+        return Caller(namespace=key.tenant + "/", key=key.id)
 
     async def _key(self, key_digest: str) -> Key | None:
         now = time.monotonic()
@@ -84,6 +86,13 @@ class Authenticator:
     def forget(self) -> None:
         """Drop what was cached (this server changed a key: it sees the change at once)."""
         self._cache.clear()
+
+
+def entry(caller: Caller, action: str, target: str, tenant: str | None = None, **detail: Any) -> Entry:
+    """The audit trail's record of ``caller`` doing ``action`` on ``target`` (the tenant: the caller's own, unless
+    an admin acted on one)."""
+    own = caller.namespace[:-1] if caller.namespace else None
+    return Entry(action, target, "admin" if caller.admin else "tenant", caller.key, tenant or own, detail=detail)
 
 
 class Authenticated:

@@ -9,7 +9,7 @@ from flowstate.cli.evaluate import evaluate
 from flowstate.cli.search import search
 from flowstate.cli.serve import serve
 from flowstate.cli.session import demo, inspect, run
-from flowstate.cli.tenants import keys, tenants
+from flowstate.cli.tenants import audit, keys, tenants
 from flowstate.cli.tooling import bench, model
 from flowstate.cli.transfer import export, import_
 
@@ -20,7 +20,7 @@ def main() -> None:
     """FlowState: execution state as memory for long-horizon LLM agents."""
 
 
-for command in (run, inspect, search, export, import_, demo, serve, tenants, keys, evaluate, model, bench):
+for command in (run, inspect, search, export, import_, demo, serve, tenants, keys, audit, evaluate, model, bench):
     main.add_command(command)
 
 __all__ = ["main", "serve"]

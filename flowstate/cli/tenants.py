@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from flowstate.cli.options import default_db, errors
+from flowstate.store.audit import ACTIONS, MAX_PAGE, Entry
 from flowstate.store.quotas import Quota
 from flowstate.store.repository import Repository
 from flowstate.store.tenants import TenantError, TenantStore
@@ -37,6 +38,11 @@ def _repo(db: str | None) -> Iterator[Repository]:
 def _store(db: str | None) -> Iterator[TenantStore]:
     with _repo(db) as repo:
         yield repo.tenants
+
+
+def _shell(action: str, **detail: Any) -> Callable[[str, str], Entry]:
+    """The audit entry of a shell operation (actor "shell": whoever can open the database)."""
+    return lambda made, tenant: Entry(action, made, "shell", None, tenant, detail=detail)
 
 
 def _echo(value: Any) -> None:
@@ -75,7 +81,8 @@ def create_tenant(name: str, db: str | None, **limits: int) -> None:
     except APIError as exc:
         raise click.BadParameter(exc.message, param_hint="NAME") from None
     with _repo(db) as repo:
-        tenant = repo.tenants.create_tenant(name)
+        tenant = repo.tenants.create_tenant(name, audit=_shell("tenant.create", name=name,
+                                                                quota=asdict(_quota(limits))))
         repo.quotas.set_quota(tenant.id, _quota(limits))
         _echo({**asdict(tenant), "quota": asdict(repo.quotas.quota(tenant.id))})
 
@@ -88,7 +95,8 @@ def set_quota(tenant: str, db: str | None, **limits: int) -> None:
     """Set TENANT's limits (each one given; 0 for none); a running server applies them to its next request."""
     with _repo(db) as repo:
         repo.tenants.tenant(tenant)
-        repo.quotas.set_quota(tenant, _quota(limits))
+        repo.quotas.set_quota(tenant, _quota(limits), _shell("tenant.quota", quota=asdict(_quota(limits)))(tenant,
+                                                                                                          tenant))
         _echo({"tenant": tenant, "quota": asdict(repo.quotas.quota(tenant)),
                "usage": asdict(repo.quotas.usage(tenant))})
 
@@ -114,7 +122,8 @@ def keys() -> None:
 def create_key(tenant: str, expires_in: int | None, db: str | None) -> None:
     """Make a key for TENANT (its id); print it with its secret, which is not kept anywhere."""
     with _store(db) as store:
-        key, secret = store.create_key(tenant, None if expires_in is None else int(time.time()) + expires_in)
+        expires = None if expires_in is None else int(time.time()) + expires_in
+        key, secret = store.create_key(tenant, expires, _shell("key.create", expires_at=expires))
         _echo({**asdict(key), "secret": secret})
 
 
@@ -136,7 +145,7 @@ def rotate_key(key_id: str, grace_s: int, db: str | None) -> None:
     """A new key for KEY_ID's tenant; KEY_ID stops working after the grace period. Prints both (the new one's secret
     once)."""
     with _store(db) as store:
-        old, new, secret = store.rotate(key_id, grace_s)
+        old, new, secret = store.rotate(key_id, grace_s, _shell("key.rotate", rotated=key_id, grace_s=grace_s))
         _echo({"old": asdict(old), "new": {**asdict(new), "secret": secret}})
 
 
@@ -146,4 +155,23 @@ def rotate_key(key_id: str, grace_s: int, db: str | None) -> None:
 def revoke_key(key_id: str, db: str | None) -> None:
     """Stop KEY_ID now (every server sharing the database refuses it within 2 s)."""
     with _store(db) as store:
-        _echo(asdict(store.revoke(key_id)))
+        _echo(asdict(store.revoke(key_id, _shell("key.revoke"))))
+
+
+@click.command("audit")
+@click.option("--since", type=float, default=None, help="From this time on (unix seconds) [default: the start].")
+@click.option("--tenant", default=None, help="Only this tenant's entries.")
+@click.option("--action", type=click.Choice(ACTIONS), default=None, help="Only this action.")
+@click.option("--limit", type=click.IntRange(1, MAX_PAGE), default=100, show_default=True, help="Entries a page.")
+@click.option("--after", default=None, help="The page after this entry id (the last one printed).")
+@DB
+def audit(since: float | None, tenant: str | None, action: str | None, limit: int, after: str | None,
+          db: str | None) -> None:
+    """The audit trail: every admin action (tenants, quotas, keys) and data action (export, import, delete,
+    search), oldest first, one JSON object a line; the next page's --after last, if there is one."""
+    with _repo(db) as repo:
+        found, more = repo.audit.entries(since, tenant, action, limit, after)
+    for e in found:
+        click.echo(json.dumps({**asdict(e), "detail": dict(e.detail)}, ensure_ascii=False, sort_keys=True))
+    if more and found:
+        click.echo(f"more: --after {found[-1].id}", err=True)

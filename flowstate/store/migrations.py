@@ -223,6 +223,24 @@ _QUOTAS = """
         );
 """
 
+_AUDIT = """
+        -- The audit trail (flowstate/store/audit.py): every admin and data action, appended in the transaction of
+        -- the action it records, never changed or removed (the triggers below refuse it).
+        CREATE TABLE audit (
+            id TEXT PRIMARY KEY,
+            at DOUBLE PRECISION NOT NULL,
+            tenant TEXT,
+            key_id TEXT,
+            actor TEXT NOT NULL,
+            action TEXT NOT NULL,
+            target TEXT NOT NULL,
+            result TEXT NOT NULL,
+            detail TEXT NOT NULL
+        );
+        CREATE INDEX audit_tenant ON audit(tenant, id);
+        CREATE INDEX audit_at ON audit(at);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     (
         "0001_initial",
@@ -311,6 +329,12 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("0012_background", _BACKGROUND.format(id_type="INTEGER")),
     ("0013_tenants", _TENANTS.format(id_type="INTEGER")),
     ("0014_quotas", _QUOTAS.format(id_type="INTEGER")),
+    ("0015_audit", _AUDIT + """
+        CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
+            BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
+        CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
+            BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
+        """),
 ]
 
 
@@ -420,6 +444,10 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
     ("0012_background", _BACKGROUND.format(id_type="BIGINT")),
     ("0013_tenants", _TENANTS.format(id_type="BIGINT")),
     ("0014_quotas", _QUOTAS.format(id_type="BIGINT")),
+    ("0015_audit", _AUDIT + """
+        CREATE TRIGGER audit_append_only BEFORE UPDATE OR DELETE ON audit
+            FOR EACH ROW EXECUTE FUNCTION flowstate_immutable('the audit trail is append-only');
+        """),
 ]
 FILLS: dict[str, Callable[[Any, bool], None]] = {"0011_search": search.fill}
 """Migrations whose data Python computes: run after the migration's SQL, in its transaction (conn, postgres)."""

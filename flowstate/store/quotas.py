@@ -10,6 +10,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
+from flowstate.store.audit import Entry, write
 from flowstate.store.backends import Backend, Conn, PostgresBackend
 
 DAY_S = 86_400
@@ -61,12 +62,14 @@ class QuotaStore:
                                (tenant,)).fetchone()
         return Quota() if row is None else Quota(*row)
 
-    def set_quota(self, tenant: str, quota: Quota) -> bool:
-        """Change a tenant's limits; False if there is no such tenant."""
+    def set_quota(self, tenant: str, quota: Quota, audit: Entry | None = None) -> bool:
+        """Change a tenant's limits (``audit`` recorded in the same transaction); False if there is no such tenant."""
         with self._db.write(f"cannot change the quota of tenant {tenant!r}") as conn:
             row = conn.execute("UPDATE tenants SET requests_per_minute = ?, concurrent_turns = ?, tokens_per_day = ? "
                                "WHERE id = ? RETURNING id", (quota.requests_per_minute, quota.concurrent_turns,
                                                            quota.tokens_per_day, tenant)).fetchone()
+            if row is not None and audit is not None:
+                write(conn, audit)
         return row is not None
 
     def _usage(self, conn: Conn, tenant: str, now: float) -> Usage:

@@ -17,6 +17,8 @@ from flowstate.errors import SessionHasForks, SessionNotFound, StorageError
 from flowstate.nodes import Node, Ref, canonical_json
 from flowstate.store import search as fts
 from flowstate.store import transfer
+from flowstate.store.audit import AuditLog, Entry
+from flowstate.store.audit import write as write_audit
 from flowstate.store.backends import Backend, Conn, PostgresBackend, open_backend
 from flowstate.store.quotas import QuotaStore
 from flowstate.store.tenants import TenantStore
@@ -112,6 +114,7 @@ class Repository:
         self._db = backend
         self.tenants = TenantStore(backend)  # who owns memory and the keys that prove it (flowstate/store/tenants.py)
         self.quotas = QuotaStore(backend)  # what each tenant may use, counted where every server sees it
+        self.audit = AuditLog(backend)  # every admin and data action, appended in the action's transaction
         self.path = backend.label  # what messages name: the file, or the URL without its password
         self.shared = isinstance(backend, PostgresBackend)  # several processes may use it at once
 
@@ -159,25 +162,32 @@ class Repository:
             )
             return [r[0] for r in rows]
 
-    def delete_session(self, session: str) -> bool:
+    def delete_session(self, session: str, audit: Entry | None = None) -> bool:
         """Forget a whole session: its requests, nodes and relations, its stored responses and conversation, in one
-        transaction. The only deletion of history there is; returns False when the session does not exist.
+        transaction (``audit`` recorded in it, if there was anything to delete). The only deletion of history there
+        is; returns False when the session does not exist.
         """
         with self._write(f"cannot delete session {session!r}") as conn:
-            waiting = conn.execute("SELECT 1 FROM pending_requests WHERE name = ?", (session,)).fetchone()
-            conn.execute("DELETE FROM pending_requests WHERE name = ?", (session,))
-            conn.execute("DELETE FROM responses WHERE session = ?", (session,))  # by name: stored before any request
-            created = conn.execute("DELETE FROM conversations WHERE session = ? RETURNING session", (session,)).fetchone()
-            sid = self._session_id(conn, session)
-            if sid is None:
-                return waiting is not None or created is not None
-            forks = [r[0] for r in conn.execute("SELECT name FROM sessions WHERE parent_id = ? ORDER BY id", (sid,))]
-            if forks:
-                raise SessionHasForks(session, forks)
-            conn.execute("UPDATE sessions SET forgetting = 1 WHERE id = ?", (sid,))
-            for table in ("relations", "nodes", "transcripts", "requests", "sessions"):
-                column = "id" if table == "sessions" else "session_id"
-                conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (sid,))
+            deleted = self._delete(conn, session)
+            if deleted and audit is not None:
+                write_audit(conn, audit)
+        return deleted
+
+    def _delete(self, conn: Conn, session: str) -> bool:
+        waiting = conn.execute("SELECT 1 FROM pending_requests WHERE name = ?", (session,)).fetchone()
+        conn.execute("DELETE FROM pending_requests WHERE name = ?", (session,))
+        conn.execute("DELETE FROM responses WHERE session = ?", (session,))  # by name: stored before any request
+        created = conn.execute("DELETE FROM conversations WHERE session = ? RETURNING session", (session,)).fetchone()
+        sid = self._session_id(conn, session)
+        if sid is None:
+            return waiting is not None or created is not None
+        forks = [r[0] for r in conn.execute("SELECT name FROM sessions WHERE parent_id = ? ORDER BY id", (sid,))]
+        if forks:
+            raise SessionHasForks(session, forks)
+        conn.execute("UPDATE sessions SET forgetting = 1 WHERE id = ?", (sid,))
+        for table in ("relations", "nodes", "transcripts", "requests", "sessions"):
+            column = "id" if table == "sessions" else "session_id"
+            conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (sid,))
         return True
 
     def fork(self, session: str, at: int, name: str) -> None:
@@ -290,11 +300,13 @@ class Repository:
         self.write_sessions(file, namespace)
         return file.names
 
-    def write_sessions(self, file: transfer.SessionFile, namespace: str = "") -> None:
+    def write_sessions(self, file: transfer.SessionFile, namespace: str = "", audit: Entry | None = None) -> None:
         """Write a checked session file's sessions into ``namespace`` in one transaction (a taken name or response
-        id refuses it whole)."""
+        id refuses it whole), ``audit`` recorded in it."""
         with self._write("cannot import the session file") as conn:
             transfer.write(conn, file, namespace, self.shared)
+            if audit is not None:
+                write_audit(conn, audit)
 
     # -- the Responses API's stored responses -------------------------------------------------
 

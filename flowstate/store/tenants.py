@@ -8,9 +8,12 @@ import hashlib
 import math
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from flowstate.errors import StorageError
+from flowstate.store.audit import new_id, write
 from flowstate.store.backends import Backend, Conn
 
 SECRET_PREFIX = "fs-"  # a managed key's secret: fs- and 43 URL-safe characters (256 random bits)
@@ -53,14 +56,19 @@ def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def new_id(prefix: str) -> str:
-    """An id that sorts in the order ids were made (nanoseconds, fixed width), then 32 random bits."""
-    return f"{prefix}{time.time_ns():016x}{secrets.token_hex(4)}"
-
-
 def legacy_tenant(secret: str) -> str:
     """The tenant id a static key has always named its sessions by (``"k" + sha256(key)[:16]``)."""
     return LEGACY_PREFIX + digest(secret)[:16]
+
+
+Audited = Callable[[str, str], Any] | None
+"""What to record in the audit trail, as a function of what the operation made or changed and its tenant (two ids),
+written in its transaction by ``flowstate.store.audit.write`` (None: nothing is recorded)."""
+
+
+def _audit(conn: Conn, audit: Audited, made: str, tenant: str) -> None:
+    if audit is not None:
+        write(conn, audit(made, tenant))
 
 
 _KEY = "SELECT id, tenant_id, created_at, expires_at, revoked_at, replaces FROM api_keys"
@@ -72,13 +80,15 @@ class TenantStore:
     def __init__(self, backend: Backend) -> None:
         self._db = backend
 
-    def create_tenant(self, name: str, tenant_id: str | None = None) -> Tenant:
+    def create_tenant(self, name: str, tenant_id: str | None = None, audit: Audited = None) -> Tenant:
+        """A new tenant; ``audit`` (a function of the tenant made) is recorded in its transaction."""
         tenant = Tenant(tenant_id or new_id("t"), name, int(time.time()))
         with self._db.write(f"cannot create tenant {name!r}") as conn:
             if conn.execute("SELECT 1 FROM tenants WHERE name = ? OR id = ?", (name, tenant.id)).fetchone():
                 raise TenantError(f"a tenant named {name!r} exists", "exists")
             conn.execute("INSERT INTO tenants (id, name, created_at) VALUES (?, ?, ?)",
                          (tenant.id, tenant.name, tenant.created_at))
+            _audit(conn, audit, tenant.id, tenant.id)
         return tenant
 
     def tenant(self, tenant_id: str) -> Tenant:
@@ -92,10 +102,12 @@ class TenantStore:
         with self._db.read() as conn:
             return [Tenant(*r) for r in conn.execute("SELECT id, name, created_at FROM tenants ORDER BY created_at, id")]
 
-    def create_key(self, tenant_id: str, expires_at: int | None = None) -> tuple[Key, str]:
+    def create_key(self, tenant_id: str, expires_at: int | None = None, audit: Audited = None) -> tuple[Key, str]:
         """A new key of the tenant and its secret (the only time the secret exists outside the client)."""
         with self._db.write(f"cannot make a key for tenant {tenant_id!r}") as conn:
-            return self._insert_key(conn, tenant_id, expires_at, None)
+            key, secret = self._insert_key(conn, tenant_id, expires_at, None)
+            _audit(conn, audit, key.id, tenant_id)
+            return key, secret
 
     @staticmethod
     def _insert_key(conn: Conn, tenant_id: str, expires_at: int | None, replaces: str | None,
@@ -121,7 +133,7 @@ class TenantStore:
             raise TenantError(f"no key {key_id!r}", "not_found")
         return Key(*row)
 
-    def rotate(self, key_id: str, grace_s: int) -> tuple[Key, Key, str]:
+    def rotate(self, key_id: str, grace_s: int, audit: Audited = None) -> tuple[Key, Key, str]:
         """A new key for the old one's tenant (same expiry rule), the old one now ending ``grace_s`` seconds from
         now (or sooner, if it already would): (the old key as it is now, the new key, its secret)."""
         with self._db.write(f"cannot rotate key {key_id!r}") as conn:
@@ -134,15 +146,17 @@ class TenantStore:
             lifetime = None if old.expires_at is None else max(old.expires_at - old.created_at, 1)
             key, secret = self._insert_key(conn, old.tenant, None if lifetime is None else now + lifetime, old.id)
             conn.execute("UPDATE api_keys SET expires_at = ? WHERE id = ?", (ends, old.id))
+            _audit(conn, audit, key.id, old.tenant)
         return Key(old.id, old.tenant, old.created_at, ends, None, old.replaces), key, secret
 
-    def revoke(self, key_id: str) -> Key:
+    def revoke(self, key_id: str, audit: Audited = None) -> Key:
         with self._db.write(f"cannot revoke key {key_id!r}") as conn:
             row = conn.execute(_KEY + " WHERE id = ?", (key_id,)).fetchone()
             if row is None:
                 raise TenantError(f"no key {key_id!r}", "not_found")
             now = int(time.time())
             conn.execute("UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (now, key_id))
+            _audit(conn, audit, key_id, Key(*row).tenant)
         return self.key(key_id)
 
     def lookup(self, key_digest: str) -> Key | None:

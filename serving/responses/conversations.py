@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 
 from flowstate.errors import SessionNotFound
+from flowstate.store.audit import Entry
 from serving.errors import APIError, bad_request
 from serving.naming import SessionKey, check_name
 from serving.responses.objects import new_id, page, transcript_items
@@ -66,8 +67,11 @@ class Conversations:
                                        current["created_at"] or int(time.time()))
         return _object(cid, metadata, current["created_at"])
 
-    async def delete(self, ns: str, cid: str) -> dict[str, Any]:
-        if not await self.s.forget(SessionKey(ns, check_name(cid, "conversation_id")).full):
+    async def delete(self, ns: str, cid: str, audit: Entry | None = None) -> dict[str, Any]:
+        """Forget the conversation's session (``audit`` recorded with the deletion, or as refused)."""
+        if not await self.s.forget(SessionKey(ns, check_name(cid, "conversation_id")).full, audit):
+            if audit is not None:
+                await self.s.record(audit.refused("no such conversation"))
             raise _unknown(cid)
         return {"id": cid, "object": "conversation.deleted", "deleted": True}
 

@@ -1,0 +1,80 @@
+"""The audit trail: an append-only record of every admin action (a tenant made, its quota changed; a key made,
+rotated, revoked) and every data action (a session exported, imported or deleted, memory searched), with when, which
+tenant, which key (its id, never its secret), what, on what, and how it ended. A change is recorded in the
+transaction that makes it (``write``: both or neither); a refused or failed action, and a read (an export, a search),
+in a transaction of its own before its answer leaves. It stays with the server: no session file carries it."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from flowstate.store.backends import Backend, Conn
+
+
+def new_id(prefix: str) -> str:
+    """An id that sorts in the order ids were made (nanoseconds, fixed width), then 32 random bits."""
+    return f"{prefix}{time.time_ns():016x}{secrets.token_hex(4)}"
+
+
+ACTIONS = ("tenant.create", "tenant.quota", "key.create", "key.rotate", "key.revoke", "session.export",
+           "session.import", "session.delete", "memory.search")
+MAX_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class Entry:
+    action: str  # one of ACTIONS
+    target: str  # what it acted on: a tenant, key or session id, or the search's query
+    actor: str  # "admin" (an admin key), "tenant" (a tenant's key) or "shell" (flowstate … --db)
+    key: str | None = None  # the key's id (an admin key: "admin:" + the first 12 hex digits of its digest)
+    tenant: str | None = None  # whose data or settings
+    result: str = "ok"  # "ok", "refused" or "failed"
+    detail: Mapping[str, Any] = field(default_factory=dict)  # why it was refused, what it moved
+    id: str = ""
+    at: float = 0.0
+
+    def refused(self, why: str) -> Entry:
+        return Entry(self.action, self.target, self.actor, self.key, self.tenant, "refused", {"reason": why})
+
+
+def write(conn: Conn, entry: Entry) -> Entry:
+    """Append ``entry`` in the caller's transaction (it commits or rolls back with the action)."""
+    if entry.action not in ACTIONS:
+        raise ValueError(f"unknown audit action {entry.action!r}")
+    stored = Entry(**{**asdict(entry), "id": new_id("aud_"), "at": time.time()})
+    conn.execute("INSERT INTO audit (id, at, tenant, key_id, actor, action, target, result, detail) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 (stored.id, stored.at, stored.tenant, stored.key, stored.actor, stored.action, stored.target[:500],
+                  stored.result, json.dumps(dict(stored.detail), sort_keys=True)))
+    return stored
+
+
+class AuditLog:
+    def __init__(self, backend: Backend) -> None:
+        self._db = backend
+
+    def record(self, entry: Entry) -> Entry:
+        """Append ``entry`` in a transaction of its own."""
+        with self._db.write(f"cannot record {entry.action} in the audit trail") as conn:
+            return write(conn, entry)
+
+    def entries(self, since: float | None = None, tenant: str | None = None, action: str | None = None,
+                limit: int = 100, after: str | None = None) -> tuple[list[Entry], bool]:
+        """A page of entries, oldest first, from ``since`` (unix seconds) and after the entry ``after``; and
+        whether more follow."""
+        where, args = ["1 = 1"], []
+        for clause, value in (("at >= ?", since), ("tenant = ?", tenant), ("action = ?", action), ("id > ?", after)):
+            if value is not None:
+                where.append(clause)
+                args.append(value)
+        with self._db.read() as conn:
+            rows = conn.execute("SELECT id, at, tenant, key_id, actor, action, target, result, detail FROM audit "
+                                f"WHERE {' AND '.join(where)} ORDER BY id LIMIT ?", (*args, limit + 1)).fetchall()
+        found = [Entry(action=r[5], target=r[6], actor=r[4], key=r[3], tenant=r[2], result=r[7],
+                       detail=json.loads(r[8]), id=r[0], at=r[1]) for r in rows[:limit]]
+        return found, len(rows) > limit
