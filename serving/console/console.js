@@ -101,6 +101,18 @@
 
   // -- sessions -----------------------------------------------------------------------------------------------------
 
+  // the signed-in tenant's usage against its quota (GET /v1/usage); nothing on a server without tenants
+  async function quotaLine() {
+    let u;
+    try { u = await api("/v1/usage"); } catch (e) { return null; }
+    if (!u.tenant) return null;
+    const of = (used, limit) => used.toLocaleString("en") + " / " + (limit == null ? "no limit" : limit.toLocaleString("en"));
+    return h("p", { id: "quota", class: "muted", "aria-label": "usage against quota" },
+      "Requests this minute: ", of(u.usage.requests_this_minute, u.quota.requests_per_minute),
+      " · Running turns: ", of(u.usage.running_turns, u.quota.concurrent_turns),
+      " · Model tokens today (UTC): ", of(u.usage.tokens_today, u.quota.tokens_per_day));
+  }
+
   async function sessionsPage(params) {
     const name = params.get("name") || "";
     const after = params.get("after");
@@ -108,6 +120,7 @@
     if (name) query.set("name", name);
     if (after) query.set("after", after);
     const list = await api("/v1/sessions?" + query);
+    const quota = await quotaLine();
     const filter = h("input", { type: "search", id: "session-filter", placeholder: "filter by name", value: name });
     const form = h("form", { class: "toolbar", onsubmit: (e) => {
       e.preventDefault();
@@ -130,7 +143,7 @@
       if (name) next.set("name", name);
       more.push(h("a", { href: "#/?" + next, id: "next-page" }, "Next page"));
     }
-    show(h("h1", {}, "Sessions"), form, status,
+    show(h("h1", {}, "Sessions"), quota, form, status,
       list.data.length ? h("table", { id: "sessions" },
         h("thead", {}, h("tr", {}, ["Session", "Requests", "States", "Last activity", "Created", "Strategy",
           "Forked from", ""].map((t) => h("th", {}, t)))),

@@ -6,6 +6,7 @@ without a reload. Each page's screenshot goes to ``$FLOWSTATE_ARTIFACTS`` (CI ke
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import threading
 from collections.abc import Iterator
@@ -14,6 +15,9 @@ from typing import Any
 
 import pytest
 
+from flowstate import Repository
+from flowstate.store.quotas import Quota
+from flowstate.store.tenants import legacy_tenant
 from tests.helpers import add, output
 from tests.serving.conftest import Server, lines
 from tests.serving.test_chat import client
@@ -104,6 +108,8 @@ def test_the_console_as_an_operator_uses_it(db: str, server: Server, browser: An
     for user, text in (("trip", "[trip] a quiet hotel in Lisbon"), ("evil-1", "[evil] " + XSS), ("spare", "[spare] x")):
         client(url, "key-one").chat.completions.create(model="flowstate", user=user,
                                                        messages=[{"role": "user", "content": text}])
+    with Repository.open(server.db) as repo:  # a limit for key-one's tenant (the static key's, adopted at start)
+        repo.quotas.set_quota(legacy_tenant("key-one"), Quota(requests_per_minute=600))
     root = url.removesuffix("/v1")
     browser.get(root + "/ui/")
     browser.execute_script("sessionStorage.clear()")
@@ -127,6 +133,9 @@ def test_the_console_as_an_operator_uses_it(db: str, server: Server, browser: An
     names = [a.text for a in table.find_elements(By.CSS_SELECTOR, ".session-link")]
     assert names == ["spare", "evil-1", "trip"]  # newest activity first
     assert "key-one" not in browser.current_url
+    usage = browser.find_element(By.ID, "quota").text  # the signed-in tenant's usage against its quota
+    assert "Requests this minute: 0 / 600" in usage and "Running turns: 0 / no limit" in usage, usage
+    assert re.search(r"Model tokens today \(UTC\): [\d,]+ / no limit", usage) and "tokens today (UTC): 0 " not in usage
     shots(browser, "sessions")
 
     table.find_element(By.LINK_TEXT, "trip").click()
