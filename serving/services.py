@@ -142,7 +142,7 @@ def build(config: ServerConfig) -> Services:
     config.repo.quotas.lease_s = config.turn_lease_s
     metrics = TenantMetrics(config.engine, config.tools.sources)
     return Services(
-        config=config, auth=Authenticator(config.repo.tenants, config.keys, config.admin_keys), sessions=sessions,
+        config=config, auth=Authenticator(config.repo.tenants, config.keys, config.admin_keys, config.repo.audit), sessions=sessions,
         turns=Turns(config.engine, config.repo, AgentConfig(config.engine, strategy=config.strategy, tools=config.tools,
                                                             policy=config.policy, loop=config.loop),
                     config.stream_answers),

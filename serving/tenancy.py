@@ -14,8 +14,8 @@ from typing import Any
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from flowstate.store.audit import Entry
-from flowstate.store.tenants import Key, TenantStore, digest
+from flowstate.store.audit import AuditLog, Entry
+from flowstate.store.tenants import Key, TenantError, TenantStore, digest
 from serving.errors import APIError
 
 KEY_CACHE_S = 2.0
@@ -24,6 +24,7 @@ refused by every server sharing the database within this bound."""
 CACHE_SIZE = 4096  # keys remembered (unknown ones too, so random tokens do not each reach the database)
 
 MISSING = "missing API key: send Authorization: Bearer KEY"
+TENANT_HEADER = "x-flowstate-tenant"  # an admin key's request naming the tenant whose memory it reads
 
 
 def unauthorized(message: str) -> APIError:
@@ -48,8 +49,10 @@ class Authenticator:
     """The server's keys: static admin keys, and tenants' keys in the database (static ``--api-key`` keys adopted
     there at start). Open — every caller in the namespace '' — only when no key of either kind exists at start."""
 
-    def __init__(self, store: TenantStore, static_keys: Sequence[str] = (), admin_keys: Sequence[str] = ()) -> None:
+    def __init__(self, store: TenantStore, static_keys: Sequence[str] = (), admin_keys: Sequence[str] = (),
+                 audit: AuditLog | None = None) -> None:
         self.store = store
+        self.store_audit = audit  # where an admin's reads of a tenant's memory are recorded (None: they are refused)
         self.admin_keys = [k.encode() for k in admin_keys if k]
         for key in static_keys:
             if key:
@@ -103,7 +106,27 @@ class Authenticated:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
-            state: dict[str, Any] = scope.setdefault("state", {})
-            state["caller"] = await self.auth.caller(header)
+            wanted = (b"authorization", TENANT_HEADER.encode())
+            headers = {k: v.decode("latin-1") for k, v in scope["headers"] if k in wanted}
+            caller = await self.auth.caller(headers.get(b"authorization"))
+            tenant = headers.get(TENANT_HEADER.encode())
+            if caller.admin and tenant is not None:
+                caller = await self._as_tenant(caller, tenant, scope)
+            scope.setdefault("state", {})["caller"] = caller
         await self.app(scope, receive, send)
+
+    async def _as_tenant(self, caller: Caller, tenant: str, scope: Scope) -> Caller:
+        """An admin key reading one tenant's memory: GET only, a tenant that exists, and every such request in the
+        audit trail (``session.read``: what it read) before it runs."""
+        if scope["method"] != "GET" or self.auth.store_audit is None:
+            return Caller(admin=True, key=caller.key, error=forbidden(
+                f"an admin key only reads a tenant's memory ({TENANT_HEADER} with GET); it changes none"))
+        try:
+            await anyio.to_thread.run_sync(self.auth.store.tenant, tenant)
+        except TenantError:
+            return Caller(admin=True, key=caller.key, error=APIError(
+                404, f"no tenant {tenant[:60]!r}", type="not_found_error", param=TENANT_HEADER, code="not_found"))
+        reading = Caller(namespace=tenant + "/", admin=True, key=caller.key)
+        path = scope["path"] + ("?" + scope["query_string"].decode("latin-1") if scope.get("query_string") else "")
+        await anyio.to_thread.run_sync(self.auth.store_audit.record, entry(reading, "session.read", path[:500]))
+        return reading

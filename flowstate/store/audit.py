@@ -22,7 +22,7 @@ def new_id(prefix: str) -> str:
 
 
 ACTIONS = ("tenant.create", "tenant.quota", "key.create", "key.rotate", "key.revoke", "session.export",
-           "session.import", "session.delete", "memory.search")
+           "session.import", "session.delete", "memory.search", "session.read")  # session.read: by an admin key
 MAX_PAGE = 1000
 
 

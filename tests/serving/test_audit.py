@@ -119,3 +119,27 @@ def test_the_shell_records_its_actions_and_reads_the_trail(server: Server) -> No
     assert key["secret"] not in json.dumps(lines)
     assert [e["action"] for e in map(json.loads, flowstate("audit", "--action", "key.revoke").splitlines())] == \
         ["key.revoke"]
+
+
+def test_an_admin_reads_a_tenants_memory_only_by_naming_it_and_every_read_is_recorded(server: Server) -> None:
+    url = server.start(notes("[r]", 2), "--admin-key", ADMIN)
+    tenant_id, key = tenant(url, "watched")
+    as_tenant(url, key, "POST", "/chat/completions", json={"model": "flowstate", "user": "trip",
+                                                           "messages": [{"role": "user", "content": "[r] hi"}]})
+    operator = {"Authorization": f"Bearer {ADMIN}"}
+    assert httpx.get(url + "/sessions", headers=operator, timeout=30).status_code == 403  # without saying whose
+    named = {**operator, "X-FlowState-Tenant": tenant_id}
+    listed = httpx.get(url + "/sessions", headers=named, timeout=30)
+    assert listed.status_code == 200 and [s["id"] for s in listed.json()["data"]] == ["trip"]
+    assert [n["id"] for n in httpx.get(url + "/sessions/trip", headers=named, timeout=30).json()["nodes"]] == ["note_0"]
+    for method, path in (("POST", "/chat/completions"), ("DELETE", "/sessions/trip"), ("POST", "/sessions/import")):
+        refused = httpx.request(method, url + path, headers=named, json={}, timeout=30)
+        assert refused.status_code == 403, (method, path, refused.text)  # it reads; it changes nothing
+    assert httpx.get(url + "/sessions", headers={**operator, "X-FlowState-Tenant": "t-nobody"},
+                     timeout=30).status_code == 404
+    stranger = {"Authorization": f"Bearer {key}", "X-FlowState-Tenant": "t-other"}  # a tenant's key: header ignored
+    assert [s["id"] for s in httpx.get(url + "/sessions", headers=stranger, timeout=30).json()["data"]] == ["trip"]
+    reads = trail(url, action="session.read")
+    assert [(e["target"], e["tenant"], e["actor"]) for e in reads] == [
+        ("/v1/sessions", tenant_id, "admin"), ("/v1/sessions/trip", tenant_id, "admin")]
+    assert as_tenant(url, key, "GET", "/sessions/trip").status_code == 200  # still the tenant's
