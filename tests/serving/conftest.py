@@ -79,6 +79,21 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
     s.stop()
 
 
+@pytest.fixture
+def two_servers(tmp_path: Path, pg_server: Any) -> Iterator[tuple[Server, Server]]:
+    """Two servers (not started) on one fresh PostgreSQL database, stopped and the database dropped after."""
+    url = pg_server.new_database()
+    servers = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        servers.append(Server(tmp_path / name))
+        servers[-1].db = url  # type: ignore[assignment]
+    yield servers[0], servers[1]
+    for s in servers:
+        s.stop()
+    pg_server.drop(url)
+
+
 BOTH_DATABASES = pytest.mark.parametrize("server", ["sqlite", "postgres"], indirect=True)
 
 

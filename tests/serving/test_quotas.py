@@ -127,45 +127,31 @@ def test_bad_quotas_are_refused_and_change_nothing(server: Server) -> None:
         [("limited", 10)]
 
 
-@pytest.fixture
-def shared_db(pg_server: Any) -> Any:
-    url = pg_server.new_database()
-    yield url
-    pg_server.drop(url)
-
-
 @pytest.mark.slow
-def test_two_servers_on_one_postgresql_admit_no_more_than_the_limit_together(tmp_path: Path, shared_db: str) -> None:
-    servers = []
-    for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-        servers.append(Server(tmp_path / name))
-        servers[-1].db = shared_db  # type: ignore[assignment]
-    try:
-        url_a, url_b = (s.start(notes("[pg]", 20) + slow(3.0, 2), "--admin-key", ADMIN, *SLOW) for s in servers)
-        _, key = tenant(url_a, "shared", requests_per_minute=5)
-        if time.time() % 60 > 50:
-            time.sleep(61 - time.time() % 60)
-        with ThreadPoolExecutor(12) as pool:  # 12 at once, half to each server
-            codes = list(pool.map(lambda i: raw(url_a if i % 2 else url_b, key, f"[pg] {i}", f"s{i}").status_code,
-                                  range(12)))
-        assert sorted(codes) == [200] * 5 + [429] * 7, codes
-        _, one = tenant(url_a, "single", concurrent_turns=1)
-        first = threading.Thread(target=ask, args=(url_a, one, "[slow] on a", "x"))
-        first.start()
-        time.sleep(1.0)
-        refused = raw(url_b, one, "[slow] on b", "y")  # the other server sees the running turn
-        first.join(60)
-        assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limit_exceeded"
-    finally:
-        for s in servers:
-            s.stop()
+def test_two_servers_on_one_postgresql_admit_no_more_than_the_limit_together(
+        two_servers: tuple[Server, Server]) -> None:
+    url_a, url_b = (s.start(notes("[pg]", 20) + slow(3.0, 2), "--admin-key", ADMIN, *SLOW) for s in two_servers)
+    _, key = tenant(url_a, "shared", requests_per_minute=5)
+    if time.time() % 60 > 40:  # the twelve within one minute
+        time.sleep(61 - time.time() % 60)
+    with ThreadPoolExecutor(12) as pool:  # 12 at once, half to each server
+        codes = list(pool.map(lambda i: raw(url_a if i % 2 else url_b, key, f"[pg] {i}", f"s{i}").status_code,
+                              range(12)))
+    assert sorted(codes) == [200] * 5 + [429] * 7, codes
+    _, one = tenant(url_a, "single", concurrent_turns=1)
+    first = threading.Thread(target=ask, args=(url_a, one, "[slow] on a", "x"))
+    first.start()
+    time.sleep(1.0)
+    refused = raw(url_b, one, "[slow] on b", "y")  # the other server sees the running turn
+    first.join(60)
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limit_exceeded"
 
 
 @pytest.mark.slow
 def test_a_killed_servers_turn_stops_counting_when_its_lease_lapses(server: Server) -> None:
     url = server.start(slow(10.0, 1), "--admin-key", ADMIN, "--turn-lease", "3", *SLOW)
     _, key = tenant(url, "killed", concurrent_turns=1)
+
     def long_turn() -> None:
         with contextlib.suppress(httpx.HTTPError):  # its server is killed under it
             raw(url, key, "[slow] long", "x")

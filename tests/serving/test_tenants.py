@@ -125,41 +125,25 @@ def test_a_key_rotated_under_traffic_works_through_its_grace_then_stops(server: 
         remember(url, old, "steady", "[rot] once more")
 
 
-@pytest.fixture
-def shared_db(pg_server: Any) -> Any:
-    url = pg_server.new_database()
-    yield url
-    pg_server.drop(url)
-
-
 @pytest.mark.slow
-def test_a_key_revoked_on_one_server_is_refused_by_the_other_within_the_bound(tmp_path: Path, shared_db: str) -> None:
-    servers = []
-    for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-        servers.append(Server(tmp_path / name))
-        servers[-1].db = shared_db  # type: ignore[assignment]
-    a, b = servers
-    try:
-        url_a, url_b = (s.start(notes("[two]", 50), "--admin-key", ADMIN) for s in servers)
-        _, key_id, secret = tenant_with_key(url_a, "shared")  # made on a ...
-        assert remember(url_b, secret, "s", "[two] on b").choices[0].message.content == "noted 0"  # ... used on b
-        assert admin(url_b, "GET", "/tenants").json()["data"][0]["name"] == "shared"
-        revoked = admin(url_a, "DELETE", f"/keys/{key_id}")
-        at = time.monotonic()
-        assert revoked.status_code == 200 and revoked.json()["revoked_at"] is not None
-        with pytest.raises(openai.AuthenticationError):
-            remember(url_a, secret, "s", "[two] on a")  # the server that revoked it: at once
-        while True:
-            r = httpx.get(url_b + "/sessions", headers={"Authorization": f"Bearer {secret}"}, timeout=30)
-            if r.status_code == 401:
-                break
-            assert r.status_code == 200 and time.monotonic() - at < KEY_CACHE_S + 1.0, "b still takes the key"
-            time.sleep(0.05)
-        assert time.monotonic() - at <= KEY_CACHE_S + 1.0
-    finally:
-        a.stop()
-        b.stop()
+def test_a_key_revoked_on_one_server_is_refused_by_the_other_within_the_bound(
+        two_servers: tuple[Server, Server]) -> None:
+    url_a, url_b = (s.start(notes("[two]", 50), "--admin-key", ADMIN) for s in two_servers)
+    _, key_id, secret = tenant_with_key(url_a, "shared")  # made on a ...
+    assert remember(url_b, secret, "s", "[two] on b").choices[0].message.content == "noted 0"  # ... used on b
+    assert admin(url_b, "GET", "/tenants").json()["data"][0]["name"] == "shared"
+    revoked = admin(url_a, "DELETE", f"/keys/{key_id}")
+    at = time.monotonic()
+    assert revoked.status_code == 200 and revoked.json()["revoked_at"] is not None
+    with pytest.raises(openai.AuthenticationError):
+        remember(url_a, secret, "s", "[two] on a")  # the server that revoked it: at once
+    while True:  # every request b gets after the bound is refused, however loaded the machine
+        sent = time.monotonic()
+        r = httpx.get(url_b + "/sessions", headers={"Authorization": f"Bearer {secret}"}, timeout=30)
+        if r.status_code == 401:
+            break
+        assert r.status_code == 200 and sent - at < KEY_CACHE_S + 0.1, f"b took the key {sent - at:.2f} s after"
+        time.sleep(0.05)
 
 
 def test_a_revoked_keys_turn_in_flight_finishes_and_its_next_is_refused(server: Server) -> None:
