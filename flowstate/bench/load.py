@@ -70,13 +70,14 @@ def measure(db: str, label: str, sessions: int, turns: int, source: str | None,
             health: list[float] = []
             done = threading.Event()
 
-            def probe() -> None:  # the event loop's answer time while the turns run
-                with httpx.Client(base_url=url, timeout=60) as http:
-                    while not done.is_set():
+            def probe() -> None:  # the event loop's answer time while the turns run (once at least: quick runs end
+                with httpx.Client(base_url=url, timeout=60) as http:  # before a thread's first look)
+                    while True:
                         started = time.perf_counter()
                         http.get("/health").raise_for_status()
                         health.append(time.perf_counter() - started)
-                        done.wait(0.02)
+                        if done.wait(0.02):
+                            return
 
             prober = threading.Thread(target=probe)
             prober.start()
