@@ -123,7 +123,10 @@ def test_malformed_requests_get_openai_shaped_4xx_and_lose_nothing(server: Serve
         assert resp.status_code == 404 and resp.json()["error"]["code"] == "session_not_found"
     assert api.get("/sessions/victim", cast_to=object) == before
     assert [s["id"] for s in api.get("/sessions", cast_to=object)["data"]] == ["victim"]
-    assert dump_db(server.db) == stored  # the database, row for row
+    after = dump_db(server.db)
+    audited = [line for line in after if line.startswith('INSERT INTO "audit"')]
+    assert [line for line in after if line not in audited] == stored  # the database, row for row
+    assert len(audited) == 1 and "'session.delete','nobody','refused'" in audited[0]  # the attempt, as refused
 
 
 def dump_db(path: Any) -> list[str]:
