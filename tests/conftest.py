@@ -121,8 +121,9 @@ def time_limit(item: pytest.Item) -> int:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test gets its time limit (``time_limit``). A test marked ``gpu`` runs only where torch sees a CUDA
     device; elsewhere it is skipped, saying so."""
+    limits = config.pluginmanager.hasplugin("timeout")  # pytest-timeout, the test extra's (a bare pytest: none)
     for item in items:
-        if item.get_closest_marker("timeout") is None:
+        if limits and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(time_limit(item)))
     gpu = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu:
