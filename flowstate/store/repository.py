@@ -173,7 +173,16 @@ class Repository:
                 write_audit(conn, audit)
         return deleted
 
+    def _one_at_a_time(self, conn: Conn, session: str) -> None:
+        """Serialize this transaction with every other that deletes the session or stores a response only while it
+        is stored (PostgreSQL: a transaction-scoped advisory lock, its own key space beside ``session_lock``'s; under
+        READ COMMITTED a response's check could otherwise see a session a deletion has not committed yet, and keep
+        the response after it). SQLite's one writer serializes them already."""
+        if self.shared:
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 1))", (session,))
+
     def _delete(self, conn: Conn, session: str) -> bool:
+        self._one_at_a_time(conn, session)
         waiting = conn.execute("SELECT 1 FROM pending_requests WHERE name = ?", (session,)).fetchone()
         conn.execute("DELETE FROM pending_requests WHERE name = ?", (session,))
         conn.execute("DELETE FROM responses WHERE session = ?", (session,))  # by name: stored before any request
@@ -322,6 +331,7 @@ class Repository:
             if not if_session:
                 conn.execute(insert + "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", values)
                 return True
+            self._one_at_a_time(conn, response.session)
             done = conn.execute(insert + "SELECT ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM sessions WHERE name"
                                 " = ?) OR EXISTS (SELECT 1 FROM pending_requests WHERE name = ?) RETURNING id",
                                 (*values, response.session, response.session))
