@@ -10,11 +10,12 @@ from typing import Any, Literal
 
 import anyio
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from flowstate.store.audit import ACTIONS, MAX_PAGE, Entry
 from flowstate.store.quotas import Quota
 from flowstate.store.repository import Repository
+from flowstate.store.retention import Policy, PolicyError, parse_policy
 from flowstate.store.tenants import Key, Tenant, TenantError, TenantStore
 from serving.errors import APIError, bad_request, conflict
 from serving.naming import MAX_NAME, check_name
@@ -47,15 +48,38 @@ class QuotaIn(BaseModel):
         return Quota(self.requests_per_minute, self.concurrent_turns, self.tokens_per_day)
 
 
+def _policy(text: str | None) -> str | None:
+    """A retention policy as given (``idle=30d,age=180d``, ``off``), checked; None: the server's."""
+    if text is not None:
+        try:
+            parse_policy(text)
+        except PolicyError as exc:
+            raise ValueError(str(exc)) from None
+    return text
+
+
+RETENTION = Field(default=None, max_length=100, description="how long the tenant's memory is kept: idle=30d,age=180d "
+                  "(either bound alone) or off; null: the server's --retention")
+
+
 class NewTenant(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=MAX_NAME)
     quota: QuotaIn = Field(default_factory=lambda: QuotaIn())
+    retention: str | None = RETENTION
+
+    _check = field_validator("retention")(_policy)
 
 
 class TenantChange(BaseModel):
+    """What changes: the limits, the retention policy, or both (a field left out stays as it is; a null
+    ``retention`` goes back to the server's)."""
+
     model_config = ConfigDict(extra="forbid")
-    quota: QuotaIn
+    quota: QuotaIn | None = None
+    retention: str | None = RETENTION
+
+    _check = field_validator("retention")(_policy)
 
 
 class NewKey(BaseModel):
@@ -74,6 +98,7 @@ class TenantObject(BaseModel):
     name: str
     created_at: int
     quota: QuotaIn
+    retention: str | None = Field(None, description="the tenant's own retention policy; null: the server's")
 
 
 class KeyObject(BaseModel):
@@ -98,8 +123,9 @@ class Listed(BaseModel):
     data: list[TenantObject] | list[KeyObject]
 
 
-def _tenant(t: Tenant, q: Quota) -> TenantObject:
-    return TenantObject(id=t.id, name=t.name, created_at=t.created_at, quota=QuotaIn(**asdict(q)))
+def _tenant(t: Tenant, q: Quota, retention: Policy | None) -> TenantObject:
+    return TenantObject(id=t.id, name=t.name, created_at=t.created_at, quota=QuotaIn(**asdict(q)),
+                        retention=None if retention is None else str(retention))
 
 
 def _key(k: Key, secret: str | None = None) -> KeyObject:
@@ -149,35 +175,46 @@ async def create_tenant(request: Request, body: NewTenant) -> TenantObject:
 
     quota = body.quota.quota()
 
+    own = None if body.retention is None else parse_policy(body.retention)
+
     def create() -> Tenant:
         tenant = repo.tenants.create_tenant(name, audit=_audited(request, "tenant.create", name=name,
-                                                                 quota=asdict(quota)))
+                                                                 quota=asdict(quota), retention=body.retention))
         repo.quotas.set_quota(tenant.id, quota)
+        repo.retention.set_policy(tenant.id, own)
         return tenant
 
-    return _tenant(await _store(request, create, refused=_did(request, "tenant.create", name)), quota)
+    return _tenant(await _store(request, create, refused=_did(request, "tenant.create", name)), quota, own)
 
 
 @router.get("/tenants")
 async def list_tenants(request: Request) -> Listed:
     repo = _repo(request)
-    found = await _store(request, lambda: [(t, repo.quotas.quota(t.id)) for t in repo.tenants.tenants()])
-    return Listed(data=[_tenant(t, q) for t, q in found])
+    found = await _store(request, lambda: [(t, repo.quotas.quota(t.id), repo.retention.policy(t.id))
+                                           for t in repo.tenants.tenants()])
+    return Listed(data=[_tenant(*row) for row in found])
 
 
 @router.patch("/tenants/{tenant_id}")
 async def change_tenant(request: Request, tenant_id: str, body: TenantChange) -> TenantObject:
-    """A tenant's limits, changed: in force for its next request on every server."""
+    """A tenant's limits (in force for its next request on every server) or retention policy (for the next
+    sweep), changed."""
     repo = _repo(request)
+    retention = "retention" in body.model_fields_set
 
-    quota = body.quota.quota()
-
-    def change() -> Tenant:
+    def change() -> tuple[Tenant, Quota, Policy | None]:
         tenant = repo.tenants.tenant(tenant_id)
-        repo.quotas.set_quota(tenant_id, quota, _did(request, "tenant.quota", tenant_id, tenant_id, quota=asdict(quota)))
-        return tenant
+        if body.quota is not None:
+            quota = body.quota.quota()
+            repo.quotas.set_quota(tenant_id, quota, _did(request, "tenant.quota", tenant_id, tenant_id,
+                                                         quota=asdict(quota)))
+        if retention:
+            repo.retention.set_policy(tenant_id, None if body.retention is None else parse_policy(body.retention),
+                                      _did(request, "tenant.retention", tenant_id, tenant_id, retention=body.retention))
+        return tenant, repo.quotas.quota(tenant_id), repo.retention.policy(tenant_id)
 
-    return _tenant(await _store(request, change, refused=_did(request, "tenant.quota", tenant_id, tenant_id)), quota)
+    action = "tenant.quota" if body.quota is not None else "tenant.retention"
+    return _tenant(*await _store(request, change, refused=_did(request, action, tenant_id, tenant_id)))
 
 
 @router.post("/tenants/{tenant_id}/keys", status_code=201)

@@ -48,7 +48,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.responses.background.keep()  # background responses' leases: a stopped server's are failed
+        app.state.services.sweeper.start()  # what outlived its retention policy goes
         yield
+        app.state.services.sweeper.stop()
         app.state.responses.background.stop()
 
     app = FastAPI(title="FlowState", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)

@@ -41,6 +41,8 @@ class Metrics:
                                   registry=r)
         self.throttled = Counter("flowstate_throttled_requests", "Requests refused by a tenant's quota (429), by the "
                                  "limit that refused them", ["limit"], registry=r)
+        self.expired = Counter("flowstate_retention_removed", "Sessions, stored responses and conversations removed "
+                               "by retention's sweep, by kind", ["kind"], registry=r)
         self.turn_latency = Histogram("flowstate_turn_latency_seconds", "Wall time of one chat completion call",
                                       buckets=LATENCY_BUCKETS, registry=r)
         self.call_latency = Histogram("flowstate_model_call_latency_seconds", "Wall time of one model call",

@@ -83,6 +83,17 @@ class Registry:
                 raise
             entry.shared = held
 
+    async def claim(self, name: str) -> bool:
+        """Take the session's lock only if no turn of this server holds it, waits for it, or waits on tool results
+        in it (retention's sweep: a busy session is skipped, never waited for); paired with ``leave`` when True.
+        Never the database's lock: the sweep's transaction tries that itself."""
+        if self.running(name):
+            return False
+        entry = self._entries.setdefault(name, _Entry())
+        entry.holders += 1
+        await entry.lock.acquire()  # free (no holder, no waiter): returns without yielding to another task
+        return True
+
     def leave(self, name: str) -> None:
         """Release the session's lock (taken by ``enter``)."""
         self._release(name, self._entries[name], locked=True)

@@ -4,7 +4,8 @@ the session registry, the turns' driver adapter, metrics, the limiter), built on
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,12 +19,14 @@ from flowstate.memory.base import Strategy
 from flowstate.memory.state import FLOWSTATE
 from flowstate.store.audit import Entry
 from flowstate.store.repository import Repository
+from flowstate.store.retention import Policy
 from flowstate.store.transfer import SessionFile
 from flowstate.tools import ToolSet
 from serving.errors import conflict
 from serving.metrics import TenantMetrics
 from serving.quotas import Admissions
 from serving.registry import Registry
+from serving.retention import Sweeper
 from serving.tenancy import Authenticator, Caller, forbidden
 from serving.turns import Turns
 from serving.wire import IngressLimits
@@ -52,6 +55,9 @@ class ServerConfig:
     session_memory_mb: float = 1024.0  # ... and the memory they may hold together (their transcripts), in MiB
     stream_answers: str = "auto"  # token streaming of answers (STREAM_ANSWERS): auto (under a grammar), always, never
     ingress: IngressLimits = field(default_factory=IngressLimits)
+    retention: Policy = field(default_factory=Policy)  # the server's retention policy (a tenant's own replaces it)
+    retention_every_s: float = 60.0  # how often the server sweeps what outlived its policy
+    clock: Callable[[], float] = time.time  # what retention takes as now (a test moves it)
 
 
 @dataclass
@@ -66,6 +72,7 @@ class Services:
     metrics: TenantMetrics
     limiter: anyio.CapacityLimiter
     models: set[str]
+    sweeper: Sweeper
     running: set[asyncio.Task[Any]] = field(default_factory=set)  # turns, and responses being stored
 
     def namespace(self, request: Request) -> str:
@@ -150,4 +157,5 @@ def build(config: ServerConfig) -> Services:
         metrics=metrics,
         limiter=anyio.CapacityLimiter(config.max_concurrency),
         models={config.model_id, config.engine.model_name or config.model_id},
+        sweeper=Sweeper(sessions, config.retention, config.retention_every_s, metrics.total, config.clock),
     )

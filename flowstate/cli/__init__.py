@@ -6,6 +6,7 @@ import click
 
 from engine.errors import DISTRIBUTION
 from flowstate.cli.evaluate import evaluate
+from flowstate.cli.forgetting import retention
 from flowstate.cli.search import search
 from flowstate.cli.serve import serve
 from flowstate.cli.session import demo, inspect, run
@@ -20,7 +21,8 @@ def main() -> None:
     """FlowState: execution state as memory for long-horizon LLM agents."""
 
 
-for command in (run, inspect, search, export, import_, demo, serve, tenants, keys, audit, evaluate, model, bench):
+for command in (run, inspect, search, export, import_, demo, serve, tenants, keys, audit, retention, evaluate, model,
+                bench):
     main.add_command(command)
 
 __all__ = ["main", "serve"]

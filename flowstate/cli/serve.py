@@ -10,7 +10,9 @@ import click
 import engine as engines
 from flowstate import memory
 from flowstate.cli import options
+from flowstate.cli.forgetting import POLICY
 from flowstate.store.repository import Repository
+from flowstate.store.retention import Policy
 from serving.server import HEADER_TIMEOUT_S
 from serving.services import STREAM_ANSWERS, ServerConfig
 from serving.wire import IngressLimits
@@ -64,6 +66,12 @@ _INGRESS = IngressLimits()
               type=click.FloatRange(min=1),
               help="Seconds a running turn's quota slot lasts unrenewed: after that a killed server's turns no longer "
                    "count against their tenant's concurrent turns (the server renews them every third of it).")
+@click.option("--retention", type=POLICY, default=None,
+              help="How long memory is kept: idle=30d,age=180d (either bound alone), or off [default: "
+                   "$FLOWSTATE_RETENTION, else off]. Sessions idle or old past it, stored responses and unused "
+                   "conversations older than it are removed by a sweep; a tenant's own policy replaces it.")
+@click.option("--retention-every", "retention_every_s", default=_SERVER["retention_every_s"].default,
+              show_default=True, type=click.FloatRange(min=1), help="Seconds between retention sweeps.")
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @options.otlp_option
 def serve(
@@ -72,7 +80,8 @@ def serve(
     tools_ref: str | None, model_id: str,
     loop: options.LoopOptions, log_level: str, max_live_sessions: int, session_memory_mb: float, max_body_mb: float,
     body_timeout: float, header_timeout: float, stream_answers: str, strategy_name: str, layout: str, mcp: options.McpOptions,
-    embed_spec: str | None, background_lease_s: float, turn_lease_s: float, otlp_endpoint: str | None, **engine_opts: Any,
+    embed_spec: str | None, background_lease_s: float, turn_lease_s: float, otlp_endpoint: str | None,
+    retention: Policy | None, retention_every_s: float, **engine_opts: Any,
 ) -> None:
     """Serve an OpenAI-compatible endpoint whose model remembers — Chat Completions, the Responses API and
     conversations, the console at /ui/ and memory search (FastAPI on uvicorn)."""
@@ -95,7 +104,9 @@ def serve(
                                   strategy=strategy, model_id=model_id, max_live_sessions=max_live_sessions,
                                   session_memory_mb=session_memory_mb, ingress=ingress,
                                   stream_answers=stream_answers, background_lease_s=background_lease_s,
-                                  turn_lease_s=turn_lease_s)
+                                  turn_lease_s=turn_lease_s, retention_every_s=retention_every_s,
+                                  retention=retention or POLICY.convert(os.environ.get("FLOWSTATE_RETENTION", "off"),
+                                                                        None, None))
             try:
                 with options.traced(otlp_endpoint):
                     run_server(server, host=host, port=port, log_level=log_level, header_timeout_s=header_timeout)

@@ -101,6 +101,23 @@ def set_quota(tenant: str, db: str | None, **limits: int) -> None:
                "usage": asdict(repo.quotas.usage(tenant))})
 
 
+@tenants.command("retention")
+@click.argument("tenant")
+@click.argument("policy")
+@DB
+def set_retention(tenant: str, policy: str, db: str | None) -> None:
+    """Set how long TENANT's memory is kept: POLICY is idle=30d,age=180d (either bound alone), off (kept until
+    deleted), or default (the server's --retention). A running server's next sweep applies it."""
+    from flowstate.cli.forgetting import POLICY
+
+    own = None if policy == "default" else POLICY.convert(policy, None, None)
+    with _repo(db) as repo:
+        repo.tenants.tenant(tenant)
+        repo.retention.set_policy(tenant, own, Entry("tenant.retention", tenant, "shell", None, tenant,
+                                                     detail={"retention": policy}))
+        _echo({"tenant": tenant, "retention": None if own is None else str(own)})
+
+
 @tenants.command("list")
 @DB
 def list_tenants(db: str | None) -> None:

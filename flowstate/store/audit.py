@@ -22,7 +22,8 @@ def new_id(prefix: str) -> str:
 
 
 ACTIONS = ("tenant.create", "tenant.quota", "key.create", "key.rotate", "key.revoke", "session.export",
-           "session.import", "session.delete", "memory.search", "session.read")  # session.read: by an admin key
+           "session.import", "session.delete", "memory.search", "session.read",  # session.read: by an admin key
+           "session.expire", "tenant.retention")  # session.expire: by retention's sweep
 MAX_PAGE = 1000
 
 
@@ -30,7 +31,7 @@ MAX_PAGE = 1000
 class Entry:
     action: str  # one of ACTIONS
     target: str  # what it acted on: a tenant, key or session id, or the search's query
-    actor: str  # "admin" (an admin key), "tenant" (a tenant's key) or "shell" (flowstate … --db)
+    actor: str  # "admin" (an admin key), "tenant" (a tenant's key), "shell" (flowstate … --db) or "server" (a sweep)
     key: str | None = None  # the key's id (an admin key: "admin:" + the first 12 hex digits of its digest)
     tenant: str | None = None  # whose data or settings
     result: str = "ok"  # "ok", "refused" or "failed"

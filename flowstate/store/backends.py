@@ -225,6 +225,21 @@ class PostgresBackend:
         except self._errors as exc:
             raise StorageError(f"database {self.label}: lock of session {session!r}: {exc}") from exc
 
+    @contextmanager
+    def try_lock(self, key: int) -> Iterator[bool]:
+        """Try the advisory lock ``key`` without waiting; hold it for the block if it was free (the value says)."""
+        try:
+            with self._locks.connection() as conn:
+                row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+                got = row is not None and bool(row[0])
+                try:
+                    yield got
+                finally:
+                    if got:
+                        conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        except self._errors as exc:
+            raise StorageError(f"database {self.label}: advisory lock {key:#x}: {exc}") from exc
+
     def close(self) -> None:
         self._locks.close()
         self._pool.close()

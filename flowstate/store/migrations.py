@@ -241,6 +241,17 @@ _AUDIT = """
         CREATE INDEX audit_at ON audit(at);
 """
 
+_RETENTION = """
+        -- How long a tenant's memory is kept (flowstate/store/retention.py): a policy such as 'idle=30d,age=180d',
+        -- 'off' (kept until deleted), or NULL (the server's --retention). A session stored before creation times
+        -- were kept counts as created when this migration ran: retention never removes what it cannot date.
+        ALTER TABLE tenants ADD COLUMN retention TEXT;
+        UPDATE sessions SET created_at = {now} WHERE created_at IS NULL;
+        CREATE INDEX sessions_created ON sessions(created_at);
+        CREATE INDEX responses_created ON responses(created_at);
+        CREATE INDEX conversations_created ON conversations(created_at);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     (
         "0001_initial",
@@ -335,6 +346,7 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
             BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
         """),
+    ("0016_retention", _RETENTION.format(now="CAST(strftime('%s', 'now') AS INTEGER)")),
 ]
 
 
@@ -448,6 +460,7 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
         CREATE TRIGGER audit_append_only BEFORE UPDATE OR DELETE ON audit
             FOR EACH ROW EXECUTE FUNCTION flowstate_immutable('the audit trail is append-only');
         """),
+    ("0016_retention", _RETENTION.format(now="CAST(extract(epoch FROM now()) AS BIGINT)")),
 ]
 FILLS: dict[str, Callable[[Any, bool], None]] = {"0011_search": search.fill}
 """Migrations whose data Python computes: run after the migration's SQL, in its transaction (conn, postgres)."""

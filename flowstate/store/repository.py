@@ -13,14 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowstate.errors import SessionHasForks, SessionNotFound, StorageError
+from flowstate.errors import SessionNotFound, StorageError
 from flowstate.nodes import Node, Ref, canonical_json
+from flowstate.store import forget, transfer
 from flowstate.store import search as fts
-from flowstate.store import transfer
 from flowstate.store.audit import AuditLog, Entry
 from flowstate.store.audit import write as write_audit
 from flowstate.store.backends import Backend, Conn, PostgresBackend, open_backend
 from flowstate.store.quotas import QuotaStore
+from flowstate.store.retention import RetentionStore
 from flowstate.store.tenants import TenantStore
 
 # A session's lineage: the session itself (every request of it), then, for a fork, the session it was forked from up
@@ -115,6 +116,7 @@ class Repository:
         self.tenants = TenantStore(backend)  # who owns memory and the keys that prove it (flowstate/store/tenants.py)
         self.quotas = QuotaStore(backend)  # what each tenant may use, counted where every server sees it
         self.audit = AuditLog(backend)  # every admin and data action, appended in the action's transaction
+        self.retention = RetentionStore(backend)  # how long memory is kept, and what has outlived it
         self.path = backend.label  # what messages name: the file, or the URL without its password
         self.shared = isinstance(backend, PostgresBackend)  # several processes may use it at once
 
@@ -168,36 +170,10 @@ class Repository:
         is; returns False when the session does not exist.
         """
         with self._write(f"cannot delete session {session!r}") as conn:
-            deleted = self._delete(conn, session)
+            deleted = forget.delete_session(conn, session, self.shared)
             if deleted and audit is not None:
                 write_audit(conn, audit)
         return deleted
-
-    def _one_at_a_time(self, conn: Conn, session: str) -> None:
-        """Serialize this transaction with every other that deletes the session or stores a response only while it
-        is stored (PostgreSQL: a transaction-scoped advisory lock, its own key space beside ``session_lock``'s; under
-        READ COMMITTED a response's check could otherwise see a session a deletion has not committed yet, and keep
-        the response after it). SQLite's one writer serializes them already."""
-        if self.shared:
-            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 1))", (session,))
-
-    def _delete(self, conn: Conn, session: str) -> bool:
-        self._one_at_a_time(conn, session)
-        waiting = conn.execute("SELECT 1 FROM pending_requests WHERE name = ?", (session,)).fetchone()
-        conn.execute("DELETE FROM pending_requests WHERE name = ?", (session,))
-        conn.execute("DELETE FROM responses WHERE session = ?", (session,))  # by name: stored before any request
-        created = conn.execute("DELETE FROM conversations WHERE session = ? RETURNING session", (session,)).fetchone()
-        sid = self._session_id(conn, session)
-        if sid is None:
-            return waiting is not None or created is not None
-        forks = [r[0] for r in conn.execute("SELECT name FROM sessions WHERE parent_id = ? ORDER BY id", (sid,))]
-        if forks:
-            raise SessionHasForks(session, forks)
-        conn.execute("UPDATE sessions SET forgetting = 1 WHERE id = ?", (sid,))
-        for table in ("relations", "nodes", "transcripts", "requests", "sessions"):
-            column = "id" if table == "sessions" else "session_id"
-            conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (sid,))
-        return True
 
     def fork(self, session: str, at: int, name: str) -> None:
         """A new session ``name`` that shares ``session``'s first ``at`` requests — their nodes, relations and
@@ -331,7 +307,7 @@ class Repository:
             if not if_session:
                 conn.execute(insert + "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", values)
                 return True
-            self._one_at_a_time(conn, response.session)
+            forget.one_at_a_time(conn, response.session, self.shared)
             done = conn.execute(insert + "SELECT ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM sessions WHERE name"
                                 " = ?) OR EXISTS (SELECT 1 FROM pending_requests WHERE name = ?) RETURNING id",
                                 (*values, response.session, response.session))
