@@ -25,9 +25,10 @@ from starlette.requests import ClientDisconnect
 from flowstate.errors import SessionNotFound
 from flowstate.inspection import session_dump
 from flowstate.store import transfer
+from flowstate.store.audit import text_digest
 from flowstate.store.repository import Repository, SessionSummary
 from flowstate.store.search import BadSearch, Search
-from serving import admin, console
+from serving import admin, console, erasure
 from serving.chat import IDEMPOTENCY_HEADER, ChatService
 from serving.errors import APIError, bad_request, conflict
 from serving.graph import render_html
@@ -60,6 +61,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.conversations = Conversations(app.state.services)
     app.include_router(router)
     app.include_router(admin.router)
+    app.include_router(erasure.router)
     app.include_router(console.router)
     app.add_middleware(Authenticated, auth=app.state.services.auth)  # who calls, resolved once before any route
     app.add_middleware(Traced)  # nothing while tracing is off
@@ -308,7 +310,7 @@ async def search_memory(request: Request) -> dict[str, Any]:
     if search.session is not None:
         search = replace(search, session=unicodedata.normalize("NFC", search.session))
     hits, more = await anyio.to_thread.run_sync(s.config.repo.search, ns, search)
-    await s.record(entry(request.state.caller, "memory.search", (p.get("q") or "")[:200], hits=len(hits)))
+    await s.record(entry(request.state.caller, "memory.search", text_digest(p.get("q") or ""), hits=len(hits)))
     return {"object": "list", "data": [{
         "object": "memory.hit", "session": h.session[len(ns):], "request": h.request, "state_id": h.state_id,
         "kind": h.kind, "type": h.type, "summary": h.summary, "score": h.score, "created": h.created} for h in hits],

@@ -1,15 +1,18 @@
 """``flowstate retention``: what has outlived its retention policy, listed (``--dry-run``) or removed, on a database
-from the shell (a server sweeps by itself with ``serve --retention``)."""
+from the shell (a server sweeps by itself with ``serve --retention``); ``flowstate erase``: a subject's memory
+erased, with its receipt."""
 
 from __future__ import annotations
 
 import json
 import time
+from contextlib import ExitStack
 from typing import Any
 
 import click
 
 from flowstate.cli.options import default_db, errors
+from flowstate.store.audit import Entry
 from flowstate.store.repository import Repository
 from flowstate.store.retention import Policy, PolicyError, parse_policy
 
@@ -47,3 +50,30 @@ def retention(db: str | None, policy: Policy, dry_run: bool) -> None:
     counts = {k: sum(e.kind == k for e in found) for k in ("session", "response", "conversation")}
     click.echo(f"{'would remove' if dry_run else 'removed'}: " + ", ".join(f"{n} {k}(s)" for k, n in counts.items()),
                err=True)
+
+
+@click.command()
+@click.argument("subject")
+@click.option("--db", default=None, help="The memory: a SQLite file or a postgresql:// URL [default: as for run].")
+@click.option("--tenant", default=None, help="The tenant whose subject it is (its id) [default: the open namespace].")
+@click.option("--api-key", default=None, help="... or the tenant of this API key.")
+@click.option("--vacuum-full", is_flag=True,
+              help="PostgreSQL: VACUUM FULL the affected tables and rebuild the search index, so no file of theirs "
+                   "keeps the erased rows (an exclusive lock on them while it runs).")
+def erase(subject: str, db: str | None, tenant: str | None, api_key: str | None, vacuum_full: bool) -> None:
+    """Erase SUBJECT — a session name or an end-user id (a `user`, a value of a conversation's metadata) — with
+    every fork, response, conversation, transcript and search row that names it; print the receipt (JSON). On
+    SQLite, erase through the server (POST /v1/erasure) while one runs: it holds sessions in memory."""
+    if tenant and api_key:
+        raise click.UsageError("give --tenant or --api-key, not both")
+    with errors(), Repository.open(db or default_db(), create=False) as repo, ExitStack() as held:
+        if tenant:
+            repo.tenants.tenant(tenant)
+        ns = f"{tenant}/" if tenant else repo.tenants.namespace_of(api_key) if api_key else ""
+        if repo.shared:  # every server's turns of these sessions wait, and a running one is waited for
+            for name in sorted(repo.erasure.sessions_of(ns, subject)):
+                held.enter_context(repo.session_lock(name))
+        receipt = repo.erasure.erase(ns, subject, Entry("subject.erase", "", "shell", None, ns[:-1] or None))
+        held.close()
+        receipt = repo.erasure.keep_storage(receipt, repo.erasure.scrub(full=vacuum_full))
+    click.echo(json.dumps(receipt.to_dict(), ensure_ascii=False, indent=2))

@@ -1,11 +1,13 @@
 """The audit trail: an append-only record of every admin action (a tenant made, its quota changed; a key made,
-rotated, revoked) and every data action (a session exported, imported or deleted, memory searched), with when, which
+rotated, revoked) and every data action (a session exported, imported, deleted or expired, memory searched, a subject
+erased), with when, which
 tenant, which key (its id, never its secret), what, on what, and how it ended. A change is recorded in the
 transaction that makes it (``write``: both or neither); a refused or failed action, and a read (an export, a search),
 in a transaction of its own before its answer leaves. It stays with the server: no session file carries it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 import time
@@ -16,6 +18,12 @@ from typing import Any
 from flowstate.store.backends import Backend, Conn
 
 
+def text_digest(text: str) -> str:
+    """What the trail keeps of a text a caller sent (a search's query): never the text — it may be a secret, or
+    what an erasure must remove — but ``sha256:`` and 16 hex digits of its digest, which tells equal queries apart."""
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 def new_id(prefix: str) -> str:
     """An id that sorts in the order ids were made (nanoseconds, fixed width), then 32 random bits."""
     return f"{prefix}{time.time_ns():016x}{secrets.token_hex(4)}"
@@ -23,14 +31,15 @@ def new_id(prefix: str) -> str:
 
 ACTIONS = ("tenant.create", "tenant.quota", "key.create", "key.rotate", "key.revoke", "session.export",
            "session.import", "session.delete", "memory.search", "session.read",  # session.read: by an admin key
-           "session.expire", "tenant.retention")  # session.expire: by retention's sweep
+           "session.expire", "tenant.retention",  # session.expire: by retention's sweep
+           "subject.erase")  # its target: the subject's salted digest (sha256: and 16 hex digits)
 MAX_PAGE = 1000
 
 
 @dataclass(frozen=True)
 class Entry:
     action: str  # one of ACTIONS
-    target: str  # what it acted on: a tenant, key or session id, or the search's query
+    target: str  # what it acted on: a tenant, key or session id, or the digest of a search's query (text_digest)
     actor: str  # "admin" (an admin key), "tenant" (a tenant's key), "shell" (flowstate … --db) or "server" (a sweep)
     key: str | None = None  # the key's id (an admin key: "admin:" + the first 12 hex digits of its digest)
     tenant: str | None = None  # whose data or settings

@@ -87,6 +87,8 @@ class SqliteBackend:
         try:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
             conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA secure_delete = ON")  # per connection, whatever the build's default: deleted rows
+            #                                           are overwritten with zeros (erasure: flowstate/store/erasure.py)
             if path != ":memory:":
                 _wal(conn)
             conn.execute("PRAGMA synchronous = FULL")

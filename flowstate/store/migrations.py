@@ -252,6 +252,18 @@ _RETENTION = """
         CREATE INDEX conversations_created ON conversations(created_at);
 """
 
+_ERASURES = """
+        -- Erasure receipts (flowstate/store/erasure.py): what an erasure removed, counted per kind, with digests and
+        -- never the erased content (the subject only salted and hashed), kept so the operator can show it later.
+        CREATE TABLE erasures (
+            id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            at DOUBLE PRECISION NOT NULL,
+            receipt TEXT NOT NULL
+        );
+        CREATE INDEX erasures_tenant ON erasures(tenant, id);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     (
         "0001_initial",
@@ -347,6 +359,7 @@ MIGRATIONS: list[tuple[str, str]] = [
             BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
         """),
     ("0016_retention", _RETENTION.format(now="CAST(strftime('%s', 'now') AS INTEGER)")),
+    ("0017_erasures", _ERASURES),
 ]
 
 
@@ -461,6 +474,7 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
             FOR EACH ROW EXECUTE FUNCTION flowstate_immutable('the audit trail is append-only');
         """),
     ("0016_retention", _RETENTION.format(now="CAST(extract(epoch FROM now()) AS BIGINT)")),
+    ("0017_erasures", _ERASURES),
 ]
 FILLS: dict[str, Callable[[Any, bool], None]] = {"0011_search": search.fill}
 """Migrations whose data Python computes: run after the migration's SQL, in its transaction (conn, postgres)."""

@@ -20,6 +20,7 @@ from flowstate.store import search as fts
 from flowstate.store.audit import AuditLog, Entry
 from flowstate.store.audit import write as write_audit
 from flowstate.store.backends import Backend, Conn, PostgresBackend, open_backend
+from flowstate.store.erasure import ErasureStore
 from flowstate.store.quotas import QuotaStore
 from flowstate.store.retention import RetentionStore
 from flowstate.store.tenants import TenantStore
@@ -117,6 +118,7 @@ class Repository:
         self.quotas = QuotaStore(backend)  # what each tenant may use, counted where every server sees it
         self.audit = AuditLog(backend)  # every admin and data action, appended in the action's transaction
         self.retention = RetentionStore(backend)  # how long memory is kept, and what has outlived it
+        self.erasure = ErasureStore(backend)  # everything about a subject removed, with a receipt
         self.path = backend.label  # what messages name: the file, or the URL without its password
         self.shared = isinstance(backend, PostgresBackend)  # several processes may use it at once
 

@@ -15,7 +15,7 @@ import pytest
 
 from flowstate import Repository
 from flowstate.errors import SessionHasForks, StorageError
-from flowstate.store.audit import Entry
+from flowstate.store.audit import Entry, text_digest
 from tests.serving.conftest import BOTH_DATABASES, Server
 from tests.serving.test_quotas import tenant
 from tests.serving.test_tenants import ADMIN, admin, notes
@@ -56,7 +56,7 @@ def test_every_admin_and_data_action_is_in_the_trail_with_who_and_how_it_ended(s
     assert got == [
         ("tenant.create", t, "ok", "admin", t), ("key.create", key_id, "ok", "admin", t),
         ("tenant.create", "audited", "refused", "admin", None), ("tenant.quota", t, "ok", "admin", t),
-        ("memory.search", "note", "ok", "tenant", t), ("session.export", "trip", "ok", "tenant", t),
+        ("memory.search", text_digest("note"), "ok", "tenant", t), ("session.export", "trip", "ok", "tenant", t),
         ("session.import", "copy", "ok", "tenant", t), ("session.import", "trip", "refused", "tenant", t),
         ("session.delete", "copy", "ok", "tenant", t), ("session.delete", "nowhere", "refused", "tenant", t),
         ("key.rotate", rotated["new"]["id"], "ok", "admin", t), ("key.revoke", rotated["new"]["id"], "ok", "admin", t),
