@@ -58,8 +58,6 @@ class Sweeper:
         finally:
             await anyio.to_thread.run_sync(lock.__exit__, None, None, None)
         counts = Counter(e.kind for e in removed)
-        for kind, n in counts.items():
-            self.metrics.expired.labels(kind).inc(n)
         if removed:
             log.info("retention removed %s", ", ".join(f"{n} {kind}(s)" for kind, n in sorted(counts.items())))
         return removed
@@ -83,4 +81,6 @@ class Sweeper:
                 for name in claimed:
                     self.sessions.leave(name)
             removed += done
+            for kind, n in Counter(e.kind for e in done).items():  # counted as each batch goes: a long sweep shows
+                self.metrics.expired.labels(kind).inc(n)          # its progress
             skipped.update(e.name for e in due if e not in done)  # held, waiting or revived: not this sweep

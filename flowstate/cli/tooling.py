@@ -401,6 +401,24 @@ def bench_admission_cmd(pg_url: str | None, requests: int, out: Path | None) -> 
                   render_table, out)
 
 
+@bench.command("retention")
+@click.option("--postgres", "pg_url", default=None, envvar="FLOWSTATE_BENCH_PG",
+              help="A PostgreSQL server (URL of a database whose user may create databases): fresh databases there "
+                   "[default: $FLOWSTATE_BENCH_PG; without one, SQLite only].")
+@click.option("--expired", default=3000, show_default=True, type=click.IntRange(min=1),
+              help="Expired sessions seeded for the sweep to remove.")
+@click.option("--sessions", default=16, show_default=True, type=click.IntRange(min=1), help="Clients at once.")
+@click.option("--turns", default=10, show_default=True, type=click.IntRange(min=1), help="Turns per client.")
+@OUT
+def bench_retention_cmd(pg_url: str | None, expired: int, sessions: int, turns: int, out: Path | None) -> None:
+    """What retention's sweep costs the turns running meanwhile: turn p50/p99 with retention off and on (the sweep
+    removing the seeded expired sessions during the traffic), SQLite and PostgreSQL side by side."""
+    from flowstate.bench.retention import bench_retention, render_table
+
+    _on_databases("1", pg_url, lambda targets, _: bench_retention(targets, sessions, turns, expired, progress),
+                  render_table, out)
+
+
 @bench.command("search")
 @click.option("--sizes", default="10000,100000", show_default=True, help="States, comma-separated.")
 @click.option("--postgres", "pg_url", default=None, envvar="FLOWSTATE_BENCH_PG",

@@ -3,6 +3,8 @@ calls straight to the engine, counted right."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from engine.scripted import ScriptedEngine
@@ -72,3 +74,18 @@ def test_bench_mcp_stays_within_the_bound_and_released_sessions_call_again() -> 
     assert row["peak_live"] == 2 and row["peak_processes"] <= 3 and row["released"] == 6 + 3 - 2
     assert row["first_calls_ok"] == 6  # every first call counted 1 on its own server
     assert row["later_calls_ok"] == row["later_fresh"] == 3  # released sessions: a fresh server, counting from 1
+
+
+@pytest.mark.slow
+def test_bench_retention_sweeps_the_seeded_backlog_and_nothing_of_the_traffic(tmp_path: Path) -> None:
+    """``flowstate bench retention`` on SQLite: off and on side by side on alike seeded databases; with retention on
+    the seeded sessions all go and the traffic's stay (the bench checks both), figures ordered."""
+    from flowstate.bench.retention import bench_retention, render_table
+
+    made = iter(str(tmp_path / f"r{i}.db") for i in range(2))
+    off, on = bench_retention({"sqlite": lambda: next(made)}, 2, 2, 60, progress=lambda _: None)
+    assert (off["retention"], on["retention"]) == ("off", "idle=30d")
+    assert off["removed_all"] is None and on["removed_all"] is True and 0 <= on["removed_during"] <= 60
+    for row in (off, on):
+        assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["max_ms"]
+    assert render_table([off, on]).count("\n") == 3
