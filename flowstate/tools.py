@@ -160,6 +160,8 @@ class ToolSet(Mapping[str, Tool]):
     def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = (), sources: Sequence[ToolSource] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         self.sources = tuple(sources)
+        # a call's arguments as its tool gets them, given its session (a server that redacts restores placeholders)
+        self.restore: Callable[[str, Mapping[str, Any]], Mapping[str, Any]] | None = None
         for t in tools:
             tool = t if isinstance(t, Tool) else Tool.from_function(t)
             if tool.name in self._tools:
@@ -182,6 +184,8 @@ class ToolSet(Mapping[str, Tool]):
         tool = self._tools.get(name)
         if tool is None:
             return None, f"unknown tool {name!r}; available: {', '.join(self._tools) or 'none'}"
+        if self.restore is not None:  # placeholders the model wrote for redacted values: the values, just for the tool
+            arguments = self.restore(session, arguments)
         return tool.run(arguments, session)
 
     def release(self, session: str) -> None:

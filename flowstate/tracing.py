@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -76,6 +76,14 @@ def disable() -> None:
     _tracer = _provider = None
 
 
+scrub: Callable[[str], str] | None = None  # set by a redacting server: every text attribute goes through it
+
+
+def _scrubbed(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: scrub(v) if scrub is not None and isinstance(v, str) else v for k, v in attributes.items()
+            if v is not None}
+
+
 def hashed(session: str) -> str:
     """How a span names a session: the first 16 hex digits of its name's SHA-256."""
     return hashlib.sha256(session.encode()).hexdigest()[:16]
@@ -86,7 +94,7 @@ def span(name: str, attributes: Mapping[str, Any] | None = None, *, parent: Any 
     if _tracer is None:
         return _OFF
     started: AbstractContextManager[Any] = _tracer.start_as_current_span(name, context=parent,
-                                                                         attributes=dict(attributes or {}))
+                                                                         attributes=_scrubbed(attributes or {}))
     return started
 
 
@@ -108,7 +116,7 @@ def event(name: str, attributes: Mapping[str, Any] | None = None) -> None:
 def annotate(attributes: Mapping[str, Any]) -> None:
     """Attributes of the current span, known once its work is done (a model call's tokens)."""
     if _tracer is not None:
-        current().set_attributes({k: v for k, v in attributes.items() if v is not None})
+        current().set_attributes(_scrubbed(attributes))
 
 
 def extract(headers: Mapping[str, str]) -> Any:

@@ -334,6 +334,9 @@ async def get_session(session_id: str, request: Request) -> dict[str, Any]:
     dump["pending"] = {"tool_call_ids": live.calls} if waiting and live and live.calls else None
     dump["running"] = None if run is None else {  # the request a turn runs (or that waits on tool results) now
         "index": run.index_k, "query": run.query, "waiting": waiting, "steps": [st.to_dict() for st in list(run.steps)]}
+    redaction = s.config.repo.redaction
+    if redaction is not None and run is not None:  # what runs in memory is shown as it will be stored
+        dump["running"] = await anyio.to_thread.run_sync(redaction.value, key.full, dump["running"])
     return {"id": key.name, "object": "session", **dump}
 
 

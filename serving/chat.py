@@ -37,6 +37,15 @@ class Prepared:
     conversation: list[dict[str, Any]]
     checked: Checked  # its client tools and options, as the one check passed them
     approvals: dict[str, Approval] = field(default_factory=dict)  # the client's answers to approval requests
+    seen: list[dict[str, Any]] | None = None  # the conversation as the session stores it (redacted): what it matches
+
+    @property
+    def stored(self) -> list[dict[str, Any]]:
+        return self.conversation if self.seen is None else self.seen
+
+    def real(self, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The conversation's last ``len(new)`` messages as the client sent them (what the model sees this turn)."""
+        return self.conversation[len(self.conversation) - len(new):] if new else []
 
 
 class Moved(Exception):
@@ -67,7 +76,8 @@ class ChatService:
     def __init__(self, services: Services) -> None:
         self.s = services
 
-    def prepare(self, body: ChatRequest, hidden: tuple[str, ...] = (), approval: tuple[str, ...] = ()) -> Prepared:
+    def prepare(self, body: ChatRequest, hidden: tuple[str, ...] = (), approval: tuple[str, ...] = (),
+                ns: str = "") -> Prepared:
         """Every check a request can fail before a session is touched or a stream starts (4xx, never an error
         event). It compiles the grammar of tools it has not seen: run it in a worker thread. ``hidden``: server
         tools this request may not call (a Responses request's ``allowed_tools``); ``approval``: server tools whose
@@ -90,13 +100,16 @@ class ChatService:
         client_tools = [t.spec() for t in body.tools or ()]
         options = replace(body.options({t["name"] for t in client_tools} | set(s.config.tools)), hidden=hidden,
                           approval=approval)
-        return Prepared(body, policy, conversation, s.turns.check(client_tools, options))
+        redaction = s.config.repo.redaction  # a redacting server's sessions store, and so match, redacted messages
+        seen = None if redaction is None else redaction.value(ns, conversation)
+        return Prepared(body, policy, conversation, s.turns.check(client_tools, options), seen=seen)
 
 
     async def complete(self, ns: str, body: ChatRequest, session_header: str | None,
                        idempotency_header: str | None) -> JSONResponse | StreamingResponse:
         """One chat completion call: the session's next turn, or the reply an identical earlier call got."""
-        p = await anyio.to_thread.run_sync(self.prepare, body)  # new tools' grammar compiles: off the event loop
+        p = await anyio.to_thread.run_sync(  # new tools' grammar compiles (and redaction runs): off the event loop
+            lambda: self.prepare(body, ns=ns))
         named = session_name(header_text(session_header, SESSION_HEADER), body.user)
         idem = header_text(idempotency_header, IDEMPOTENCY_HEADER)
         admitted = await self.s.admissions.admit(ns)  # the tenant's quota: a 429 before anything is stored
@@ -128,17 +141,17 @@ class ChatService:
             session = SessionKey(ns, named)
             await s.sessions.enter(session.full)
         else:  # returns with the session entered
-            full = await s.sessions.resolve(ns + fingerprint(p.policy, p.conversation), p.conversation, idem)
+            full = await s.sessions.resolve(ns + fingerprint(p.policy, p.stored), p.stored, idem)
             session = SessionKey(ns, full[len(ns):])
         try:
             live = await s.sessions.live(session.full)
             # a retry finds its reply wherever the session is
             if continue_at is not None and len(live.transcript) != continue_at and not live.replied(idem):
                 raise Moved(len(live.transcript))
-            earlier = live.earlier_reply(idem, p.conversation,
-                                         resent_history=continue_at is None and len(p.conversation) > 1)
+            earlier = live.earlier_reply(idem, p.stored,
+                                         resent_history=continue_at is None and len(p.stored) > 1)
             if earlier is None:
-                fresh = p.conversation if continue_at is not None else new_messages(p.conversation, live.transcript).new
+                fresh = p.conversation if continue_at is not None else p.real(new_messages(p.stored, live.transcript).new)
                 kind, new = check_pending(live, fresh)
                 live.hold(idem)  # a retry under this key that resolves meanwhile waits for this turn
         except BaseException:

@@ -3,6 +3,7 @@ Idempotency-Key, what it holds in memory), rebuilt from the repository when it i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from flowstate.loop import RequestRun
@@ -30,6 +31,9 @@ class Live:
         self._replies = dict(replies or {})  # Idempotency-Key -> index of its reply in the transcript
         self._running: set[str] = set()  # Idempotency-Keys of turns that run now
         self._size: tuple[int, int] = (-1, 0)  # (transcript length, bytes) when last measured
+        # messages as the transcript keeps them: redacted as the repository stores them, on a redacting server (so a
+        # session in memory matches a client's resent history exactly as one read back from the database does)
+        self.seal: Callable[[Any], Any] = lambda messages: messages
 
     # -- idempotency: what a key already got, or is getting ----------------------------------------------------
 
@@ -76,7 +80,7 @@ class Live:
         if self.run is not None or self.suspended is not None:
             raise RuntimeError(f"session {self.name!r} has a waiting request")
         self.run = run
-        self.transcript.extend(users)
+        self.transcript.extend(self.seal(users))
 
     def take_up(self, run: RequestRun) -> None:
         """The waiting request, restored from its stored snapshot, runs here now."""
@@ -84,7 +88,7 @@ class Live:
 
     def answer(self, results: list[dict[str, Any]]) -> None:
         """The client's messages that answered the waiting calls."""
-        self.transcript.extend(results)
+        self.transcript.extend(self.seal(results))
 
     def so_far(self, key: str | None) -> Transcript:
         """The unfinished request's messages and keys, the reply about to come under ``key`` included."""
@@ -95,14 +99,14 @@ class Live:
         """The request waits on the client's ``calls``: its reply is they, the request as stored (``snapshot``) is
         kept; returns what to store so that any server can go on with it."""
         self._remember(key)
-        self.transcript.append({"role": "assistant", "content": None, "tool_calls": calls})
+        self.transcript.extend(self.seal([{"role": "assistant", "content": None, "tool_calls": calls}]))
         self.suspended = {"run": snapshot, "live": self.unsettled()}
         return self.suspended
 
     def finish(self, response: str, key: str | None) -> bool:
         """The request answered (and was persisted); returns whether a stored waiting request must go."""
         self._remember(key)
-        self.transcript.append({"role": "assistant", "content": response})
+        self.transcript.extend(self.seal([{"role": "assistant", "content": response}]))
         self.settled, self.run, self.requests = len(self.transcript), None, self.requests + 1
         return self.unsuspend()
 
@@ -176,6 +180,9 @@ def load_live(repo: Repository, name: str) -> Live:
         replies.update({k: len(out) + int(i) for k, i in keys.items()})
         out.extend(messages)
     live = Live(name, out, len(out), replies=replies, requests=count)
+    redaction = repo.redaction
+    if redaction is not None:
+        live.seal = lambda messages: redaction.value(name, messages)
     suspended = repo.pending(name)
     if suspended is not None:  # a request waits on the client's tool results (started here or elsewhere)
         live.resume_from(suspended)

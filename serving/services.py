@@ -13,6 +13,7 @@ import anyio
 from starlette.requests import Request
 
 from engine.base import Engine
+from flowstate import tracing
 from flowstate.config import AgentConfig, LoopConfig
 from flowstate.errors import SessionHasForks
 from flowstate.memory.base import Strategy
@@ -58,6 +59,8 @@ class ServerConfig:
     retention: Policy = field(default_factory=Policy)  # the server's retention policy (a tenant's own replaces it)
     retention_every_s: float = 60.0  # how often the server sweeps what outlived its policy
     clock: Callable[[], float] = time.time  # what retention takes as now (a test moves it)
+    redact: tuple[str, ...] = ()  # the kinds redacted before anything is stored (flowstate/store/redaction.py); () none
+    vault_key: str | None = None  # the key of the vault that keeps redacted values (needed with ``redact``)
 
 
 @dataclass
@@ -143,6 +146,13 @@ class Services:
 
 def build(config: ServerConfig) -> Services:
     """The services of one server."""
+    if config.redact:
+        if not config.vault_key:
+            raise ValueError("redaction needs a vault key (--vault-key, $FLOWSTATE_VAULT_KEY): the values it replaces "
+                             "are kept encrypted under it")
+        redaction = config.repo.redact(config.vault_key, config.redact)
+        config.tools.restore = redaction.restore
+        tracing.scrub = lambda text: redaction.redactor.text("", text)  # a span's texts (a tool's error) redacted
     sessions = Registry(config.repo, config.max_live_sessions, config.tools.release,
                         int(config.session_memory_mb * (1 << 20)))
     config.tools.hold_while(sessions.running)  # a bounded MCP source never ends a connection a turn is using

@@ -212,8 +212,12 @@ class Turns:
     def _wait(self, live: Live, run: RequestRun, waiting: Waiting, key: str | None) -> AssistantMessage:
         """The assistant message of the client's calls; the waiting request is stored, so that it outlives this
         process and any server sharing the database can go on with it."""
+        redaction = self.repo.redaction  # the client's own values for the placeholders the model wrote
+        args = {cid: dict(run.pending[i].arguments) for cid, i in waiting.client.items()}
+        if redaction is not None:
+            args = {cid: dict(redaction.restore(live.name, a)) for cid, a in args.items()}
         calls = [ToolCallOut(id=cid, function=FunctionCallOut(name=run.pending[i].name,
-                                                              arguments=canonical_json(dict(run.pending[i].arguments))))
+                                                              arguments=canonical_json(args[cid])))
                  for cid, i in waiting.client.items()]
         stored = live.wait([{"id": c.id, "name": c.function.name, "arguments": c.function.arguments} for c in calls],
                            key, snapshot(run))

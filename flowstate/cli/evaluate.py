@@ -25,6 +25,15 @@ from flowstate.cli.options import (
 )
 
 
+def _redacted(kinds: str | None) -> tuple[str, ...]:
+    from flowstate.store.redaction import parse_kinds
+
+    try:
+        return parse_kinds(kinds) if kinds else ()
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--redact") from None
+
+
 def _progress(line: str) -> None:
     if sys.stderr.isatty():
         click.echo(f"\r{line}\x1b[K", err=True, nl=False)
@@ -97,12 +106,16 @@ def _progress(line: str) -> None:
 @loop_options()
 @layout_option
 @mcp_options
+@click.option("--redact", "redact_kinds", default=None, metavar="KINDS",
+              help="Redact these kinds (email, phone, card, iban, secret; comma-separated) before anything is stored, "
+                   "as serve --redact mask does (a vault key of the run's own) [default: none].")
 @otlp_option
 def evaluate(
     suites: str, suite_options: tuple[str, ...], strategy_names: str, policies: str | None, tasks: int, depths: str, seed: int, concurrency: int, out: Path,
     db: str | None, data: str | None, count_tokens: str, trials: int, user_spec: str | None,
     judge_spec: str | None, engine_specs: tuple[str, ...], embed_spec: str | None, kv_model: str, gpu_cost: str,
     trace: str | None, loop: LoopOptions, layout: str, mcp: McpOptions, otlp_endpoint: str | None,
+    redact_kinds: str | None,
 ) -> None:
     """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed."""
     from engine.spec import label
@@ -129,7 +142,7 @@ def evaluate(
             count_tokens=count_tokens,
             kv_model=kv_model, gpu_memory_gib=gpu_memory_gib, gpu_cost=gpu_cost, decode_weight=decode_weight,
             trace=trace, mcp=mcp.mcp, mcp_scope=mcp.mcp_scope, mcp_timeout=mcp.mcp_timeout,
-            mcp_sessions=mcp.mcp_sessions, trials=trials,
+            mcp_sessions=mcp.mcp_sessions, trials=trials, redact=_redacted(redact_kinds),
             user=label(roles["user"]) if roles["user"] else "", judge=label(roles["judge"]) if roles["judge"] else "",
             embed=embedder.label if embedder is not None else "")
 

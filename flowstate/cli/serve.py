@@ -11,6 +11,7 @@ import engine as engines
 from flowstate import memory
 from flowstate.cli import options
 from flowstate.cli.forgetting import POLICY
+from flowstate.store.redaction import KINDS, parse_kinds
 from flowstate.store.repository import Repository
 from flowstate.store.retention import Policy
 from serving.server import HEADER_TIMEOUT_S
@@ -72,6 +73,14 @@ _INGRESS = IngressLimits()
                    "conversations older than it are removed by a sweep; a tenant's own policy replaces it.")
 @click.option("--retention-every", "retention_every_s", default=_SERVER["retention_every_s"].default,
               show_default=True, type=click.FloatRange(min=1), help="Seconds between retention sweeps.")
+@click.option("--redact", type=click.Choice(["off", "mask"]), default="off", show_default=True,
+              help="mask: personal data and secrets (--redact-kinds) are replaced by stable placeholders before anything "
+                   "is stored, indexed, exported or traced; the values are kept encrypted (--vault-key) and restored "
+                   "into a tool call's arguments just before the tool runs.")
+@click.option("--redact-kinds", default=",".join(KINDS), show_default=True,
+              help=f"What --redact mask replaces, comma-separated: {', '.join(KINDS)}.")
+@click.option("--vault-key", default=None, help="The Fernet key that encrypts redacted values [default: "
+              "$FLOWSTATE_VAULT_KEY]; keep it outside the database: without it no redacted value can be recovered.")
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @options.otlp_option
 def serve(
@@ -81,7 +90,8 @@ def serve(
     loop: options.LoopOptions, log_level: str, max_live_sessions: int, session_memory_mb: float, max_body_mb: float,
     body_timeout: float, header_timeout: float, stream_answers: str, strategy_name: str, layout: str, mcp: options.McpOptions,
     embed_spec: str | None, background_lease_s: float, turn_lease_s: float, otlp_endpoint: str | None,
-    retention: Policy | None, retention_every_s: float, **engine_opts: Any,
+    retention: Policy | None, retention_every_s: float, redact: str, redact_kinds: str, vault_key: str | None,
+    **engine_opts: Any,
 ) -> None:
     """Serve an OpenAI-compatible endpoint whose model remembers — Chat Completions, the Responses API and
     conversations, the console at /ui/ and memory search (FastAPI on uvicorn)."""
@@ -106,7 +116,9 @@ def serve(
                                   stream_answers=stream_answers, background_lease_s=background_lease_s,
                                   turn_lease_s=turn_lease_s, retention_every_s=retention_every_s,
                                   retention=retention or POLICY.convert(os.environ.get("FLOWSTATE_RETENTION", "off"),
-                                                                        None, None))
+                                                                        None, None),
+                                  redact=_kinds(redact_kinds) if redact == "mask" else (),
+                                  vault_key=vault_key or os.environ.get("FLOWSTATE_VAULT_KEY") or None)
             try:
                 with options.traced(otlp_endpoint):
                     run_server(server, host=host, port=port, log_level=log_level, header_timeout_s=header_timeout)
@@ -116,6 +128,13 @@ def serve(
             tools.close()
             if embedder is not None:
                 embedder.close()
+
+
+def _kinds(text: str) -> tuple[str, ...]:
+    try:
+        return parse_kinds(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--redact-kinds") from None
 
 
 def _listed(variable: str) -> list[str]:

@@ -419,6 +419,20 @@ def bench_retention_cmd(pg_url: str | None, expired: int, sessions: int, turns: 
                   render_table, out)
 
 
+@bench.command("redaction")
+@OUT
+def bench_redaction_cmd(out: Path | None) -> None:
+    """Redaction's detectors on a fixed corpus (precision and recall per kind, positives and look-alikes) and on
+    τ³'s databases and task scenarios when installed (e-mails found, anything else found)."""
+    from flowstate.bench.redaction import render_table, run, tau3
+
+    with errors():
+        result, fresh, held_out = run(), run(held_out=True), tau3()
+        emit(render_table(result, held_out, fresh), out, {
+            "corpus": {k: dict(v) if isinstance(v, dict) else v for k, v in result.items()},
+            "held_out": {k: dict(v) if isinstance(v, dict) else v for k, v in fresh.items()}, "tau3": held_out})
+
+
 @bench.command("search")
 @click.option("--sizes", default="10000,100000", show_default=True, help="States, comma-separated.")
 @click.option("--postgres", "pg_url", default=None, envvar="FLOWSTATE_BENCH_PG",

@@ -71,6 +71,7 @@ class EvalConfig:
     mcp_scope: str = "server"  # ... one server for every task, or one per task's session
     mcp_timeout: float = 60.0  # ... seconds a tool call may take (not identity)
     mcp_sessions: int = 64  # ... per-session servers live at once (not identity)
+    redact: tuple[str, ...] = ()  # kinds redacted before anything is stored (flowstate/store/redaction.py), as serve does
 
     @property
     def namespace(self) -> str:
@@ -88,7 +89,8 @@ class EvalConfig:
                 **({"trials": self.trials, "user": self.user, "judge": self.judge} if self.trials != 1 or self.user
                    or self.judge else {}),
                 **({"mcp": list(self.mcp), "mcp_scope": self.mcp_scope} if self.mcp else {}),
-                **({"embed": self.embed} if self.embed else {})}
+                **({"embed": self.embed} if self.embed else {}),
+                **({"redact": list(self.redact)} if self.redact else {})}
 
 
 class Results:
@@ -178,6 +180,10 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: OnProgress
     trace = TraceWriter(config.trace) if config.trace else None
     tools = connect(config.mcp, config.mcp_scope, config.mcp_timeout, max_sessions=config.mcp_sessions) if config.mcp else None
     with Repository.open(config.db or config.out / "memory.db") as repo:
+        if config.redact:  # a key of this run's own: its values are restored within the run, never read after
+            from flowstate.store.vault import new_key
+
+            repo.redact(new_key(), config.redact)
         ctx = RunContext(config, repo, results, tuple(engines), run, progress, user, judge, tokens, trace, tools)
         try:
             for suite, tasks in suites.items():

@@ -22,7 +22,7 @@ import hashlib
 import json
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -74,6 +74,8 @@ class ErasureStore:
     def __init__(self, backend: Backend) -> None:
         self._db = backend
         self._shared = isinstance(backend, PostgresBackend)
+        # what else names a subject as stored: its placeholders, when the repository redacts (Repository.redaction)
+        self.aliases: Callable[[str, str], list[str]] = lambda namespace, subject: []
 
     def sessions_of(self, namespace: str, subject: str) -> list[str]:
         """The sessions (full names) the subject names in the namespace, forks before what they fork."""
@@ -82,15 +84,17 @@ class ErasureStore:
 
     def _sessions(self, conn: Conn, namespace: str, subject: str) -> list[str]:
         roots = {namespace + subject}
+        names = {subject, *self.aliases(namespace, subject)}
         for session, metadata in conn.execute("SELECT session, metadata FROM conversations WHERE substr(session, 1, ?)"
                                               " = ?", (len(namespace), namespace)):
-            if "/" not in session[len(namespace):] and subject in json.loads(metadata).values():  # not a tenant's
+            if "/" not in session[len(namespace):] and names & set(json.loads(metadata).values()):  # not a tenant's
                 roots.add(session)
-        pattern = f'%"user":{_like(json.dumps(subject, ensure_ascii=False))}%'
-        for session, body in conn.execute("SELECT session, body FROM responses WHERE namespace = ? AND body LIKE ?"
-                                          " ESCAPE '\\'", (namespace, pattern)):
-            if json.loads(body).get("user") == subject:
-                roots.add(session)
+        for name in names:
+            pattern = f'%"user":{_like(json.dumps(name, ensure_ascii=False))}%'
+            for session, body in conn.execute("SELECT session, body FROM responses WHERE namespace = ? AND body LIKE ?"
+                                              " ESCAPE '\\'", (namespace, pattern)):
+                if json.loads(body).get("user") == name:
+                    roots.add(session)
         marks = ", ".join("?" for _ in roots)
         tree = conn.execute(
             "WITH RECURSIVE tree(id, name, depth) AS (SELECT id, name, 0 FROM sessions WHERE name IN"

@@ -264,6 +264,19 @@ _ERASURES = """
         CREATE INDEX erasures_tenant ON erasures(tenant, id);
 """
 
+_VAULT = """
+        -- The vault (flowstate/store/vault.py): each value redaction replaced, by session and placeholder, encrypted
+        -- under a key the database never holds; gone with its session.
+        CREATE TABLE vault (
+            session TEXT NOT NULL,
+            placeholder TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            sealed TEXT NOT NULL,
+            PRIMARY KEY (session, placeholder)
+        );
+        CREATE INDEX vault_placeholder ON vault(placeholder);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     (
         "0001_initial",
@@ -360,6 +373,7 @@ MIGRATIONS: list[tuple[str, str]] = [
         """),
     ("0016_retention", _RETENTION.format(now="CAST(strftime('%s', 'now') AS INTEGER)")),
     ("0017_erasures", _ERASURES),
+    ("0018_vault", _VAULT),
 ]
 
 
@@ -475,6 +489,7 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
         """),
     ("0016_retention", _RETENTION.format(now="CAST(extract(epoch FROM now()) AS BIGINT)")),
     ("0017_erasures", _ERASURES),
+    ("0018_vault", _VAULT),
 ]
 FILLS: dict[str, Callable[[Any, bool], None]] = {"0011_search": search.fill}
 """Migrations whose data Python computes: run after the migration's SQL, in its transaction (conn, postgres)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,10 @@ from flowstate.store.audit import write as write_audit
 from flowstate.store.backends import Backend, Conn, PostgresBackend, open_backend
 from flowstate.store.erasure import ErasureStore
 from flowstate.store.quotas import QuotaStore
+from flowstate.store.redaction import Redacted
 from flowstate.store.retention import RetentionStore
 from flowstate.store.tenants import TenantStore
+from flowstate.store.vault import Redaction
 
 # A session's lineage: the session itself (every request of it), then, for a fork, the session it was forked from up
 # to the fork's point, and so on up (each ancestor only up to its child's point). Every read of a session's requests,
@@ -119,8 +121,36 @@ class Repository:
         self.audit = AuditLog(backend)  # every admin and data action, appended in the action's transaction
         self.retention = RetentionStore(backend)  # how long memory is kept, and what has outlived it
         self.erasure = ErasureStore(backend)  # everything about a subject removed, with a receipt
+        self._redaction: Redaction | None = None
         self.path = backend.label  # what messages name: the file, or the URL without its password
         self.shared = isinstance(backend, PostgresBackend)  # several processes may use it at once
+
+    @property
+    def redaction(self) -> Redaction | None:
+        """What the repository redacts before it stores anything (None: nothing; ``flowstate/store/vault.py``)."""
+        return self._redaction
+
+    @redaction.setter
+    def redaction(self, redaction: Redaction | None) -> None:
+        self._redaction = redaction
+        self.erasure.aliases = (lambda ns, subject: redaction.value(ns, [subject])) if redaction else (lambda *_: [])
+
+    def redact(self, vault_key: str, kinds: Sequence[str]) -> Redaction:
+        """From now on redact ``kinds`` in everything stored, keeping the values in the vault under ``vault_key``."""
+        self.redaction = Redaction(self._db, vault_key, kinds)
+        return self.redaction
+
+    def _redacted(self, session: str, value: Any) -> tuple[Any, Redacted | None]:
+        """``value`` as stored (redacted, when the repository redacts), and what was replaced."""
+        if self._redaction is None:
+            return value, None
+        found = Redacted()
+        return self._redaction.value(session, value, found), found
+
+    def _seal(self, conn: Conn, session: str, found: Redacted | None) -> None:
+        """The values redaction replaced, into the vault, in the caller's transaction."""
+        if self._redaction is not None and found is not None and found.values:
+            self._redaction.vault.seal(conn, session, found.values)
 
     @classmethod
     def open(cls, target: str | Path, *, create: bool = True) -> Repository:
@@ -302,29 +332,37 @@ class Repository:
         """Store a new response (its id must be new); ``lease_at``: a background response's, stored as it starts.
         ``if_session``: only while its session is stored (a turn's response, stored after the turn: a session
         deleted meanwhile keeps nothing of it). Whether it was stored."""
+        (body, items), found = self._redacted(response.session, [response.body, response.input_items])
+        response = replace(response, body=body, input_items=items)
         values = (response.id, response.namespace, response.session, response.position, canonical_json(response.body),
                   canonical_json(response.input_items), created_at, lease_at)
         insert = "INSERT INTO responses (id, namespace, session, position, body, input_items, created_at, lease_at) "
         with self._write(f"cannot store response {response.id!r}") as conn:
             if not if_session:
                 conn.execute(insert + "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", values)
+                self._seal(conn, response.session, found)
                 return True
             forget.one_at_a_time(conn, response.session, self.shared)
             done = conn.execute(insert + "SELECT ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM sessions WHERE name"
                                 " = ?) OR EXISTS (SELECT 1 FROM pending_requests WHERE name = ?) RETURNING id",
-                                (*values, response.session, response.session))
-            return done.fetchone() is not None
+                                (*values, response.session, response.session)).fetchone() is not None
+            if done:
+                self._seal(conn, response.session, found)
+            return done
 
     def update_response(self, response: StoredResponse) -> bool:
         """A background response stored again as its turn ended (its lease gone): only while it is stored — one
         deleted meanwhile (alone, or with its session) stays deleted. Whether it was."""
+        (body, items), found = self._redacted(response.session, [response.body, response.input_items])
         with self._write(f"cannot store response {response.id!r}") as conn:
             done = conn.execute(
                 "UPDATE responses SET position = ?, body = ?, input_items = ?, lease_at = NULL"
                 " WHERE id = ? AND namespace = ? AND session = ? RETURNING id",
-                (response.position, canonical_json(response.body), canonical_json(response.input_items), response.id,
-                 response.namespace, response.session))
-            return done.fetchone() is not None
+                (response.position, canonical_json(body), canonical_json(items), response.id,
+                 response.namespace, response.session)).fetchone() is not None
+            if done:
+                self._seal(conn, response.session, found)
+            return done
 
     def renew_leases(self, ids: Sequence[str], now: int) -> None:
         """The background responses this server runs are still running."""
@@ -364,10 +402,12 @@ class Repository:
 
     def save_conversation(self, session: str, metadata: dict[str, str], created_at: int) -> None:
         """A conversation's metadata (its session need not exist yet); ``created_at`` is kept from the first save."""
+        metadata, found = self._redacted(session, metadata)
         with self._write(f"cannot keep conversation {session!r}") as conn:
             conn.execute("INSERT INTO conversations (session, metadata, created_at) VALUES (?, ?, ?) ON CONFLICT "
                          "(session) DO UPDATE SET metadata = excluded.metadata", (session, canonical_json(metadata),
                                                                                 created_at))
+            self._seal(conn, session, found)
 
     def conversation(self, session: str) -> tuple[dict[str, str], int] | None:
         """A created conversation's metadata and creation time."""
@@ -378,10 +418,12 @@ class Repository:
     # -- a request waiting on client tool results (the one mutable row of a session) -------------
 
     def save_pending(self, session: str, request: int, snapshot: dict[str, Any]) -> None:
+        snapshot, found = self._redacted(session, snapshot)
         with self._write(f"cannot keep the waiting request of {session!r}") as conn:
             conn.execute("DELETE FROM pending_requests WHERE name = ?", (session,))
             conn.execute("INSERT INTO pending_requests (name, request, snapshot) VALUES (?, ?, ?)",
                          (session, request, json.dumps(snapshot, ensure_ascii=False)))
+            self._seal(conn, session, found)
 
     def pending(self, session: str) -> dict[str, Any] | None:
         """The snapshot of the session's waiting request, if it still waits (not if it was finished since)."""
@@ -538,6 +580,8 @@ class Repository:
         writer finished a request of this session meanwhile and nothing is written.
         """
         sid = "(SELECT id FROM sessions WHERE name = ?)"  # no read before the writes: one round trip on a server
+        query, response, nodes, record, transcript, found = (query, response, nodes, record, transcript, None) \
+            if self._redaction is None else self._redaction.request(session, query, response, nodes, record, transcript)
         try:
             with self._write(f"cannot persist request {index} of {session!r}") as conn:
                 now = int(time.time())
@@ -561,6 +605,7 @@ class Repository:
                         f"INSERT INTO transcripts (session_id, request_idx, messages, idempotency) VALUES ({sid}, ?, ?, ?)",
                         (session, index, canonical_json(transcript.messages), canonical_json(transcript.idempotency)),
                     )
+                self._seal(conn, session, found)
                 relations = [(session, n.id, pos, ref.rel.value, ref.state_id) for n in nodes for pos, ref in enumerate(n.refs)]
                 _check_targets(conn, session, index, nodes)
                 if relations:

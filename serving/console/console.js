@@ -358,6 +358,12 @@
         render();
         document.getElementById("state").scrollIntoView({ block: "nearest" });
       };
+      // what redaction replaced in the request, counted per kind (never a value: the server stored placeholders)
+      const redacted = (record) => {
+        const counts = Object.entries(record.redactions || {});
+        return counts.length ? h("p", { class: "muted redactions" }, "Redacted before storing: " +
+          counts.map(([kind, n]) => n + " " + kind).join(", ")) : null;
+      };
       const timeline = dump.requests.map((req) => {
         const shown = open.has(req.index);
         const toggle = h("button", { type: "button", class: "steps-toggle", onclick: async () => {
@@ -375,7 +381,8 @@
           h("p", {}, h("strong", {}, "Query: "), h("span", { class: "query" }, req.query)),
           req.response !== null ? h("p", {}, h("strong", {}, "Answer: "), h("span", { class: "response" }, req.response))
             : h("p", { class: "error" }, "Unfinished: " + (req.unfinished || "")),
-          toggle, shown && records.has(req.index) ? steps(records.get(req.index), nodes, select) : null);
+          toggle, shown && records.has(req.index) ? redacted(records.get(req.index)) : null,
+          shown && records.has(req.index) ? steps(records.get(req.index), nodes, select) : null);
       });
       const running = dump.running ? h("div", { class: "request running", id: "running" },
         h("h3", {}, "Request " + dump.running.index + " ", badge(dump.running.waiting ? "waiting on tool results" : "running",

@@ -56,7 +56,7 @@ class ResponsesService:
         items = body.items()
         chat = validated(ChatRequest, body.chat(items), CHAT_NAMES)
         mcp, hidden, approval = self._mcp(body)
-        p = await anyio.to_thread.run_sync(self.chat.prepare, chat, hidden, tuple(approval))  # off the event loop
+        p = await anyio.to_thread.run_sync(lambda: self.chat.prepare(chat, hidden, tuple(approval), ns))  # off the loop
         p = replace(p, approvals=body.approvals(items))
         draft = Draft(body, mcp=mcp, approval=approval)
         previous: StoredResponse | None = None

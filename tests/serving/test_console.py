@@ -281,3 +281,27 @@ def test_a_chain_a_fork_tree_the_filter_and_pages(server: Server, browser: Any, 
     box.submit()
     wait_until(browser, lambda: len(browser.find_elements(By.CSS_SELECTOR, "#sessions .session-link")) == 2)
     assert {a.text for a in browser.find_elements(By.CSS_SELECTOR, "#sessions .session-link")} == {"hotel", "hotel-b"}
+
+
+def test_a_redacting_servers_console_shows_placeholders_and_what_was_redacted(server: Server, browser: Any,
+                                                                               shots: Any) -> None:
+    """With --redact mask the console shows the request as stored — the placeholder, never the address — and, with
+    its steps open, how many values of each kind were redacted."""
+    from selenium.webdriver.common.by import By
+
+    from flowstate.store.vault import new_key
+
+    email = "mia.li3818@example.com"
+    url = server.start([{"text": output(delta=[add("kn_contact", email=email)], content="noted"), "when": "[r]"}],
+                       "--redact", "mask", "--vault-key", new_key())
+    client(url).chat.completions.create(model="flowstate", user="private",
+                                        messages=[{"role": "user", "content": f"[r] write to {email}"}])
+    browser.get(url.removesuffix("/v1") + "/ui/#/session/private")
+    browser.refresh()
+    wait_for(browser, "#state-graph .node[data-id='kn_contact']")
+    query = browser.find_element(By.CSS_SELECTOR, "#request-1 .query").text
+    assert email not in query and re.search(r"\[EMAIL_[0-9a-f]{12}\]", query)
+    browser.find_element(By.CSS_SELECTOR, "#request-1 .steps-toggle").click()
+    counts = wait_for(browser, "#request-1 .redactions")
+    assert re.fullmatch(r"Redacted before storing: \d+ email", counts.text) and email not in browser.page_source
+    shots(browser, "redacted")

