@@ -95,6 +95,8 @@ LOOK_ALIKES: list[str] = [
     "confirmation number 7018332146",
     "case id 4155552671 escalated",
     "ref: 9780306406157 (book)",
+    "Done. 1126.04 1497.65",  # τ³ retail's gold answers and calculator calls (found by its gold replay: see the page)
+    'calculate({"expression": "256.67 - 226.49"})',
 ]
 
 # Written after the detectors' rules were set and run once as they are (not tuned on): the results page reports them

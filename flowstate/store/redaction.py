@@ -45,6 +45,7 @@ _OWN_KEY = re.compile(r"(?<![\w-])fs-[A-Za-z0-9_-]{32,}")
 _NOT_SECRETS = ("Base64HighEntropyString", "HexHighEntropyString", "IPPublicDetector")
 _PHONE_CONTEXT = re.compile(r"(?i)\b(?:phone|call|tel|telephone|mobile|cell|fax|text|sms|whatsapp|ring|contact|"
                             r"number|dial|reach)\b")
+_PRICE = re.compile(r"\d+\.\d{2}")
 _TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]*")  # what a secret's token may continue with (a JWT's signature, say)
 # words that make a bare run of digits an identifier rather than a phone number
 _NOT_A_PHONE = re.compile(r"(?i)(?:#|\b(?:order|ref|reference|reservation|booking|confirmation|invoice|account|"
@@ -141,6 +142,8 @@ class Detector:
                 continue  # "order #4155552671", "invoice 2024-000123": an identifier, not a number to call
             if m.raw_string.isdigit() and not _PHONE_CONTEXT.search(before):
                 continue  # a bare run of digits is an id ("item_id": "6469567736") unless something says phone
+            if any(_PRICE.fullmatch(token) for token in re.split(r"[^\d.]+", m.raw_string)):
+                continue  # amounts: "1126.04 1497.65", "256.67 - 226.49" (a number with one dot and two decimals)
             yield m.start, m.end
 
     def _card(self, text: str) -> Iterable[tuple[int, int]]:
