@@ -11,6 +11,7 @@ import engine as engines
 from flowstate import memory
 from flowstate.cli import options
 from flowstate.cli.forgetting import POLICY
+from flowstate.cli.settings import announce, config_options, in_force
 from flowstate.store.redaction import KINDS, parse_kinds
 from flowstate.store.repository import Repository
 from flowstate.store.retention import Policy
@@ -83,6 +84,7 @@ _INGRESS = IngressLimits()
               "$FLOWSTATE_VAULT_KEY]; keep it outside the database: without it no redacted value can be recovered.")
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @options.otlp_option
+@config_options
 def serve(
     host: str, port: int, db: str | None, api_keys: tuple[str, ...], admin_keys: tuple[str, ...],
     metrics_keys: tuple[str, ...],
@@ -91,12 +93,17 @@ def serve(
     body_timeout: float, header_timeout: float, stream_answers: str, strategy_name: str, layout: str, mcp: options.McpOptions,
     embed_spec: str | None, background_lease_s: float, turn_lease_s: float, otlp_endpoint: str | None,
     retention: Policy | None, retention_every_s: float, redact: str, redact_kinds: str, vault_key: str | None,
-    **engine_opts: Any,
+    config_file: str | None, print_config: bool, **engine_opts: Any,
 ) -> None:
     """Serve an OpenAI-compatible endpoint whose model remembers — Chat Completions, the Responses API and
     conversations, the console at /ui/ and memory search (FastAPI on uvicorn)."""
     from serving.server import serve as run_server
 
+    ctx = click.get_current_context()
+    if print_config:
+        click.echo(in_force(ctx))
+        return
+    announce(ctx)
     with options.errors():
         keys = list(api_keys) or _listed("FLOWSTATE_API_KEYS")
         operators = list(metrics_keys) or _listed("FLOWSTATE_METRICS_KEYS")

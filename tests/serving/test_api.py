@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -227,3 +228,14 @@ def test_metrics_show_a_key_its_own_turns_and_the_operator_the_whole_server(serv
     assert turns(None) == -401 and turns("wrong") == -401
     operator = httpx.get(server.url + "/metrics", headers={"Authorization": "Bearer ops"}).text
     assert "flowstate_model_calls_total 3.0" in operator
+
+
+def test_a_server_takes_its_options_from_a_file_and_a_flag_beats_it(server: Server, tmp_path: Path) -> None:
+    """``serve --config FILE``: the file's options in force on a real server, the command line's flag over the
+    file's (``--port``: the harness gives its own), said once at start."""
+    file = tmp_path / "serve.toml"
+    file.write_text('port = 1\nmodel-id = "from-the-file"\nmax-steps = 4\n')
+    url = server.start([{"text": output(content="hi")}], "--config", str(file))
+    assert [m["id"] for m in httpx.get(f"{url}/models", timeout=30).json()["data"]][0] == "from-the-file"
+    said = server.log.read_text()
+    assert f"--port on the command line beats {file}" in said and said.count("beats") == 1
