@@ -123,6 +123,7 @@ class Capabilities:
     embedded: bool = False  # a tiny embedded model: the compact protocol limits fit it
     prefix_cache_reset: bool = False  # ``reset_prefix_cache`` empties the engine's prefix cache
     stats: bool = False  # ``server_stats`` reports per-server figures
+    salts: bool = False  # honours ``cache_salt``: no call reuses a prefix cached under another salt
 
 
 ALL_SAMPLING = frozenset({"temperature", "top_p", "seed"})
@@ -135,6 +136,9 @@ class Engine(ABC):
     constrain decoding declare so (``capabilities.grammar`` False) and raise ``EngineConfigError`` when
     given one, never ignoring it silently. ``on_text``, ``sampling`` and ``affinity`` are honoured as the
     capabilities say and ignored otherwise; ``purpose`` says what the call is for (see ``Purpose``).
+    ``cache_salt`` names the prefix-cache partition the call belongs to (a tenant's, a session's; None: the shared
+    one): an engine whose capabilities say ``salts`` never lets a call reuse a prefix cached under another salt, so
+    neither its speed nor the ``cached_tokens`` it reports tells one tenant what another sent.
     """
 
     name: str = "engine"
@@ -144,7 +148,8 @@ class Engine(ABC):
     @abstractmethod
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
-                 affinity: str | None = None, purpose: Purpose = STEP) -> Generation: ...
+                 affinity: str | None = None, purpose: Purpose = STEP,
+                 cache_salt: str | None = None) -> Generation: ...
 
     @abstractmethod
     def count_tokens(self, text: str) -> int: ...

@@ -257,7 +257,8 @@ class LlamaCppEngine(Engine):
             raise EngineConfigError(f"the llamacpp engine needs llama-cpp-python ({exc.name} is missing): "
                                     f"{install_hint('embedded')}") from exc
         path, embedded = resolve_gguf(model)
-        self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, embedded=embedded)
+        self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, embedded=embedded,
+                                         salts=True)
         self.model_name = Path(path).name
         self._cores = cores()
         self._adaptive = threads is None and threads_batch is None  # threads given: kept as given
@@ -283,6 +284,7 @@ class LlamaCppEngine(Engine):
         self.repetition_penalty, self.fast_forward = repetition_penalty, fast_forward
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._lock = threading.Lock()  # one model, one KV cache: calls from many threads take turns
+        self._salt: str | None = None  # the cache partition the KV cache holds a prompt of
 
     def _check_speculation(self, batch_size: int) -> None:
         if self.speculation is None:
@@ -353,10 +355,14 @@ class LlamaCppEngine(Engine):
 
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
-                 affinity: str | None = None, purpose: Purpose = STEP) -> Generation:
+                 affinity: str | None = None, purpose: Purpose = STEP,
+                 cache_salt: str | None = None) -> Generation:
         prompt = self.tokenize(self.render(messages))
         matcher = self._matcher(grammar) if grammar else None
         with self._lock:
+            if cache_salt != self._salt:  # the KV cache is another partition's (a tenant's): nothing of it is reused
+                self.llm.reset()
+                self._salt = cache_salt
             return self._generate(prompt, matcher, max_tokens, on_text, sampling or Sampling())
 
     def _generate(

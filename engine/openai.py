@@ -116,7 +116,8 @@ class OpenAIEngine(RemoteEngine):
 
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
-                 affinity: str | None = None, purpose: Purpose = STEP) -> Generation:
+                 affinity: str | None = None, purpose: Purpose = STEP,
+                 cache_salt: str | None = None) -> Generation:
         s = (sampling or Sampling()).over(self.decoding)
         started = time.perf_counter()
         extra: dict[str, Any] = {}

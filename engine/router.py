@@ -67,7 +67,8 @@ class RouterEngine(Engine):
 
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
-                 affinity: str | None = None, purpose: Purpose = STEP) -> Generation:
+                 affinity: str | None = None, purpose: Purpose = STEP,
+                 cache_salt: str | None = None) -> Generation:
         key = affinity if affinity is not None else messages[0].content[:200] if messages else ""
         tried: set[int] = set()
         while True:
@@ -76,7 +77,7 @@ class RouterEngine(Engine):
             stats = self.stats[server.base_url]
             try:
                 gen: Generation = server.generate(messages, grammar=grammar, max_tokens=max_tokens, on_text=on_text,
-                                                  sampling=sampling, purpose=purpose)
+                                                  sampling=sampling, purpose=purpose, cache_salt=cache_salt)
             except EngineError as exc:
                 with self._lock:
                     stats.errors += 1

@@ -29,7 +29,7 @@ class ScriptedEngine(Engine):
 
     name = "scripted"
     # replays each output token by token to on_text; sampling is recorded in ``calls`` (a replay samples nothing)
-    capabilities = Capabilities(streams=True, sampling=ALL_SAMPLING)
+    capabilities = Capabilities(streams=True, sampling=ALL_SAMPLING, salts=True)  # no cache: nothing to share
     options = frozenset({"script", "grammar"})
 
     def __init__(self, outputs: Iterable[str | tuple[str, str | None] | tuple[str, str | None, str]], *,
@@ -40,9 +40,10 @@ class ScriptedEngine(Engine):
         engine keeps nothing)."""
         self.record = record
         if grammar:
-            self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING)
+            self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, salts=True)
         self._outputs = [(o, None, "stop") if isinstance(o, str) else (*o, "stop")[:3] for o in outputs]
         self._used = [False] * len(self._outputs)
+        self.salts: list[str | None] = []  # each call's cache_salt
         self._lock = threading.Lock()
         self._last_prompt: list[str] = []
         self.prompts: list[list[Message]] = []
@@ -86,10 +87,12 @@ class ScriptedEngine(Engine):
 
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
-                 affinity: str | None = None, purpose: Purpose = STEP) -> Generation:
+                 affinity: str | None = None, purpose: Purpose = STEP,
+                 cache_salt: str | None = None) -> Generation:
         if grammar is not None and not self.capabilities.grammar:
             raise EngineConfigError("this scripted engine takes no grammars (ScriptedEngine(..., grammar=True) does)")
         rendered = flatten(messages)
+        self.salts.append(cache_salt)  # what each call was salted with (a test reads it)
         with self._lock:
             line = next(
                 (i for i, (_, when, _finish) in enumerate(self._outputs)

@@ -118,7 +118,8 @@ class TransformersEngine(Engine):
         folder, gguf = resolve_model(model)
         self.model_name = gguf or Path(folder).name
         # the tiny embedded model: the compact protocol profile fits it
-        self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, embedded=model is None)
+        self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, embedded=model is None,
+                                         salts=True)
         self._torch = torch
         transformers.logging.set_verbosity_error()
         transformers.logging.disable_progress_bar()
@@ -141,6 +142,7 @@ class TransformersEngine(Engine):
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.context: int | None = getattr(self.model.config, "max_position_embeddings", None)
         self._cache: Any = None
+        self._salt: str | None = None  # the cache partition the KV cache holds a prompt of
         self._cache_ids: list[int] = []
         self._lock = threading.Lock()  # one model, one KV cache: calls from many threads take turns
 
@@ -209,8 +211,11 @@ class TransformersEngine(Engine):
 
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
-                 affinity: str | None = None, purpose: Purpose = STEP) -> Generation:
+                 affinity: str | None = None, purpose: Purpose = STEP,
+                 cache_salt: str | None = None) -> Generation:
         with self._lock:
+            if cache_salt != self._salt:  # the KV cache is another partition's (a tenant's): nothing of it is reused
+                self._cache, self._salt = None, cache_salt
             return self._generate(messages, grammar, max_tokens, on_text, sampling or Sampling())
 
     def _generate(

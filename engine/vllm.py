@@ -80,7 +80,7 @@ class VLLMEngine(Engine):
     """vLLM in-process: continuous batching across threads, prefix caching, guidance/xgrammar grammars."""
 
     name = "vllm"
-    capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, prefix_cache_reset=True)
+    capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, prefix_cache_reset=True, salts=True)
     options = frozenset({"model", "dtype", "temperature", "top_p", "max_tokens", "backend", "max_model_len",
                          "gpu_memory_utilization", "kv_cache_bytes", "enforce_eager", "chat_template_kwargs",
                          "engine_args", "tensor_parallel_size", "speculate"})
@@ -200,11 +200,13 @@ class VLLMEngine(Engine):
 
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
-                 affinity: str | None = None, purpose: Purpose = STEP) -> Generation:
+                 affinity: str | None = None, purpose: Purpose = STEP,
+                 cache_salt: str | None = None) -> Generation:
         prompt = apply_template(self.tokenizer, messages, self.chat_template_kwargs)
         ids: list[int] = self.tokenizer.encode(prompt, add_special_tokens=False)
         params = self.sampling_params(grammar, max_tokens, len(ids), sampling)
-        future = asyncio.run_coroutine_threadsafe(self._request(ids, params, on_text), self._loop)
+        prompt_in: dict[str, Any] = {"prompt_token_ids": ids, **({"cache_salt": cache_salt} if cache_salt else {})}
+        future = asyncio.run_coroutine_threadsafe(self._request(prompt_in, params, on_text), self._loop)
         try:
             return future.result()
         except EngineError:
@@ -214,14 +216,15 @@ class VLLMEngine(Engine):
                 raise EngineConfigError(f"vLLM refused the request: {exc}") from exc
             raise EngineError(f"vLLM generation failed: {type(exc).__name__}: {exc}") from exc
 
-    async def _request(self, ids: list[int], params: Any, on_text: OnText | None) -> Generation:
+    async def _request(self, prompt: dict[str, Any], params: Any, on_text: OnText | None) -> Generation:
         started = time.perf_counter()
         first: float | None = None
         final: Any = None
         text = ""
         self._count(+1)
         try:
-            async for out in self.llm.generate({"prompt_token_ids": ids}, params, request_id=uuid.uuid4().hex):
+            # cache_salt: vLLM folds it into the first block's hash, so no other salt's blocks are ever reused
+            async for out in self.llm.generate(prompt, params, request_id=uuid.uuid4().hex):
                 final = out
                 now = out.outputs[0].text
                 if len(now) > len(text):
@@ -239,7 +242,7 @@ class VLLMEngine(Engine):
         drafts = getattr(completion, "spec_decode_metrics", None)  # where speculate= drafts
         accepted = sum(j * n for j, n in enumerate(drafts.histogram)) if drafts is not None else 0
         usage = Usage(
-            prompt_tokens=len(ids), cached_tokens=int(getattr(final, "num_cached_tokens", 0) or 0),
+            prompt_tokens=len(prompt["prompt_token_ids"]), cached_tokens=int(getattr(final, "num_cached_tokens", 0) or 0),
             completion_tokens=len(completion.token_ids), ttft_s=first - started, decode_s=end - first,
             drafted_tokens=drafts.num_draft_tokens if drafts is not None else 0, accepted_tokens=accepted,
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -69,8 +69,10 @@ class AgentConfig:
     """
 
     def __init__(self, engine: Engine, strategy: Strategy, *, tools: ToolSet | None = None,
-                 policy: str = "", loop: LoopConfig = LoopConfig()) -> None:
+                 policy: str = "", loop: LoopConfig = LoopConfig(),
+                 cache_salt: Callable[[str], str | None] = lambda session: None) -> None:
         self.strategy = strategy
+        self.cache_salt = cache_salt  # a session's prefix-cache partition (a server's tenant isolation; None: shared)
         self.tools = tools if tools is not None else ToolSet()
         self.policy = policy
         self.loop = loop.for_engine(engine)

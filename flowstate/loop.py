@@ -345,7 +345,7 @@ class RequestRun:
             generation = self.engine.generate(
                 messages, grammar=grammar, max_tokens=self.options.max_tokens or self.config.max_tokens,
                 on_text=on_text, sampling=self.options.sampling if self.options.sampling.given() else None,
-                affinity=self.session, purpose=purpose)
+                affinity=self.session, purpose=purpose, cache_salt=self.agent.cache_salt(self.session))
             u = generation.usage
             tracing.annotate({"gen_ai.usage.input_tokens": u.prompt_tokens, "gen_ai.usage.output_tokens":
                               u.completion_tokens, "flowstate.cached_tokens": u.cached_tokens,

@@ -4,6 +4,8 @@ the session registry, the turns' driver adapter, metrics, the limiter), built on
 from __future__ import annotations
 
 import asyncio
+import logging
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,11 +30,12 @@ from serving.metrics import TenantMetrics
 from serving.quotas import Admissions
 from serving.registry import Registry
 from serving.retention import Sweeper
-from serving.tenancy import Authenticator, Caller, forbidden
+from serving.tenancy import Authenticator, Caller, cache_salts, forbidden
 from serving.turns import Turns
 from serving.wire import IngressLimits
 
 STREAM_ANSWERS = ("auto", "always", "never")
+log = logging.getLogger("flowstate.serving")
 
 
 @dataclass
@@ -61,6 +64,8 @@ class ServerConfig:
     clock: Callable[[], float] = time.time  # what retention takes as now (a test moves it)
     redact: tuple[str, ...] = ()  # the kinds redacted before anything is stored (flowstate/store/redaction.py); () none
     vault_key: str | None = None  # the key of the vault that keeps redacted values (needed with ``redact``)
+    cache_isolation: str = "tenant"  # engine calls' prefix-cache partition: off, tenant or session (serving.tenancy)
+    cache_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))  # what the salts are keyed by
 
 
 @dataclass
@@ -153,6 +158,10 @@ def build(config: ServerConfig) -> Services:
         redaction = config.repo.redact(config.vault_key, config.redact)
         config.tools.restore = redaction.restore
         tracing.scrub = lambda text: redaction.redactor.text("", text)  # a span's texts (a tool's error) redacted
+    salts = cache_salts(config.cache_isolation, config.cache_secret)
+    if config.cache_isolation != "off" and not config.engine.capabilities.salts:
+        log.warning("cache isolation %s: the %s engine takes no cache salt, so every tenant shares its prefix cache "
+                    "(another tenant's prompts can be timed)", config.cache_isolation, config.engine.name)
     sessions = Registry(config.repo, config.max_live_sessions, config.tools.release,
                         int(config.session_memory_mb * (1 << 20)))
     config.tools.hold_while(sessions.running)  # a bounded MCP source never ends a connection a turn is using
@@ -161,7 +170,7 @@ def build(config: ServerConfig) -> Services:
     return Services(
         config=config, auth=Authenticator(config.repo.tenants, config.keys, config.admin_keys, config.repo.audit), sessions=sessions,
         turns=Turns(config.engine, config.repo, AgentConfig(config.engine, strategy=config.strategy, tools=config.tools,
-                                                            policy=config.policy, loop=config.loop),
+                                                            policy=config.policy, loop=config.loop, cache_salt=salts),
                     config.stream_answers),
         admissions=Admissions(config.repo.quotas, metrics.throttle),
         metrics=metrics,

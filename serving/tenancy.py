@@ -4,10 +4,12 @@ for ``KEY_CACHE_S``) — and routes ask ``Services.namespace`` / ``Services.admi
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +91,29 @@ class Authenticator:
     def forget(self) -> None:
         """Drop what was cached (this server changed a key: it sees the change at once)."""
         self._cache.clear()
+
+
+ISOLATION = ("off", "tenant", "session")
+
+
+def cache_salts(mode: str, secret: bytes) -> Callable[[str], str | None]:
+    """Each session's prefix-cache partition, as engine calls carry it (``cache_salt``): ``tenant`` — one per tenant
+    (the session's namespace; an open server's one namespace is one tenant: no salt), ``session`` — one per session,
+    ``off`` — none. A salt is derived here, on the server — an HMAC under ``secret``, never a value a client
+    supplies (a caller who could name another's salt would get the side channel back) — and is 43 URL-safe
+    characters (vLLM takes 1–128, no ``/``, ``@`` or ``\\``)."""
+    if mode not in ISOLATION:
+        raise ValueError(f"cache isolation is one of {', '.join(ISOLATION)}, not {mode!r}")
+
+    def salt(session: str) -> str | None:
+        namespace = session[:session.rfind("/") + 1]
+        what = namespace if mode == "tenant" else session
+        if mode == "off" or not what:
+            return None
+        digest = hmac.new(secret, what.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+    return salt
 
 
 def entry(caller: Caller, action: str, target: str, tenant: str | None = None, **detail: Any) -> Entry:

@@ -82,6 +82,11 @@ _INGRESS = IngressLimits()
               help=f"What --redact mask replaces, comma-separated: {', '.join(KINDS)}.")
 @click.option("--vault-key", default=None, help="The Fernet key that encrypts redacted values [default: "
               "$FLOWSTATE_VAULT_KEY]; keep it outside the database: without it no redacted value can be recovered.")
+@click.option("--cache-isolation", type=click.Choice(["off", "tenant", "session"]),
+              default=_SERVER["cache_isolation"].default, show_default=True,
+              help="Engine calls' prefix-cache partition: tenant (no call of one tenant reuses another's cached "
+                   "prefix, nor learns of it from cached_tokens), session, or off (everyone shares it). Salts are "
+                   "derived on the server, never taken from a client.")
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @options.otlp_option
 @config_options
@@ -93,7 +98,7 @@ def serve(
     body_timeout: float, header_timeout: float, stream_answers: str, strategy_name: str, layout: str, mcp: options.McpOptions,
     embed_spec: str | None, background_lease_s: float, turn_lease_s: float, otlp_endpoint: str | None,
     retention: Policy | None, retention_every_s: float, redact: str, redact_kinds: str, vault_key: str | None,
-    config_file: str | None, print_config: bool, **engine_opts: Any,
+    cache_isolation: str, config_file: str | None, print_config: bool, **engine_opts: Any,
 ) -> None:
     """Serve an OpenAI-compatible endpoint whose model remembers — Chat Completions, the Responses API and
     conversations, the console at /ui/ and memory search (FastAPI on uvicorn)."""
@@ -125,7 +130,8 @@ def serve(
                                   retention=retention or POLICY.convert(os.environ.get("FLOWSTATE_RETENTION", "off"),
                                                                         None, None),
                                   redact=_kinds(redact_kinds) if redact == "mask" else (),
-                                  vault_key=vault_key or os.environ.get("FLOWSTATE_VAULT_KEY") or None)
+                                  vault_key=vault_key or os.environ.get("FLOWSTATE_VAULT_KEY") or None,
+                                  cache_isolation=cache_isolation)
             try:
                 with options.traced(otlp_endpoint):
                     run_server(server, host=host, port=port, log_level=log_level, header_timeout_s=header_timeout)

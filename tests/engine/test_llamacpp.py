@@ -158,3 +158,21 @@ def test_speculation_needs_a_batch_that_holds_the_draft() -> None:
         LlamaCppEngine(speculate="lookup:4", batch_size=4)
     with pytest.raises(EngineConfigError, match="speculate takes lookup:K"):
         LlamaCppEngine(speculate="ngram:4")
+
+
+def test_a_salted_call_never_reuses_or_reports_another_salts_prefix(llama: LlamaCppEngine, calls) -> None:
+    """The side channel, shown open and then closed (issue 67): without salts a second caller sending the first
+    one's prompt is told it was cached (cached_tokens ~ the whole prompt); with a salt of its own it is told 0 and
+    prefills it all; its own next call reuses its own prefix as before."""
+    messages, _ = calls[0]
+    budget = 4
+    llama.generate(messages, max_tokens=budget)
+    shared = llama.generate(messages, max_tokens=budget).usage  # no salts: one partition, everyone's
+    assert shared.cached_tokens >= shared.prompt_tokens - 1
+    llama.generate(messages, max_tokens=budget, cache_salt="tenant-a")
+    other = llama.generate(messages, max_tokens=budget, cache_salt="tenant-b").usage
+    assert other.cached_tokens == 0 and other.prompt_tokens == shared.prompt_tokens
+    again = llama.generate(messages, max_tokens=budget, cache_salt="tenant-b").usage
+    assert again.cached_tokens >= again.prompt_tokens - 1  # within a tenant, the prefix is reused as before
+    assert llama.generate(messages, max_tokens=budget).usage.cached_tokens == 0  # unsalted after salted: no hit
+    assert llama.capabilities.salts
