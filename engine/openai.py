@@ -29,7 +29,7 @@ class OpenAIEngine(RemoteEngine):
     name = "openai"
     capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING)
     options = frozenset({"base_url", "api_key", "model", "temperature", "top_p", "max_tokens", "retries", "backoff_s",
-                         "timeout_s", "chat_template_kwargs"})
+                         "timeout_s", "chat_template_kwargs", "cache_salt", "session_header"})
 
     def __init__(
         self,
@@ -44,6 +44,8 @@ class OpenAIEngine(RemoteEngine):
         backoff_s: float = 0.5,
         timeout_s: float = 300.0,
         chat_template_kwargs: dict[str, Any] | None = None,
+        cache_salt: str = "auto",
+        session_header: str = "x-session-id",
     ) -> None:
         if not base_url:
             raise EngineConfigError("the openai engine needs --base-url, e.g. http://127.0.0.1:8000/v1")
@@ -55,7 +57,21 @@ class OpenAIEngine(RemoteEngine):
         self.decoding, self.max_tokens = Decoding(temperature, top_p), max_tokens
         self.retries, self.backoff_s = retries, backoff_s
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self.model = self.model_name = model or self._first_model()
+        self.session_header = session_header  # the header a router in front of the servers keeps a session by
+        listed = self._call(self.client.models.list) if model is None else None
+        if listed is None and cache_salt == "auto":
+            try:
+                listed = self._call(self.client.models.list)
+            except (EngineError, EngineConfigError):  # not up yet, or no model list: taken for a server without salts
+                listed = None
+        self.model = self.model_name = model or self._first_model(listed)
+        if cache_salt not in ("auto", "on", "off"):
+            raise EngineConfigError(f"cache_salt is auto, on or off, not {cache_salt!r}")
+        # a server that takes vLLM's cache_salt: said (on), or found (auto: its models are vLLM's); another server is
+        # never sent a field it may refuse
+        salts = cache_salt == "on" or cache_salt == "auto" and any(
+            getattr(m, "owned_by", "") == "vllm" for m in getattr(listed, "data", []) or [])
+        self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, salts=salts)
 
     @classmethod
     def from_options(cls, **options: Any) -> Any:
@@ -97,11 +113,26 @@ class OpenAIEngine(RemoteEngine):
         reply = self._call(self.client.embeddings.create, model=self.model, input=texts)
         return [list(d.embedding) for d in sorted(reply.data, key=lambda d: d.index)]
 
-    def _first_model(self) -> str:
-        models = self._call(self.client.models.list)
+    def _first_model(self, models: Any = None) -> str:
+        models = models if models is not None else self._call(self.client.models.list)
         if not models.data:
             raise EngineConfigError(f"server {self.base_url} serves no model; name one with --model")
         return str(models.data[0].id)
+
+    def _extras(self, grammar: str | None, cache_salt: str | None,
+                affinity: str | None) -> tuple[dict[str, Any], dict[str, str]]:
+        """A call's body beyond OpenAI's fields, and its headers."""
+        extra: dict[str, Any] = {}
+        if grammar:  # vLLM would otherwise let JSON whitespace run free inside the grammar's %json blocks
+            extra["structured_outputs"] = {"grammar": grammar, "disable_any_whitespace": True}
+        if self.chat_template_kwargs:  # vLLM (and SGLang) pass these to the chat template
+            extra["chat_template_kwargs"] = self.chat_template_kwargs
+        if cache_salt and self.capabilities.salts:  # vLLM folds it into the first KV block's hash
+            extra["cache_salt"] = cache_salt
+        headers = _trace_headers()
+        if affinity and self.session_header:  # what a router in front of several servers keeps a session by
+            headers[self.session_header] = affinity
+        return extra, headers
 
     def count_tokens(self, text: str) -> int:
         """Exact through vLLM's /tokenize when the server has it, else an estimate (4 characters a token)."""
@@ -120,11 +151,7 @@ class OpenAIEngine(RemoteEngine):
                  cache_salt: str | None = None) -> Generation:
         s = (sampling or Sampling()).over(self.decoding)
         started = time.perf_counter()
-        extra: dict[str, Any] = {}
-        if grammar:  # vLLM would otherwise let JSON whitespace run free inside the grammar's %json blocks
-            extra["structured_outputs"] = {"grammar": grammar, "disable_any_whitespace": True}
-        if self.chat_template_kwargs:  # vLLM (and SGLang) pass these to the chat template
-            extra["chat_template_kwargs"] = self.chat_template_kwargs
+        extra, headers = self._extras(grammar, cache_salt, affinity)
         stream = self._call(
             self.client.chat.completions.create,
             model=self.model,
@@ -134,7 +161,7 @@ class OpenAIEngine(RemoteEngine):
             stream=True,
             stream_options={"include_usage": True},
             extra_body=extra or None,
-            extra_headers=_trace_headers() or None,
+            extra_headers=headers or None,
         )
         parts: list[str] = []
         first: float | None = None

@@ -14,7 +14,7 @@ import hashlib
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.base import ALL_SAMPLING, Capabilities, Engine, Generation, Message, OnText, RemoteEngine, Sampling
 from engine.errors import EngineError, EngineUnavailable
@@ -40,6 +40,8 @@ class RouterEngine(Engine):
         if not servers:
             raise ValueError("a router needs at least one server")
         self.servers = list(servers)
+        if all(s.capabilities.salts for s in self.servers):  # a salt isolates only where every server takes it
+            self.capabilities = replace(type(self).capabilities, salts=True)
         self.model_name = self.servers[0].model_name
         self.cooldown_s = cooldown_s
         self.stats = {s.base_url: ServerStats() for s in self.servers}

@@ -18,7 +18,8 @@ from engine.errors import EngineConfigError
 KEYS = {"engine": "name", "model": "model", "base-url": "base_url", "preset": "preset", "dtype": "dtype",
         "temperature": "temperature", "top-p": "top_p", "max-tokens": "max_tokens", "script": "script",
         "api-key": "api_key", "max-model-len": "max_model_len", "tensor-parallel-size": "tensor_parallel_size",
-        "gpu-memory-utilization": "gpu_memory_utilization", "speculate": "speculate"}
+        "gpu-memory-utilization": "gpu_memory_utilization", "speculate": "speculate", "cache-salt": "cache_salt",
+        "session-header": "session_header"}
 NUMBERS = {"temperature": float, "top_p": float, "max_tokens": int, "max_model_len": int, "tensor_parallel_size": int,
            "gpu_memory_utilization": float}
 # KEY prefix -> the option holding a dict of them

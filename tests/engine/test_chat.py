@@ -14,7 +14,7 @@ import pytest
 import engine as engines
 from engine.base import Message
 from engine.chat import apply_template, completion_budget
-from engine.errors import ContextOverflow
+from engine.errors import ContextOverflow, EngineConfigError
 
 # A Qwen3-style template: the generation prompt opens a think block unless enable_thinking is false.
 QWEN_STYLE = (
@@ -62,16 +62,20 @@ class _Recorder(BaseHTTPRequestHandler):
     """An OpenAI-compatible endpoint that records request bodies and streams one answer cut at the budget."""
 
     bodies: list[dict[str, Any]] = []
+    headers: list[dict[str, str]] = []
+    owner = "x"
 
     def log_message(self, *args: Any) -> None:
         pass
 
     def do_GET(self) -> None:  # /v1/models
-        self._json({"object": "list", "data": [{"id": "m", "object": "model", "created": 0, "owned_by": "x"}]})
+        self._json({"object": "list", "data": [{"id": "m", "object": "model", "created": 0,
+                                                "owned_by": type(self).owner}]})
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).bodies.append(body)
+        type(self).headers.append({k.lower(): v for k, v in self.headers.items()})
         chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
         events = [
             {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "<state_fo"}, "finish_reason": None}]},
@@ -96,7 +100,7 @@ class _Recorder(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def recorder() -> Iterator[str]:
-    _Recorder.bodies = []
+    _Recorder.bodies, _Recorder.headers, _Recorder.owner = [], [], "x"
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -117,3 +121,24 @@ def test_the_paper_preset_reaches_an_openai_compatible_server(recorder: str) -> 
 def test_without_a_preset_no_template_kwargs_are_sent(recorder: str) -> None:
     engines.load("openai", base_url=recorder).generate(MESSAGES)
     assert "chat_template_kwargs" not in _Recorder.bodies[-1]
+
+
+def test_a_vllm_server_gets_the_calls_cache_salt_and_every_server_the_session_header(recorder: str) -> None:
+    """cache_salt=auto: sent only to a server whose models are vLLM's (another may refuse an unknown field); the
+    session's routing id goes in x-session-id (or the header named) on every call to any server."""
+    engine = engines.load("openai", base_url=recorder)  # its models are owned_by "x": not vLLM
+    engine.generate(MESSAGES, affinity="tenant/session-1", cache_salt="salt-a")
+    assert "cache_salt" not in _Recorder.bodies[-1] and not engine.capabilities.salts
+    assert _Recorder.headers[-1]["x-session-id"] == "tenant/session-1"
+    said = engines.load("openai", base_url=recorder, cache_salt="on", session_header="x-dynamo-session-id")
+    said.generate(MESSAGES, affinity="tenant/session-2", cache_salt="salt-b")
+    assert _Recorder.bodies[-1]["cache_salt"] == "salt-b" and said.capabilities.salts
+    assert _Recorder.headers[-1]["x-dynamo-session-id"] == "tenant/session-2"
+    _Recorder.owner = "vllm"
+    found = engines.load("openai", base_url=recorder, model="m")
+    found.generate(MESSAGES, cache_salt="salt-c")
+    assert _Recorder.bodies[-1]["cache_salt"] == "salt-c" and found.capabilities.salts
+    found.generate(MESSAGES)
+    assert "cache_salt" not in _Recorder.bodies[-1] and "x-session-id" not in _Recorder.headers[-1]
+    with pytest.raises(EngineConfigError, match="cache_salt is auto, on or off"):
+        engines.load("openai", base_url=recorder, cache_salt="maybe")
