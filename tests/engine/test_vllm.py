@@ -67,6 +67,19 @@ def check_two_calls(engine: object) -> tuple[Generation, Generation]:
     return a, b
 
 
+def salted_apart(engine: object, prompt: list[Message]) -> None:
+    """Issue 67: a prompt cached unsalted and under tenant a is no hit for tenant b (cached 0 — the channel closed),
+    and b's own second call hits its own blocks."""
+    call = lambda salt: engine.generate(prompt, max_tokens=4, cache_salt=salt).usage  # type: ignore[attr-defined]  # noqa: E731
+    call(None)
+    assert call(None).cached_tokens >= 128  # unsalted after unsalted: the shared cache, hit
+    call("tenant-a")
+    b = call("tenant-b")
+    assert b.cached_tokens == 0 and b.prompt_tokens > 1000, b
+    assert call("tenant-b").cached_tokens >= 128  # its own prefix, reused
+    assert engine.capabilities.salts  # type: ignore[attr-defined]
+
+
 def test_vllm_in_process(model_dir: Path) -> None:
     from engine.vllm import VLLMEngine
 
@@ -98,6 +111,7 @@ def test_vllm_in_process(model_dir: Path) -> None:
         assert all(gen.truncated and 0 < gen.usage.completion_tokens <= 24 for gen in gens)
         assert engine.max_in_flight >= 2 and engine.in_flight == 0
         assert "".join(pieces) == gens[0].text and len(pieces) > 1  # streamed as decoded
+        salted_apart(engine, first)
         with pytest.raises(EngineConfigError, match="refused"):
             engine.generate(first, grammar='start: %json {"type": "object", "propertyNames": {}}')
         with pytest.raises(ContextOverflow, match="context of 4096"):  # a prompt past max_model_len: not retryable
@@ -155,6 +169,13 @@ def test_openai_engine_against_a_vllm_server(server: str) -> None:
     assert engine.count_tokens("hello world") in (2, 3)
     with pytest.raises(ContextOverflow, match="does not fit the model's context"):  # the server's 400, classified
         engine.generate([Message("user", " ".join(f"word{i}" for i in range(9000)))])
+
+
+def test_a_vllm_server_is_found_to_take_salts_and_keeps_tenants_apart(server: str) -> None:
+    from engine.openai import OpenAIEngine
+
+    engine = OpenAIEngine(base_url=server, max_tokens=512)  # cache-salt=auto: its /v1/models say vLLM
+    salted_apart(engine, prompts()[0])
 
 
 def test_a_grammar_the_server_refuses_is_a_clear_error(server: str) -> None:
