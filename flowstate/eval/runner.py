@@ -331,4 +331,8 @@ def config_dict(config: EvalConfig) -> dict[str, Any]:
     out = asdict(config)
     out["out"] = str(config.out)
     out["loop"] = loop_dict(config.loop)
+    if not config.redact:  # a run without redaction reads as every run before redaction existed
+        del out["redact"]
+    else:
+        out["redact"] = list(config.redact)
     return out

@@ -115,14 +115,15 @@ def test_the_console_as_an_operator_uses_it(db: str, server: Server, browser: An
     browser.execute_script("sessionStorage.clear()")
     browser.get(root + "/ui/#/")
 
-    form = wait_for(browser, "#sign-in")  # a key is needed: the sign-in form, one password field
-    assert form.find_element(By.ID, "api-key").get_attribute("type") == "password"
+    wait_for(browser, "#sign-in")  # a key is needed: the sign-in form, one password field
+    wait_until(browser, lambda: browser.find_element(By.CSS_SELECTOR, "#sign-in #api-key").get_attribute("type")
+               == "password")  # read again: the page may render the form twice as it starts
     shots(browser, "sign-in")
     for wrong in ("wrong", "metrics-key"):  # /metrics' key opens nothing
         field = browser.find_element(By.ID, "api-key")
         field.clear()
         field.send_keys(wrong)
-        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        browser.find_element(By.CSS_SELECTOR, "#sign-in button[type=submit]").click()
         wait_until(browser, lambda: "not one this server takes" in browser.find_element(By.ID, "sign-in-error").text)
     field = browser.find_element(By.ID, "api-key")
     field.clear()
