@@ -47,9 +47,8 @@ class Agent:
         self.repository = repository
         self.session = session
         self.tools = tools if isinstance(tools, ToolSet) else ToolSet(tools)
-        redaction = getattr(repository, "redaction", None)  # a repository that redacts what it stores
-        if redaction is not None and self.tools.restore is None:  # the tools get what placeholders stand for
-            self.tools.restore = redaction.restore
+        if repository.redaction is not None and self.tools.restore is None:  # the tools get what placeholders stand for
+            self.tools.restore = repository.redaction.restore
         self.strategy = strategy
         self.setup = AgentConfig(engine, strategy=strategy, tools=self.tools, policy=task_policy, loop=config)
         self.loop = self.setup.loop  # the loop's settings (``config``)

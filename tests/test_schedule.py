@@ -46,6 +46,7 @@ def test_a_real_models_tests_run_on_one_worker_and_every_test_has_its_limit(tmp_
 
 
 HANGS = '''
+import pathlib
 import subprocess
 import sys
 import threading
@@ -64,7 +65,8 @@ def test_a_child_that_never_ends():
 
 
 def test_after_them():
-    assert True
+    pathlib.Path("ran_after").write_text("yes")  # the run went on past the two that hung
+    assert pathlib.Path("ran_after").read_text() == "yes"
 '''
 
 
@@ -76,7 +78,7 @@ def test_a_test_that_hangs_fails_with_its_traceback_and_the_run_goes_on(tmp_path
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     out = done.stdout + done.stderr
     assert done.returncode == 1, out[-3000:]
-    assert "2 failed, 1 passed" in out, out[-3000:]
+    assert "2 failed, 1 passed" in out and (tmp_path / "ran_after").read_text() == "yes", out[-3000:]
     for test in ("test_waits_for_ever", "test_a_child_that_never_ends"):
         assert f"FAILED test_hangs.py::{test} - Failed: Timeout" in out, out[-3000:]
     assert "threading.Event().wait()" in out and "time.sleep(3600)" in out, out[-3000:]  # where each hung

@@ -113,8 +113,7 @@ def set_retention(tenant: str, policy: str, db: str | None) -> None:
     own = None if policy == "default" else POLICY.convert(policy, None, None)
     with _repo(db) as repo:
         repo.tenants.tenant(tenant)
-        repo.retention.set_policy(tenant, own, Entry("tenant.retention", tenant, "shell", None, tenant,
-                                                     detail={"retention": policy}))
+        repo.retention.set_policy(tenant, own, _shell("tenant.retention", retention=policy)(tenant, tenant))
         _echo({"tenant": tenant, "retention": None if own is None else str(own)})
 
 

@@ -152,11 +152,14 @@ def test_a_killed_servers_turn_stops_counting_when_its_lease_lapses(server: Serv
     url = server.start(slow(10.0, 1), "--admin-key", ADMIN, "--turn-lease", "3", *SLOW)
     _, key = tenant(url, "killed", concurrent_turns=1)
 
+    answered: list[int] = []
+
     def long_turn() -> None:
         with contextlib.suppress(httpx.HTTPError):  # its server is killed under it
-            raw(url, key, "[slow] long", "x")
+            answered.append(raw(url, key, "[slow] long", "x").status_code)
 
-    threading.Thread(target=long_turn, daemon=True).start()
+    turn = threading.Thread(target=long_turn, daemon=True)
+    turn.start()
     time.sleep(1.5)
     assert server.proc is not None
     os.kill(server.proc.pid, signal.SIGKILL)
@@ -169,6 +172,8 @@ def test_a_killed_servers_turn_stops_counting_when_its_lease_lapses(server: Serv
         assert time.monotonic() - killed_at < 10, "the slot never came back"
         time.sleep(0.5)
     assert r.status_code == 200  # ... and not for ever
+    turn.join(30)
+    assert answered == []  # the long turn never got an answer: its server died under it
 
 
 def test_the_admission_bench_times_each_step_as_the_server_runs_it(tmp_path: Path) -> None:
