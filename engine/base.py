@@ -124,6 +124,8 @@ class Capabilities:
     prefix_cache_reset: bool = False  # ``reset_prefix_cache`` empties the engine's prefix cache
     stats: bool = False  # ``server_stats`` reports per-server figures
     salts: bool = False  # honours ``cache_salt``: no call reuses a prefix cached under another salt
+    priority: bool = False  # honours ``priority``: of the calls waiting, the lowest value's goes first
+    shares: bool = False  # ``share_prefix``: every salt reuses the deployment's shared prefix
 
 
 ALL_SAMPLING = frozenset({"temperature", "top_p", "seed"})
@@ -138,7 +140,8 @@ class Engine(ABC):
     capabilities say and ignored otherwise; ``purpose`` says what the call is for (see ``Purpose``).
     ``cache_salt`` names the prefix-cache partition the call belongs to (a tenant's, a session's; None: the shared
     one): an engine whose capabilities say ``salts`` never lets a call reuse a prefix cached under another salt, so
-    neither its speed nor the ``cached_tokens`` it reports tells one tenant what another sent.
+    neither its speed nor the ``cached_tokens`` it reports tells one tenant what another sent. ``priority`` orders
+    the calls that wait (lower first, vLLM's convention; see ``engine.priority``) where the capabilities say so.
     """
 
     name: str = "engine"
@@ -149,7 +152,7 @@ class Engine(ABC):
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
                  affinity: str | None = None, purpose: Purpose = STEP,
-                 cache_salt: str | None = None) -> Generation: ...
+                 cache_salt: str | None = None, priority: int = 0) -> Generation: ...
 
     @abstractmethod
     def count_tokens(self, text: str) -> int: ...
@@ -160,6 +163,12 @@ class Engine(ABC):
     def reset_prefix_cache(self) -> None:
         """Empty the prefix cache (benchmarks measure cold prefills); only where the capabilities say so."""
         raise NotImplementedError(f"the {self.name} engine declares no prefix-cache reset")
+
+    def share_prefix(self, messages: Sequence[Message]) -> None:
+        """Declare the prompt opening every partition sends alike (the deployment's system message): a call salted
+        apart from the cache's holder still reuses that much of it — it tells no one anything they did not send
+        themselves. Only where the capabilities say ``shares``."""
+        raise NotImplementedError(f"the {self.name} engine keeps no prefix shared across salts")
 
     def server_stats(self) -> dict[str, dict[str, float]]:
         """Per-server figures (calls, tokens, errors, down); only where the capabilities say so."""

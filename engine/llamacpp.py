@@ -25,6 +25,7 @@ from engine.base import ALL_SAMPLING, Capabilities, Decoding, Engine, Generation
 from engine.chat import check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError, install_hint
 from engine.lookup import Lookup, Speculation, greedy, sampler, verify
+from engine.priority import PriorityLock
 from engine.purpose import STEP, Purpose
 from engine.text import common_prefix
 
@@ -258,7 +259,7 @@ class LlamaCppEngine(Engine):
                                     f"{install_hint('embedded')}") from exc
         path, embedded = resolve_gguf(model)
         self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, embedded=embedded,
-                                         salts=True)
+                                         salts=True, priority=True, shares=True)
         self.model_name = Path(path).name
         self._cores = cores()
         self._adaptive = threads is None and threads_batch is None  # threads given: kept as given
@@ -283,8 +284,9 @@ class LlamaCppEngine(Engine):
         self.decoding, self.max_tokens = Decoding(temperature, top_p, seed), max_tokens
         self.repetition_penalty, self.fast_forward = repetition_penalty, fast_forward
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self._lock = threading.Lock()  # one model, one KV cache: calls from many threads take turns
+        self._lock = PriorityLock()  # one model, one KV cache: calls from many threads take turns, by priority
         self._salt: str | None = None  # the cache partition the KV cache holds a prompt of
+        self._shared: list[int] = []  # the prompt opening every partition sends alike (share_prefix)
 
     def _check_speculation(self, batch_size: int) -> None:
         if self.speculation is None:
@@ -356,14 +358,23 @@ class LlamaCppEngine(Engine):
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
                  affinity: str | None = None, purpose: Purpose = STEP,
-                 cache_salt: str | None = None) -> Generation:
+                 cache_salt: str | None = None, priority: int = 0) -> Generation:
         prompt = self.tokenize(self.render(messages))
         matcher = self._matcher(grammar) if grammar else None
-        with self._lock:
-            if cache_salt != self._salt:  # the KV cache is another partition's (a tenant's): nothing of it is reused
-                self.llm.reset()
+        with self._lock.hold(priority):
+            if cache_salt != self._salt:  # the KV cache is another partition's (a tenant's): only the shared opening
+                keep = common_prefix(self.llm.input_ids[: self.llm.n_tokens].tolist(), self._shared)
+                self.llm.n_tokens = keep  # of it is reused
+                self.llm._ctx.kv_cache_seq_rm(-1, keep, -1)
                 self._salt = cache_salt
             return self._generate(prompt, matcher, max_tokens, on_text, sampling or Sampling())
+
+    def share_prefix(self, messages: Sequence[Message]) -> None:
+        """The tokens every partition's prompt opens with: ``messages`` rendered, up to the last token a longer
+        conversation renders alike (the chat template closes the last message; that close is not shared)."""
+        alone = self.tokenize(self.render(messages))
+        longer = self.tokenize(self.render([*messages, Message("user", "\x00")]))
+        self._shared = alone[: common_prefix(alone, longer)]
 
     def _generate(
         self, prompt: list[int], matcher: Any, max_tokens: int | None, on_text: OnText | None, sampling: Sampling,

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from engine.base import ALL_SAMPLING, Capabilities, Decoding, Generation, Message, OnText, RemoteEngine, Sampling, Usage
 from engine.chat import check_options
@@ -29,7 +30,8 @@ class OpenAIEngine(RemoteEngine):
     name = "openai"
     capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING)
     options = frozenset({"base_url", "api_key", "model", "temperature", "top_p", "max_tokens", "retries", "backoff_s",
-                         "timeout_s", "chat_template_kwargs", "cache_salt", "session_header"})
+                         "timeout_s", "chat_template_kwargs", "cache_salt", "session_header", "priority",
+                         "prompt_cache_key"})
 
     def __init__(
         self,
@@ -46,7 +48,13 @@ class OpenAIEngine(RemoteEngine):
         chat_template_kwargs: dict[str, Any] | None = None,
         cache_salt: str = "auto",
         session_header: str = "x-session-id",
+        priority: str = "auto",
+        prompt_cache_key: str = "auto",
     ) -> None:
+        """``cache_salt``, ``priority`` and ``prompt_cache_key`` say whether a call carries vLLM's ``cache_salt``, vLLM's
+        ``priority`` and OpenAI's ``prompt_cache_key``: ``on``, ``off``, or ``auto`` — the first two to a vLLM server
+        (its ``/v1/models`` says ``owned_by: vllm``), the key to OpenAI's own API (``api.openai.com``): no server is
+        sent a field it may refuse. ``session_header`` names the header carrying the session's routing id ("" none)."""
         if not base_url:
             raise EngineConfigError("the openai engine needs --base-url, e.g. http://127.0.0.1:8000/v1")
         import openai
@@ -58,20 +66,22 @@ class OpenAIEngine(RemoteEngine):
         self.retries, self.backoff_s = retries, backoff_s
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.session_header = session_header  # the header a router in front of the servers keeps a session by
+        for what, value in (("cache_salt", cache_salt), ("priority", priority), ("prompt_cache_key", prompt_cache_key)):
+            if value not in ("auto", "on", "off"):
+                raise EngineConfigError(f"{what} is auto, on or off, not {value!r}")
         listed = self._call(self.client.models.list) if model is None else None
-        if listed is None and cache_salt == "auto":
+        if listed is None and "auto" in (cache_salt, priority, prompt_cache_key):
             try:
                 listed = self._call(self.client.models.list)
-            except (EngineError, EngineConfigError):  # not up yet, or no model list: taken for a server without salts
+            except (EngineError, EngineConfigError):  # not up yet, or no model list: taken for a server not vLLM's
                 listed = None
         self.model = self.model_name = model or self._first_model(listed)
-        if cache_salt not in ("auto", "on", "off"):
-            raise EngineConfigError(f"cache_salt is auto, on or off, not {cache_salt!r}")
-        # a server that takes vLLM's cache_salt: said (on), or found (auto: its models are vLLM's); another server is
-        # never sent a field it may refuse
-        salts = cache_salt == "on" or cache_salt == "auto" and any(
-            getattr(m, "owned_by", "") == "vllm" for m in getattr(listed, "data", []) or [])
-        self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, salts=salts)
+        vllm = any(getattr(m, "owned_by", "") == "vllm" for m in getattr(listed, "data", []) or [])
+        openai_own = urlsplit(base_url).hostname == "api.openai.com"
+        self.cache_key = prompt_cache_key == "on" or prompt_cache_key == "auto" and openai_own
+        self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING,
+                                         salts=cache_salt == "on" or cache_salt == "auto" and vllm,
+                                         priority=priority == "on" or priority == "auto" and vllm)
 
     @classmethod
     def from_options(cls, **options: Any) -> Any:
@@ -119,8 +129,8 @@ class OpenAIEngine(RemoteEngine):
             raise EngineConfigError(f"server {self.base_url} serves no model; name one with --model")
         return str(models.data[0].id)
 
-    def _extras(self, grammar: str | None, cache_salt: str | None,
-                affinity: str | None) -> tuple[dict[str, Any], dict[str, str]]:
+    def _extras(self, grammar: str | None, cache_salt: str | None, affinity: str | None,
+                priority: int = 0) -> tuple[dict[str, Any], dict[str, str]]:
         """A call's body beyond OpenAI's fields, and its headers."""
         extra: dict[str, Any] = {}
         if grammar:  # vLLM would otherwise let JSON whitespace run free inside the grammar's %json blocks
@@ -129,6 +139,10 @@ class OpenAIEngine(RemoteEngine):
             extra["chat_template_kwargs"] = self.chat_template_kwargs
         if cache_salt and self.capabilities.salts:  # vLLM folds it into the first KV block's hash
             extra["cache_salt"] = cache_salt
+        if priority and self.capabilities.priority:  # vLLM's scheduling order (--scheduling-policy priority)
+            extra["priority"] = priority
+        if affinity and self.cache_key:  # OpenAI's cache routing by key: a session's calls meet its cached prefix
+            extra["prompt_cache_key"] = affinity
         headers = _trace_headers()
         if affinity and self.session_header:  # what a router in front of several servers keeps a session by
             headers[self.session_header] = affinity
@@ -148,10 +162,10 @@ class OpenAIEngine(RemoteEngine):
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
                  affinity: str | None = None, purpose: Purpose = STEP,
-                 cache_salt: str | None = None) -> Generation:
+                 cache_salt: str | None = None, priority: int = 0) -> Generation:
         s = (sampling or Sampling()).over(self.decoding)
         started = time.perf_counter()
-        extra, headers = self._extras(grammar, cache_salt, affinity)
+        extra, headers = self._extras(grammar, cache_salt, affinity, priority)
         stream = self._call(
             self.client.chat.completions.create,
             model=self.model,

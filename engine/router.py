@@ -40,8 +40,9 @@ class RouterEngine(Engine):
         if not servers:
             raise ValueError("a router needs at least one server")
         self.servers = list(servers)
-        if all(s.capabilities.salts for s in self.servers):  # a salt isolates only where every server takes it
-            self.capabilities = replace(type(self).capabilities, salts=True)
+        # a salt isolates only where every server takes it; a priority orders calls only where every server does
+        self.capabilities = replace(type(self).capabilities, salts=all(s.capabilities.salts for s in self.servers),
+                                    priority=all(s.capabilities.priority for s in self.servers))
         self.model_name = self.servers[0].model_name
         self.cooldown_s = cooldown_s
         self.stats = {s.base_url: ServerStats() for s in self.servers}
@@ -70,7 +71,7 @@ class RouterEngine(Engine):
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
                  affinity: str | None = None, purpose: Purpose = STEP,
-                 cache_salt: str | None = None) -> Generation:
+                 cache_salt: str | None = None, priority: int = 0) -> Generation:
         key = affinity if affinity is not None else messages[0].content[:200] if messages else ""
         tried: set[int] = set()
         while True:
@@ -79,7 +80,8 @@ class RouterEngine(Engine):
             stats = self.stats[server.base_url]
             try:
                 gen: Generation = server.generate(messages, grammar=grammar, max_tokens=max_tokens, on_text=on_text,
-                                                  sampling=sampling, purpose=purpose, cache_salt=cache_salt)
+                                                  sampling=sampling, affinity=affinity, purpose=purpose,
+                                                  cache_salt=cache_salt, priority=priority)
             except EngineError as exc:
                 with self._lock:
                     stats.errors += 1

@@ -29,7 +29,7 @@ class ScriptedEngine(Engine):
 
     name = "scripted"
     # replays each output token by token to on_text; sampling is recorded in ``calls`` (a replay samples nothing)
-    capabilities = Capabilities(streams=True, sampling=ALL_SAMPLING, salts=True)  # no cache: nothing to share
+    capabilities = Capabilities(streams=True, sampling=ALL_SAMPLING, salts=True, priority=True)  # no cache: nothing to share
     options = frozenset({"script", "grammar"})
 
     def __init__(self, outputs: Iterable[str | tuple[str, str | None] | tuple[str, str | None, str]], *,
@@ -40,12 +40,14 @@ class ScriptedEngine(Engine):
         engine keeps nothing)."""
         self.record = record
         if grammar:
-            self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, salts=True)
+            self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, salts=True, priority=True)
         self._outputs = [(o, None, "stop") if isinstance(o, str) else (*o, "stop")[:3] for o in outputs]
         self._used = [False] * len(self._outputs)
         self.salts: list[str | None] = []  # each call's cache_salt
+        self.priorities: list[int] = []  # each call's priority
         self._lock = threading.Lock()
         self._last_prompt: list[str] = []
+        self._salt: str | None = None  # the partition the last prompt was cached under
         self.prompts: list[list[Message]] = []
         self.calls: list[dict[str, Any]] = []  # per call: the grammar, budget and sampling it was asked for
 
@@ -88,11 +90,12 @@ class ScriptedEngine(Engine):
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
                  affinity: str | None = None, purpose: Purpose = STEP,
-                 cache_salt: str | None = None) -> Generation:
+                 cache_salt: str | None = None, priority: int = 0) -> Generation:
         if grammar is not None and not self.capabilities.grammar:
             raise EngineConfigError("this scripted engine takes no grammars (ScriptedEngine(..., grammar=True) does)")
         rendered = flatten(messages)
         self.salts.append(cache_salt)  # what each call was salted with (a test reads it)
+        self.priorities.append(priority)
         with self._lock:
             line = next(
                 (i for i, (_, when, _finish) in enumerate(self._outputs)
@@ -109,8 +112,8 @@ class ScriptedEngine(Engine):
                 self.prompts.append(list(messages))
                 self.calls.append({"grammar": grammar, "max_tokens": max_tokens, "sampling": sampling})
             prompt = tokenize(rendered)
-            cached = common_prefix(prompt, self._last_prompt)
-            self._last_prompt = prompt
+            cached = common_prefix(prompt, self._last_prompt) if cache_salt == self._salt else 0  # another partition's
+            self._last_prompt, self._salt = prompt, cache_salt
         pieces = tokenize(text)
         if on_text is not None:
             for piece in pieces:

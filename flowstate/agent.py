@@ -36,7 +36,10 @@ class Agent:
         task_policy: str = "",
         config: LoopConfig = LoopConfig(),
         strategy: Strategy = FLOWSTATE,
+        lane: str = "interactive",
     ) -> None:
+        """``lane``: what its requests are run for — interactive, background or evaluation — which orders its engine
+        calls among others' where the engine schedules by priority (engine.priority)."""
         if not session:
             raise ValueError("the session name is empty")
         if engine is None:
@@ -50,7 +53,8 @@ class Agent:
         if repository.redaction is not None and self.tools.restore is None:  # the tools get what placeholders stand for
             self.tools.restore = repository.redaction.restore
         self.strategy = strategy
-        self.setup = AgentConfig(engine, strategy=strategy, tools=self.tools, policy=task_policy, loop=config)
+        self.setup = AgentConfig(engine, strategy=strategy, tools=self.tools, policy=task_policy, loop=config,
+                                 lane=lane)
         self.loop = self.setup.loop  # the loop's settings (``config``)
         self.limits = self.setup.limits
         self.system = self.setup.system_prompt()

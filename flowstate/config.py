@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from engine.base import Engine
+from engine.priority import Priorities
 from flowstate.constrain import GrammarMode, Grammars
 from flowstate.limits import Limits, for_engine
 from flowstate.memory.base import Strategy
@@ -70,9 +71,20 @@ class AgentConfig:
 
     def __init__(self, engine: Engine, strategy: Strategy, *, tools: ToolSet | None = None,
                  policy: str = "", loop: LoopConfig = LoopConfig(),
-                 cache_salt: Callable[[str], str | None] = lambda session: None) -> None:
+                 cache_salt: Callable[[str], str | None] = lambda session: None,
+                 routing: Callable[[str], str] = lambda session: session,
+                 priorities: Priorities = Priorities(), lane: str = "interactive",
+                 told_cached: int | None = None) -> None:
+        """``cache_salt``: a session's prefix-cache partition (a server's tenant isolation; None: shared);
+        ``routing``: the id a session's engine calls are routed by (a server's: keyed, never the session's name);
+        ``priorities`` and ``lane``: what each call's priority is, and the kind of request run unless its options
+        say otherwise (an evaluation's agent: ``evaluation``); ``told_cached``: the most cached tokens a call's
+        usage may say (a server whose tenants share one cache: what everyone shares, so no tenant is told how much of
+        its prompt another sent; None: what the engine says)."""
         self.strategy = strategy
-        self.cache_salt = cache_salt  # a session's prefix-cache partition (a server's tenant isolation; None: shared)
+        self.cache_salt, self.routing = cache_salt, routing
+        priorities.of(lane)  # a lane it knows
+        self.priorities, self.lane, self.told_cached = priorities, lane, told_cached
         self.tools = tools if tools is not None else ToolSet()
         self.policy = policy
         self.loop = loop.for_engine(engine)

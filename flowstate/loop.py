@@ -338,14 +338,18 @@ class RequestRun:
 
     def _generate(self, messages: Sequence[Message], grammar: str | None, on_text: OnText | None = None,
                   purpose: Purpose = STEP) -> Generation:
-        """Every model call of the request, the memory method's included: its sampling, token budget and
-        routing key (several servers: this session's calls stay on one)."""
+        """Every model call of the request, the memory method's included: its sampling, token budget, routing id
+        (several servers: this session's calls stay on one), cache partition and priority."""
         with tracing.span("flowstate.model_call", {"flowstate.engine": self.engine.name,
                                                    "flowstate.purpose": purpose.kind}):
             generation = self.engine.generate(
                 messages, grammar=grammar, max_tokens=self.options.max_tokens or self.config.max_tokens,
                 on_text=on_text, sampling=self.options.sampling if self.options.sampling.given() else None,
-                affinity=self.session, purpose=purpose, cache_salt=self.agent.cache_salt(self.session))
+                affinity=self.agent.routing(self.session), purpose=purpose,
+                cache_salt=self.agent.cache_salt(self.session),
+                priority=self.agent.priorities.of(self.options.lane or self.agent.lane, purpose))
+            if self.agent.told_cached is not None and generation.usage.cached_tokens > self.agent.told_cached:
+                generation = replace(generation, usage=replace(generation.usage, cached_tokens=self.agent.told_cached))
             u = generation.usage
             tracing.annotate({"gen_ai.usage.input_tokens": u.prompt_tokens, "gen_ai.usage.output_tokens":
                               u.completion_tokens, "flowstate.cached_tokens": u.cached_tokens,

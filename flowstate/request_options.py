@@ -13,6 +13,7 @@ from typing import Any
 
 from engine.base import Engine, Sampling
 from engine.errors import EngineConfigError
+from engine.priority import LANES
 from flowstate.protocol import Malformed, MessageBlock, ModelOutput, ToolCall
 
 TOOL_CHOICES = ("auto", "none", "required")
@@ -36,6 +37,11 @@ class RequestOptions:
     answer_schema: dict[str, Any] | None = None  # the final answer is JSON matching this schema
     hidden: tuple[str, ...] = ()  # server tools this request may not call (a Responses mcp tool's allowed_tools)
     approval: tuple[str, ...] = ()  # server tools whose calls wait on the client's approval (require_approval)
+    lane: str | None = None  # what the request is run for (engine.priority.LANES); None: its agent's
+
+    def __post_init__(self) -> None:
+        if self.lane is not None and self.lane not in LANES:
+            raise ValueError(f"a request's lane is one of {', '.join(LANES)}, not {self.lane!r}")
 
     @property
     def required(self) -> bool:

@@ -54,7 +54,7 @@ def options_from(d: dict[str, Any]) -> RequestOptions:
     return RequestOptions(sampling=Sampling(**d["sampling"]), max_tokens=d["max_tokens"], stop=tuple(d["stop"]),
                           tool_choice=d["tool_choice"], parallel_tool_calls=d["parallel_tool_calls"],
                           answer_schema=d["answer_schema"], hidden=tuple(d.get("hidden", ())),
-                          approval=tuple(d.get("approval", ())))
+                          approval=tuple(d.get("approval", ())), lane=d.get("lane"))
 
 
 def restore(snap: dict[str, Any], *, engine: Engine, repo: Repository, agent: AgentConfig) -> RequestRun:

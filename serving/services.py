@@ -14,7 +14,8 @@ from typing import Any
 import anyio
 from starlette.requests import Request
 
-from engine.base import Engine
+from engine.base import Engine, Message
+from engine.priority import Priorities
 from flowstate import tracing
 from flowstate.config import AgentConfig, LoopConfig
 from flowstate.errors import SessionHasForks
@@ -30,7 +31,7 @@ from serving.metrics import TenantMetrics
 from serving.quotas import Admissions
 from serving.registry import Registry
 from serving.retention import Sweeper
-from serving.tenancy import Authenticator, Caller, cache_salts, forbidden
+from serving.tenancy import Authenticator, Caller, cache_salts, forbidden, routing_ids
 from serving.turns import Turns
 from serving.wire import IngressLimits
 
@@ -65,7 +66,8 @@ class ServerConfig:
     redact: tuple[str, ...] = ()  # the kinds redacted before anything is stored (flowstate/store/redaction.py); () none
     vault_key: str | None = None  # the key of the vault that keeps redacted values (needed with ``redact``)
     cache_isolation: str = "tenant"  # engine calls' prefix-cache partition: off, tenant or session (serving.tenancy)
-    cache_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))  # what the salts are keyed by
+    cache_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))  # salts' and routing ids' key
+    priorities: Priorities = field(default_factory=Priorities)  # each kind of engine call's priority (engine.priority)
 
 
 @dataclass
@@ -149,6 +151,25 @@ class Services:
         return file.names
 
 
+def agent_config(config: ServerConfig) -> AgentConfig:
+    """The server's agent: its engine calls salted by tenant or session, routed by a keyed id, ordered by kind — and
+    the engine told the system prompt every tenant shares, where it can keep that prefix across salts."""
+    engine, isolated = config.engine, config.cache_isolation != "off"
+    agent = AgentConfig(engine, strategy=config.strategy, tools=config.tools, policy=config.policy, loop=config.loop,
+                        cache_salt=cache_salts(config.cache_isolation, config.cache_secret),
+                        routing=routing_ids(config.cache_secret), priorities=config.priorities)
+    if isolated and not engine.capabilities.salts:
+        log.warning("cache isolation %s: the %s engine takes no cache salt, so every tenant shares its prefix cache "
+                    "(another tenant's prompts can be timed)", config.cache_isolation, engine.name)
+    if isolated and engine.capabilities.shares:
+        engine.share_prefix([Message("system", agent.system_prompt())])
+    if not isolated and (config.keys or config.admin_keys):  # tenants share the cache: none is told another's hits
+        agent.told_cached = engine.count_tokens(agent.system_prompt())
+    if config.priorities.on and not engine.capabilities.priority:
+        log.info("the %s engine takes no priority: its calls run in arrival order", engine.name)
+    return agent
+
+
 def build(config: ServerConfig) -> Services:
     """The services of one server."""
     if config.redact:
@@ -158,10 +179,6 @@ def build(config: ServerConfig) -> Services:
         redaction = config.repo.redact(config.vault_key, config.redact)
         config.tools.restore = redaction.restore
         tracing.scrub = lambda text: redaction.redactor.text("", text)  # a span's texts (a tool's error) redacted
-    salts = cache_salts(config.cache_isolation, config.cache_secret)
-    if config.cache_isolation != "off" and not config.engine.capabilities.salts:
-        log.warning("cache isolation %s: the %s engine takes no cache salt, so every tenant shares its prefix cache "
-                    "(another tenant's prompts can be timed)", config.cache_isolation, config.engine.name)
     sessions = Registry(config.repo, config.max_live_sessions, config.tools.release,
                         int(config.session_memory_mb * (1 << 20)))
     config.tools.hold_while(sessions.running)  # a bounded MCP source never ends a connection a turn is using
@@ -169,9 +186,7 @@ def build(config: ServerConfig) -> Services:
     metrics = TenantMetrics(config.engine, config.tools.sources)
     return Services(
         config=config, auth=Authenticator(config.repo.tenants, config.keys, config.admin_keys, config.repo.audit), sessions=sessions,
-        turns=Turns(config.engine, config.repo, AgentConfig(config.engine, strategy=config.strategy, tools=config.tools,
-                                                            policy=config.policy, loop=config.loop, cache_salt=salts),
-                    config.stream_answers),
+        turns=Turns(config.engine, config.repo, agent_config(config), config.stream_answers),
         admissions=Admissions(config.repo.quotas, metrics.throttle),
         metrics=metrics,
         limiter=anyio.CapacityLimiter(config.max_concurrency),

@@ -116,6 +116,18 @@ def cache_salts(mode: str, secret: bytes) -> Callable[[str], str | None]:
     return salt
 
 
+def routing_ids(secret: bytes) -> Callable[[str], str]:
+    """The id a session's engine calls are routed by (a router's session header, OpenAI's ``prompt_cache_key``, the
+    servers FlowState spreads sessions over): stable for the session under ``secret`` — servers sharing
+    ``$FLOWSTATE_CACHE_SECRET`` send the same — and no name a router's log could read (22 URL-safe characters)."""
+
+    def route(session: str) -> str:
+        digest = hmac.new(secret, b"route\0" + session.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest[:16]).decode().rstrip("=")
+
+    return route
+
+
 def entry(caller: Caller, action: str, target: str, tenant: str | None = None, **detail: Any) -> Entry:
     """The audit trail's record of ``caller`` doing ``action`` on ``target`` (the tenant: the caller's own, unless
     an admin acted on one)."""

@@ -43,12 +43,15 @@ PLACEHOLDER = 7
 
 class Call(NamedTuple):
     """One call as the scheduler gets it: its prompt's token ids, its output's length and how many of those tokens
-    its grammar forced, and (to replay drafting) the output's token ids."""
+    its grammar forced, (to replay drafting) the output's token ids, and the cache salt and priority it is sent
+    with."""
 
     ids: list[int]
     output: int
     forced: int = 0
     output_ids: tuple[int, ...] = ()
+    salt: str | None = None
+    priority: int = 0
 
 
 def appended(output: int, forced: int) -> list[int]:
@@ -330,7 +333,7 @@ class _Feed:
         n = max(call.output, 1)
         req = Request(request_id=rid, prompt_token_ids=call.ids, pooling_params=None,
                       sampling_params=SamplingParams(max_tokens=n, min_tokens=n, ignore_eos=True),
-                      block_hasher=self.hasher)
+                      block_hasher=self.hasher, cache_salt=call.salt, priority=call.priority)
         self.extra[rid] = appended(n, call.forced)[::-1] if self.fast_forward else []
         if self.propose is not None:
             if len(call.output_ids) != n:

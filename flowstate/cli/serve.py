@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 import engine as engines
+from engine.priority import Priorities
 from flowstate import memory
 from flowstate.cli import options
 from flowstate.cli.forgetting import POLICY
@@ -18,6 +19,24 @@ from flowstate.store.retention import Policy
 from serving.server import HEADER_TIMEOUT_S
 from serving.services import STREAM_ANSWERS, ServerConfig
 from serving.wire import IngressLimits
+
+
+class PrioritiesParam(click.ParamType[Priorities, Any]):
+    """Engine calls' priorities by kind: ``interactive=0,memory=1,background=2,evaluation=3`` (any subset), or
+    ``off``."""
+
+    name = "priorities"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Priorities:
+        if isinstance(value, Priorities):
+            return value
+        try:
+            return Priorities.parse(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+PRIORITIES = PrioritiesParam()
 
 _SERVER = ServerConfig.__dataclass_fields__  # each default stated once, where the server's objects keep it
 _INGRESS = IngressLimits()
@@ -87,6 +106,10 @@ _INGRESS = IngressLimits()
               help="Engine calls' prefix-cache partition: tenant (no call of one tenant reuses another's cached "
                    "prefix, nor learns of it from cached_tokens), session, or off (everyone shares it). Salts are "
                    "derived on the server, never taken from a client.")
+@click.option("--priorities", type=PRIORITIES, default=str(Priorities()), show_default=True,
+              help="Each kind of engine call's priority, lower first (vLLM's --scheduling-policy priority; the "
+                   "in-process engines' queue): interactive turns, memory methods' own calls, background responses, "
+                   "evaluations; or off (none sent).")
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @options.otlp_option
 @config_options
@@ -98,7 +121,7 @@ def serve(
     body_timeout: float, header_timeout: float, stream_answers: str, strategy_name: str, layout: str, mcp: options.McpOptions,
     embed_spec: str | None, background_lease_s: float, turn_lease_s: float, otlp_endpoint: str | None,
     retention: Policy | None, retention_every_s: float, redact: str, redact_kinds: str, vault_key: str | None,
-    cache_isolation: str, config_file: str | None, print_config: bool, **engine_opts: Any,
+    cache_isolation: str, priorities: Priorities, config_file: str | None, print_config: bool, **engine_opts: Any,
 ) -> None:
     """Serve an OpenAI-compatible endpoint whose model remembers — Chat Completions, the Responses API and
     conversations, the console at /ui/ and memory search (FastAPI on uvicorn)."""
@@ -131,7 +154,8 @@ def serve(
                                                                         None, None),
                                   redact=_kinds(redact_kinds) if redact == "mask" else (),
                                   vault_key=vault_key or os.environ.get("FLOWSTATE_VAULT_KEY") or None,
-                                  cache_isolation=cache_isolation)
+                                  cache_isolation=cache_isolation, priorities=priorities)
+            server.cache_secret = _cache_secret() or server.cache_secret
             try:
                 with options.traced(otlp_endpoint):
                     run_server(server, host=host, port=port, log_level=log_level, header_timeout_s=header_timeout)
@@ -141,6 +165,17 @@ def serve(
             tools.close()
             if embedder is not None:
                 embedder.close()
+
+
+def _cache_secret() -> bytes | None:
+    """``$FLOWSTATE_CACHE_SECRET``, which servers of one deployment share so that they salt a tenant's calls and
+    route a session's alike (unset: a random secret per process)."""
+    given = os.environ.get("FLOWSTATE_CACHE_SECRET", "")
+    if not given:
+        return None
+    if len(given) < 16:
+        raise click.BadParameter("$FLOWSTATE_CACHE_SECRET is at least 16 characters (e.g. openssl rand -hex 32)")
+    return given.encode()
 
 
 def _kinds(text: str) -> tuple[str, ...]:

@@ -419,6 +419,60 @@ def bench_retention_cmd(pg_url: str | None, expired: int, sessions: int, turns: 
                   render_table, out)
 
 
+@bench.command("priority")
+@engine_options
+@click.option("--background", default=4, show_default=True, type=click.IntRange(min=1),
+              help="Threads keeping background calls going.")
+@click.option("--interactive", default=10, show_default=True, type=click.IntRange(min=1),
+              help="Interactive calls timed per setting, one after another.")
+@click.option("--background-tokens", "max_tokens", default=64, show_default=True, type=click.IntRange(min=1),
+              help="Tokens a background call decodes at most.")
+@click.option("--pause", "pause_s", default=0.5, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds between interactive calls.")
+@OUT
+def bench_priority_cmd(background: int, interactive: int, max_tokens: int, pause_s: float, out: Path | None,
+                       **engine_opts: Any) -> None:
+    """What priority by kind buys an interactive call while background calls keep the engine busy: its time to
+    first token (the wait for the engine included) with priorities off and on, side by side on one engine."""
+    from flowstate.bench.priority import bench_priority, render_table
+
+    with errors():
+        model = engines.load(**engine_opts)
+        try:
+            rows = bench_priority(model, background, interactive, max_tokens, pause_s, progress)
+        finally:
+            model.close()
+        emit(render_table(rows, f"{model.name}:{model.model_name}"), out, {"rows": rows})
+
+
+@bench.command("isolation")
+@click.option("--tenants", default="1,10,100", show_default=True, help="Tenant counts, comma-separated.")
+@click.option("--sessions", "per_tenant", default=2, show_default=True, type=click.IntRange(min=1),
+              help="Sessions per tenant, all at once.")
+@click.option("--turns", default=4, show_default=True, type=click.IntRange(min=1), help="Calls per session.")
+@click.option("--growth", default=200, show_default=True, type=click.IntRange(min=1),
+              help="Tokens each call's prompt adds to the previous one's.")
+@click.option("--output", default=32, show_default=True, type=click.IntRange(min=1), help="Tokens each call decodes.")
+@click.option("--model", "model_dir", default=None, type=click.Path(file_okay=False),
+              help="The served model's folder (tokenizer, chat template) [default: the embedded model].")
+@OUT
+def bench_isolation_cmd(tenants: str, per_tenant: int, turns: int, growth: int, output: int, model_dir: str | None,
+                        out: Path | None) -> None:
+    """What prefix-cache isolation costs: N tenants' sessions on vLLM's own scheduler and prefix cache (no model
+    runs), isolation off / tenant / session side by side — hit rate, tokens computed, extra per tenant."""
+    from flowstate.bench.isolation import bench_isolation, render_table
+    from flowstate.eval.sweep import numbers
+
+    with errors(), tempfile.TemporaryDirectory() as tmp:
+        if model_dir is None:
+            from engine.transformers import export_model
+
+            model_dir = str(export_model(Path(tmp) / "model"))
+        system, rows = bench_isolation(model_dir, numbers(tenants, "--tenants"), per_tenant, turns, growth, output,
+                                       progress)
+        emit(render_table(system, rows), out, {"system_tokens": system, "rows": rows})
+
+
 @bench.command("redaction")
 @OUT
 def bench_redaction_cmd(out: Path | None) -> None:

@@ -490,7 +490,7 @@ class PolicyEngine(Engine):
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
                  affinity: str | None = None, purpose: Purpose = STEP,
-                 cache_salt: str | None = None) -> Generation:
+                 cache_salt: str | None = None, priority: int = 0) -> Generation:
         """Usage as a perfect prefix cache would serve it: ``cached`` over this session's previous call alone — its
         prompt and the output it decoded, whose KV a prefix cache keeps too (vLLM caches the blocks decoding
         fills), so a chat that resends an output verbatim prefills it no more — and ``shared`` the prompt's

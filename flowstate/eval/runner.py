@@ -139,7 +139,7 @@ def run_task(task: Task, strategy: Strategy, engine: Engine, repo: Repository, l
     repo.delete_session(session)  # what a killed run left of this task
     env = task.new_env()
     agent = Agent(engine, repository=repo, session=session, tools=task.tools(env), task_policy=task.policy,
-                  config=loop, strategy=strategy)
+                  config=loop, strategy=strategy, lane="evaluation")
     started = time.time()
     subtasks, scores = [], []
     for k, query in enumerate(task.queries, start=1):

@@ -74,9 +74,10 @@ class Traced(Engine):
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
                  affinity: str | None = None, purpose: Purpose = STEP,
-                 cache_salt: str | None = None) -> Generation:
+                 cache_salt: str | None = None, priority: int = 0) -> Generation:
         gen = self.inner.generate(messages, grammar=grammar, max_tokens=max_tokens, on_text=on_text,
-                                  sampling=sampling, affinity=affinity, purpose=purpose, cache_salt=cache_salt)
+                                  sampling=sampling, affinity=affinity, purpose=purpose, cache_salt=cache_salt,
+                                  priority=priority)
         self.writer.record(self.session, self.labels, messages, gen, grammar)
         return gen
 

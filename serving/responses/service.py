@@ -120,6 +120,8 @@ class ResponsesService:
                       previous: StoredResponse | None, named: str | None, idem: str | None,
                       ended: asyncio.Future[None] | None = None) -> JSONResponse | StreamingResponse:
         admitted = await self.s.admissions.admit(ns)  # the tenant's quota: a 429 before anything is stored
+        if body.background:  # its engine calls wait behind interactive turns' (engine.priority)
+            p = replace(p, checked=replace(p.checked, options=replace(p.checked.options, lane="background")))
         try:
             begun, fork = await self._begin(ns, body, p, previous, named, idem, admitted)
         except BaseException:

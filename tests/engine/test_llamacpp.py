@@ -176,3 +176,24 @@ def test_a_salted_call_never_reuses_or_reports_another_salts_prefix(llama: Llama
     assert again.cached_tokens >= again.prompt_tokens - 1  # within a tenant, the prefix is reused as before
     assert llama.generate(messages, max_tokens=budget).usage.cached_tokens == 0  # unsalted after salted: no hit
     assert llama.capabilities.salts
+
+
+def test_the_shared_system_prompt_is_reused_across_salts_and_nothing_past_it(llama: LlamaCppEngine, calls) -> None:
+    """With the deployment's system prompt declared shared, a tenant's first call reuses that much of another
+    tenant's cache — a prefix it sent itself — and never a token past it, even sending the other's very prompt."""
+    messages, _ = calls[0]
+    system, budget = messages[0], 4
+    try:
+        llama.share_prefix([system])
+        shared = len(llama._shared)
+        assert 0 < shared <= llama.count_tokens(system.content) + 8
+        llama.generate(messages, max_tokens=budget, cache_salt="tenant-a")
+        other = llama.generate(messages, max_tokens=budget, cache_salt="tenant-b").usage
+        assert other.cached_tokens == shared < other.prompt_tokens - 1
+        own = llama.generate(messages, max_tokens=budget, cache_salt="tenant-b").usage
+        assert own.cached_tokens >= own.prompt_tokens - 1
+        elsewhere = [system, Message("user", "Something else entirely.")]
+        assert llama.generate(elsewhere, max_tokens=budget, cache_salt="tenant-c").usage.cached_tokens == shared
+    finally:
+        llama._shared = []
+    assert llama.capabilities.shares and llama.capabilities.priority

@@ -99,6 +99,8 @@ def test_vllm_in_process(model_dir: Path) -> None:
         assert config.scheduler_config.max_num_seqs == 4 and config.model_config.max_model_len == 4096
         assert config.speculative_config.method == "ngram" and config.speculative_config.num_speculative_tokens == 4
         assert engine.max_model_len == 4096
+        # the scheduler orders waiting calls by their kind's priority (engine.priority), the default in process
+        assert config.scheduler_config.policy == "priority" and engine.capabilities.priority
         for gen in check_two_calls(engine):  # grammar-valid with drafts verified under the grammar
             assert 0 < gen.usage.accepted_tokens <= gen.usage.drafted_tokens, gen.usage
         # calls from concurrent threads (sessions of a server, tasks of an eval) join vLLM's running batch; each
@@ -176,6 +178,10 @@ def test_a_vllm_server_is_found_to_take_salts_and_keeps_tenants_apart(server: st
 
     engine = OpenAIEngine(base_url=server, max_tokens=512)  # cache-salt=auto: its /v1/models say vLLM
     salted_apart(engine, prompts()[0])
+    # priority=auto: sent to a vLLM server; one on its default scheduler (fcfs) takes the field and ignores it
+    assert engine.capabilities.priority
+    gen = engine.generate(prompts()[0], max_tokens=4, priority=2)
+    assert gen.usage.completion_tokens == 4
 
 
 def test_a_grammar_the_server_refuses_is_a_clear_error(server: str) -> None:
@@ -346,3 +352,17 @@ def test_the_synthetic_mix_covers_short_and_long_prompts_and_outputs() -> None:
     assert len(mix.prompts) == len(mix.lengths) == 48 and not mix.prefix_caching
     assert {len(p.split()) for p in mix.prompts} == {50, 300, 900, 1800} and set(mix.lengths) == {16, 64, 160}
     assert synthetic(48) == mix  # seeded
+
+
+def test_isolation_costs_one_system_prompt_per_partition_on_vllms_scheduler(model_dir: Path) -> None:
+    """The isolation bench on vLLM's scheduler: salted by tenant, each tenant past the first prefills the system
+    prompt's full blocks once more; by session, each session does; unsalted, everyone shares them."""
+    from flowstate.bench.isolation import bench_isolation
+
+    system, rows = bench_isolation(str(model_dir), [1, 3], per_tenant=2, turns=2, growth=50, output=8)
+    by = {(r["tenants"], r["isolation"]): r for r in rows}
+    blocks = system // 16 * 16
+    assert by[1, "tenant"]["extra_tokens"] == 0 and by[1, "session"]["extra_tokens"] == blocks
+    assert by[3, "tenant"]["extra_tokens"] == 2 * blocks and by[3, "session"]["extra_tokens"] == 5 * blocks
+    assert by[3, "off"]["prefix_hit_rate"] > by[3, "tenant"]["prefix_hit_rate"] > by[3, "session"]["prefix_hit_rate"]
+    assert all(r["preemptions"] == 0 and r["calls"] == r["sessions"] * 2 for r in rows)

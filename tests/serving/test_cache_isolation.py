@@ -59,3 +59,25 @@ def test_salts_are_keyed_by_the_servers_secret() -> None:
     assert one("t1/s") == one("t1/other") != one("t2/s") and one("t1/s") != two("t1/s")
     with pytest.raises(ValueError, match="cache isolation is one of"):
         cache_salts("everyone", b"x")
+
+
+def test_tenants_sharing_a_cache_are_told_no_more_than_the_system_prompt_was_cached() -> None:
+    """With isolation off on a server of several tenants, the cache is shared, but what a tenant is told of it never
+    counts another tenant's prefix past the system prompt everyone sends; isolated, each is told its own hits."""
+    told: dict[str, list[int]] = {}
+    for isolation in ("off", "tenant"):
+        engine = ScriptedEngine([output(content="ok")] * 4)
+        with Repository.open(":memory:") as repo:
+            app = create_app(ServerConfig(engine=engine, repo=repo, keys=("key-a", "key-b"), cache_isolation=isolation))
+            with TestClient(app, base_url="http://flowstate.test") as http:
+                system = app.state.services.turns.agent.system_prompt()
+                told[isolation] = []
+                for key in ("key-a", "key-b", "key-b"):
+                    api = openai.OpenAI(base_url="http://flowstate.test/v1", api_key=key, http_client=http,
+                                        max_retries=0)
+                    reply = api.chat.completions.create(model="flowstate", user="one", messages=[
+                        {"role": "user", "content": "my account number is 4921 and my name is Ada"}])
+                    told[isolation].append(reply.usage.prompt_tokens_details.cached_tokens)
+    shared = ScriptedEngine([]).count_tokens(system)
+    assert told["off"][1] == told["off"][2] == shared  # b sent a's very prompt: told the system prompt, no more
+    assert told["tenant"][1] == 0 and told["tenant"][2] > shared  # isolated: nothing of a's; b's own hits in full

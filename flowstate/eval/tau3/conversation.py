@@ -102,7 +102,7 @@ def run_conversation(
     session = f"{namespace}{task.suite}/{strategy.name}/{task.id}"
     repo.delete_session(session)  # what a killed run left of this task
     agent = Agent(engine, repository=repo, session=session, tools=tools if tools is not None else task.tools(task.new_env()),
-                  task_policy=task.policy, config=loop, strategy=strategy)
+                  task_policy=task.policy, config=loop, strategy=strategy, lane="evaluation")
     try:
         return _converse(task, agent, strategy, user_engine, judge, max_turns, guidelines, tools is not None)
     finally:
