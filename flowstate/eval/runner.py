@@ -26,7 +26,7 @@ from flowstate.config import LoopConfig
 from flowstate.eval.episode import request_outcome
 from flowstate.eval.policies import PolicyEngine
 from flowstate.eval.rows import SubtaskRow, TaskRow
-from flowstate.eval.suites import Spec, check_options, check_run, generate
+from flowstate.eval.suites import SESSIONS, Spec, check_options, check_run, generate
 from flowstate.eval.suites import suite as suite_named
 from flowstate.eval.task import Task
 from flowstate.eval.tau3.conversation import Conversation, run_conversation
@@ -72,6 +72,7 @@ class EvalConfig:
     mcp_timeout: float = 60.0  # ... seconds a tool call may take (not identity)
     mcp_sessions: int = 64  # ... per-session servers live at once (not identity)
     redact: tuple[str, ...] = ()  # kinds redacted before anything is stored (flowstate/store/redaction.py), as serve does
+    select: dict[str, Any] = field(default_factory=dict)  # the sessions suite: which stored sessions (Selection's fields)
 
     @property
     def namespace(self) -> str:
@@ -83,7 +84,8 @@ class EvalConfig:
         return {"depth": self.depth, "seed": self.seed, "engine": self.engine, "policy": self.policy,
                 "loop": loop_dict(self.loop), "decoding": {k: v for k, v in sorted(self.decoding.items()) if v is not None},
                 **({"sizes": self.sizes} if self.sizes else {}),
-                **({"replay": str(Path(self.replay).resolve())} if self.replay else {}),
+                **({"replay": source_label(self.replay)} if self.replay else {}),
+                **({"select": self.select} if self.select else {}),
                 **({"tau2_data": str(Path(self.tau2_data).resolve())} if self.tau2_data else {}),
                 **({"count_tokens": self.count_tokens} if self.count_tokens != "words" else {}),
                 **({"trials": self.trials, "user": self.user, "judge": self.judge} if self.trials != 1 or self.user
@@ -148,7 +150,7 @@ def run_task(task: Task, strategy: Strategy, engine: Engine, repo: Repository, l
         score = task.check(k, out.response, env)
         scores.append(score)
         subtasks.append(SubtaskRow.of(k, out.response, out.steps, score.correct, score.credit, out.error,
-                                      out.memory_calls))
+                                      out.memory_calls, score.detail))
     return TaskRow(task.suite, strategy.name, task.id, task.depth, run, started, time.time(), task.success(scores),
                    tuple(subtasks))
 
@@ -195,7 +197,13 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: OnProgress
         finally:
             if tools is not None:
                 tools.close()
-    return select(results.rows(), config, {suite: [t.id for t in tasks] for suite, tasks in suites.items()})
+    chosen = select(results.rows(), config, {suite: [t.id for t in tasks] for suite, tasks in suites.items()})
+    if SESSIONS in suites:  # each replayed session beside its recording
+        from flowstate.eval.stored import render_diff
+
+        replayed = [r for r in chosen if r.suite == SESSIONS]
+        (config.out / "sessions.md").write_text(render_diff(replayed, suites[SESSIONS]) + "\n")  # type: ignore[arg-type]
+    return chosen
 
 
 @dataclass(frozen=True)
@@ -300,8 +308,23 @@ def check_count(name: str) -> None:
 
 
 def _tasks(config: EvalConfig, suite: str, judge: Engine | None = None) -> list[Task]:
+    from flowstate.eval.stored import Selection
+
     return generate(suite, config.tasks, Spec(config.depth, config.seed, config.sizes or {}, config.tau2_data,
-                                              config.trials, config.replay, judge))
+                                              config.trials, config.replay, judge, Selection.from_dict(config.select)))
+
+
+def source_label(where: str) -> str:
+    """A data source as a run records it: a file's absolute path, a database URL without its password."""
+    if "://" not in where:
+        return str(Path(where).resolve())
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(where)
+    if parts.password is None:
+        return where
+    host = parts.hostname or "" if parts.port is None else f"{parts.hostname}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
 
 
 def _check_identity(config: EvalConfig) -> None:
@@ -335,4 +358,8 @@ def config_dict(config: EvalConfig) -> dict[str, Any]:
         del out["redact"]
     else:
         out["redact"] = list(config.redact)
+    if not config.select:  # likewise a run that replays no stored sessions
+        del out["select"]
+    if config.replay and "://" in config.replay:
+        out["replay"] = source_label(config.replay)  # a database URL's password is never written
     return out

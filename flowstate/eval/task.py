@@ -48,6 +48,7 @@ Decision = Call | Answer | Need
 class Score:
     correct: bool
     credit: float  # soft credit in [0, 1] (sPS); equals correct where a suite has no partial credit
+    detail: dict[str, Any] | None = None  # a suite's own figures of the subtask (kept on its row)
 
 
 TASK_POLICY = (

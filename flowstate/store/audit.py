@@ -32,7 +32,8 @@ def new_id(prefix: str) -> str:
 ACTIONS = ("tenant.create", "tenant.quota", "key.create", "key.rotate", "key.revoke", "session.export",
            "session.import", "session.delete", "memory.search", "session.read",  # session.read: by an admin key
            "session.expire", "tenant.retention",  # session.expire: by retention's sweep
-           "subject.erase")  # its target: the subject's salted digest (sha256: and 16 hex digits)
+           "subject.erase",  # its target: the subject's salted digest (sha256: and 16 hex digits)
+           "request.feedback")  # its target: SESSION#N; its detail the score and label, never the comment
 MAX_PAGE = 1000
 
 

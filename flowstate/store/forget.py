@@ -1,7 +1,7 @@
 """How a session's rows go, inside the caller's write transaction: the one deletion of history there is, shared by
 ``DELETE /v1/sessions/{id}``, retention's sweep and erasure. Everything the session owns goes with it: requests,
 nodes (their search rows by trigger or cascade), relations, transcripts (the Idempotency-Keys they hold), its
-waiting request, its stored responses, its conversation and the values redaction kept for it in the vault. A session that forks share requests with stays."""
+waiting request, its stored responses, its conversation, the values redaction kept for it in the vault and the feedback on its requests. A session that forks share requests with stays."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ def delete_session(conn: Conn, session: str, shared: bool) -> bool:
     waiting = conn.execute("DELETE FROM pending_requests WHERE name = ? RETURNING name", (session,)).fetchone()
     conn.execute("DELETE FROM responses WHERE session = ?", (session,))  # by name: stored before any request
     conn.execute("DELETE FROM vault WHERE session = ?", (session,))  # the values redaction kept for it
+    conn.execute("DELETE FROM feedback WHERE session = ?", (session,))  # what its users said of its requests
     created = conn.execute("DELETE FROM conversations WHERE session = ? RETURNING session", (session,)).fetchone()
     if sid is None:
         return waiting is not None or created is not None

@@ -277,6 +277,22 @@ _VAULT = """
         CREATE INDEX vault_placeholder ON vault(placeholder);
 """
 
+_FEEDBACK = """
+        -- Feedback on requests (flowstate/store/feedback.py): every piece kept, a key's latest counting; gone with its
+        -- session, carried by its session file.
+        CREATE TABLE feedback (
+            id {seq},
+            session TEXT NOT NULL,
+            request INTEGER NOT NULL,
+            key_id TEXT NOT NULL,
+            score DOUBLE PRECISION,
+            label TEXT,
+            comment TEXT NOT NULL,
+            at DOUBLE PRECISION NOT NULL
+        );
+        CREATE INDEX feedback_session ON feedback(session, request);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     (
         "0001_initial",
@@ -374,6 +390,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("0016_retention", _RETENTION.format(now="CAST(strftime('%s', 'now') AS INTEGER)")),
     ("0017_erasures", _ERASURES),
     ("0018_vault", _VAULT),
+    ("0019_feedback", _FEEDBACK.format(seq="INTEGER PRIMARY KEY AUTOINCREMENT")),
 ]
 
 
@@ -490,6 +507,7 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
     ("0016_retention", _RETENTION.format(now="CAST(extract(epoch FROM now()) AS BIGINT)")),
     ("0017_erasures", _ERASURES),
     ("0018_vault", _VAULT),
+    ("0019_feedback", _FEEDBACK.format(seq="BIGSERIAL PRIMARY KEY")),
 ]
 FILLS: dict[str, Callable[[Any, bool], None]] = {"0011_search": search.fill}
 """Migrations whose data Python computes: run after the migration's SQL, in its transaction (conn, postgres)."""

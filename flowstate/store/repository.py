@@ -21,6 +21,7 @@ from flowstate.store.audit import AuditLog, Entry
 from flowstate.store.audit import write as write_audit
 from flowstate.store.backends import Backend, Conn, PostgresBackend, open_backend
 from flowstate.store.erasure import ErasureStore
+from flowstate.store.feedback import FeedbackStore
 from flowstate.store.quotas import QuotaStore
 from flowstate.store.redaction import Redacted
 from flowstate.store.retention import RetentionStore
@@ -121,6 +122,7 @@ class Repository:
         self.audit = AuditLog(backend)  # every admin and data action, appended in the action's transaction
         self.retention = RetentionStore(backend)  # how long memory is kept, and what has outlived it
         self.erasure = ErasureStore(backend)  # everything about a subject removed, with a receipt
+        self.feedback = FeedbackStore(backend)  # what users said of requests, per key
         self._redaction: Redaction | None = None
         self.path = backend.label  # what messages name: the file, or the URL without its password
         self.shared = isinstance(backend, PostgresBackend)  # several processes may use it at once

@@ -3,7 +3,7 @@
 The first line is a header (format, its version, the FlowState and schema versions that wrote it, when, the
 sessions, how many lines of each kind follow, and the SHA-256 of the lines that follow); then one line per row the
 repository holds — a session, its requests, nodes, relations, transcripts (with their idempotency replies), a
-request waiting on tool results, a conversation, stored responses — each as canonical JSON, in an order fixed by
+request waiting on tool results, a conversation, stored responses, feedback on its requests — each as canonical JSON, in an order fixed by
 the rows (a session's requests by index, nodes as they were written), so that exporting what was imported gives the
 same bytes on either database. Session names are relative to the namespace the file was exported from and land in
 the one it is imported into. A fork whose parent is in the file stays a fork of it; one exported without its parent
@@ -28,15 +28,19 @@ from typing import Any
 
 from flowstate.errors import DISTRIBUTION, SessionNotFound, StorageError
 from flowstate.nodes import Node, Ref, Relation, StateType, canonical_json
+from flowstate.store import feedback
 from flowstate.store import search as fts
 from flowstate.store.backends import Conn
 
 FORMAT = "flowstate-session"
-VERSION = 1  # of the format: a reader refuses a newer one by name, and reads each older one it lists in UPGRADES
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}  # format version -> its line, as VERSION's
+VERSION = 2  # of the format: a reader refuses a newer one by name, and reads each older one it lists in UPGRADES
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: lambda line: line,  # version 2 added feedback lines; a version 1 line is a version 2 line
+}  # format version -> its line, as VERSION's
 MAX_LINES = 250_000  # of a file's body: a larger one is refused before it is read
 MAX_LINE_CHARS = 64 << 20  # one line (a node's value holds a whole tool result)
-KINDS = ("session", "request", "node", "relation", "transcript", "pending", "conversation", "response")
+KINDS = ("session", "request", "node", "relation", "transcript", "pending", "conversation", "response", "feedback")
+KINDS_OF = {1: KINDS[:-1], 2: KINDS}  # the line kinds a version's header counts
 
 
 class BadSessionFile(StorageError):
@@ -167,6 +171,9 @@ def _beside(conn: Conn, s: _Stored, rel: str, namespace: str, emit: Callable[...
                           " WHERE session = ? ORDER BY created_at, id", (s.name,)):
         emit("response", session=rel, id=p[0], namespace=p[1][len(namespace):], position=int(p[2]),
              body=json.loads(p[3]), input_items=json.loads(p[4]), created_at=int(p[5]))
+    for f in conn.execute("SELECT request, key_id, score, label, comment, at FROM feedback WHERE session = ?"
+                          " ORDER BY at, id", (s.name,)):
+        emit("feedback", session=rel, request=int(f[0]), key=f[1], score=f[2], label=f[3], comment=f[4], at=f[5])
 
 
 def lines_of(text: str) -> list[str]:
@@ -194,6 +201,8 @@ _FIELDS: dict[str, dict[str, Any]] = {
     "conversation": {"session": str, "metadata": dict, "created_at": int},
     "response": {"session": str, "id": str, "namespace": str, "position": int, "body": dict, "input_items": list,
                  "created_at": int},
+    "feedback": {"session": str, "request": int, "key": str, "score": _opt((int, float)), "label": _opt(str),
+                 "comment": str, "at": (int, float)},
 }
 _RELATIONS = {r.value for r in Relation}
 _TYPES = {t.value for t in StateType}
@@ -212,6 +221,7 @@ class _Session:
     pending: dict[str, Any] | None = None
     conversation: dict[str, Any] | None = None
     responses: list[dict[str, Any]] = field(default_factory=list)
+    feedback: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -259,10 +269,11 @@ def _header(text: str | None) -> dict[str, Any]:
     if version != VERSION and version not in UPGRADES:
         raise BadSessionFile(f"format version {version} is not one this FlowState reads (it reads {VERSION}"
                              + "".join(f", {v}" for v in sorted(UPGRADES)) + ")")
-    counts, digest = header.get("counts"), header.get("digest")
-    if not isinstance(counts, dict) or set(counts) != set(KINDS) or not all(
+    counts, digest, kinds = header.get("counts"), header.get("digest"), KINDS_OF[version]
+    if not isinstance(counts, dict) or set(counts) != set(kinds) or not all(
             isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts.values()):
-        raise BadSessionFile(f"the header's counts must give a number of lines for each of {', '.join(KINDS)}")
+        raise BadSessionFile(f"the header's counts must give a number of lines for each of {', '.join(kinds)}")
+    header = {**header, "counts": {**dict.fromkeys(KINDS, 0), **counts}}  # as this version counts them
     if not isinstance(digest, str) or not digest.startswith("sha256:"):
         raise BadSessionFile("the header has no sha256 digest of the body")
     total = sum(counts.values())
@@ -382,12 +393,24 @@ def _place(obj: dict[str, Any], number: int, sessions: dict[str, _Session], rena
         if s_.pending is not None:
             raise BadSessionFile(f"{_where(number)}: session {owner!r} has two waiting requests")
         s_.pending = obj
+    elif kind == "feedback":
+        s_.feedback.append(_feedback(obj, number))
     elif kind == "conversation":
         if s_.conversation is not None:
             raise BadSessionFile(f"{_where(number)}: session {owner!r} has two conversation lines")
         s_.conversation = obj
     else:
         s_.responses.append(obj)
+
+
+def _feedback(obj: dict[str, Any], number: int) -> dict[str, Any]:
+    try:
+        feedback.check(obj["score"], obj["label"], obj["comment"])
+    except feedback.BadFeedback as exc:
+        raise BadSessionFile(f"{_where(number)} (feedback): {exc}") from None
+    if obj["request"] < 1:
+        raise BadSessionFile(f"{_where(number)} (feedback): request {obj['request']} is not a request's index")
+    return obj
 
 
 def _check_session(s: _Session, sessions: Mapping[str, _Session]) -> None:
@@ -494,6 +517,9 @@ def _write_session(conn: Conn, s: _Session, sid: int, name: str, namespace: str,
     if s.conversation is not None:
         conn.execute("INSERT INTO conversations (session, metadata, created_at) VALUES (?, ?, ?)",
                      (name, canonical_json(s.conversation["metadata"]), s.conversation["created_at"]))
+    for f in s.feedback:
+        feedback.insert(conn, feedback.Feedback(name, f["request"], f["key"], f["score"], f["label"], f["comment"],
+                                                f["at"]))
     for p in s.responses:
         body = dict(p["body"])
         if s.name != original and isinstance(body.get("conversation"), dict) and \

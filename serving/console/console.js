@@ -364,6 +364,12 @@
         return counts.length ? h("p", { class: "muted redactions" }, "Redacted before storing: " +
           counts.map(([kind, n]) => n + " " + kind).join(", ")) : null;
       };
+      // what users said of the request (POST …/feedback): every piece, the latest last
+      const feedback = (given) => given.length ? h("ul", { class: "feedback" }, given.map((f) =>
+        h("li", {}, h("strong", {}, "Feedback: "), [f.score !== null ? "score " + f.score : null,
+          f.label ? "“" + f.label + "”" : null].filter(Boolean).join(" · "),
+          f.comment ? [" — ", h("span", { class: "comment" }, f.comment)] : null,
+          h("span", { class: "muted" }, " " + when(Math.round(f.at)))))) : null;
       const timeline = dump.requests.map((req) => {
         const shown = open.has(req.index);
         const toggle = h("button", { type: "button", class: "steps-toggle", onclick: async () => {
@@ -381,6 +387,7 @@
           h("p", {}, h("strong", {}, "Query: "), h("span", { class: "query" }, req.query)),
           req.response !== null ? h("p", {}, h("strong", {}, "Answer: "), h("span", { class: "response" }, req.response))
             : h("p", { class: "error" }, "Unfinished: " + (req.unfinished || "")),
+          feedback(req.feedback || []),
           toggle, shown && records.has(req.index) ? redacted(records.get(req.index)) : null,
           shown && records.has(req.index) ? steps(records.get(req.index), nodes, select) : null);
       });

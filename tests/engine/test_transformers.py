@@ -57,3 +57,21 @@ def test_template_kwargs_reach_the_template_and_a_cut_output_is_truncation(smol:
     cut = smol.generate(MESSAGES, max_tokens=3)
     assert cut.truncated and cut.usage.completion_tokens == 3
     assert smol.capabilities.embedded  # the embedded model: the compact protocol profile is picked for it
+
+
+def test_salts_keep_tenants_apart_but_for_the_shared_system_prompt(smol: TransformersEngine) -> None:
+    """A call salted apart from the cached prompt reuses none of it — or, with the deployment's system prompt
+    declared shared, exactly that much and never a token past it; a tenant's own next call reuses its prefix."""
+    system = Message("system", hotel.POLICY)
+    messages = [system, Message("user", hotel.QUERIES[0])]
+    smol.generate(messages, max_tokens=2, cache_salt="tenant-a")
+    assert smol.generate(messages, max_tokens=2, cache_salt="tenant-b").usage.cached_tokens == 0
+    own = smol.generate(messages, max_tokens=2, cache_salt="tenant-b").usage
+    assert own.cached_tokens >= own.prompt_tokens - 1
+    try:
+        smol.share_prefix([system])
+        other = smol.generate(messages, max_tokens=2, cache_salt="tenant-c").usage
+        assert other.cached_tokens == len(smol._shared) and 0 < other.cached_tokens < other.prompt_tokens - 1
+    finally:
+        smol._shared = []
+    assert smol.capabilities.shares and smol.capabilities.priority

@@ -306,3 +306,22 @@ def test_a_redacting_servers_console_shows_placeholders_and_what_was_redacted(se
     counts = wait_for(browser, "#request-1 .redactions")
     assert re.fullmatch(r"Redacted before storing: \d+ email", counts.text) and email not in browser.page_source
     shots(browser, "redacted")
+
+
+def test_feedback_given_on_a_request_shows_on_it(server: Server, browser: Any, shots: Any) -> None:
+    """Feedback posted on a request (score, label, comment) shows under the request in the console, as text."""
+    import httpx
+    from selenium.webdriver.common.by import By
+
+    url = server.start([{"text": output(content="booked"), "when": "[f]"}])
+    client(url).chat.completions.create(model="flowstate", user="rated",
+                                        messages=[{"role": "user", "content": "[f] book it"}])
+    said = httpx.post(url + "/sessions/rated/requests/1/feedback", timeout=30,
+                      json={"score": -1, "label": "wrong_date", "comment": "<b>the 11th</b>, not the 10th"})
+    assert said.status_code == 200, said.text
+    browser.get(url.removesuffix("/v1") + "/ui/#/session/rated")
+    browser.refresh()
+    item = wait_for(browser, "#request-1 .feedback li")
+    assert "score -1" in item.text and "“wrong_date”" in item.text
+    assert browser.find_element(By.CSS_SELECTOR, "#request-1 .feedback .comment").text == "<b>the 11th</b>, not the 10th"
+    shots(browser, "feedback")

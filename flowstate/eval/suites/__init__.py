@@ -26,6 +26,7 @@ REALISTIC = ("shopping", "planning", "reasoning")
 TAU3 = ("tau3-airline", "tau3-retail")  # τ³-bench's domains, read from its data (flowstate.eval.tau3)
 REPLAY = "tau-replay"  # recorded τ-bench conversations replayed (flowstate.eval.replay), from --data FILE
 ARENA = "memoryarena"  # MemoryArena's formal reasoning data (flowstate.eval.memoryarena), from --data FILE
+SESSIONS = "sessions"  # your own stored sessions replayed (flowstate.eval.stored), from --from DB_URL|EXPORT_FILE
 POLICIES = ("oracle", "realistic", "memoryless")
 """The reference policies: the optimistic bound, a realistic one, the memoryless bound (``flowstate.eval.policies``)."""
 
@@ -42,6 +43,7 @@ class Spec:
     trials: int = 1
     data: str | None = None
     judge: Engine | None = None
+    select: Any = None  # the sessions suite: which stored sessions (flowstate.eval.stored.Selection)
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,33 @@ class Arena:
     reference = staticmethod(suite_policy)
 
 
+@dataclass(frozen=True)
+class Stored:
+    """Your own stored sessions (``--from DB_URL|EXPORT_FILE``), replayed under a model — or, with ``--policy
+    realistic``, under their own recorded calls and answers (what checks the replay itself)."""
+
+    name: str = SESSIONS
+    options: Mapping[str, int] = field(default_factory=dict)
+    rules: Rules = Rules(policies=(None, "realistic"),
+                         refusal="the sessions suite replays stored sessions under a model, or their own recorded "
+                                 "calls with --policy realistic, not a {policy} policy")
+
+    def tasks(self, n: int, spec: Spec) -> list[Task]:
+        from flowstate.eval.stored import Selection, generate
+
+        return list(generate(spec.data, n, spec.select or Selection(), spec.judge))
+
+    @staticmethod
+    def reference(task: Task, strategy: Strategy, limits: Limits, bound: str | None) -> Answerer:
+        """The session's own recorded calls and answers, with realistic memory work (tau-replay's policy)."""
+        from flowstate.eval.replay import ReplayPolicy
+        from flowstate.eval.stored import StoredTask
+
+        if not isinstance(task, StoredTask):
+            raise TypeError(f"the sessions suite's reference plays stored sessions, not {type(task).__name__}")
+        return ReplayPolicy(task, strategy, limits)
+
+
 SCORED_BY_CONSTRAINT = Rules(soft=True, micro_ps=True)  # travel and planning: credit per constraint met
 
 REGISTRY: dict[str, Suite] = {
@@ -182,7 +211,7 @@ REGISTRY: dict[str, Suite] = {
     "shopping": Generated("shopping", shopping.generate, shopping.OPTIONS),
     "planning": Generated("planning", planning.generate, planning.OPTIONS, SCORED_BY_CONSTRAINT),
     "reasoning": Generated("reasoning", reasoning.generate, reasoning.OPTIONS),
-    **{name: Tau3(name) for name in TAU3}, REPLAY: Replay(), ARENA: Arena(),
+    **{name: Tau3(name) for name in TAU3}, REPLAY: Replay(), ARENA: Arena(), SESSIONS: Stored(),
 }
 """Every suite by name: one protocol, whether generated, read from τ³'s data, replayed or a dataset."""
 SUITES = (*SMALL, *REALISTIC)  # the generated suites
