@@ -31,7 +31,7 @@ from flowstate.eval.suites import suite as suite_named
 from flowstate.eval.task import Task
 from flowstate.eval.tau3.conversation import Conversation, run_conversation
 from flowstate.eval.tau3.users import tau2_guidelines
-from flowstate.eval.trace import Traced, TraceWriter
+from flowstate.eval.trace import RecordingEngine, TraceWriter
 from flowstate.limits import STANDARD
 from flowstate.mcp import connect
 from flowstate.memory import embedded, get
@@ -254,7 +254,7 @@ def _run_pair(ctx: RunContext, suite: str, strategy: Strategy, total: int, finis
         else:
             engine = ctx.engines[i % len(ctx.engines)]  # several servers: tasks spread over all of them
         if trace is not None:
-            engine = Traced(engine, trace, f"{config.namespace}{suite}/{strategy.name}/{task.id}",
+            engine = RecordingEngine(engine, trace, f"{config.namespace}{suite}/{strategy.name}/{task.id}",
                             {"suite": suite, "strategy": strategy.name})
         if rules.conversational:
             talk = run_conversation(task, strategy, engine, ctx.repo, config.loop, ctx.user, ctx.judge,

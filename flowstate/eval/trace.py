@@ -64,7 +64,7 @@ class TraceWriter:
                 f.write("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
 
 
-class Traced(Engine):
+class RecordingEngine(Engine):
     """An engine that records every call it serves for one session into a trace, and changes nothing else."""
 
     def __init__(self, inner: Engine, writer: TraceWriter, session: str, labels: dict[str, str]) -> None:

@@ -33,7 +33,7 @@ router = APIRouter()
 
 @functools.cache
 def _file(name: str) -> bytes:  # read once a process, not on every request
-    return (resources.files("serving") / "console" / name).read_bytes()
+    return (resources.files("serving.console") / name).read_bytes()
 
 
 @router.get("/ui", include_in_schema=False)
