@@ -74,6 +74,17 @@ def observation_id(request: int, step: int, call: int) -> str:
     return f"{OBSERVATION_PREFIX}r{request}_s{step}_{call}"
 
 
+def json_depth(value: Any) -> int:
+    """How deeply a JSON value nests (a scalar: 0), without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        v, d = todo.pop()
+        if isinstance(v, dict | list):
+            deepest = max(deepest, d)
+            todo.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
 def canonical_json(obj: Any) -> str:
     """Deterministic compact JSON: sorted keys, fixed separators, UTF-8 kept as is."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)

@@ -39,7 +39,7 @@ from serving.responses.wire import ResponsesRequest, check_include
 from serving.services import ServerConfig, Services, build
 from serving.tenancy import Authenticated, entry
 from serving.traced import Traced
-from serving.wire import ChatRequest, Ingress, IngressLimits, loads, validated
+from serving.wire import MAX_DEPTH, ChatRequest, Ingress, IngressLimits, loads, validated
 
 log = logging.getLogger("flowstate.serving")
 
@@ -414,7 +414,7 @@ async def import_sessions(request: Request) -> dict[str, Any]:
     raw = await _read(request, replace(s.config.ingress, max_body_bytes=MAX_IMPORT_BYTES))
     try:
         text = raw.decode("utf-8")
-        file = await anyio.to_thread.run_sync(transfer.read_file, transfer.lines_of(text), renames)
+        file = await anyio.to_thread.run_sync(transfer.read_file, transfer.lines_of(text), renames, MAX_DEPTH)
     except UnicodeDecodeError:
         raise bad_request("the body is not UTF-8 text", None, "invalid_session_file") from None
     except transfer.BadSessionFile as exc:

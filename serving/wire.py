@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.base import Sampling
-from flowstate.nodes import canonical_json
+from flowstate.nodes import canonical_json, json_depth
 from flowstate.request_options import RequestOptions
 from grammars.refs import SchemaRefError, inline
 from serving.errors import bad_request
@@ -183,15 +183,7 @@ def _no_constant(name: str) -> Any:
 MAX_DEPTH = 64  # JSON nesting a request may hold: whatever ingress accepts, every route that returns it can encode
 
 
-def depth(value: Any) -> int:
-    """How deeply a JSON value nests (a scalar: 0), without recursion."""
-    deepest, todo = 0, [(value, 1)]
-    while todo:
-        v, d = todo.pop()
-        if isinstance(v, dict | list):
-            deepest = max(deepest, d)
-            todo.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
-    return deepest
+depth = json_depth
 
 
 def loads(text: str | bytes) -> Any:

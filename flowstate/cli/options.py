@@ -262,19 +262,22 @@ def mcp_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def otlp_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``--otlp-endpoint``: OpenTelemetry traces of every turn to a collector (docs/operations.md)."""
-    return click.option("--otlp-endpoint", default=None, envvar="OTEL_EXPORTER_OTLP_ENDPOINT",
+    return click.option("--otlp-endpoint", default=None,
                         help="Send OpenTelemetry traces (OTLP/HTTP) to this collector, e.g. http://127.0.0.1:4318 "
-                             "[default: $OTEL_EXPORTER_OTLP_ENDPOINT; none: no tracing]. The service name is "
-                             "$OTEL_SERVICE_NAME, else flowstate.")(fn)
+                             "[default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else $OTEL_EXPORTER_OTLP_ENDPOINT; none: "
+                             "no tracing]. The service name is $OTEL_SERVICE_NAME, else flowstate.")(fn)
 
 
 @contextmanager
 def traced(endpoint: str | None) -> Iterator[None]:
-    """Trace while the block runs when an endpoint is given; what was recorded is sent at its end."""
+    """Trace while the block runs when an endpoint is given (or OpenTelemetry's variables give one: the traces
+    variable wins, as in OpenTelemetry); what was recorded is sent at its end."""
+    from flowstate import tracing
+
+    endpoint = endpoint or tracing.endpoint_from_env()
     if not endpoint:
         yield
         return
-    from flowstate import tracing
 
     tracing.enable(endpoint)
     try:

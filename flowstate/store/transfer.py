@@ -27,7 +27,7 @@ from importlib import metadata
 from typing import Any
 
 from flowstate.errors import DISTRIBUTION, SessionNotFound, StorageError
-from flowstate.nodes import Node, Ref, Relation, StateType, canonical_json
+from flowstate.nodes import Node, Ref, Relation, StateType, canonical_json, json_depth
 from flowstate.store import feedback
 from flowstate.store import search as fts
 from flowstate.store.backends import Conn
@@ -303,8 +303,10 @@ def _checked(obj: Any, number: int) -> dict[str, Any]:
     return obj
 
 
-def read_file(lines: Iterable[str], rename: Mapping[str, str] | None = None) -> SessionFile:
-    """Read and check a session file (its lines, newline-terminated) without touching a database."""
+def read_file(lines: Iterable[str], rename: Mapping[str, str] | None = None,
+              max_depth: int | None = None) -> SessionFile:
+    """Read and check a session file (its lines, newline-terminated) without touching a database; ``max_depth``: the
+    deepest a line may nest (the endpoint's rule for every body it takes)."""
     rename = dict(rename or {})
     it = iter(lines)
     header = _header(next(it, None))
@@ -325,6 +327,8 @@ def read_file(lines: Iterable[str], rename: Mapping[str, str] | None = None) -> 
             obj = json.loads(text)
         except (ValueError, RecursionError):
             raise BadSessionFile(f"{_where(number)} is not JSON (or nests deeper than JSON may here)") from None
+        if max_depth is not None and json_depth(obj) > max_depth:
+            raise BadSessionFile(f"{_where(number)} nests {json_depth(obj)} levels deep: at most {max_depth}")
         if header["version"] != VERSION:
             obj = UPGRADES[header["version"]](obj)
         obj = _checked(obj, number)

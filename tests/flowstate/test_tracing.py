@@ -196,3 +196,28 @@ def test_the_openai_engine_sends_traceparent_on(repo: Repository) -> None:
     call = next(s for s in exporter.get_finished_spans() if s.name == "flowstate.model_call")
     assert seen[0] is not None and seen[0].startswith(f"00-{call.context.trace_id:032x}-{call.context.span_id:016x}-")
     assert seen[1:] == [None]
+
+
+@pytest.mark.parametrize(("variables", "sent_to"), [
+    ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://traces:4318/v1/traces"}, "http://traces:4318/v1/traces"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://all:4318"}, "http://all:4318"),  # enable() adds /v1/traces
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://all:4318", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:1/v1/traces"},
+     "http://t:1/v1/traces"),  # the traces variable wins, as in OpenTelemetry
+    ({}, None),
+])
+def test_opentelemetrys_variables_turn_tracing_on(monkeypatch: pytest.MonkeyPatch, variables: dict[str, str],
+                                                   sent_to: str | None) -> None:
+    """What docs/deployment.md says is read is read: each variable alone turns tracing on, to where it says."""
+    from flowstate import tracing
+    from flowstate.cli.options import traced
+
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    seen: list[str | None] = []
+    monkeypatch.setattr(tracing, "enable", lambda endpoint=None, **_: seen.append(endpoint))
+    monkeypatch.setattr(tracing, "disable", lambda: None)
+    with traced(None):
+        pass
+    assert seen == ([] if sent_to is None else [sent_to])

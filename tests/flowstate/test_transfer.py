@@ -188,6 +188,18 @@ BAD: dict[str, tuple[Callable[[list[str]], list[str]], str]] = {
     "deep nesting": (lambda lines: sealed([x.replace('"value":', '"value":' + "[" * 5000 + "0" + "]" * 5000 + ',"v":', 1)
                                            if '"kind":"node"' in x else x for x in lines]), "nests deeper"),
     "not json": (lambda lines: [lines[0], "{not json\n", *lines[2:]], "line 2 is not JSON"),
+    # the rest of the cases docs/operations.md lists (a --rename, a line too long: below)
+    "missing field": (_edit("request", lambda r: r.pop("strategy")), "missing field(s) strategy"),
+    "row before its session": (lambda lines: sealed([lines[0], lines[2], lines[1], *lines[3:]]),
+                               "has no session line before it"),
+    "two sessions of one name": (lambda lines: sealed([*lines, lines[1]]), "appears twice"),
+    "node of a request it lacks": (_edit("node", lambda n: n.update(request=99)), "belongs to request 99"),
+    "unknown node type": (_edit("node", lambda n: n.update(type="opinion")), "unknown kind or type"),
+    "fork sharing more than its parent": (lambda lines: sealed([x.replace('{"requests":1,', '{"requests":9,').replace(
+        '"index":2,', '"index":10,' if '"session":"trip-b"' in x else '"index":2,') for x in lines]),
+        "shares 9 requests of 'trip'"),
+    "bad feedback": (lambda lines: sealed([*lines, '{"at":1,"comment":"","key":"","kind":"feedback","label":null,'
+                                                   '"request":1,"score":3,"session":"trip"}\n']), "score is a number"),
 }
 
 
@@ -267,3 +279,17 @@ def test_a_failure_mid_write_rolls_back(any_repo: Repository, tmp_path: Path, mo
     assert calls == ["trip", "trip-b"] and any_repo.sessions() == []
     from flowstate.store.search import Search
     assert any_repo.search("", Search.parse("hotel"))[0] == []  # the index rows went with the transaction
+
+
+def test_a_rename_of_no_session_and_a_line_too_long_are_refused(any_repo: Repository, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    with Repository.open(tmp_path / "source.db") as source:
+        two_requests(source, "trip")
+        good = source.export_sessions(["trip"], "")
+    before = everything(any_repo)
+    with pytest.raises(BadSessionFile, match="--rename names session\\(s\\) the file does not hold: nope"):
+        any_repo.import_sessions(good, "", rename={"nope": "x"})
+    monkeypatch.setattr(transfer, "MAX_LINE_CHARS", 200)
+    with pytest.raises(BadSessionFile, match="is longer than 200 characters"):
+        any_repo.import_sessions(good, "")
+    assert everything(any_repo) == before

@@ -105,3 +105,4 @@ def test_a_session_file_with_bad_feedback_is_refused_and_nothing_written(served:
         with pytest.raises(BadSessionFile, match=r"\(feedback\): score is a number from -1 to 1"):
             other.import_sessions(text.splitlines(keepends=True))
         assert other.sessions() == []
+

@@ -121,3 +121,15 @@ def test_agreement_and_inferred_schemas() -> None:
     assert schema == {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"},
                                                        "c": {"type": "array"}}, "required": ["a"]}
     assert abs(parse_since("1d", now=86_400 * 10) - 86_400 * 9) == 0 and parse_since("2026-12-01") == 1796083200
+
+
+def test_a_judge_says_whether_the_replay_agrees_and_its_prompt_is_versioned() -> None:
+    from flowstate.eval.stored import JUDGE, JUDGE_VERSION
+
+    judge = ScriptedEngine(["AGREE", "DISAGREE, it booked another date", "maybe"])
+    [task] = generate(str(V1), 1, Selection(), judge)
+    env = task.new_env()
+    verdicts = [task.check(k, "Some answer.", env).detail["judge"] for k in (1, 2, 3)]  # type: ignore[index]
+    assert verdicts == [1.0, 0.0, None]  # neither word: no verdict, never a guess
+    asked = judge.prompts[0]
+    assert asked[0].content == JUDGE and "REFERENCE:\nHotel Avenida" in asked[1].content and JUDGE_VERSION == "agreement-v1"
