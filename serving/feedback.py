@@ -82,7 +82,7 @@ async def _responded(request: Request, response_id: str) -> tuple[Services, str,
     """The caller's stored response: its session (full and as shown) and the request it answered."""
     s: Services = request.app.state.services
     ns = s.namespace(request)
-    found = await anyio.to_thread.run_sync(s.config.repo.response, response_id, ns)
+    found = await anyio.to_thread.run_sync(s.config.repo.responses.get, response_id, ns)
     if found is None:
         raise APIError(404, f"no stored response {response_id!r} (never stored, deleted, or another key's)",
                        param="response_id", code="response_not_found")

@@ -88,8 +88,8 @@ class Background:
         while True:
             try:
                 now = int(time.time())
-                await anyio.to_thread.run_sync(self.repo.renew_leases, list(self.jobs), now)
-                expired = await anyio.to_thread.run_sync(self.repo.expire_leases, now - int(self.lease_s), STOPPED)
+                await anyio.to_thread.run_sync(self.repo.responses.renew, list(self.jobs), now)
+                expired = await anyio.to_thread.run_sync(self.repo.responses.expire, now - int(self.lease_s), STOPPED)
                 for rid in expired:
                     log.warning("background response %s failed: its server stopped before it ended", rid)
             except Exception:  # a database that is down now is retried at the next round

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from flowstate.errors import StorageError
 from flowstate.nodes import canonical_json
-from flowstate.store.repository import StoredResponse
+from flowstate.store.responses import StoredResponse
 from serving.chat import IDEMPOTENCY_HEADER, Begun, ChatService, Moved
 from serving.completions import extension
 from serving.errors import APIError, bad_request
@@ -61,7 +61,7 @@ class ResponsesService:
         draft = Draft(body, mcp=mcp, approval=approval)
         previous: StoredResponse | None = None
         if body.previous_response_id is not None:
-            previous = await anyio.to_thread.run_sync(self.s.config.repo.response, body.previous_response_id, ns)
+            previous = await anyio.to_thread.run_sync(self.s.config.repo.responses.get, body.previous_response_id, ns)
             if previous is None:
                 raise not_found(body.previous_response_id, "previous_response_id", "previous_response_not_found")
             if previous.body.get("status") in RUNNING:
@@ -103,7 +103,7 @@ class ResponsesService:
     async def _again(self, ns: str, rid: str, idem: str, digest: str) -> dict[str, Any] | None:
         """The response a call with this Idempotency-Key already made and stored, or None; the key used for another
         request is a 422."""
-        stored = await anyio.to_thread.run_sync(self.s.config.repo.response, rid, ns)
+        stored = await anyio.to_thread.run_sync(self.s.config.repo.responses.get, rid, ns)
         if stored is None:
             return None  # never stored, or the call failed: this one runs
         if (stored.body.get("flowstate") or {}).get("request_digest") != digest:
@@ -133,7 +133,7 @@ class ResponsesService:
         if body.background:  # stored in progress before the turn can end and store it again
             job = Job(begun.session.full)
             started = StoredResponse(draft.id, ns, begun.session.full, -1, draft.object("in_progress"), items)
-            await anyio.to_thread.run_sync(self.s.config.repo.save_response, started, draft.created_at,
+            await anyio.to_thread.run_sync(self.s.config.repo.responses.save, started, draft.created_at,
                                            int(time.time()))
         finishing = asyncio.create_task(self._finish(ns, draft, begun, items, fork, job))
         self.s.running.add(finishing)  # stored even if the client goes away
@@ -244,10 +244,10 @@ class ResponsesService:
         if draft.body.store is not False:
             stored = StoredResponse(draft.id, ns, begun.session.full, position, obj, items)
             if job is not None:  # stored in progress: stored again, unless it was deleted meanwhile
-                await anyio.to_thread.run_sync(self.s.config.repo.update_response, stored)
+                await anyio.to_thread.run_sync(self.s.config.repo.responses.update, stored)
             else:  # a session deleted while the turn ran (the DELETE waited for it) keeps nothing of it
                 try:
-                    await anyio.to_thread.run_sync(partial(self.s.config.repo.save_response, stored, draft.created_at,
+                    await anyio.to_thread.run_sync(partial(self.s.config.repo.responses.save, stored, draft.created_at,
                                                            if_session=True))
                 except StorageError:
                     if draft.request is None:
@@ -263,7 +263,7 @@ class ResponsesService:
         which stores it as its turn ends: waited for a moment); a 422 when it was made for another body."""
         deadline = time.monotonic() + patience_s
         while True:
-            found = await anyio.to_thread.run_sync(self.s.config.repo.response, draft.id, ns)
+            found = await anyio.to_thread.run_sync(self.s.config.repo.responses.get, draft.id, ns)
             if found is not None:
                 if (found.body.get("flowstate") or {}).get("request_digest") != draft.request:
                     raise _reused(None)
@@ -281,7 +281,7 @@ class ResponsesService:
             error = {"code": "server_error", "message": f"internal error: {type(exc).__name__}"}
         obj = draft.object("cancelled" if job.cancelling else "failed", error=None if job.cancelling else error)
         stored = StoredResponse(draft.id, ns, begun.session.full, -1, obj, items)
-        await anyio.to_thread.run_sync(self.s.config.repo.update_response, stored)
+        await anyio.to_thread.run_sync(self.s.config.repo.responses.update, stored)
 
     async def cancel(self, ns: str, response_id: str) -> dict[str, Any]:
         """``POST /v1/responses/{id}/cancel``: a background response's turn stopped at its next step boundary (what
@@ -315,13 +315,13 @@ class ResponsesService:
         return StreamingResponse(follow(job, starting_after), media_type="text/event-stream")
 
     async def stored(self, ns: str, response_id: str) -> StoredResponse:
-        found = await anyio.to_thread.run_sync(self.s.config.repo.response, response_id, ns)
+        found = await anyio.to_thread.run_sync(self.s.config.repo.responses.get, response_id, ns)
         if found is None:
             raise not_found(response_id)
         return found
 
     async def delete(self, ns: str, response_id: str) -> dict[str, Any]:
-        if not await anyio.to_thread.run_sync(self.s.config.repo.delete_response, response_id, ns):
+        if not await anyio.to_thread.run_sync(self.s.config.repo.responses.delete, response_id, ns):
             raise not_found(response_id)
         return {"id": response_id, "object": "response", "deleted": True}
 

@@ -13,7 +13,8 @@ from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.store.audit import Entry
 from flowstate.store.backends import is_postgres
 from flowstate.store.erasure import subject_digest
-from flowstate.store.repository import StoredResponse, Transcript
+from flowstate.store.repository import Transcript
+from flowstate.store.responses import StoredResponse
 from flowstate.store.search import Search
 
 SECRET = "quokkazebra"  # the subject's text: in states, transcripts, responses, the search index
@@ -38,7 +39,7 @@ def _subject(repo: Repository, ns: str = "") -> None:
     _said(repo, ns + "conv_1", f"{SECRET} conversation")
     _said(repo, ns + "trip-9", f"{SECRET} trip")
     rid = "resp_a" + ns.replace("/", "")
-    repo.save_response(StoredResponse(rid, ns, ns + "trip-9", 2, {"id": rid, "user": "alice",
+    repo.responses.save(StoredResponse(rid, ns, ns + "trip-9", 2, {"id": rid, "user": "alice",
                                                                   "output_text": f"{SECRET} response"}, []), 5)
     repo.save_pending(ns + "alice", 3, {"said": SECRET})
 
@@ -62,7 +63,7 @@ def test_a_subject_and_everything_that_names_it_goes_and_nothing_else(any_repo: 
                                "transcripts": 5, "idempotency_keys": 5, "conversations": 1, "waiting_requests": 1,
                                "responses": 1}
     assert repo.sessions() == [f"{tenant}/{n}" for n in ("alice", "alice-branch", "conv_1", "trip-9")] + ["bob"]
-    assert repo.response("resp_a", "") is None and repo.response(f"resp_a{tenant}", f"{tenant}/") is not None
+    assert repo.responses.get("resp_a", "") is None and repo.responses.get(f"resp_a{tenant}", f"{tenant}/") is not None
     assert repo.pending("alice") is None and repo.pending(f"{tenant}/alice") is not None
     assert len(repo.search(f"{tenant}/", Search.parse(SECRET))[0]) == 5
     assert all(h.session.startswith(f"{tenant}/") for h in repo.search("", Search.parse(SECRET))[0])

@@ -12,7 +12,8 @@ from flowstate import Repository
 from flowstate.bench.redaction import rows, run, tau3
 from flowstate.nodes import Node, StateType
 from flowstate.store.redaction import Detector, Redacted, Redactor, placeholders, restore
-from flowstate.store.repository import StoredResponse, Transcript
+from flowstate.store.repository import Transcript
+from flowstate.store.responses import StoredResponse
 from flowstate.store.search import Search
 from flowstate.store.vault import VaultKeyError, new_key
 from tests.flowstate.test_repository import raw
@@ -64,7 +65,7 @@ def test_a_redacting_repository_stores_no_value_and_restores_it_for_a_tool(any_r
     repo = any_repo
     redaction = repo.redact(new_key(), ("email", "card"))
     _remember(repo, "t1/alice")
-    repo.save_response(StoredResponse("resp_1", "t1/", "t1/alice", 2, {"user": EMAIL, "output_text": f"hi {EMAIL}"},
+    repo.responses.save(StoredResponse("resp_1", "t1/", "t1/alice", 2, {"user": EMAIL, "output_text": f"hi {EMAIL}"},
                                       [{"content": EMAIL}]), 5)
     repo.save_conversation("t1/conv_1", {"customer": EMAIL}, 1)
     repo.save_pending("t1/alice", 2, {"said": CARD})

@@ -287,20 +287,20 @@ def test_the_repository_benchmark_measures_both_backends(tmp_path: Path, pg_serv
 
 
 def test_stored_responses_by_namespace_and_gone_with_their_session(any_repo: Repository) -> None:
-    from flowstate.store.repository import StoredResponse
+    from flowstate.store.responses import StoredResponse
 
     body = {"id": "resp_1", "output": [{"type": "message", "content": [{"text": "héllo"}]}]}
-    any_repo.save_response(StoredResponse("resp_1", "ns/", "ns/s", 4, body, [{"id": "msg_1"}]), 1_700_000_000)
-    any_repo.save_response(StoredResponse("resp_2", "ns/", "ns/t", 2, {"id": "resp_2"}, []), 1_700_000_001)
-    got = any_repo.response("resp_1", "ns/")
+    any_repo.responses.save(StoredResponse("resp_1", "ns/", "ns/s", 4, body, [{"id": "msg_1"}]), 1_700_000_000)
+    any_repo.responses.save(StoredResponse("resp_2", "ns/", "ns/t", 2, {"id": "resp_2"}, []), 1_700_000_001)
+    got = any_repo.responses.get("resp_1", "ns/")
     assert got is not None and (got.session, got.position, got.body, got.input_items) == ("ns/s", 4, body, [{"id": "msg_1"}])
-    assert any_repo.response("resp_1", "other/") is None  # another key's response does not exist for it
+    assert any_repo.responses.get("resp_1", "other/") is None  # another key's response does not exist for it
     with pytest.raises(StorageError):  # ids are unique
-        any_repo.save_response(StoredResponse("resp_1", "ns/", "ns/s", 5, {}, []), 0)
-    assert not any_repo.delete_response("resp_1", "other/") and any_repo.delete_response("resp_1", "ns/")
-    assert any_repo.response("resp_1", "ns/") is None and not any_repo.delete_response("resp_1", "ns/")
+        any_repo.responses.save(StoredResponse("resp_1", "ns/", "ns/s", 5, {}, []), 0)
+    assert not any_repo.responses.delete("resp_1", "other/") and any_repo.responses.delete("resp_1", "ns/")
+    assert any_repo.responses.get("resp_1", "ns/") is None and not any_repo.responses.delete("resp_1", "ns/")
     any_repo.persist_request("ns/t", 1, "q", "a", [], {})
-    assert any_repo.delete_session("ns/t") and any_repo.response("resp_2", "ns/") is None
+    assert any_repo.delete_session("ns/t") and any_repo.responses.get("resp_2", "ns/") is None
 
 
 def test_a_fork_shares_its_parents_requests_up_to_its_point_without_copying_them(any_repo: Repository,

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from flowstate import Repository
-from flowstate.store.repository import StoredResponse, Transcript
+from flowstate.store.repository import Transcript
+from flowstate.store.responses import StoredResponse
 from flowstate.store.retention import DAY_S, Expired, Policy, PolicyError, duration, parse_policy
 from tests.flowstate.test_repository import raw, state
 
@@ -43,7 +44,7 @@ def _clock(target: str, name: str, created: int, active: int | None = None) -> N
 
 
 def _response(repo: Repository, rid: str, session: str, created: int, namespace: str = "", lease: int | None = None) -> None:
-    repo.save_response(StoredResponse(rid, namespace, session, 0, {"id": rid}, []), created, lease)
+    repo.responses.save(StoredResponse(rid, namespace, session, 0, {"id": rid}, []), created, lease)
 
 
 def test_what_is_due_and_the_sweep_removes_it_all(any_repo: Repository, db_target: str) -> None:
@@ -72,12 +73,12 @@ def test_what_is_due_and_the_sweep_removes_it_all(any_repo: Repository, db_targe
         ("conversation", "conv_unused")]  # a parent with a fork, a waiting session: not yet due
     before = repo.sessions()
     planned = repo.retention.sweep(POLICY, NOW, batch=2, dry_run=True)  # the sweep, rolled back
-    assert repo.sessions() == before and repo.audit.entries()[0] == [] and repo.response("resp_old", "")
+    assert repo.sessions() == before and repo.audit.entries()[0] == [] and repo.responses.get("resp_old", "")
     removed = repo.retention.sweep(POLICY, NOW, batch=2)
     assert removed == planned  # the dry run listed exactly what went, the parent after its fork included
     assert {e.name for e in removed} == {e.name for e in due} | {"parent"}
     assert repo.sessions() == ["fresh", "shared", "living", "waits"]
-    assert repo.response("resp_new", "") and repo.response("resp_running", "") and not repo.response("resp_old", "")
+    assert repo.responses.get("resp_new", "") and repo.responses.get("resp_running", "") and not repo.responses.get("resp_old", "")
     assert repo.conversation("fresh") and not repo.conversation("conv_unused")
     for table in ("requests", "nodes", "transcripts", "relations"):  # nothing of the removed sessions is left
         names = {r[0] for r in raw(db_target, f"SELECT DISTINCT s.name FROM {table} t JOIN sessions s"

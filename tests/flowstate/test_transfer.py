@@ -18,7 +18,8 @@ from flowstate import Agent, Repository
 from flowstate.demo import hotel
 from flowstate.nodes import Node, Ref, Relation, StateType
 from flowstate.store import transfer
-from flowstate.store.repository import StoredResponse, Transcript
+from flowstate.store.repository import Transcript
+from flowstate.store.responses import StoredResponse
 from flowstate.store.transfer import BadSessionFile, SessionExists
 
 SCRIPT = [json.loads(line)["text"] for line in hotel.script_path().read_text().splitlines() if line.strip()]
@@ -50,7 +51,7 @@ def furnish(repo: Repository) -> None:
                               {"idem-1": 1}), strategy="flowstate")
     repo.save_conversation("k1/trip", {"topic": "lisbon"}, 1_790_000_000)
     for i in range(2):
-        repo.save_response(StoredResponse(f"resp_{i}", "k1/", "k1/trip", i, {"id": f"resp_{i}", "output": [i],
+        repo.responses.save(StoredResponse(f"resp_{i}", "k1/", "k1/trip", i, {"id": f"resp_{i}", "output": [i],
                                                                                 "conversation": {"id": "trip"}},
                                           [{"type": "message", "content": f"in {i}"}]), 1_790_000_000 + i)
     repo.save_pending("k1/trip-b", 3, {"session": "k1/trip-b", "query": "more?", "steps": []})
@@ -100,7 +101,7 @@ def test_round_trip_is_exact_across_databases(tmp_path: Path, pg_server: Any) ->
             assert [n.id for n in pg.nodes("k2/trip-b")] == [n.id for n in a.nodes("k1/trip-b")]
             assert pg.transcripts("k2/trip-b")[2].idempotency == {"idem-1": 1}
             assert pg.pending("k2/trip-b") == {"session": "k2/trip-b", "query": "more?", "steps": []}
-            stored = pg.response("resp_1", "k2/")
+            stored = pg.responses.get("resp_1", "k2/")
             assert stored is not None and stored.session == "k2/trip" and stored.body["output"] == [1]
             assert pg.conversation("k2/trip") == ({"topic": "lisbon"}, 1_790_000_000)
             assert [r.query for r in pg.requests("k2/trip")] == [r.query for r in a.requests("k1/trip")]
@@ -243,7 +244,7 @@ def test_taken_names_and_ids(any_repo: Repository, tmp_path: Path) -> None:
     with Repository.open(tmp_path / "source.db") as source:
         two_requests(source, "trip")
         furnish_plain(source)
-        source.save_response(StoredResponse("resp_x", "", "trip", 0, {"id": "resp_x"}, []), 1_790_000_000)
+        source.responses.save(StoredResponse("resp_x", "", "trip", 0, {"id": "resp_x"}, []), 1_790_000_000)
         lines = source.export_sessions(["trip", "trip-b"], "")
     assert any_repo.import_sessions(lines, "") == ["trip", "trip-b"]
     before = everything(any_repo)

@@ -61,10 +61,10 @@ def test_a_refusal_names_its_real_cause(http: TestClient) -> None:
     create(http, input="two", previous_response_id=first["id"])
     app = http.app
     repo = app.state.services.config.repo  # type: ignore[attr-defined]
-    from flowstate.store.repository import StoredResponse
-    stored = repo.response(first["id"], "")
+    from flowstate.store.responses import StoredResponse
+    stored = repo.responses.get(first["id"], "")
     # a response kept from before its session was deleted (what a database written by an older version may hold)
     repo.delete_session("w")
-    repo.save_response(StoredResponse(stored.id, "", stored.session, stored.position, stored.body, []), 1)
+    repo.responses.save(StoredResponse(stored.id, "", stored.session, stored.position, stored.body, []), 1)
     r = create(http, input="three", previous_response_id=first["id"])
     assert r.status_code == 404 and "session that was deleted" in r.json()["error"]["message"], r.text
