@@ -6,13 +6,15 @@ relations are labelled arrows. Drawn on the server, so the page needs no script 
 
 from __future__ import annotations
 
+import re
 from html import escape
+from importlib import resources
 from typing import Any
 
-COLOURS = {
-    "preference": "#f4a261", "knowledge": "#90be6d", "attribute": "#4d9de0", "judgement": "#e15554",
-    "artifact": "#9b5de5", "observation": "#bdbdbd",
-}
+_PALETTE = (resources.files("serving.console") / "console.css").read_text(encoding="utf-8")
+COLOURS = {m[1]: m[2] for m in re.finditer(r"--t-(\w+):\s*(#[0-9a-fA-F]{6})", _PALETTE)}
+"""Each state type's colour, as the console's stylesheet writes it (the one place the palette is written)."""
+RELATION_COLOURS = {m[1]: m[2] for m in re.finditer(r"--r-(\w+):\s*(#[0-9a-fA-F]{6})", _PALETTE)}
 COL_W, COL_GAP, NODE_H, ROW_GAP, TOP = 240, 90, 46, 24, 70
 
 
@@ -49,8 +51,10 @@ def render_html(dump: dict[str, Any], title: str) -> str:
             sy, ey = y1 + NODE_H / 2, y2 + NODE_H / 2
             bend = 40.0 if x1 == x2 else 0.0
             path = f"M {sx} {sy} C {sx + bend} {sy}, {ex + bend} {ey}, {ex} {ey}"
-            parts.append(f'<path class="edge" d="{path}" fill="none" stroke="#555" marker-end="url(#arrow)"/>')
-            parts.append(f'<text x="{(sx + ex) / 2 + bend}" y="{(sy + ey) / 2 - 4}" fill="#333">{escape(rel["rel"])}</text>')
+            colour = RELATION_COLOURS.get(rel["rel"], "#555")
+            parts.append(f'<path class="edge" d="{path}" fill="none" stroke="{colour}" marker-end="url(#arrow)"/>')
+            parts.append(f'<text x="{(sx + ex) / 2 + bend}" y="{(sy + ey) / 2 - 4}" fill="{colour}">'
+                         f'{escape(rel["rel"])}</text>')
     for node in dump["nodes"]:
         if node["id"] not in at:
             continue

@@ -6,9 +6,13 @@
   const KEY = "flowstate.console.key";
   const SVG = "http://www.w3.org/2000/svg";
   const TYPES = ["preference", "knowledge", "attribute", "judgement", "artifact"];
-  const RELATION_COLOURS = { supports: "#2a9d8f", derives: "#264653", follows: "#8d99ae", supersedes: "#e76f51" };
-  const TYPE_COLOURS = { preference: "#f4a261", knowledge: "#90be6d", attribute: "#4d9de0", judgement: "#e15554",
-                         artifact: "#9b5de5", observation: "#bdbdbd" };
+  const RELATIONS = ["supports", "derives", "follows", "supersedes"];
+  // the palette is console.css's (--t-TYPE, --r-RELATION), the one place it is written (the server's graph page
+  // reads it there too)
+  const palette = (prefix, names) => Object.fromEntries(names.map((n) =>
+    [n, getComputedStyle(document.documentElement).getPropertyValue("--" + prefix + n).trim()]));
+  const TYPE_COLOURS = palette("t-", [...TYPES, "observation"]);
+  const RELATION_COLOURS = palette("r-", RELATIONS);
   const POLL_MS = 1500;
   const main = document.getElementById("main");
   let poll = null;
@@ -188,7 +192,8 @@
     let bottom = top;
     for (const [, [, y]] of at) bottom = Math.max(bottom, y + nodeH);
     const width = 32 + Math.max(1, dump.requests.length) * (colW + colGap);
-    const svg = s("svg", { width, height: bottom + 24, id: "state-graph", role: "img", "aria-label": "state graph" });
+    const svg = s("svg", { width, height: bottom + 24, id: "state-graph", role: "group",
+      "aria-label": "state graph: " + dump.nodes.length + " nodes over " + dump.requests.length + " requests" });
     const defs = s("defs", {});
     for (const [rel, colour] of Object.entries(RELATION_COLOURS)) {
       defs.append(s("marker", { id: "arrow-" + rel, viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7,
@@ -217,15 +222,17 @@
       const [x, y] = at.get(node.id);
       const kind = kindOf(node);
       const g = s("g", { class: "node" + (node.id === selected ? " selected" : ""), "data-id": node.id,
-        "data-type": kind, tabindex: 0, onclick: () => select(node.id),
-        onkeydown: (e) => { if (e.key === "Enter") select(node.id); } },
+        "data-type": kind, tabindex: 0, role: "button", "aria-pressed": node.id === selected ? "true" : "false",
+        "aria-label": node.id + ", " + kind + ", request " + node.request + ": " + node.summary,
+        onclick: () => select(node.id),
+        onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); select(node.id); } } },
         s("title", {}, node.id + " (" + kind + ")\n" + node.summary),
         s("rect", { x, y, width: colW, height: nodeH, rx: 6, fill: TYPE_COLOURS[kind] || "#ddd" }),
         s("text", { x: x + 8, y: y + 16, "font-weight": "bold" }, clip(node.id, 30)),
         s("text", { x: x + 8, y: y + 32 }, clip(node.summary, 32)));
       svg.append(g);
     }
-    return h("div", { class: "graph" }, svg);
+    return h("div", { class: "graph", id: "graph-scroll" }, svg);
   }
 
   function statePanel(dump, id, select) {
@@ -345,42 +352,76 @@
     return [h("h2", {}, "Forks"), h("div", { class: "tree", id: "fork-tree" }, h("ul", {}, inner))];
   }
 
+  // What a live update keeps of the page: which <details> are open, which element has focus, how far each
+  // scrolling box is scrolled. Each is found again by what it shows (a request, a step, a state), not by identity.
+  function placeOf(el) {
+    if (!el || el === document.body) return null;
+    if (el.id) return "#" + CSS.escape(el.id);
+    const request = el.closest("[id^='request-'], #running");
+    const step = el.closest(".step");
+    const at = (request ? "#" + CSS.escape(request.id) + " " : "") + (step ? ".step[data-step='" + step.dataset.step + "'] " : "");
+    if (el.dataset && el.dataset.id) return ".node[data-id='" + CSS.escape(el.dataset.id) + "']";
+    if (el.classList.contains("steps-toggle")) return at + ".steps-toggle";
+    if (el.tagName === "DETAILS") return at + "details";
+    return null;
+  }
+
+  function kept(paint) {
+    const open = [...main.querySelectorAll("details[open]")].map(placeOf).filter(Boolean);
+    const focused = placeOf(document.activeElement);
+    const scrolled = [...main.querySelectorAll(".graph")].map((g) => [g.id, g.scrollLeft, g.scrollTop]);
+    const x = window.scrollX, y = window.scrollY;
+    paint();
+    for (const where of open) main.querySelector(where)?.setAttribute("open", "");
+    for (const [id, left, top] of scrolled) {
+      const g = id && document.getElementById(id);
+      if (g) { g.scrollLeft = left; g.scrollTop = top; }
+    }
+    if (focused) main.querySelector(focused)?.focus({ preventScroll: true });
+    window.scrollTo(x, y);
+  }
+
   async function sessionPage(name, params) {
     const records = new Map(), open = new Set();
     let dump = await api(sessionPath(name));
     let selected = params.get("state") || null;
     let up = await lineage(dump);
-    const render = () => {
+    // the page's parts that live updates change, each replaced in place (the rest of the page stays as it is)
+    const counts = h("p", { class: "muted", id: "session-counts" });
+    const graphBox = h("div", { id: "graph-box" }), forks = h("div", { id: "fork-box" });
+    const timelineBox = h("div", { id: "timeline" }), panelBox = h("div", { id: "panel-box" });
+    const select = (id) => {
+      selected = id;
+      history.replaceState(null, "", sessionHref(name, id));
+      kept(paint);
+      document.getElementById("state").scrollIntoView({ block: "nearest" });
+    };
+    // what redaction replaced in the request, counted per kind (never a value: the server stored placeholders)
+    const redacted = (record) => {
+      const kinds = Object.entries(record.redactions || {});
+      return kinds.length ? h("p", { class: "muted redactions" }, "Redacted before storing: " +
+        kinds.map(([kind, n]) => n + " " + kind).join(", ")) : null;
+    };
+    // what users said of the request (POST …/feedback): every piece, the latest last
+    const feedback = (given) => given.length ? h("ul", { class: "feedback" }, given.map((f) =>
+      h("li", {}, h("strong", {}, "Feedback: "), [f.score !== null ? "score " + f.score : null,
+        f.label ? "“" + f.label + "”" : null].filter(Boolean).join(" · "),
+        f.comment ? [" — ", h("span", { class: "comment" }, f.comment)] : null,
+        h("span", { class: "muted" }, " " + when(Math.round(f.at)))))) : null;
+    function paint() {
       const nodes = new Map(dump.nodes.map((n) => [n.id, n]));
-      const select = (id) => {
-        selected = id;
-        history.replaceState(null, "", sessionHref(name, id));
-        render();
-        document.getElementById("state").scrollIntoView({ block: "nearest" });
-      };
-      // what redaction replaced in the request, counted per kind (never a value: the server stored placeholders)
-      const redacted = (record) => {
-        const counts = Object.entries(record.redactions || {});
-        return counts.length ? h("p", { class: "muted redactions" }, "Redacted before storing: " +
-          counts.map(([kind, n]) => n + " " + kind).join(", ")) : null;
-      };
-      // what users said of the request (POST …/feedback): every piece, the latest last
-      const feedback = (given) => given.length ? h("ul", { class: "feedback" }, given.map((f) =>
-        h("li", {}, h("strong", {}, "Feedback: "), [f.score !== null ? "score " + f.score : null,
-          f.label ? "“" + f.label + "”" : null].filter(Boolean).join(" · "),
-          f.comment ? [" — ", h("span", { class: "comment" }, f.comment)] : null,
-          h("span", { class: "muted" }, " " + when(Math.round(f.at)))))) : null;
       const timeline = dump.requests.map((req) => {
         const shown = open.has(req.index);
-        const toggle = h("button", { type: "button", class: "steps-toggle", onclick: async () => {
-          if (shown) open.delete(req.index); else {
-            open.add(req.index);
-            if (!records.has(req.index)) {
-              records.set(req.index, (await api(sessionPath(name) + "/requests/" + req.index)).record);
+        const toggle = h("button", { type: "button", class: "steps-toggle", "aria-expanded": shown ? "true" : "false",
+          onclick: async () => {
+            if (shown) open.delete(req.index); else {
+              open.add(req.index);
+              if (!records.has(req.index)) {
+                records.set(req.index, (await api(sessionPath(name) + "/requests/" + req.index)).record);
+              }
             }
-          }
-          render();
-        } }, shown ? "Hide steps" : "Show steps");
+            kept(paint);
+          } }, shown ? "Hide steps" : "Show steps");
         return h("div", { class: "request" + (req.unfinished ? " unfinished" : ""), id: "request-" + req.index },
           h("h3", {}, "Request " + req.index, " ", h("span", { class: "muted" }, when(req.created_at) +
             (req.strategy ? " · " + req.strategy : ""))),
@@ -397,36 +438,43 @@
         h("p", {}, h("strong", {}, "Query: "), dump.running.query),
         steps({ steps: dump.running.steps }, nodes, select)) : null;
       const states = dump.nodes.filter((n) => n.kind === "state").length;
-      show(
-        h("h1", {}, "Session ", h("span", { id: "session-name" }, name)),
-        h("p", { class: "muted" }, dump.requests.length + " requests, " + states + " states, " +
-          (dump.nodes.length - states) + " observations",
-          dump.forked_from ? [" · forked from ", h("a", { href: sessionHref(dump.forked_from.session) },
-            dump.forked_from.session), " after request " + dump.forked_from.requests] : null),
-        h("p", { class: "legend" }, Object.keys(TYPE_COLOURS).map((t) => h("span", { class: "t-" + t }, t)),
-          Object.entries(RELATION_COLOURS).map(([r]) => h("span", { class: "badge" }, r))),
-        h("div", { class: "layout" },
-          h("div", {}, graph(dump, selected, select), forkTree(name, dump, up),
-            h("h2", {}, "Requests"), h("div", { id: "timeline" }, timeline, running)),
-          statePanel(dump, selected, select)));
-    };
-    render();
-    let seen = JSON.stringify([dump.requests.length, dump.nodes.length, dump.running]);
-    poll = setInterval(async () => {  // a running turn shows up, and settles when it ends
+      counts.replaceChildren(dump.requests.length + " requests, " + states + " states, " +
+        (dump.nodes.length - states) + " observations", ...[dump.forked_from ? [" · forked from ",
+        h("a", { href: sessionHref(dump.forked_from.session) }, dump.forked_from.session),
+        " after request " + dump.forked_from.requests] : []].flat());
+      graphBox.replaceChildren(graph(dump, selected, select));
+      forks.replaceChildren(...(forkTree(name, dump, up) || []));
+      timelineBox.replaceChildren(...timeline, ...(running ? [running] : []));
+      panelBox.replaceChildren(statePanel(dump, selected, select));
+    }
+    show(
+      h("h1", {}, "Session ", h("span", { id: "session-name" }, name)), counts,
+      h("p", { class: "legend" }, TYPES.concat(["observation"]).map((t) => h("span", { class: "t-" + t }, t)),
+        RELATIONS.map((r) => h("span", { class: "badge" }, r))),
+      h("div", { class: "layout" }, h("div", {}, graphBox, forks, h("h2", {}, "Requests"), timelineBox), panelBox));
+    paint();
+    // what a poll compares: the requests, states and running turn, and the feedback given
+    const shape = (d) => JSON.stringify([d.requests.length, d.nodes.length, d.running,
+      d.requests.map((r) => (r.feedback || []).length)]);
+    let seen = shape(dump);
+    const tick = async () => {  // one poll at a time: the next is set once this one is done
       let next;
       try { next = await api(sessionPath(name)); } catch (e) {
         stopPolling();
         if (e instanceof SignInNeeded) signIn(e.message);
         return;
       }
-      const now = JSON.stringify([next.requests.length, next.nodes.length, next.running]);
+      if (poll === null) return;  // the page was left while this poll ran
+      const now = shape(next);
       if (now !== seen) {
         seen = now;
         dump = next;
         up = await lineage(dump);
-        render();
+        kept(paint);  // a running turn shows up, and settles when it ends: in place
       }
-    }, POLL_MS);
+      if (poll !== null) poll = setTimeout(tick, POLL_MS);
+    };
+    poll = setTimeout(tick, POLL_MS);
   }
 
   // -- search ---------------------------------------------------------------------------------------------------------
@@ -483,7 +531,7 @@
   // -- routing ----------------------------------------------------------------------------------------------------
 
   function stopPolling() {
-    if (poll !== null) clearInterval(poll);
+    if (poll !== null) clearTimeout(poll);
     poll = null;
   }
 

@@ -325,3 +325,39 @@ def test_feedback_given_on_a_request_shows_on_it(server: Server, browser: Any, s
     assert "score -1" in item.text and "“wrong_date”" in item.text
     assert browser.find_element(By.CSS_SELECTOR, "#request-1 .feedback .comment").text == "<b>the 11th</b>, not the 10th"
     shots(browser, "feedback")
+
+
+def test_a_live_update_keeps_scroll_focus_and_what_is_open(server: Server, browser: Any, shots: Any) -> None:
+    """A request finishing while the page is open updates it in place: the window's scroll, the focused control,
+    the steps and the raw output opened, and the state panel stay as they were; the new request is there; the graph's
+    states are buttons with accessible names."""
+    from selenium.webdriver.common.by import By
+
+    many = [{"text": output(delta=[add(f"kn_{i}", note="x" * 40) for i in range(6)], content="first " + "y" * 800),
+             "when": "[one]"}, {"text": output(content="second"), "when": "[two]"}]
+    url = server.start(many)
+    api = client(url)
+    api.chat.completions.create(model="flowstate", user="keep", messages=[{"role": "user", "content": "[one] go"}])
+    browser.set_window_size(900, 500)
+    try:
+        browser.get(url.removesuffix("/v1") + "/ui/#/session/keep?state=kn_3")
+        browser.refresh()
+        node = wait_for(browser, "#state-graph .node[data-id='kn_3']")
+        assert node.get_attribute("role") == "button" and node.get_attribute("aria-label").startswith("kn_3, knowledge")
+        assert node.get_attribute("aria-pressed") == "true"
+        browser.find_element(By.CSS_SELECTOR, "#request-1 .steps-toggle").click()
+        raw = wait_for(browser, "#request-1 .step details")
+        browser.execute_script("arguments[0].open = true; document.querySelector('#request-1 .steps-toggle').focus();"
+                               "window.scrollTo(0, 400);", raw)
+        before = browser.execute_script("return window.scrollY")
+        assert before > 0
+        api.chat.completions.create(model="flowstate", user="keep", messages=[{"role": "user", "content": "[two] go"}])
+        wait_for(browser, "#request-2", timeout=15)
+        assert browser.execute_script("return window.scrollY") == before
+        assert browser.execute_script("return document.querySelector('#request-1 .step details').open")
+        assert browser.execute_script("return document.activeElement.classList.contains('steps-toggle') && "
+                                      "document.activeElement.closest('#request-1') !== null")
+        assert "kn_3" in browser.find_element(By.ID, "state").text  # the panel still shows the state chosen
+        shots(browser, "kept")
+    finally:
+        browser.set_window_size(1400, 1000)
