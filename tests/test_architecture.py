@@ -109,6 +109,21 @@ def test_storage_knows_nothing_of_the_method_above_it() -> None:
     assert above == []
 
 
+def test_the_reference_policies_know_kinds_not_methods() -> None:
+    """policies.py imports no memory method: every method declares how a reference policy answers its own calls
+    (``Purpose.reference``), and each of its calls' purposes has one."""
+    from engine.purpose import Purpose
+
+    methods = {m for m in GRAPH if m.startswith("flowstate.memory.")} - {"flowstate.memory.base",
+                                                                        "flowstate.memory.reference"}
+    assert sorted(GRAPH["flowstate.eval.policies"] & methods) == []
+    import importlib
+
+    purposes = [(m, name, v) for m in sorted(methods) for name, v in vars(importlib.import_module(m)).items()
+                if isinstance(v, Purpose)]
+    assert len(purposes) >= 7 and [f"{m}.{n}" for m, n, p in purposes if p.reference is None] == []
+
+
 def test_engine_and_grammars_know_nothing_above() -> None:
     for m, deps in GRAPH.items():
         if layer(m) <= 1:

@@ -23,12 +23,8 @@ from engine.text import common_prefix, flatten, tokenize
 from flowstate import tags
 from flowstate.eval.task import Answer, Call, Decision, Need, Task
 from flowstate.limits import STANDARD, Limits, clip, fit
-from flowstate.memory import mem0
 from flowstate.memory.base import Strategy
-from flowstate.memory.mage import COMPRESS_CALL, MAINTAIN_CALL
-from flowstate.memory.reasoning import DISTILL_CALL, JUDGE_CALL
-from flowstate.memory.retrieval import EXTRACT_CALL, UPDATE_CALL
-from flowstate.memory.tracker import TRACK_CALL
+from flowstate.memory.reference import Reference, read_interaction, sections
 from flowstate.nodes import OBSERVATION_PREFIX, PAGE_PREFIX
 from flowstate.protocol import ModelOutput, render_output
 
@@ -53,24 +49,6 @@ PAGES_AT_ONCE = 2
 
 LOOKS = 3
 """The realistic policy's disclosure steps per request at most: then it acts on what it has."""
-
-_SECTION = re.compile(r"<([a-z_]+)>\n(.*?)</\1>", re.S)
-
-
-def sections(user: str) -> dict[str, list[dict[str, Any]]]:
-    """The user message's blocks as lists of JSON objects (one per line); a tag that repeats adds its items."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for name, body in _SECTION.findall(user):
-        items = out.setdefault(name, [])
-        for line in body.splitlines():
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(obj, dict):
-                items.append(obj)
-    return out
-
 
 def read_prompt(messages: Sequence[Message]) -> tuple[str, dict[str, list[dict[str, Any]]]]:
     """A step's query and sections, from one user message or from a chat (full context in chat order, where
@@ -112,12 +90,6 @@ def written_states(output: str) -> list[dict[str, Any]]:
             if key in op:
                 entry[field] = op[key]
     return list(states.values())
-
-
-def read_interaction(text: str) -> tuple[str, list[dict[str, Any]]]:
-    """An interaction a memory call is shown (JSON lines): its user query, and its lines."""
-    lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
-    return next((str(i["user_query"]) for i in lines if "user_query" in i), ""), lines
 
 
 def memory_text(query: str, facts: dict[str, Any]) -> str:
@@ -175,42 +147,40 @@ def memory_reply(purpose: Purpose, user: str, remember: Callable[[str], str | No
     keeps of a tool result in its world (by the result's id; None: it keeps nothing)."""
     if purpose.kind == STEP.kind:
         return None
-    replies: dict[str, Callable[[], str]] = {
-        TRACK_CALL.kind: lambda: track(user, keep if keep is not None else lambda _: None, world=keep is not None),
-        EXTRACT_CALL.kind: lambda: json.dumps({"facts": [text] if (text := remember(
-            tags.read(user, tags.INTERACTION) or "")) else []}),
-        COMPRESS_CALL.kind: lambda: json.dumps({"summary": remember(tags.read(user, tags.SEGMENT) or "")
-                                                or "nothing to keep"}),
-        MAINTAIN_CALL.kind: lambda: json.dumps({"valid": True, "note": ""}),
-        JUDGE_CALL.kind: lambda: "success",
-        DISTILL_CALL.kind: lambda: Policy.distill(user), UPDATE_CALL.kind: lambda: Policy.update(user)}
-    return answer(purpose, replies)
+    return answer(purpose, user, _Given(remember, keep))
 
 
-def answer(purpose: Purpose, replies: dict[str, Callable[[], str]]) -> str:
-    """The reply to a memory call by its declared kind; a kind no table names (a new memory method's) gets its
-    reply model's defaults, so a method of one file runs under every reference policy without one here."""
-    reply = replies.get(purpose.kind)
-    if reply is not None:
-        return reply()
+class _Given:
+    """What a replaying policy knows of its request: the memory it writes, what a tracker keeps of each result
+    (by its id), and that every request it replays answers."""
+
+    def __init__(self, remember: Callable[[str], str | None], keep: Callable[[Any], Any] | None) -> None:
+        self._remember, self._keep = remember, keep
+
+    def remember(self, interaction: str) -> str | None:
+        return self._remember(interaction)
+
+    def world(self, query: str, before: dict[str, Any], new: list[dict[str, Any]]) -> dict[str, Any]:
+        if self._keep is None:
+            return {}
+        return {**before, **{str(i.get("observation_id")): self._keep(i.get("result", i.get("error"))) for i in new}}
+
+    def answered(self, interaction: str) -> bool:
+        return True
+
+
+def answer(purpose: Purpose, user: str, ref: Reference) -> str:
+    """The reply to a memory call by its declared kind: the reference its method declares (``Purpose.reference``),
+    else — a new memory method's kind with none — its reply model's defaults, so a method of one file runs under
+    every reference policy with nothing added here."""
+    if purpose.reference is not None:
+        return purpose.reference(user, ref)
     model = purpose.reply
     try:
         return json.dumps(model.model_validate({}).model_dump(mode="json"))  # type: ignore[union-attr]
     except Exception as exc:  # no model, or one without defaults for every field
         raise ValueError(f"no reference answer for a memory call of kind {purpose.kind!r}: give its reply model "
-                         "defaults, or answer the kind in flowstate/eval/policies.py") from exc
-
-
-def track(user: str, keep: Callable[[Any], Any], world: bool = True) -> str:
-    """A state tracker's update as a model would write it: the goal is the request, and (with ``world``) what
-    ``keep`` takes of each newest tool result joins the world under the result's id."""
-    parts = sections(user)
-    kept: dict[str, Any] = {}
-    if world:
-        kept = dict(((parts.get(tags.TRACKED_STATE) or [{}])[0]).get("world") or {})
-        for item in parts.get(tags.NEW_OBSERVATION, []):
-            kept[str(item.get("observation_id"))] = keep(item.get("result", item.get("error")))
-    return json.dumps({"goal": tags.read(user, tags.USER_QUERY) or "", "world": kept, "constraints": []})
+                         "defaults, or its Purpose a reference (flowstate/memory/reference.py)") from exc
 
 
 @dataclass(frozen=True)
@@ -362,51 +332,26 @@ class Policy:
                    for k, v in self._facts_of(item).items() if self.keeps(k)}
         return json.dumps({"facts": [memory_text(query, durable)] if durable else []})
 
-    def track(self, user: str) -> str:
-        """A state tracker's update: the durable facts of the newest tool results join the world, by request."""
-        parts = sections(user)
-        before = (parts.get(tags.TRACKED_STATE) or [{}])[0]
-        query = tags.read(user, tags.USER_QUERY)
-        k = self.task.subtask(query or "")
-        world = dict(before.get("world") or {})
-        new = {key: v for item in parts.get(tags.NEW_OBSERVATION, [])
-               for key, v in self._facts_of(item).items() if self.keeps(key)}
-        world[f"request_{k}"] = {**(world.get(f"request_{k}") or {}), **new}
-        return json.dumps({"goal": query or "", "world": world, "constraints": []})
+    def remember(self, interaction: str) -> str | None:
+        """The one memory it writes of an interaction: its durable facts, named by the request (``extract``)."""
+        facts = json.loads(self.extract(interaction))["facts"]
+        return str(facts[0]) if facts else None
 
-    @staticmethod
-    def update(user: str) -> str:
-        """Mem0's update phase: a fact already remembered word for word is NONE; every other fact is ADDed."""
-        shown, facts = mem0.read_update_input(user)
-        return json.dumps({"memory": [{"id": str(shown.index(f)) if f in shown else "new", "text": f,
-                                       "event": "NONE" if f in shown else "ADD", "old_memory": ""} for f in facts]})
+    def world(self, query: str, before: dict[str, Any], new: list[dict[str, Any]]) -> dict[str, Any]:
+        """A state tracker's world: the durable facts of the newest tool results join it, by request."""
+        k = self.task.subtask(query)
+        world = dict(before)
+        facts = {key: v for item in new for key, v in self._facts_of(item).items() if self.keeps(key)}
+        world[f"request_{k}"] = {**(world.get(f"request_{k}") or {}), **facts}
+        return world
+
+    def answered(self, interaction: str) -> bool:
+        """Whether the request it just played ended with its answer (its own last decision, not the prompt's words)."""
+        return bool(self.trace) and isinstance(self.trace[-1].decision, Answer)
 
     def memory_call(self, purpose: Purpose, user: str) -> str:
         """A memory method's own call, answered by its declared kind."""
-        def compress() -> str:  # MAGE's Compress: the segment's facts, as a summary
-            facts = json.loads(self.extract(tags.read(user, tags.SEGMENT) or ""))["facts"]
-            return json.dumps({"summary": facts[0] if facts else "nothing to keep"})
-
-        return answer(purpose, {
-            UPDATE_CALL.kind: lambda: self.update(user),
-            JUDGE_CALL.kind: lambda: "fail" if '"response":null' in user else "success",  # a request that answered
-            DISTILL_CALL.kind: lambda: self.distill(user),
-            EXTRACT_CALL.kind: lambda: self.extract(tags.read(user, tags.INTERACTION) or ""),
-            TRACK_CALL.kind: lambda: self.track(user),
-            COMPRESS_CALL.kind: compress,
-            MAINTAIN_CALL.kind: lambda: json.dumps({"valid": True, "note": ""}),  # the oracle's summaries hold
-        })
-
-    @staticmethod
-    def distill(user: str) -> str:
-        """ReasoningBank's extraction: the strategy of the request — which tools, in which order — with no
-        facts of it, in the released Markdown format (so a later request that needs those facts has none)."""
-        query, lines = read_interaction(user)
-        used = list(dict.fromkeys(str(i["tool"]) for i in lines if "observation_id" in i and "tool" in i))
-        steps = ", then ".join(used) if used else "no tool"
-        title = " ".join(query.split())[:60] or "the request"
-        return (f"# Memory Item 1\n## Title Strategy for: {title}\n## Description The tools that answered it.\n"
-                f"## Content Call {steps}, then answer from the results.")
+        return answer(purpose, user, self)
 
     def __call__(self, messages: Sequence[Message], purpose: Purpose = STEP) -> str:
         if purpose.kind != STEP.kind:

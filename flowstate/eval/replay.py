@@ -35,10 +35,11 @@ from typing import Any
 from engine.base import Message
 from engine.purpose import STEP, Purpose
 from flowstate import tags
-from flowstate.eval.policies import Policy, memory_reply, memory_text, read_interaction, read_prompt, words
+from flowstate.eval.policies import Policy, memory_reply, memory_text, read_prompt, words
 from flowstate.eval.task import Score, Task
 from flowstate.limits import STANDARD, Limits, fit
 from flowstate.memory.base import Strategy
+from flowstate.memory.reference import read_interaction
 from flowstate.nodes import OBSERVATION_PREFIX
 from flowstate.protocol import ModelOutput, bounded, render_output
 from flowstate.tools import SchemaTool, ToolSet

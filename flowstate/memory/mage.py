@@ -28,6 +28,7 @@ Ablations, each switching off exactly what its name says:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -91,8 +92,11 @@ class Check(BaseModel):
 
 SUMMARY_GRAMMAR = memory_calls.grammar(Summary)
 CHECK_GRAMMAR = memory_calls.grammar(Check)
-COMPRESS_CALL = Purpose("mage.compress", Summary)
-MAINTAIN_CALL = Purpose("mage.maintain", Check)
+COMPRESS_CALL = Purpose("mage.compress", Summary, lambda user, ref: json.dumps(
+    {"summary": ref.remember(tags.read(user, tags.SEGMENT) or "") or "nothing to keep"}))
+"""Compress, as a reference policy answers it: the segment's one memory, as its summary."""
+MAINTAIN_CALL = Purpose("mage.maintain", Check, lambda user, ref: json.dumps({"valid": True, "note": ""}))
+"""Maintain, as a reference policy answers it: its summaries hold."""
 REVISE_TOOL = {
     "name": REVISE, "description": "Continue from the boundary before an earlier summarized step that went wrong.",
     "parameters": {"type": "object", "additionalProperties": False, "required": ["step", "reason"],

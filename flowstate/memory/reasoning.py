@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from engine.base import Message
 from engine.purpose import Purpose
@@ -29,6 +29,7 @@ from flowstate.history import HistoricalIndex
 from flowstate.memory import calls as memory_calls
 from flowstate.memory.base import Finish, MemoryContext, Start, StepInput, Strategy, interaction
 from flowstate.memory.ranking import Embeddings, okapi
+from flowstate.memory.reference import read_interaction
 from flowstate.memory.retrieval import TWO_BLOCKS
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.serializer import layout
@@ -96,8 +97,22 @@ or strategies to prevent the failure in the future.
 {_FORMAT}"""
 
 JUDGE_GRAMMAR = 'start: "success" | "fail"'
-JUDGE_CALL = Purpose("reasoningbank.judge")  # a word, not JSON
-DISTILL_CALL = Purpose("reasoningbank.distill")  # the released Markdown items
+
+
+def _distilled(user: str, ref: Any) -> str:
+    """Extraction as a reference policy answers it: the strategy of the request — which tools, in which order — with
+    no facts of it, in the released Markdown format (so a later request that needs those facts has none)."""
+    query, lines = read_interaction(user)
+    used = list(dict.fromkeys(str(i["tool"]) for i in lines if "observation_id" in i and "tool" in i))
+    steps = ", then ".join(used) if used else "no tool"
+    title = " ".join(query.split())[:60] or "the request"
+    return (f"# Memory Item 1\n## Title Strategy for: {title}\n## Description The tools that answered it.\n"
+            f"## Content Call {steps}, then answer from the results.")
+
+
+JUDGE_CALL = Purpose("reasoningbank.judge",  # a word, not JSON; a reference policy says whether the request answered
+                     reference=lambda user, ref: "success" if ref.answered(user) else "fail")
+DISTILL_CALL = Purpose("reasoningbank.distill", reference=_distilled)  # the released Markdown items
 _ITEM = r'"# Memory Item " /[1-3]/ "\n## Title " LINE "\n## Description " LINE "\n## Content " LINE'
 ITEMS_GRAMMAR = (f"start: item | item SEP item | item SEP item SEP item\nitem: {_ITEM}\nSEP: \"\\n\\n\"\n"
                  "LINE: /[^\\n#]{1,400}/")

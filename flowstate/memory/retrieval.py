@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
@@ -70,7 +71,9 @@ class Facts(BaseModel):
 
 
 FACTS_GRAMMAR = memory_calls.grammar(Facts)
-EXTRACT_CALL = Purpose("mem0.extract", Facts)
+EXTRACT_CALL = Purpose("mem0.extract", Facts, lambda user, ref: json.dumps(
+    {"facts": [text] if (text := ref.remember(tags.read(user, tags.INTERACTION) or "")) else []}))
+"""Extraction, as a reference policy answers it: the interaction's one memory (or none)."""
 
 
 
@@ -93,7 +96,17 @@ class MemoryUpdate(BaseModel):
 
 
 UPDATE_GRAMMAR = memory_calls.grammar(MemoryUpdate)
-UPDATE_CALL = Purpose("mem0.update", MemoryUpdate)
+
+
+def _updated(user: str, ref: Any) -> str:
+    """The update phase as a reference policy answers it: a fact already remembered word for word is NONE; every
+    other fact is ADDed."""
+    shown, facts = mem0.read_update_input(user)
+    return json.dumps({"memory": [{"id": str(shown.index(f)) if f in shown else "new", "text": f,
+                                   "event": "NONE" if f in shown else "ADD", "old_memory": ""} for f in facts]})
+
+
+UPDATE_CALL = Purpose("mem0.update", MemoryUpdate, _updated)
 
 
 def rank(documents: Sequence[str], query: str, k: int = TOP_K) -> list[int]:

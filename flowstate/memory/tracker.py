@@ -14,6 +14,7 @@ chunked as ``bm25`` chunks it, shown beside the tracked state.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, ClassVar
 
@@ -26,6 +27,7 @@ from flowstate.active import ActiveState
 from flowstate.history import HistoricalIndex
 from flowstate.memory import calls as memory_calls
 from flowstate.memory.base import Finish, MemoryContext, Observed, Start, StepInput, Strategy
+from flowstate.memory.reference import sections
 from flowstate.nodes import Node, StateType, canonical_json
 from flowstate.serializer import layout, render_observation
 from flowstate.store.repository import SessionView
@@ -58,7 +60,19 @@ class TrackedState(BaseModel):
 
 
 STATE_GRAMMAR = memory_calls.grammar(TrackedState)
-TRACK_CALL = Purpose("zipact.track", TrackedState)
+
+
+def _tracked(user: str, ref: Any) -> str:
+    """A state tracker's update as a reference policy answers it: the goal is the request, the world what the
+    policy keeps of the newest tool results."""
+    parts = sections(user)
+    before = dict(((parts.get(tags.TRACKED_STATE) or [{}])[0]).get("world") or {})
+    query = tags.read(user, tags.USER_QUERY) or ""
+    return json.dumps({"goal": query, "world": ref.world(query, before, parts.get(tags.NEW_OBSERVATION, [])),
+                       "constraints": []})
+
+
+TRACK_CALL = Purpose("zipact.track", TrackedState, _tracked)
 
 
 def tracked(state: ActiveState) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.purpose import STEP
-from flowstate.eval.policies import answer, memory_reply
+from flowstate.eval.policies import Policy, answer, memory_reply
 from flowstate.eval.runner import EvalConfig, run_eval
 from flowstate.memory import METHODS
 from flowstate.memory.tracker import TRACK_CALL
@@ -41,7 +41,7 @@ def test_policies_answer_memory_calls_by_their_declared_kind() -> None:
 
     assert json.loads(memory_reply(TRACK_CALL, "<user_query>\nbook A\n</user_query>", lambda _: None) or "") == {
         "goal": "book A", "world": {}, "constraints": []}
-    assert json.loads(answer(GIST_CALL, {})) == {"gist": ""}
+    assert json.loads(answer(GIST_CALL, "", Policy.__new__(Policy))) == {"gist": ""}
     assert memory_reply(STEP, "anything", lambda _: None) is None
     with pytest.raises(ValueError, match="no reference answer for a memory call of kind 'x.y'"):
-        answer(Purpose("x.y"), {})
+        answer(Purpose("x.y"), "", Policy.__new__(Policy))

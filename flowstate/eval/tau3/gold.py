@@ -24,11 +24,12 @@ from pydantic import ValidationError
 from engine.base import Message
 from engine.purpose import STEP, Purpose
 from flowstate import tags
-from flowstate.eval.policies import Policy, memory_reply, memory_text, read_interaction, read_prompt
+from flowstate.eval.policies import Policy, memory_reply, memory_text, read_prompt
 from flowstate.eval.tau3.tasks import Tau3Task
 from flowstate.eval.tau3.users import CONFIRM_QUESTION
 from flowstate.limits import STANDARD, Limits, clip
 from flowstate.memory.base import Strategy
+from flowstate.memory.reference import read_interaction
 from flowstate.nodes import OBSERVATION_PREFIX
 from flowstate.protocol import ModelOutput, bounded, render_output
 
