@@ -89,13 +89,23 @@ def _ranking(c: dict[str, Any]) -> str:
     return (f" {' and '.join(named)}: BM25 stands in for the embeddings their sources rank by (no --embed).")
 
 
+def _chosen(config: dict[str, Any]) -> str:
+    """Which stored sessions a run replays, as its --from options chose them."""
+    select = config.get("select") or {}
+    said = [f"{k} {', '.join(v) if isinstance(v, list) else v}" for k, v in select.items()]
+    cap = [f"at most {config['tasks']}"] if config["tasks"] < 1_000_000 else []
+    return "; ".join(said + cap) or "every one"
+
+
 def markdown(summary: dict[str, Any]) -> str:
     c = summary["config"]
     out = [
         "# FlowState evaluation",
         "",
-        f"Suites {', '.join(c['suites'])}; strategies {', '.join(c['strategies'])}; {c['tasks']} tasks of depth "
-        f"{c['depth']} per suite (seed {c['seed']}); engine {c['policy'] or c['engine']}; {c['concurrency']} in flight; "
+        f"Suites {', '.join(c['suites'])}; strategies {', '.join(c['strategies'])}; "
+        + (f"{c['tasks']} tasks of depth {c['depth']} per suite (seed {c['seed']})" if list(c["suites"]) != ["sessions"] else
+           f"stored sessions from {c.get('replay')} ({_chosen(c)})")
+        + f"; engine {c['policy'] or c['engine']}; {c['concurrency']} in flight; "
         f"step budget {c['loop']['max_steps']}, grammar {c['loop']['grammar']}, "
         f"limits {c['loop'].get('limits', 'auto')}."
         + (f" τ³ suites: one conversation per task ({c.get('trials', 1)} trial(s)), user "
