@@ -7,7 +7,8 @@ import importlib
 from typing import Any
 
 from engine.base import Engine, Generation, Message, Usage
-from engine.errors import EngineConfigError, EngineError, install_hint
+from engine.distribution import install_hint
+from engine.errors import EngineConfigError, EngineError
 
 # name -> "module:factory"; imported only when that backend is asked for.
 BACKENDS: dict[str, str] = {

@@ -14,7 +14,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
-from engine.errors import EngineConfigError, EngineError, install_hint
+from engine.distribution import install_hint
+from engine.errors import EngineConfigError, EngineError
 from engine.spec import label, parse
 
 BATCH = 64  # texts per request to a server

@@ -2,14 +2,6 @@
 
 from __future__ import annotations
 
-DISTRIBUTION = "flowstate-agent"  # pyproject's [project] name
-
-
-def install_hint(extra: str) -> str:
-    """How to add one of FlowState's extras (FlowState installs from a checkout or its built wheel; the name
-    ``flowstate`` on PyPI is another project)."""
-    return f"install the {extra!r} extra (in a checkout: pip install -e '.[{extra}]')"
-
 
 class EngineError(Exception):
     """A model backend failed to produce an output."""

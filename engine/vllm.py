@@ -23,7 +23,8 @@ from typing import Any
 
 from engine.base import ALL_SAMPLING, Capabilities, Decoding, Engine, Generation, Message, OnText, Sampling, Usage
 from engine.chat import apply_template, check_options, completion_budget
-from engine.errors import EngineConfigError, EngineError, install_hint
+from engine.distribution import install_hint
+from engine.errors import EngineConfigError, EngineError
 from engine.lookup import Speculation
 from engine.purpose import STEP, Purpose
 

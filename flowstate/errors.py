@@ -4,16 +4,12 @@ Model faults (``ProtocolError``) are recorded and fed back to the model; the loo
 ``RequestFailed`` ends one request; what it did is persisted as unfinished (the reason begins with
 ``records.FAILED``), except where a promise the request made forbids (a contract at the step budget,
 ``on_budget="fail"``). Storage faults are raised.
-Engine faults live in ``engine.errors`` and say whether a retry helps; so do the distribution's name and the
-install hint every missing-extra message gives (re-exported here for storage, which imports nothing of engine).
+Engine faults live in ``engine.errors`` and say whether a retry helps.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from engine.errors import DISTRIBUTION as DISTRIBUTION
-from engine.errors import install_hint as install_hint
 
 
 class FlowStateError(Exception):

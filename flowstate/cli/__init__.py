@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from engine.errors import DISTRIBUTION
+from engine.distribution import DISTRIBUTION
 from flowstate.cli.evaluate import evaluate
 from flowstate.cli.forgetting import erase, retention
 from flowstate.cli.search import search

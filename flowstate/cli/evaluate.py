@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 import engine as engines
-from engine.errors import install_hint
+from engine.distribution import install_hint
 from engine.spec import KEYS
 from flowstate.cli.options import (
     LoopOptions,

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from engine.errors import install_hint
+from engine.distribution import install_hint
 from flowstate.errors import ToolLoadError
 from flowstate.mcp.connection import Connection, ConnectionLost, Loop, Server, describe
 from flowstate.mcp.content import observation

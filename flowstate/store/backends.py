@@ -18,7 +18,8 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from flowstate.errors import StorageError, install_hint
+from engine.distribution import install_hint
+from flowstate.errors import StorageError
 from flowstate.store import migrations
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")

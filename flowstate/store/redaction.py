@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from flowstate.errors import FlowStateError, install_hint
+from engine.distribution import install_hint
+from flowstate.errors import FlowStateError
 
 KINDS = ("email", "phone", "card", "iban", "secret")
 REGION = "US"  # where a number without a country code is read as local (phonenumbers' region)

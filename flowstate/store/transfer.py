@@ -23,10 +23,10 @@ import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any
 
-from flowstate.errors import DISTRIBUTION, SessionNotFound, StorageError
+from engine.distribution import version as _version
+from flowstate.errors import SessionNotFound, StorageError
 from flowstate.nodes import Node, Ref, Relation, StateType, canonical_json, json_depth
 from flowstate.store import feedback
 from flowstate.store import search as fts
@@ -55,13 +55,6 @@ class SessionExists(StorageError):
         super().__init__(f"the database already has session(s) {shown}: import with --rename OLD=NEW "
                          "(HTTP: ?rename=OLD=NEW), or delete them first")
         self.names = names
-
-
-def _version() -> str:
-    try:
-        return metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:  # a source tree that was never installed
-        return "unknown"
 
 
 def _line(obj: dict[str, Any]) -> str:

@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from flowstate.errors import StorageError, install_hint
+from engine.distribution import install_hint
+from flowstate.errors import StorageError
 from flowstate.nodes import Node
 from flowstate.store.backends import Backend, Conn
 from flowstate.store.redaction import KINDS, Detector, Redacted, Redactor, placeholders, restore

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from engine.errors import install_hint
+from engine.distribution import install_hint
 from flowstate.eval.arith import evaluate
 from flowstate.tools import Tool, ToolSet
 
