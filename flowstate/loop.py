@@ -529,8 +529,13 @@ class RequestRun:
             persisted_observations=tuple(n.id for n in nodes if n.is_observation),
             unfinished=unfinished, memory_calls=(*self.memory_calls, *finish.calls),
         )
+        stored = record.to_dict()
+        own = {t["name"] for t in self.strategy.tools()}
+        tools = [dict(t) for t in self.wiring.specs if t["name"] not in own]
+        if tools:  # the tools the request offered (the server's and its client's): what a replay offers again
+            stored["tools"] = tools
         self.repo.persist_request(
-            self.session, self.index_k, self.query, response, nodes, record.to_dict(), unfinished, transcript,
+            self.session, self.index_k, self.query, response, nodes, stored, unfinished, transcript,
             strategy=self.strategy.name,
         )
         self.record = record

@@ -104,17 +104,19 @@ def _is_session_file(path: Path) -> bool:
         return b'"flowstate-session"' in f.readline(4096)
 
 
-def stored_turns(repo: Repository, name: str) -> tuple[str, list[Turn], list[int]]:
-    """A stored session as (its client's policy, its requests as turns, the tokens each request took): each
+def stored_turns(repo: Repository, name: str) -> tuple[str, list[Turn], list[int], dict[str, dict[str, Any]]]:
+    """A stored session as (its client's policy, its requests as turns, the tokens each request took, the tools its
+    requests offered by name — the latest spec of each; none for requests stored before specs were kept): each
     request's query, its steps' tool calls with their recorded results (an error as ``ToolError``), its stored
     answer ("" where it ended without)."""
     transcripts = repo.transcripts(name)
     first = transcripts.get(min(transcripts)) if transcripts else None
     policy = next((str(m.get("content") or "") for m in (first.messages if first else []) if m.get("role") == "system"),
                   "")
-    turns, tokens = [], []
+    turns, tokens, offered = [], [], {}
     for row in repo.requests(name):
         record = repo.request_record(name, row.index) or {}
+        offered.update({str(t["name"]): dict(t) for t in record.get("tools") or [] if isinstance(t, dict) and "name" in t})
         steps = tuple(tuple(Call(c["name"], dict(c.get("arguments") or {}),
                                  ToolError(c["error"]) if "error" in c else c.get("result"))
                             for c in s.get("tool_calls") or [] if not c.get("repeat_of"))
@@ -122,7 +124,7 @@ def stored_turns(repo: Repository, name: str) -> tuple[str, list[Turn], list[int
         turns.append(Turn(row.query, tuple(s for s in steps if s), row.response or ""))
         usage = record.get("usage") or {}
         tokens.append(int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0)))
-    return policy, turns, tokens
+    return policy, turns, tokens, offered
 
 
 @dataclass(frozen=True)
@@ -158,10 +160,12 @@ class StoredTask(ReplayTask):
     suite = SUITE
 
     def __init__(self, task_id: str, policy: str, turns: list[Turn], judge: Engine | None = None,
-                 feedback: dict[int, float] | None = None, tokens: Sequence[int] = ()) -> None:
+                 feedback: dict[int, float] | None = None, tokens: Sequence[int] = (),
+                 offered: dict[str, dict[str, Any]] | None = None) -> None:
         super().__init__(task_id, policy, turns)
         self.judge, self.feedback = judge, feedback or {}
         self.tokens = list(tokens) or [0] * len(turns)  # what each request took when it was served
+        self.offered = offered or {}  # the tools the session's requests offered, as their specs were stored
 
     def new_env(self) -> dict[str, Any]:
         return {"cursor": 0, "mismatches": [], "day": 0, "used": {}, "off_record": {}, "calls": {}}
@@ -190,9 +194,16 @@ class StoredTask(ReplayTask):
                 return result
             return run
 
-        return ToolSet([SchemaTool(n, f"A tool of the stored session (parameters inferred from its {len(calls)} "
-                                      "recorded call(s)).", fn=handler(n), check=False, schema=inferred_schema(calls))
-                        for n, calls in sorted(by_name.items())])
+        def tool(n: str) -> SchemaTool:
+            spec = self.offered.get(n)
+            if spec is not None:  # as the session offered it
+                return SchemaTool(n, str(spec.get("description", "")), fn=handler(n), check=False,
+                                  schema=spec.get("parameters") or {"type": "object"})
+            calls = by_name[n]
+            return SchemaTool(n, f"A tool of the stored session (parameters inferred from its {len(calls)} recorded "
+                                 "call(s)).", fn=handler(n), check=False, schema=inferred_schema(calls))
+
+        return ToolSet([tool(n) for n in [*self.offered, *sorted(set(by_name) - set(self.offered))]])
 
     def check(self, k: int, response: str | None, env: Any) -> Score:
         stored, given = self.turns[k - 1].answer, response or ""
@@ -275,8 +286,8 @@ def generate(where: str | None, n: int, selection: Selection = Selection(), judg
     with source(where) as repo:
         tasks = []
         for name in choose(repo, selection, n):
-            policy, turns, tokens = stored_turns(repo, name)
-            tasks.append(StoredTask(name, policy, turns, judge, repo.feedback.latest(name), tokens))
+            policy, turns, tokens, offered = stored_turns(repo, name)
+            tasks.append(StoredTask(name, policy, turns, judge, repo.feedback.latest(name), tokens, offered))
         return tasks
 
 

@@ -133,3 +133,24 @@ def test_a_judge_says_whether_the_replay_agrees_and_its_prompt_is_versioned() ->
     assert verdicts == [1.0, 0.0, None]  # neither word: no verdict, never a guess
     asked = judge.prompts[0]
     assert asked[0].content == JUDGE and "REFERENCE:\nHotel Avenida" in asked[1].content and JUDGE_VERSION == "agreement-v1"
+
+
+def test_a_session_stored_with_its_tools_replays_with_them(tmp_path: Path) -> None:
+    """A request's run record keeps the tools it offered (the server's; a memory method's own are the method's): the
+    replay offers them as they were — their descriptions, their schemas, the ones never called too."""
+    from flowstate import Agent
+    from flowstate.demo import hotel
+
+    db = tmp_path / "prod.db"
+    with Repository.open(db) as repo:
+        search = {"name": "search_hotels", "arguments": SEARCH}
+        Agent(ScriptedEngine([output(tools=[search]), output(content="Hotel B is cheaper.")]), repository=repo,
+              session="trip", tools=hotel.TOOLS).run("Find me a hotel in Lisbon.")
+        kept = {t["name"] for t in repo.request_record("trip", 1)["tools"]}  # type: ignore[index]
+    assert kept == {t["name"] for t in hotel.TOOLS.specs()}
+    engine = ScriptedEngine([output(tools=[search]), output(content="Hotel B is cheaper.")])
+    [row] = _replayed(tmp_path / "out", (engine,), strategies=("flowstate",), source=db)
+    assert row.success and row.subtasks[0].detail["off_record"] == 0  # type: ignore[index]
+    system = engine.prompts[0][0].content
+    described = next(t for t in hotel.TOOLS.specs() if t["name"] == "book_transfer")["description"]
+    assert described in system and "inferred from" not in system  # as the session offered them, the unused one too
