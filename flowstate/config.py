@@ -59,6 +59,7 @@ class Wiring:
     system: str
     specs: tuple[dict[str, Any], ...]
     grammars: Grammars | None
+    policy: str = ""  # the policy text the system prompt holds (the configuration's, then the request's own)
 
 
 class AgentConfig:
@@ -117,8 +118,12 @@ class AgentConfig:
                 self._systems.popitem(last=False)
         return system
 
+    def _policy_text(self, policy: str) -> str:
+        """The policy a request runs under: the configuration's, then the request's own (an endpoint client's)."""
+        return "\n\n".join(p for p in (self.policy, policy) if p) if policy.strip() else self.policy
+
     def _render_system(self, client_tools: Sequence[Mapping[str, Any]], policy: str, options: RequestOptions) -> str:
-        text = "\n\n".join(p for p in (self.policy, policy) if p) if policy.strip() else self.policy
+        text = self._policy_text(policy)
         if options.answer_schema is not None:  # the answer format the request asks for (the grammar enforces it)
             rule = ("Your final answer's content is a JSON value (not a string holding JSON) matching this JSON "
                     "Schema: " + canonical_json(options.answer_schema))
@@ -149,4 +154,4 @@ class AgentConfig:
                options: RequestOptions = RequestOptions(), *, validate: bool = False) -> Wiring:
         specs = self.specs(client_tools)
         return Wiring(self.system_prompt(client_tools, policy, options), tuple(specs),
-                      self.grammars(specs, options, validate=validate))
+                      self.grammars(specs, options, validate=validate), self._policy_text(policy))

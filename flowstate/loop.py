@@ -534,6 +534,8 @@ class RequestRun:
         tools = [dict(t) for t in self.wiring.specs if t["name"] not in own]
         if tools:  # the tools the request offered (the server's and its client's): what a replay offers again
             stored["tools"] = tools
+        if self.wiring.policy:  # and the policy it ran under (the server's and its client's system message)
+            stored["policy"] = self.wiring.policy
         self.repo.persist_request(
             self.session, self.index_k, self.query, response, nodes, stored, unfinished, transcript,
             strategy=self.strategy.name,

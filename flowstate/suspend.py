@@ -37,7 +37,7 @@ def snapshot(run: RequestRun) -> dict[str, Any]:
     state = p.state
     return {
         "version": VERSION, "session": run.session, "query": run.query, "system": run.system,
-        "tool_specs": run.tool_specs, "client_tools": sorted(run.client_tools), "strategy": run.strategy.name,
+        "policy": run.wiring.policy, "tool_specs": run.tool_specs, "client_tools": sorted(run.client_tools), "strategy": run.strategy.name,
         "request": run.index_k, "options": dataclasses.asdict(run.options),
         "state": {"current": [_node(n) for n in state.current], "observations": [_node(n) for n in state.observations],
                   "disclosed": [{"node": _node(d.node), "incoming": [list(i) for i in d.incoming]}
@@ -72,7 +72,7 @@ def restore(snap: dict[str, Any], *, engine: Engine, repo: Repository, agent: Ag
         grammars = agent.grammars(specs, options, validate=True)
     except GrammarError as exc:
         raise ValueError(f"the suspended request's tools cannot be decoded under a grammar: {exc}") from exc
-    wiring = Wiring(snap["system"], tuple(specs), grammars)
+    wiring = Wiring(snap["system"], tuple(specs), grammars, str(snap.get("policy") or ""))
     client = [t for t in specs if t["name"] in set(snap["client_tools"])]
     run = RequestRun(engine=engine, repo=repo, session=snap["session"], query=snap["query"], agent=agent,
                      options=options, client_tools=client, wiring=wiring)

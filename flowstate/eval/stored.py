@@ -112,10 +112,11 @@ def stored_turns(repo: Repository, name: str) -> tuple[str, list[Turn], list[int
     transcripts = repo.transcripts(name)
     first = transcripts.get(min(transcripts)) if transcripts else None
     policy = next((str(m.get("content") or "") for m in (first.messages if first else []) if m.get("role") == "system"),
-                  "")
+                  "")  # a session stored before records kept the policy: its client's system message, where kept
     turns, tokens, offered = [], [], {}
     for row in repo.requests(name):
         record = repo.request_record(name, row.index) or {}
+        policy = str(record.get("policy") or policy)  # the policy the request ran under (the last one's counts)
         offered.update({str(t["name"]): dict(t) for t in record.get("tools") or [] if isinstance(t, dict) and "name" in t})
         steps = tuple(tuple(Call(c["name"], dict(c.get("arguments") or {}),
                                  ToolError(c["error"]) if "error" in c else c.get("result"))

@@ -136,8 +136,9 @@ def test_a_judge_says_whether_the_replay_agrees_and_its_prompt_is_versioned() ->
 
 
 def test_a_session_stored_with_its_tools_replays_with_them(tmp_path: Path) -> None:
-    """A request's run record keeps the tools it offered (the server's; a memory method's own are the method's): the
-    replay offers them as they were — their descriptions, their schemas, the ones never called too."""
+    """A request's run record keeps the tools it offered (the server's; a memory method's own are the method's) and
+    the policy it ran under: the replay offers them as they were — their descriptions, their schemas, the ones never
+    called too — under that policy."""
     from flowstate import Agent
     from flowstate.demo import hotel
 
@@ -145,8 +146,9 @@ def test_a_session_stored_with_its_tools_replays_with_them(tmp_path: Path) -> No
     with Repository.open(db) as repo:
         search = {"name": "search_hotels", "arguments": SEARCH}
         Agent(ScriptedEngine([output(tools=[search]), output(content="Hotel B is cheaper.")]), repository=repo,
-              session="trip", tools=hotel.TOOLS).run("Find me a hotel in Lisbon.")
+              session="trip", tools=hotel.TOOLS, task_policy="Quote prices in euros.").run("Find me a hotel in Lisbon.")
         kept = {t["name"] for t in repo.request_record("trip", 1)["tools"]}  # type: ignore[index]
+        assert repo.request_record("trip", 1)["policy"] == "Quote prices in euros."  # type: ignore[index]
     assert kept == {t["name"] for t in hotel.TOOLS.specs()}
     engine = ScriptedEngine([output(tools=[search]), output(content="Hotel B is cheaper.")])
     [row] = _replayed(tmp_path / "out", (engine,), strategies=("flowstate",), source=db)
@@ -154,3 +156,25 @@ def test_a_session_stored_with_its_tools_replays_with_them(tmp_path: Path) -> No
     system = engine.prompts[0][0].content
     described = next(t for t in hotel.TOOLS.specs() if t["name"] == "book_transfer")["description"]
     assert described in system and "inferred from" not in system  # as the session offered them, the unused one too
+    assert "Quote prices in euros." in system  # and under the policy it ran under
+
+
+def test_a_served_session_keeps_its_clients_system_message_for_the_replay(tmp_path: Path) -> None:
+    """Through the endpoint, the client's system message is the request's policy: the record keeps it, and a replay of
+    the exported session runs under it."""
+    import openai
+    from fastapi.testclient import TestClient
+
+    from serving.app import create_app
+    from serving.services import ServerConfig
+
+    with Repository.open(tmp_path / "prod.db") as repo:
+        with TestClient(create_app(ServerConfig(engine=ScriptedEngine([output(content="ok")]), repo=repo)),
+                        base_url="http://flowstate.test") as http:
+            api = openai.OpenAI(base_url="http://flowstate.test/v1", api_key="x", http_client=http, max_retries=0)
+            api.chat.completions.create(model="flowstate", user="chat", messages=[
+                {"role": "system", "content": "You are the airline's agent. Confirm before acting."},
+                {"role": "user", "content": "Cancel my booking."}])
+        assert repo.request_record("chat", 1)["policy"] == "You are the airline's agent. Confirm before acting."  # type: ignore[index]
+    [task] = generate(str(tmp_path / "prod.db"), 1)
+    assert task.policy == "You are the airline's agent. Confirm before acting."
