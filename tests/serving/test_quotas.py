@@ -83,7 +83,8 @@ def test_requests_per_minute_refuse_with_openais_429_and_store_nothing(server: S
 def test_a_turn_over_the_concurrency_limit_gets_through_on_the_clients_own_retry(server: Server) -> None:
     url = server.start(slow(2.5, 2), "--admin-key", ADMIN, *SLOW)
     _, key = tenant(url, "one-at-a-time", concurrent_turns=1)
-    first = threading.Thread(target=ask, args=(url, key, "[slow] first", "one"))
+    answered: list[Any] = []
+    first = threading.Thread(target=lambda: answered.append(ask(url, key, "[slow] first", "one")))
     first.start()
     time.sleep(1.0)
     assert raw(url, key, "[slow] second", "two").status_code == 429  # one runs: the second waits its turn
@@ -91,6 +92,7 @@ def test_a_turn_over_the_concurrency_limit_gets_through_on_the_clients_own_retry
     r = ask(url, key, "[slow] second", "two", retries=8)  # the SDK sleeps Retry-After (1 s) and tries again
     first.join(60)
     assert r.choices[0].message.content == "done waiting" and time.monotonic() - started > 1.0
+    assert [a.choices[0].message.content for a in answered] == ["done waiting"]  # the first was answered too
     assert throttled(url, key)["turns"] >= 2
 
 
@@ -139,12 +141,14 @@ def test_two_servers_on_one_postgresql_admit_no_more_than_the_limit_together(
                               range(12)))
     assert sorted(codes) == [200] * 5 + [429] * 7, codes
     _, one = tenant(url_a, "single", concurrent_turns=1)
-    first = threading.Thread(target=ask, args=(url_a, one, "[slow] on a", "x"))
+    answered: list[Any] = []
+    first = threading.Thread(target=lambda: answered.append(ask(url_a, one, "[slow] on a", "x")))
     first.start()
     time.sleep(1.0)
     refused = raw(url_b, one, "[slow] on b", "y")  # the other server sees the running turn
     first.join(60)
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert len(answered) == 1  # the turn that held the slot was answered, not refused
 
 
 @pytest.mark.slow
