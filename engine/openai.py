@@ -51,10 +51,11 @@ class OpenAIEngine(RemoteEngine):
         priority: str = "auto",
         prompt_cache_key: str = "auto",
     ) -> None:
-        """``cache_salt``, ``priority`` and ``prompt_cache_key`` say whether a call carries vLLM's ``cache_salt``, vLLM's
-        ``priority`` and OpenAI's ``prompt_cache_key``: ``on``, ``off``, or ``auto`` — the first two to a vLLM server
-        (its ``/v1/models`` says ``owned_by: vllm``), the key to OpenAI's own API (``api.openai.com``): no server is
-        sent a field it may refuse. ``session_header`` names the header carrying the session's routing id ("" none)."""
+        """``cache_salt``, ``priority`` and ``prompt_cache_key`` say whether a call carries vLLM's ``cache_salt``,
+        vLLM's ``priority`` and OpenAI's ``prompt_cache_key``: ``on``, ``off``, or ``auto`` — the first two to a vLLM
+        server (its ``/v1/models`` says ``owned_by: vllm``), the key to OpenAI's own API (``api.openai.com``): no server
+        is sent a field it may refuse. ``session_header`` names the header carrying the session's routing id (""
+        none)."""
         if not base_url:
             raise EngineConfigError("the openai engine needs --base-url, e.g. http://127.0.0.1:8000/v1")
         import openai

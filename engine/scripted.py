@@ -29,7 +29,8 @@ class ScriptedEngine(Engine):
 
     name = "scripted"
     # replays each output token by token to on_text; sampling is recorded in ``calls`` (a replay samples nothing)
-    capabilities = Capabilities(streams=True, sampling=ALL_SAMPLING, salts=True, priority=True)  # no cache: nothing to share
+    # no cache: nothing to share
+    capabilities = Capabilities(streams=True, sampling=ALL_SAMPLING, salts=True, priority=True)
     options = frozenset({"script", "grammar"})
 
     def __init__(self, outputs: Iterable[str | tuple[str, str | None] | tuple[str, str | None, str]], *,
@@ -40,7 +41,8 @@ class ScriptedEngine(Engine):
         engine keeps nothing)."""
         self.record = record
         if grammar:
-            self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, salts=True, priority=True)
+            self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, salts=True,
+                                             priority=True)
         self._outputs = [(o, None, "stop") if isinstance(o, str) else (*o, "stop")[:3] for o in outputs]
         self._used = [False] * len(self._outputs)
         self.salts: list[str | None] = []  # each call's cache_salt

@@ -260,7 +260,8 @@ class VLLMEngine(Engine):
         drafts = getattr(completion, "spec_decode_metrics", None)  # where speculate= drafts
         accepted = sum(j * n for j, n in enumerate(drafts.histogram)) if drafts is not None else 0
         usage = Usage(
-            prompt_tokens=len(prompt["prompt_token_ids"]), cached_tokens=int(getattr(final, "num_cached_tokens", 0) or 0),
+            prompt_tokens=len(prompt["prompt_token_ids"]),
+            cached_tokens=int(getattr(final, "num_cached_tokens", 0) or 0),
             completion_tokens=len(completion.token_ids), ttft_s=first - started, decode_s=end - first,
             drafted_tokens=drafts.num_draft_tokens if drafts is not None else 0, accepted_tokens=accepted,
         )

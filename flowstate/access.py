@@ -58,7 +58,8 @@ def validate_access(state: ActiveState, focus: tuple[FocusItem, ...]) -> tuple[t
             refused.append(Refused(target, f"listed in {page.id} of the index: request {page.id} first"))
         elif target in state.history_ids or state.observation(target) is not None:
             refused.append(
-                Refused(target, "not accessible: neither in the Historical State Index nor referenced by an Active State entry")
+                Refused(target,
+                        "not accessible: neither in the Historical State Index nor referenced by an Active State entry")
             )
         else:
             refused.append(Refused(target, "unknown id"))

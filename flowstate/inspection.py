@@ -25,7 +25,8 @@ def session_dump(repo: Repository, session: str) -> dict[str, Any]:
         "requests": [{"index": r.index, "query": r.query, "response": r.response, "unfinished": r.unfinished,
                       "created_at": r.created_at, "strategy": r.strategy} for r in requests],
         "index": [
-            {"query_id": e.query_id, "user_query": e.user_query, "states": [{"state_id": s, "summary": m} for s, m in e.states]}
+            {"query_id": e.query_id, "user_query": e.user_query,
+             "states": [{"state_id": s, "summary": m} for s, m in e.states]}
             for e in index.entries
         ],
         "nodes": [
@@ -49,7 +50,8 @@ def render_graph(dump: dict[str, Any]) -> str:
             lines.append(f"  unfinished: {req['unfinished']}")
         for node in (n for n in dump["nodes"] if n["request"] == req["index"]):
             kind = "observation" if node["kind"] == "observation" else node["type"]
-            lines.append(f"  [{_MARK.get(node['type'], '?') if kind != 'observation' else 'O'}] {node['id']} ({kind}): {node['summary']}")
+            lines.append(f"  [{_MARK.get(node['type'], '?') if kind != 'observation' else 'O'}] {node['id']} ({kind}): "
+                         f"{node['summary']}")
             for rel in node["relations"]:
                 lines.append(f"        --{rel['rel']}--> {rel['target']}")
     return "\n".join(lines)

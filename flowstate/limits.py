@@ -42,7 +42,8 @@ class Limits:
         if self.value_depth < 0:
             raise ValueError("limit value_depth must be at least 0")
 
-    def describe(self, blocks: Sequence[str] = ("state_focus", "state_delta", "tool_calls", "assistant_message")) -> str:
+    def describe(self, blocks: Sequence[str] = ("state_focus", "state_delta", "tool_calls",
+                                                 "assistant_message")) -> str:
         """The limits of the blocks in ``blocks``, in words, for the output protocol section of the prompt."""
         per_step = [f"{self.ops} state operations" if "state_delta" in blocks else "",
                     f"{self.focus} focus items" if "state_focus" in blocks else "", f"{self.tool_calls} tool calls"]

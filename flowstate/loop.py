@@ -126,7 +126,8 @@ def _repeated(history: Sequence[ToolCallRecord], call: ToolCallRecord) -> ToolCa
     return None
 
 
-def _same_step_again(steps: Sequence[StepRecord], calls: Sequence[ToolCallRecord]) -> dict[tuple[str, str], ToolCallRecord]:
+def _same_step_again(steps: Sequence[StepRecord],
+                     calls: Sequence[ToolCallRecord]) -> dict[tuple[str, str], ToolCallRecord]:
     """Where a step of several calls makes exactly the calls of the latest step that made any (a loop of parallel
     calls), those earlier calls by key; else nothing."""
     latest = next((s.tool_calls for s in reversed(steps) if s.tool_calls), [])
@@ -231,7 +232,8 @@ class RequestRun:
         if self.waiting is not None:
             raise RuntimeError("advance() while client tool calls wait; answer() them first")
         with tracing.span("flowstate.turn", {"flowstate.session": tracing.hashed(self.session),
-                                             "flowstate.request": self.index_k, "flowstate.strategy": self.strategy.name,
+                                             "flowstate.request": self.index_k,
+                                             "flowstate.strategy": self.strategy.name,
                                              "flowstate.engine": self.engine.name} if tracing.on() else None):
             while not self.done:
                 if self.cancelled.is_set():  # between steps: what the request did so far is kept, as for a failure
@@ -515,7 +517,8 @@ class RequestRun:
         error: EngineError | None = None
         reason = ""
         try:
-            finish = self.strategy.finish(self.memory_context())  # the method's own work at the end (may call the model)
+            # the method's own work at the end (may call the model)
+            finish = self.strategy.finish(self.memory_context())
         except EngineError as exc:
             finish = Finish()  # the method's nodes cannot be built; the request is kept all the same
             if not failing:  # the answer is in, the method's call is not: persisted as failed, not as answered

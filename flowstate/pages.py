@@ -3,15 +3,15 @@
 The paper's index G_k has one line per earlier request and grows without bound (a session of thousands of
 requests no longer fits a context). With a budget, the oldest requests are folded into pages: a page is one
 index line — its id, the requests it covers and a summary (the words its requests' queries and state
-summaries use most, then their ids and codes) — and its requests' own lines are disclosed on demand through PSA, under the same
-access rules: a page id in the index is admissible, and once a page is disclosed the ids its lines list are
+summaries use most, then their ids and codes) — and its requests' own lines are disclosed on demand through PSA, under
+the same access rules: a page id in the index is admissible, and once a page is disclosed the ids its lines list are
 too. A page of ``FANOUT`` requests is a level-1 page; ``FANOUT`` level-1 pages fold into a level-2 page, and
 so on, so any number of requests fits a fixed budget while nothing becomes unreachable.
 
 Folding is deterministic and only ever grows from the oldest end: the page lines come first and never change
 once made, so the rendering keeps a stable prefix across requests (a new page costs one cache miss at its
-line). A page's summary is at most ``SUMMARY_CHARS`` characters. The budget counts estimated tokens (UTF-8 bytes / 3, an over-estimate for BPE vocabularies on JSON
-and English), or a given counter's.
+line). A page's summary is at most ``SUMMARY_CHARS`` characters. The budget counts estimated tokens (UTF-8 bytes / 3, an
+over-estimate for BPE vocabularies on JSON and English), or a given counter's.
 """
 
 from __future__ import annotations

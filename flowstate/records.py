@@ -66,7 +66,8 @@ class StepRecord:
             protocol_error=d.get("protocol_error"), truncated=d.get("truncated", False),
             malformed=list(d.get("malformed", [])), committed=list(d.get("committed", [])),
             rejected=list(d.get("rejected", [])), disclosed=list(d.get("disclosed", [])),
-            refused=list(d.get("refused", [])), tool_calls=[ToolCallRecord.from_dict(c) for c in d.get("tool_calls", [])],
+            refused=list(d.get("refused", [])),
+            tool_calls=[ToolCallRecord.from_dict(c) for c in d.get("tool_calls", [])],
             final_response=d.get("final_response"),
         )
 

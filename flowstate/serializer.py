@@ -67,8 +67,8 @@ FLOWSTATE_RULES = f"{MEMORY_INTRO}\n\n{ISU_RULES}\n\n{PSA_RULES}\n{FEEDBACK_RULE
 
 _BLOCK_EXAMPLES = {
     "state_focus": '[{"target_id": "<visible id>", "reason": "<what is missing and what it enables>"}]',
-    "state_delta": '[{"operation": "add", "state_set": "<state type>", "state_id": "<new id>", "summary": "<short summary>", '
-                   '"value": {}, "refs": [{"rel": "<relation>", "state_id": "<target id>"}]}]',
+    "state_delta": '[{"operation": "add", "state_set": "<state type>", "state_id": "<new id>", "summary": '
+                   '"<short summary>", "value": {}, "refs": [{"rel": "<relation>", "state_id": "<target id>"}]}]',
     "tool_calls": '[{"name": "<tool name>", "arguments": {}}]',
     "assistant_message": '{"content": null}',
 }
@@ -88,10 +88,11 @@ _EXAMPLE_STEPS = (
     },
     {
         "state_focus": "[]",
-        "state_delta": '[{"operation": "add", "state_set": "knowledge", "state_id": "tea_offer", "summary": "product P7 '
-                       'green tea, $12 a box, in stock", "value": {"product_id": "P7", "price_usd": 12}, "refs": '
-                       '[{"rel": "derives", "state_id": "obs_r1_s1_1"}]}]',
-        "tool_calls": '[{"name": "place_order", "arguments": {"product_id": "P7", "quantity": 2, "address": "office"}}]',
+        "state_delta": '[{"operation": "add", "state_set": "knowledge", "state_id": "tea_offer", '
+                       '"summary": "product P7 green tea, $12 a box, in stock", "value": {"product_id": "P7", '
+                       '"price_usd": 12}, "refs": [{"rel": "derives", "state_id": "obs_r1_s1_1"}]}]',
+        "tool_calls": '[{"name": "place_order", "arguments": {"product_id": "P7", "quantity": 2, '
+                      '"address": "office"}}]',
         "assistant_message": '{"content": null}',
     },
     {
@@ -152,7 +153,8 @@ def memory_rules(blocks: Sequence[str] = BLOCKS, *, trajectory: bool = False) ->
 
 
 def system_prompt(
-    tools: Sequence[dict[str, Any]], task_policy: str = "", blocks: Sequence[str] = BLOCKS, memory: str = FLOWSTATE_RULES,
+    tools: Sequence[dict[str, Any]], task_policy: str = "", blocks: Sequence[str] = BLOCKS,
+    memory: str = FLOWSTATE_RULES,
     limits: Limits = STANDARD,
 ) -> str:
     """The static system message: identical for every call of one agent configuration."""

@@ -37,7 +37,8 @@ def snapshot(run: RequestRun) -> dict[str, Any]:
     state = p.state
     return {
         "version": VERSION, "session": run.session, "query": run.query, "system": run.system,
-        "policy": run.wiring.policy, "tool_specs": run.tool_specs, "client_tools": sorted(run.client_tools), "strategy": run.strategy.name,
+        "policy": run.wiring.policy, "tool_specs": run.tool_specs, "client_tools": sorted(run.client_tools),
+        "strategy": run.strategy.name,
         "request": run.index_k, "options": dataclasses.asdict(run.options),
         "state": {"current": [_node(n) for n in state.current], "observations": [_node(n) for n in state.observations],
                   "disclosed": [{"node": _node(d.node), "incoming": [list(i) for i in d.incoming]}

@@ -84,7 +84,8 @@ class TenantChange(BaseModel):
 
 class NewKey(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    expires_in: int | None = Field(default=None, ge=60, le=MAX_LIFETIME_S, description="seconds the key works; none: until revoked")
+    expires_in: int | None = Field(default=None, ge=60, le=MAX_LIFETIME_S,
+                                   description="seconds the key works; none: until revoked")
 
 
 class Rotation(BaseModel):

@@ -134,7 +134,8 @@ def _with_bodies(schema: dict[str, Any]) -> dict[str, Any]:
         components.update(body.pop("$defs", {}))
         components[model.__name__] = body
         schema["paths"][path]["post"]["requestBody"] = {
-            "required": True, "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}
     return schema
 
 
@@ -189,7 +190,8 @@ async def create_response(request: Request) -> JSONResponse | StreamingResponse:
     ns = s.namespace(request)
     data = _json(await _read(request, s.config.ingress))
     responses: ResponsesService = request.app.state.responses
-    return await responses.create(ns, data, request.headers.get(SESSION_HEADER), request.headers.get(IDEMPOTENCY_HEADER))
+    return await responses.create(ns, data, request.headers.get(SESSION_HEADER),
+                                  request.headers.get(IDEMPOTENCY_HEADER))
 
 
 @router.get("/v1/responses/{response_id}", response_model=None)

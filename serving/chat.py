@@ -151,7 +151,8 @@ class ChatService:
             earlier = live.earlier_reply(idem, p.stored,
                                          resent_history=continue_at is None and len(p.stored) > 1)
             if earlier is None:
-                fresh = p.conversation if continue_at is not None else p.real(new_messages(p.stored, live.transcript).new)
+                fresh = p.conversation if continue_at is not None else p.real(new_messages(p.stored,
+                                                                                           live.transcript).new)
                 kind, new = check_pending(live, fresh)
                 live.hold(idem)  # a retry under this key that resolves meanwhile waits for this turn
         except BaseException:

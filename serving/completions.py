@@ -179,7 +179,8 @@ async def stream(
         return
     except Exception as exc:  # a bug or a storage fault: the stream says so and ends
         log.exception("internal error in a streamed turn")
-        yield f"data: {json.dumps(APIError(500, f'internal error: {type(exc).__name__}', type='server_error').body())}\n\n"
+        error = APIError(500, f"internal error: {type(exc).__name__}", type="server_error")
+        yield f"data: {json.dumps(error.body())}\n\n"
         return
     content, streamed = result.message.content or "", "".join(sent)
     if result.message.tool_calls:

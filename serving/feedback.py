@@ -1,8 +1,8 @@
 """Feedback on a request: ``POST /v1/sessions/{id}/requests/{n}/feedback`` and ``POST /v1/responses/{id}/feedback``
 (a score in [-1, 1] or a label, a comment), and ``GET`` on both paths for what was given. Per key: every piece is
 kept, the key's latest counts (``flowstate/store/feedback.py``). A session or response of another key's is not
-found; bad input is a 400 (422 for the body's validation, as everywhere) and stores nothing. With redaction on, the comment is stored redacted like everything
-else; the audit trail records who gave feedback on what, never its text."""
+found; bad input is a 400 (422 for the body's validation, as everywhere) and stores nothing. With redaction on, the
+comment is stored redacted like everything else; the audit trail records who gave feedback on what, never its text."""
 
 from __future__ import annotations
 

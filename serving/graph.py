@@ -33,7 +33,8 @@ def render_html(dump: dict[str, Any], title: str) -> str:
     width = 40 + max(1, len(dump["requests"])) * (COL_W + COL_GAP)
     height = TOP + 40 + max((y for _, y in at.values()), default=0) + NODE_H
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        'font-family="sans-serif" font-size="12">',
         '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" '
         'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#555"/></marker></defs>',
     ]

@@ -32,7 +32,8 @@ class Metrics:
         self.requests = Counter("flowstate_requests_finished", "Agent requests answered and persisted", registry=r)
         self.model_calls = Counter("flowstate_model_calls", "Model calls (agent steps)", registry=r)
         self.prompt_tokens = Counter("flowstate_prompt_tokens", "Prompt tokens over all model calls", registry=r)
-        self.cached_tokens = Counter("flowstate_cached_tokens", "Prompt tokens served from the prefix cache", registry=r)
+        self.cached_tokens = Counter("flowstate_cached_tokens", "Prompt tokens served from the prefix cache",
+                                     registry=r)
         self.completion_tokens = Counter("flowstate_completion_tokens", "Completion tokens", registry=r)
         self.rejected = Counter("flowstate_rejected_operations", "State operations and accesses rejected", registry=r)
         self.protocol_errors = Counter("flowstate_protocol_errors", "Model outputs that broke the protocol", registry=r)

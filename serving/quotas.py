@@ -55,7 +55,8 @@ def refusal(verdict: Verdict) -> APIError:
     else:
         message = (f"Rate limit reached on concurrent turns: limit {q.concurrent_turns}, running {u.turns}. "
                    "Please try again when one ends.")
-    return APIError(429, message, type="requests", code="rate_limit_exceeded", headers={**headers(verdict, now), **retry})
+    return APIError(429, message, type="requests", code="rate_limit_exceeded",
+                    headers={**headers(verdict, now), **retry})
 
 
 @dataclass

@@ -4,8 +4,8 @@ A session's lock lives exactly as long as someone holds it or waits for it: ``en
 caller in, ``leave`` counts it out, and the entry (lock included) goes when the count is zero. So
 eviction can never drop a lock that a waiting turn will wake on, and names that are only ever
 refused leave nothing behind. Idle sessions beyond ``keep``, or beyond a byte
-budget, leave memory (their transcript reloads from the database on their next call); a session with a holder, a waiter or a request waiting on
-tool results is never dropped.
+budget, leave memory (their transcript reloads from the database on their next call); a session with a holder, a waiter
+or a request waiting on tool results is never dropped.
 
 On a database that several servers share (PostgreSQL), ``enter`` also takes the session's lock in the
 database, so two servers never run turns of one session at once, and ``live`` reads the session from

@@ -73,6 +73,7 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, log_l
         note = "no API keys: loopback only, every local client can reach every session"
     else:
         note = "WARNING: no API keys on a non-loopback address: anyone who can connect can read every session"
-    print(f"FlowState serving {config.model_id!r} ({config.engine.name}) at {where} — {note}", file=sys.stderr, flush=True)
+    print(f"FlowState serving {config.model_id!r} ({config.engine.name}) at {where} — {note}", file=sys.stderr,
+          flush=True)
     uvicorn.run(app, host=host, port=port, log_level=log_level,
                 http=header_timeout_protocol(header_timeout_s))

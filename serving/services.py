@@ -45,7 +45,8 @@ class ServerConfig:
 
     engine: Engine
     repo: Repository
-    keys: Sequence[str] = ()  # static client keys: each adopted at start as a tenant of its own (flowstate/store/tenants.py)
+    # static client keys: each adopted at start as a tenant of its own (flowstate/store/tenants.py)
+    keys: Sequence[str] = ()
     admin_keys: Sequence[str] = ()  # keys that manage tenants and keys (/v1/admin/...), never a tenant's memory
     metrics_keys: Sequence[str] = ()  # keys that read the whole server's /metrics (a client key reads its own)
     tools: ToolSet = field(default_factory=ToolSet)
@@ -185,7 +186,8 @@ def build(config: ServerConfig) -> Services:
     config.repo.quotas.lease_s = config.turn_lease_s
     metrics = TenantMetrics(config.engine, config.tools.sources)
     return Services(
-        config=config, auth=Authenticator(config.repo.tenants, config.keys, config.admin_keys, config.repo.audit), sessions=sessions,
+        config=config, auth=Authenticator(config.repo.tenants, config.keys, config.admin_keys, config.repo.audit),
+        sessions=sessions,
         turns=Turns(config.engine, config.repo, agent_config(config), config.stream_answers),
         admissions=Admissions(config.repo.quotas, metrics.throttle),
         metrics=metrics,

@@ -251,4 +251,5 @@ def check_tools(tools: list[ToolSpec], limits: IngressLimits) -> None:
         schema = tool.function.parameters
         _check_schema(schema, f"tools[{i}].function.parameters", f"tool {tool.function.name!r}: ")
         if schema.get("type", "object") != "object":
-            raise bad_request(f"tools[{i}].function.parameters must describe an object", f"tools[{i}].function.parameters")
+            raise bad_request(f"tools[{i}].function.parameters must describe an object",
+                              f"tools[{i}].function.parameters")

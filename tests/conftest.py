@@ -66,7 +66,8 @@ def any_repo(db_target: str) -> Iterable[Repository]:
 
 @pytest.fixture
 def make_agent(repo: Repository) -> AgentFactory:
-    def factory(outputs: Iterable[str], session: str = "s1", tools: Iterable[Any] = (), **config: Any) -> tuple[Agent, ScriptedEngine]:
+    def factory(outputs: Iterable[str], session: str = "s1", tools: Iterable[Any] = (),
+                **config: Any) -> tuple[Agent, ScriptedEngine]:
         engine = ScriptedEngine(outputs)
         agent = Agent(engine, repository=repo, session=session, tools=list(tools), config=LoopConfig(**config))
         return agent, engine
@@ -79,7 +80,8 @@ def make_agent(repo: Repository) -> AgentFactory:
 # timeouts fire), while the other worker takes the rest. A new module that loads a model belongs here.
 ONE_AT_A_TIME = frozenset({
     "tests/engine/test_embeddings.py", "tests/engine/test_errors.py", "tests/engine/test_llamacpp.py",
-    "tests/engine/test_llamacpp_options.py", "tests/engine/test_llamacpp_threads.py", "tests/engine/test_transformers.py",
+    "tests/engine/test_llamacpp_options.py", "tests/engine/test_llamacpp_threads.py",
+    "tests/engine/test_transformers.py",
     "tests/engine/test_vllm.py", "tests/flowstate/eval/test_kv_measured.py", "tests/flowstate/eval/test_real_model.py",
     "tests/flowstate/eval/test_trace.py", "tests/flowstate/test_demo_embedded.py", "tests/flowstate/test_real_model.py",
     "tests/serving/test_adversarial.py", "tests/serving/test_real_model.py", "tests/test_readme.py",

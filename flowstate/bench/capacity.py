@@ -126,7 +126,8 @@ def copies(sessions: list[list[Call]], shared: list[list[int]], n: int) -> list[
     for i in range(n):
         k, j = divmod(i, len(sessions))
         out.append(sessions[j] if k == 0 else
-                   [c._replace(ids=c.ids[:m] + [MARKER + k] + c.ids[m:]) for c, m in zip(sessions[j], shared[j], strict=True)])
+                   [c._replace(ids=c.ids[:m] + [MARKER + k] + c.ids[m:])
+                    for c, m in zip(sessions[j], shared[j], strict=True)])
     return out
 
 
@@ -168,8 +169,10 @@ class Timing:
         self._first.pop(rid, None)
 
     def figures(self, sessions: int) -> dict[str, Any]:
-        return {"seconds": round(self.now, 2), "sessions_per_hour": round(sessions * 3600 / self.now, 1) if self.now else None,
-                "call_p50_s": round(percentile(self.latency, 50), 2), "call_p99_s": round(percentile(self.latency, 99), 2),
+        return {"seconds": round(self.now, 2),
+                "sessions_per_hour": round(sessions * 3600 / self.now, 1) if self.now else None,
+                "call_p50_s": round(percentile(self.latency, 50), 2),
+                "call_p99_s": round(percentile(self.latency, 99), 2),
                 "ttft_p50_s": round(percentile(self.ttft, 50), 3), "ttft_p99_s": round(percentile(self.ttft, 99), 3),
                 "compute_bound_steps": round(self.compute_bound / max(self.steps, 1), 3)}
 
@@ -259,7 +262,8 @@ class Simulation:
         while live:
             plan = sched.schedule()
             steps += 1
-            peak_usage, peak_waiting = max(peak_usage, sched.kv_cache_manager.usage), max(peak_waiting, len(sched.waiting))
+            peak_usage, peak_waiting = max(peak_usage,
+                                           sched.kv_cache_manager.usage), max(peak_waiting, len(sched.waiting))
             ids_ = list(plan.num_scheduled_tokens)
             scheduled = sum(plan.num_scheduled_tokens.values())
             computed += scheduled
@@ -289,7 +293,8 @@ class Simulation:
                 # appended: the forced tokens fast-forwarded (with drafts, what they kept is kept_tokens, not this)
                 "output_tokens": output, "appended_tokens": 0 if speculation else forced,
                 "peak_kv_usage": round(peak_usage, 3), "peak_waiting": peak_waiting,
-                "kv_wait_steps": kv_waits, "prefix_hit_rate": round(hits / queries, 3) if queries else None, "preemptions": preemptions,
+                "kv_wait_steps": kv_waits, "prefix_hit_rate": round(hits / queries, 3) if queries else None,
+                "preemptions": preemptions,
                 **(feed.tally.figures() if speculation else {}),
                 **(timing.figures(len(sessions)) if clock is not None else {})}
 
@@ -426,9 +431,11 @@ def best(rows: list[dict[str, Any]], slo_s: float | None = None) -> dict[str, tu
     return out
 
 
-HEAD = ["strategy", "sessions", "calls", "steps", "computed_tokens", "output_tokens", "appended_tokens", "peak_kv_usage", "peak_waiting",
+HEAD = ["strategy", "sessions", "calls", "steps", "computed_tokens", "output_tokens", "appended_tokens",
+        "peak_kv_usage", "peak_waiting",
         "kv_wait_steps", "prefix_hit_rate", "preemptions"]
-DRAFTED = ["drafted_tokens", "kept_tokens", "kept_share", "tokens_per_step", "copied_share", "free_share", "forced_share"]
+DRAFTED = ["drafted_tokens", "kept_tokens", "kept_share", "tokens_per_step", "copied_share", "free_share",
+           "forced_share"]
 TIMED = ["seconds", "sessions_per_hour", "call_p50_s", "call_p99_s", "ttft_p50_s", "ttft_p99_s", "compute_bound_steps"]
 
 

@@ -46,7 +46,8 @@ def run(requests: int, budget: int, prompt_budget: int, suite: str = "hotel", po
             "prompt_at": {k: largest[k - 1] for k in MARKS if k <= requests},
             "largest_prompt": max(largest), "over_budget": sum(c.prompt_tokens > prompt_budget for c in calls),
             "calls": len(calls), "solved": sum(s.correct for s in row.subtasks),
-            "total": sum(c.prompt_tokens + c.completion_tokens for c in calls), "uncached": sum(c.prompt_tokens - c.cached_tokens for c in calls),
+            "total": sum(c.prompt_tokens + c.completion_tokens for c in calls),
+            "uncached": sum(c.prompt_tokens - c.cached_tokens for c in calls),
             "seconds": round(time.perf_counter() - started, 1),
         })
     return rows

@@ -91,7 +91,8 @@ def figures(ran: dict[str, Any]) -> dict[str, Any]:
     """A run's turn latencies and the event loop's answer time, in milliseconds."""
     latencies, health = ran["latencies"], ran["health"]
     return {"health_p99_ms": round(1000 * percentile(health, 99), 1) if health else None,
-            "p50_ms": round(1000 * statistics.median(latencies), 1), "p99_ms": round(1000 * percentile(latencies, 99), 1),
+            "p50_ms": round(1000 * statistics.median(latencies), 1),
+            "p99_ms": round(1000 * percentile(latencies, 99), 1),
             "max_ms": round(1000 * max(latencies), 1), "turns_per_s": round(len(latencies) / ran["wall"], 1)}
 
 
@@ -110,7 +111,8 @@ def measure(db: str, label: str, sessions: int, turns: int, source: str | None,
         finally:
             stop(proc)
     progress(f"{label}: {len(ran['latencies'])} turns in {ran['wall']:.1f} s")
-    return {"database": label, "source": source or "this checkout", "tools": tools, "sessions": sessions, "turns": turns,
+    return {"database": label, "source": source or "this checkout", "tools": tools, "sessions": sessions,
+            "turns": turns,
             **figures(ran), "stored_exactly": len(mine) == sessions and all(n == turns for n in mine.values())}
 
 

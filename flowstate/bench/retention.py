@@ -52,7 +52,8 @@ def _run(target: str, on: bool, sessions: int, turns: int, expired: int) -> dict
     seed(target, expired)
     with tempfile.TemporaryDirectory() as tmp:
         args = ["--retention", "idle=30d", "--retention-every", "1"] if on else []
-        proc, url = serve(Path(tmp), [output(assistant_message={"content": "noted"})] * (sessions * turns), target, args)
+        proc, url = serve(Path(tmp), [output(assistant_message={"content": "noted"})] * (sessions * turns), target,
+                          args)
         try:
             ran = traffic(url, sessions, turns)
             during = _removed(url)

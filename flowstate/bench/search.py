@@ -24,7 +24,8 @@ STATES_A_REQUEST, REQUESTS_A_SESSION = 10, 10
 _DOMAIN = ("hotel flight booking price cancellation fee refund lisbon porto madrid paris berlin transfer airport "
            "room night breakfast suite budget quiet window upgrade seat aisle baggage loyalty member gold silver "
            "invoice receipt payment card visa deadline meeting report draft review customer order shipping return "
-           "warranty delivery address reservation itinerary train taxi museum restaurant dinner vegetarian allergy").split()
+           "warranty delivery address reservation itinerary train taxi museum restaurant dinner vegetarian "
+           "allergy").split()
 VOCABULARY = (*_DOMAIN, *(f"w{i}" for i in range(5000 - len(_DOMAIN))))
 TYPES = list(StateType)
 

@@ -161,14 +161,16 @@ def bench_serve(engine: Engine, sessions: Sequence[int], loop: Any,
                 "api": api, "sessions": n, "model_calls": len(calls), "failed_turns": failed,
                 "flowstate_s": round(fs_wall, 2), "flowstate_tokens": fs_tokens, "flowstate_tok_s": round(fs_rate, 1),
                 "direct_s": round(direct_wall, 2), "direct_tokens": direct_tokens,
-                "direct_tok_s": round(direct_rate, 1), "ratio": round(fs_rate / direct_rate, 3) if direct_rate else None,
+                "direct_tok_s": round(direct_rate, 1),
+                "ratio": round(fs_rate / direct_rate, 3) if direct_rate else None,
             })
             if progress is not None:
                 progress(f"{n} sessions, {api}: flowstate {fs_rate:.1f} tok/s, direct {direct_rate:.1f} tok/s")
     return rows
 
 
-HEAD = ["api", "sessions", "model_calls", "failed_turns", "flowstate_s", "flowstate_tokens", "flowstate_tok_s", "direct_s", "direct_tokens",
+HEAD = ["api", "sessions", "model_calls", "failed_turns", "flowstate_s", "flowstate_tokens", "flowstate_tok_s",
+        "direct_s", "direct_tokens",
         "direct_tok_s", "ratio"]
 
 

@@ -23,7 +23,8 @@ TOOL = {"type": "function", "function": {"name": "fetch", "description": "Fetch 
                                          "parameters": {"type": "object", "properties": {}}}}
 
 
-def measure(sessions: int, result_mb: float, budget_mb: float | None, progress: Callable[[str], None]) -> dict[str, Any]:
+def measure(sessions: int, result_mb: float, budget_mb: float | None,
+            progress: Callable[[str], None]) -> dict[str, Any]:
     """One server, ``sessions`` sessions each holding one ``result_mb`` tool result; its memory before, after, and
     after deleting them."""
     import httpx
@@ -59,7 +60,8 @@ def measure(sessions: int, result_mb: float, budget_mb: float | None, progress: 
             stop(proc)
     return {"session_memory_mb": budget_mb if budget_mb is not None else "unbounded", "sessions": sessions,
             "result_mb": result_mb, "rss_start_mb": round(before), "rss_held_mb": round(held),
-            "rss_after_delete_mb": round(after), "held_over_start_mb": round(held - before), "seconds": round(elapsed, 1)}
+            "rss_after_delete_mb": round(after), "held_over_start_mb": round(held - before),
+            "seconds": round(elapsed, 1)}
 
 
 def bench_sessions(sessions: int, result_mb: float, budgets: Sequence[float | None],

@@ -149,7 +149,8 @@ def measure(model_dir: str | Path, mix: Mix, max_num_seqs: int, chunk: int,
         return round(sum(fitted.seconds(s) for s, _ in rows) / sum(t for _, t in rows), 3) if rows else None
 
     return {
-        "mix": "trace" if mix.prefix_caching else "synthetic", "requests": len(mix.lengths), "max_num_seqs": max_num_seqs, "chunk": chunk, "steps": len(timed),
+        "mix": "trace" if mix.prefix_caching else "synthetic", "requests": len(mix.lengths),
+        "max_num_seqs": max_num_seqs, "chunk": chunk, "steps": len(timed),
         "prefill_tokens": sum(s.prefill for s, _ in timed), "decode_tokens": sum(s.decode for s, _ in timed),
         "asked_prompt": asked["prompt"], "asked_decode": asked["decode"],
         "gflop_s": round(fitted.flops / 1e9, 1), "gb_s": round(fitted.bandwidth / 1e9, 2),

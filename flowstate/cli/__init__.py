@@ -21,7 +21,8 @@ def main() -> None:
     """FlowState: execution state as memory for long-horizon LLM agents."""
 
 
-for command in (run, inspect, search, export, import_, demo, serve, tenants, keys, audit, retention, erase, evaluate, model,
+for command in (run, inspect, search, export, import_, demo, serve, tenants, keys, audit, retention, erase, evaluate,
+                model,
                 bench):
     main.add_command(command)
 

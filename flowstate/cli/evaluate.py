@@ -44,8 +44,8 @@ def _progress(line: str) -> None:
 @click.command("eval")
 @click.option("--suite", "suites", default="hotel,chain", show_default=True,
               help="Suites, comma-separated: small (hotel, bundle, travel, chain), realistic (shopping, planning, "
-                   "reasoning), τ³-bench (tau3-airline, tau3-retail), tau-replay (recorded τ-bench conversations, --data) or "
-                   "memoryarena (MemoryArena's formal reasoning data, --data).")
+                   "reasoning), τ³-bench (tau3-airline, tau3-retail), tau-replay (recorded τ-bench "
+                   "conversations, --data) or memoryarena (MemoryArena's formal reasoning data, --data).")
 @click.option("--suite-option", "suite_options", multiple=True, metavar="NAME=N[,N…]",
               help="An observation size of the realistic suites (repeatable), e.g. results=20: shopping results, "
                    "bullets, description_words; planning flights, stays, restaurants; reasoning rows. A list "
@@ -69,7 +69,8 @@ def _progress(line: str) -> None:
               help="Subtasks per task; a comma-separated list (4,8,16) sweeps them: one run per depth, and sweep.md.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the generated tasks.")
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1), help="Tasks in flight.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("flowstate-eval"), show_default=True,
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("flowstate-eval"),
+              show_default=True,
               help="Output folder: results.jsonl (resumable), memory.db, summary.json, report.md, figures.")
 @click.option("--db", default=None, help="The memory: a SQLite file or a postgresql:// URL that several evaluators "
                                          "share (sessions are named after --out's folder) [default: OUT/memory.db].")
@@ -123,7 +124,8 @@ def _progress(line: str) -> None:
                    "as serve --redact mask does (a vault key of the run's own) [default: none].")
 @otlp_option
 def evaluate(
-    suites: str, suite_options: tuple[str, ...], strategy_names: str, policies: str | None, tasks: int, depths: str, seed: int, concurrency: int, out: Path,
+    suites: str, suite_options: tuple[str, ...], strategy_names: str, policies: str | None, tasks: int, depths: str,
+    seed: int, concurrency: int, out: Path,
     db: str | None, data: str | None, count_tokens: str, trials: int, user_spec: str | None,
     judge_spec: str | None, engine_specs: tuple[str, ...], embed_spec: str | None, kv_model: str, gpu_cost: str,
     trace: str | None, loop: LoopOptions, layout: str, mcp: McpOptions, otlp_endpoint: str | None,
@@ -146,16 +148,17 @@ def evaluate(
         names, strategy_list = _checked(suites, strategy_names, layout, kv_model, gpu_cost, decode_weight)
         compare = len(engine_specs) > 1
         policy_list, policy = _policies(policies, compare)
-        specs = [_engine_spec(spec, "--engine", "FLOWSTATE_ENGINE_API_KEY") for spec in engine_specs or (engines.DEFAULT,)]
+        specs = [_engine_spec(spec, "--engine", "FLOWSTATE_ENGINE_API_KEY") for spec in engine_specs
+                 or (engines.DEFAULT,)]
         grid = points(numbers(depths, "--depth"), _sizes(suite_options), list(dict.fromkeys(policy_list)) or [None])
-        roles = {"user": _engine_spec(user_spec, "--user", "FLOWSTATE_USER_API_KEY", needs_model=True) if user_spec else None,
-                 "judge": _engine_spec(judge_spec, "--judge", "FLOWSTATE_JUDGE_API_KEY", needs_model=True) if judge_spec else None}
+        roles = {role: _engine_spec(spec, "--" + role, f"FLOWSTATE_{role.upper()}_API_KEY", needs_model=True)
+                 if spec else None for role, spec in (("user", user_spec), ("judge", judge_spec))}
         user, judge = (engines.load(**spec) if spec else None for spec in roles.values())
         embedder = load_embedder(embed_spec)
         base = EvalConfig(
             suites=names, strategies=strategy_list, tasks=tasks, depth=grid[0].depth, out=out, seed=seed,
-            concurrency=concurrency, tau2_data=_tau2_data(data), db=db, replay=data if data and not Path(data).is_dir() else None,
-            count_tokens=count_tokens,
+            concurrency=concurrency, tau2_data=_tau2_data(data), db=db,
+            replay=data if data and not Path(data).is_dir() else None, count_tokens=count_tokens,
             kv_model=kv_model, gpu_memory_gib=gpu_memory_gib, gpu_cost=gpu_cost, decode_weight=decode_weight,
             trace=trace, mcp=mcp.mcp, mcp_scope=mcp.mcp_scope, mcp_timeout=mcp.mcp_timeout,
             mcp_sessions=mcp.mcp_sessions, trials=trials, redact=_redacted(redact_kinds),

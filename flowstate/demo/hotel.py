@@ -39,7 +39,8 @@ def search_hotels(city: str, check_in: str, check_out: str, as_of: str) -> list[
     if city.strip().lower() != "lisbon":
         return []
     return [
-        {"hotel_id": hid, "name": h["name"], "total_price_usd": _price(hid, as_of), "check_in": check_in, "check_out": check_out}
+        {"hotel_id": hid, "name": h["name"], "total_price_usd": _price(hid, as_of), "check_in": check_in,
+         "check_out": check_out}
         for hid, h in _HOTELS.items()
     ]
 
@@ -71,7 +72,8 @@ def cancel_booking(booking_id: str) -> dict[str, Any]:
 
 def book_transfer(date: str, pickup: str, dropoff: str) -> dict[str, Any]:
     """Book an airport transfer for a date (YYYY-MM-DD)."""
-    return {"transfer_id": f"TR-{date.replace('-', '')}", "date": date, "pickup": pickup, "dropoff": dropoff, "price_usd": 35}
+    return {"transfer_id": f"TR-{date.replace('-', '')}", "date": date, "pickup": pickup, "dropoff": dropoff,
+            "price_usd": 35}
 
 
 TOOLS = ToolSet([search_hotels, book_hotel, cancel_booking, book_transfer])

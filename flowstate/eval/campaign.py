@@ -25,7 +25,8 @@ Summary = dict[str, Any]
 
 
 def run_campaign(base: EvalConfig, grid: Sequence[Point], models: Sequence[dict[str, Any]], *, compare: bool,
-                 load: Callable[[dict[str, Any]], Engine] | None, loop: Callable[[Engine | None, dict[str, Any]], LoopConfig],
+                 load: Callable[[dict[str, Any]], Engine] | None,
+                 loop: Callable[[Engine | None, dict[str, Any]], LoopConfig],
                  decoding: Callable[[dict[str, Any]], dict[str, Any]], progress: OnProgress = lambda _: None,
                  done: Callable[[], None] = lambda: None, user: Engine | None = None,
                  judge: Engine | None = None, embedder: Embedder | None = None) -> list[tuple[str, Summary]]:

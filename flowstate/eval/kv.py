@@ -102,7 +102,8 @@ def footprint(rows: Sequence[TaskRow], model: KVModel, gpu_gib: float) -> dict[s
     if not peaks:
         return {}
     mean_peak = sum(peaks) / len(peaks)
-    return {"model": model.name, "bytes_per_token": model.bytes_per_token, "context_per_call": sum(contexts) / len(contexts),
+    return {"model": model.name, "bytes_per_token": model.bytes_per_token,
+            "context_per_call": sum(contexts) / len(contexts),
             "peak_context": mean_peak, "max_peak_context": max(peaks),
             "session_gib": model.session_bytes(mean_peak) / GIB, "sessions_fit": model.sessions_fit(mean_peak, gpu_gib),
             "gpu_gib": gpu_gib}

@@ -30,7 +30,8 @@ def table5(summaries: Sequence[tuple[str, dict[str, Any]]]) -> str:
     rows = []
     for name, summary in summaries:
         by = {(p["suite"], p["strategy"]): p for p in summary["pairs"]}
-        rows += [[name, strategy, *against_baseline(by, suites, strategy)] for strategy in summary["config"]["strategies"]]
+        rows += [[name, strategy, *against_baseline(by, suites, strategy)]
+                 for strategy in summary["config"]["strategies"]]
     lines = ["# FlowState across base models (Table 5 shape)", "",
              "SR % / tokens per task per suite; Δ against the same model's full-context: the mean of the per-suite "
              "Δs, and the Δ of the summed totals (SR in points, tokens in %). Each model's folder holds its full "
@@ -38,7 +39,8 @@ def table5(summaries: Sequence[tuple[str, dict[str, Any]]]) -> str:
     lines += [f"- {name}: {settings(summary['config'])}" for name, summary in summaries]
     lines += ["", _table(["model", "strategy", *suites, "mean Δ (SR, tokens)", "Δ of totals (SR, tokens)"], rows), ""]
     lines += ["PS % per suite (sPS beside it where the suite has one):", "",
-              _table(["model", "strategy", *suites], [[name, strategy, *(_ps(summary, suite, strategy) for suite in suites)]
+              _table(["model", "strategy", *suites],
+                     [[name, strategy, *(_ps(summary, suite, strategy) for suite in suites)]
                                                    for name, summary in summaries
                                                    for strategy in summary["config"]["strategies"]]), ""]
     return "\n".join(lines)

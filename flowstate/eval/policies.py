@@ -86,7 +86,8 @@ def written_states(output: str) -> list[dict[str, Any]]:
             states.pop(op["state_id"], None)
             continue
         entry = states.setdefault(op["state_id"], {"state_id": op["state_id"]})
-        for key, field in (("state_set", "type"), ("summary", "summary"), ("value", "value"), ("refs", "related_states")):
+        for key, field in (("state_set", "type"), ("summary", "summary"), ("value", "value"),
+                           ("refs", "related_states")):
             if key in op:
                 entry[field] = op[key]
     return list(states.values())
@@ -267,7 +268,8 @@ class Policy:
             summary = gist(o) if self.realistic else f"{o['tool']} result: {', '.join(facts)}"
             facts = fit(facts, self.limits)
             ops.append({
-                "operation": "add", "state_set": "knowledge", "state_id": "fact_" + o["observation_id"][len(OBSERVATION_PREFIX):],
+                "operation": "add", "state_set": "knowledge",
+                "state_id": "fact_" + o["observation_id"][len(OBSERVATION_PREFIX):],
                 "summary": clip(summary, self.limits.text),
                 "value": facts, "refs": [{"rel": "supports", "state_id": o["observation_id"]}],
             })
@@ -295,10 +297,12 @@ class Policy:
                  and set(keys) & set(re.split(r"[:,\s]+", s.get("summary", "")))]
         if named:
             return named[-self.limits.focus:]
-        unseen = [s["state_id"] for s in listed if s["state_id"] not in shown and not s["state_id"].startswith(PAGE_PREFIX)]
+        unseen = [s["state_id"] for s in listed if s["state_id"] not in shown
+                  and not s["state_id"].startswith(PAGE_PREFIX)]
         if related or unseen:
             return list(dict.fromkeys(related + unseen))[: self.limits.focus]
-        pages = [s["state_id"] for s in listed if s["state_id"] not in shown]  # a bounded index: its pages, newest first
+        # a bounded index: its pages, newest first
+        pages = [s["state_id"] for s in listed if s["state_id"] not in shown]
         return pages[::-1][:PAGES_AT_ONCE]
 
     def look(self, query: str, decision: Decision, parts: dict[str, list[dict[str, Any]]], first: bool) -> list[str]:
@@ -313,7 +317,8 @@ class Policy:
         unseen = [st for st in listed if st["state_id"] not in shown]
         if first:
             wanted = words(query)
-            shared = [(len(wanted & words(str(st.get("summary", "")))), i, st["state_id"]) for i, st in enumerate(unseen)]
+            shared = [(len(wanted & words(str(st.get("summary", "")))), i, st["state_id"])
+                      for i, st in enumerate(unseen)]
             ranked = [sid for n, _, sid in sorted(shared, reverse=True) if n]
         elif isinstance(decision, Need) and self._looked < LOOKS:
             ranked = [*(st["state_id"] for st in unseen[::-1]), *related]
@@ -448,7 +453,8 @@ class PolicyEngine(Engine):
             self._last = self.tokens(rendered + text)
             system = self._systems.get(messages[0].content) if messages else ()
             if system is None:
-                system = self._systems[messages[0].content] = self.tokens(flatten(messages[:1])[: -len("<|assistant|>\n")])
+                head = flatten(messages[:1])[: -len("<|assistant|>\n")]
+                system = self._systems[messages[0].content] = self.tokens(head)
         return Generation(text, Usage(prompt_tokens=len(prompt), cached_tokens=cached,
                                       completion_tokens=len(self.tokens(text)),
                                       shared_tokens=common_prefix(prompt, system or ()),

@@ -107,7 +107,8 @@ def parse(conversation: Sequence[dict[str, Any]]) -> tuple[str, list[Turn]]:
             flush()
             for c in m.get("tool_calls") or []:
                 args = c["function"].get("arguments") or "{}"
-                pending.append((c.get("id", ""), c["function"]["name"], json.loads(args) if isinstance(args, str) else args))
+                pending.append((c.get("id", ""), c["function"]["name"],
+                                json.loads(args) if isinstance(args, str) else args))
             if m.get("content") and not m.get("tool_calls"):
                 answer.append(str(m["content"]))
         elif role == "tool":
@@ -122,7 +123,8 @@ def parse(conversation: Sequence[dict[str, Any]]) -> tuple[str, list[Turn]]:
 def load(path: str | Path) -> list[dict[str, Any]]:
     p = Path(path)
     if not p.is_file():
-        raise ValueError(f"--replay {p}: no such file (τ-bench's historical_trajectories/*.json: see docs/evaluation.md)")
+        raise ValueError(f"--replay {p}: no such file (τ-bench's historical_trajectories/*.json: see "
+                         "docs/evaluation.md)")
     data = json.loads(p.read_text(encoding="utf-8"))
     if not isinstance(data, list) or not all(isinstance(e, dict) and isinstance(e.get("traj"), list) for e in data):
         raise ValueError(f"--replay {p}: expected a list of {{task_id, traj: [messages]}}")
@@ -232,8 +234,9 @@ SALIENT_KEY = re.compile(r"(^|_)(id|number|date|status|amount|price|total|balanc
 def salient(value: Any, key: str = "") -> Any:
     """What a model keeps of a tool result when the state cites the result for the rest: the identifiers (``IDENT``:
     ids, flight numbers, dates; ``CODE``: airports, fare classes) and the values of keys that name ids, amounts,
-    dates and statuses, nested as they came; names, addresses, prose and the rest stay in the cited result (None: nothing
-    kept). Judged from the result alone, as a model writing the state would: not from what later requests ask."""
+    dates and statuses, nested as they came; names, addresses, prose and the rest stay in the cited result (None:
+    nothing kept). Judged from the result alone, as a model writing the state would: not from what later requests
+    ask."""
     if isinstance(value, dict):
         kept = {k: v for k, v in ((str(k), salient(v, str(k))) for k, v in value.items()) if v is not None}
         return kept or None
@@ -385,7 +388,8 @@ class ReplayPolicy:
     def remember(interaction: str) -> str:
         """The memory a model would write of an interaction: its request and the first fields of its results."""
         query, lines = read_interaction(interaction)
-        return memory_text(query, {k: v for i in lines if "observation_id" in i for k, v in scalars(i.get("result"))[:8]})
+        return memory_text(query,
+                           {k: v for i in lines if "observation_id" in i for k, v in scalars(i.get("result"))[:8]})
 
     def __call__(self, messages: Sequence[Message], purpose: Purpose = STEP) -> str:
         own = memory_reply(purpose, messages[-1].content, self.remember, salient)

@@ -103,7 +103,8 @@ def markdown(summary: dict[str, Any]) -> str:
         "# FlowState evaluation",
         "",
         f"Suites {', '.join(c['suites'])}; strategies {', '.join(c['strategies'])}; "
-        + (f"{c['tasks']} tasks of depth {c['depth']} per suite (seed {c['seed']})" if list(c["suites"]) != ["sessions"] else
+        + (f"{c['tasks']} tasks of depth {c['depth']} per suite (seed {c['seed']})"
+           if list(c["suites"]) != ["sessions"] else
            f"stored sessions from {c.get('replay')} ({_chosen(c)})")
         + f"; engine {c['policy'] or c['engine']}; {c['concurrency']} in flight; "
         f"step budget {c['loop']['max_steps']}, grammar {c['loop']['grammar']}, "
@@ -171,7 +172,8 @@ def _suite_section(suite: str, pairs: list[dict[str, Any]]) -> list[str]:
             f"{k['tokens_per_task']:.0f}" + (_delta_pct(k["tokens_per_task"], bk["tokens_per_task"]) if bk else ""),
             _f(q["nAUC"]), _f(q["DR"]), f"{k['steps_per_subtask']:.2f}", f"{100 * k['cached_share']:.0f}%",
             str(k["parse_failures"]), str(k["truncations"]), str(k["rejected_operations"]), str(k["failed_requests"]),
-            "–" if k.get("tool_use") is None else f"{100 * k['tool_use']:.0f}%", str(k.get("repeated_calls", 0)), str(k.get("loops", 0)),
+            "–" if k.get("tool_use") is None else f"{100 * k['tool_use']:.0f}%", str(k.get("repeated_calls", 0)),
+            str(k.get("loops", 0)),
         ])
     depth = max((len(p["quality"]["Acc_k"]) for p in pairs), default=0)
     acc_rows = [[p["strategy"], *(_f(a) for a in p["quality"]["Acc_k"])] for p in pairs]
@@ -247,7 +249,8 @@ def _session_section(pairs: list[dict[str, Any]], base: dict[str, Any] | None) -
         if not k:
             continue
         ratio = f"{k['peak_context'] / bk['peak_context']:.3f}" if bk else "–"
-        rows.append([p["strategy"], f"{k['context_per_call']:.0f}", f"{k['peak_context']:.0f}", f"{k['max_peak_context']:.0f}",
+        rows.append([p["strategy"], f"{k['context_per_call']:.0f}", f"{k['peak_context']:.0f}",
+                     f"{k['max_peak_context']:.0f}",
                      ratio, f"{k['session_gib']:.3f}", "–" if k["sessions_fit"] is None else str(k["sessions_fit"])])
     return [f"What a session holds on a GPU, for {first['model']} ({first['bytes_per_token']:,} KV bytes per token of "
             f"context) on {first['gpu_gib']:g} GiB beside its weights: context per call, peak context per session "
@@ -273,7 +276,8 @@ def _overview(summary: dict[str, Any]) -> list[str]:
     against full-context, the mean of the Δs over the suites and the Δ of the summed totals."""
     c = summary["config"]
     by = {(p["suite"], p["strategy"]): p for p in summary["pairs"]}
-    rows = [[strategy, *against_baseline(by, c["suites"], strategy, deltas_in_cells=True)] for strategy in c["strategies"]]
+    rows = [[strategy, *against_baseline(by, c["suites"], strategy, deltas_in_cells=True)]
+            for strategy in c["strategies"]]
     return [
         "SR % / tokens per task in each suite (Δ against full-context: SR in points, tokens in %); the mean of the "
         "per-suite Δs, and the Δ of the summed totals over all suites (the paper's comparison: every task's "

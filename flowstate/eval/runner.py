@@ -59,11 +59,14 @@ class EvalConfig:
     judge: str = ""  # τ³ suites: a label of the judge engine of NL assertions ("" = none)
     embed: str = ""  # a label of the embedder the methods whose sources embed rank by ("" = BM25 stands in)
     db: str | None = None  # the memory: a path or postgresql:// URL shared by several runs (default: out/memory.db)
-    count_tokens: str = "words"  # reference policies: tokens as words and punctuation, "embedded" (SmolLM2's), or a .gguf's
-    decoding: dict[str, Any] = field(default_factory=dict)  # the engine settings that change outputs (preset, sampling…)
+    # reference policies: tokens as words and punctuation, "embedded" (SmolLM2's), or a .gguf's
+    count_tokens: str = "words"
+    # the engine settings that change outputs (preset, sampling…)
+    decoding: dict[str, Any] = field(default_factory=dict)
     kv_model: str = "qwen3.5-9b"  # the report's KV-cache footprint: a shipped configuration or a config.json
     gpu_memory_gib: float = 80.0  # ... and the GPU memory its sessions share with the weights
-    gpu_cost: str = "qwen3.5-27b@h200:32"  # the report's prefill-equivalent tokens: MODEL@GPU:BATCH (flowstate.eval.gpu)
+    # the report's prefill-equivalent tokens: MODEL@GPU:BATCH (flowstate.eval.gpu)
+    gpu_cost: str = "qwen3.5-27b@h200:32"
     decode_weight: float | None = None  # ... with this decode weight instead of the roofline's
     replay: str | None = None  # --data: tau-replay's recorded τ-bench conversations, memoryarena's JSON Lines
     trace: str | None = None  # a file that every model call is recorded into, to replay on a server (not identity)
@@ -71,8 +74,10 @@ class EvalConfig:
     mcp_scope: str = "server"  # ... one server for every task, or one per task's session
     mcp_timeout: float = 60.0  # ... seconds a tool call may take (not identity)
     mcp_sessions: int = 64  # ... per-session servers live at once (not identity)
-    redact: tuple[str, ...] = ()  # kinds redacted before anything is stored (flowstate/store/redaction.py), as serve does
-    select: dict[str, Any] = field(default_factory=dict)  # the sessions suite: which stored sessions (Selection's fields)
+    # kinds redacted before anything is stored (flowstate/store/redaction.py), as serve does
+    redact: tuple[str, ...] = ()
+    # the sessions suite: which stored sessions (Selection's fields)
+    select: dict[str, Any] = field(default_factory=dict)
 
     @property
     def namespace(self) -> str:
@@ -82,7 +87,8 @@ class EvalConfig:
     def identity(self) -> dict[str, Any]:
         """What must not change between a run and its resumption: every setting that changes results."""
         return {"depth": self.depth, "seed": self.seed, "engine": self.engine, "policy": self.policy,
-                "loop": loop_dict(self.loop), "decoding": {k: v for k, v in sorted(self.decoding.items()) if v is not None},
+                "loop": loop_dict(self.loop),
+                "decoding": {k: v for k, v in sorted(self.decoding.items()) if v is not None},
                 **({"sizes": self.sizes} if self.sizes else {}),
                 **({"replay": source_label(self.replay)} if self.replay else {}),
                 **({"select": self.select} if self.select else {}),
@@ -155,11 +161,13 @@ def run_task(task: Task, strategy: Strategy, engine: Engine, repo: Repository, l
                    tuple(subtasks))
 
 
-OnProgress = Callable[[str], None]  # told a line at each step of the run (``flowstate.loop.Progress`` is a request's state)
+# told a line at each step of the run (``flowstate.loop.Progress`` is a request's state)
+OnProgress = Callable[[str], None]
 
 
 def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: OnProgress = lambda _: None,
-             user: Engine | None = None, judge: Engine | None = None, embedder: Embedder | None = None) -> list[TaskRow]:
+             user: Engine | None = None, judge: Engine | None = None,
+             embedder: Embedder | None = None) -> list[TaskRow]:
     """Run what ``results.jsonl`` does not hold yet; return the rows of this configuration.
 
     ``user`` and ``judge``: the τ³ suites' user simulator and NL-assertion judge engines (None: the
@@ -180,7 +188,8 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: OnProgress
     run = uuid.uuid4().hex[:12]
     tokens = token_counter(config.count_tokens) if config.policy is not None else tokenize
     trace = TraceWriter(config.trace) if config.trace else None
-    tools = connect(config.mcp, config.mcp_scope, config.mcp_timeout, max_sessions=config.mcp_sessions) if config.mcp else None
+    tools = connect(config.mcp, config.mcp_scope, config.mcp_timeout,
+                    max_sessions=config.mcp_sessions) if config.mcp else None
     with Repository.open(config.db or config.out / "memory.db") as repo:
         if config.redact:  # a key of this run's own: its values are restored within the run, never read after
             from flowstate.store.vault import new_key
@@ -332,7 +341,8 @@ def _check_identity(config: EvalConfig) -> None:
     identity = config.identity()
     if path.exists():
         before = json.loads(path.read_text())
-        changed = {k: (before.get(k), identity.get(k)) for k in {**before, **identity} if before.get(k) != identity.get(k)}
+        changed = {k: (before.get(k), identity.get(k)) for k in {**before, **identity}
+                   if before.get(k) != identity.get(k)}
         if changed:
             what = ", ".join(f"{k} was {a!r}, now {b!r}" for k, (a, b) in changed.items())
             raise ValueError(f"{config.out} holds a run with other settings ({what}): its results would mix with "

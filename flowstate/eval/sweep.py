@@ -85,7 +85,8 @@ def sweep_table(results: Sequence[tuple[Point, dict[str, Any]]]) -> str:
             for r in table:
                 v = r.get((suite, strategy))
                 cells.append("–" if v is None else " / ".join(
-                    [f"{v['SR']:.0f}", *("–" if v[k] is None else f"{v[k]:.2f}×" for k in ("tokens", "uncached", "peak", "pet"))]))
+                    [f"{v['SR']:.0f}",
+                     *("–" if v[k] is None else f"{v[k]:.2f}×" for k in ("tokens", "uncached", "peak", "pet"))]))
             rows.append([suite, strategy, *cells])
     lines = ["# FlowState sweep", "",
              "Per point: SR % / tokens ×FC / uncached prompt tokens ×FC / peak context per session ×FC / PET ×FC "

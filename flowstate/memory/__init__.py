@@ -1,8 +1,8 @@
 """The memory methods, chosen by name: the registry names each method's module and imports it only when asked.
 
-Families, one module each: ``state`` (flowstate, flowstate-paged, flowstate-facts, no-psa, no-isu), ``chat`` (full-context), ``retrieval`` (bm25,
-mem0-style), ``tracker`` (zipact, zipact-bm25), ``reasoning`` (reasoningbank), ``mage`` (mage and its
-ablations); the seam they implement is ``base``.
+Families, one module each: ``state`` (flowstate, flowstate-paged, flowstate-facts, no-psa, no-isu), ``chat``
+(full-context), ``retrieval`` (bm25, mem0-style), ``tracker`` (zipact, zipact-bm25), ``reasoning`` (reasoningbank),
+``mage`` (mage and its ablations); the seam they implement is ``base``.
 """
 
 from __future__ import annotations

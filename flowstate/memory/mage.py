@@ -168,7 +168,8 @@ class Mage(Strategy):
         k = len(requests) + 1
         raw = {n.id: n for n in nodes if n.is_observation}
         tree = load_tree(nodes)
-        return Start(k, HistoricalIndex(), ActiveState(request=k), self.view(tree, raw), data={"tree": tree, "raw": raw})
+        return Start(k, HistoricalIndex(), ActiveState(request=k), self.view(tree, raw),
+                     data={"tree": tree, "raw": raw})
 
     def view(self, tree: Tree, raw: Mapping[str, Node]) -> tuple[str, str]:
         """The execution state's memory block: C along the active path, and the hints H."""
@@ -181,7 +182,8 @@ class Mage(Strategy):
                 lines += [{"observation_id": o, **raw[o].value} for o in tree.summaries[s]["covers"] if o in raw]
         lines += [{"hint": "explored alternative, off the active path", "step": s,
                    **({"summary": tree.summaries[s]["summary"]} if self.compress else {})} for s in tree.alternatives()]
-        lines += [{"hint": "segment found wanting, kept off the active path", "step": s, "note": tree.summaries[s]["note"]}
+        lines += [{"hint": "segment found wanting, kept off the active path", "step": s,
+                   "note": tree.summaries[s]["note"]}
                   for s in tree.quarantined()]
         lines += [{"hint": "revised", "left": d["left"], "diagnosis": d["diagnosis"]} for d in tree.diagnoses]
         return tags.EXECUTION_STATE, "".join(canonical_json(line) + "\n" for line in lines) or "none\n"
@@ -227,7 +229,8 @@ class Mage(Strategy):
         segment = interaction(ctx.query, ctx.state.observations, ctx.response)
         summary: str | None = None
         if self.compress:
-            out = ctx.call_model(COMPRESS_CALL, COMPRESS_PROMPT, tags.block(tags.SEGMENT, segment)[:-1], SUMMARY_GRAMMAR)
+            out = ctx.call_model(COMPRESS_CALL, COMPRESS_PROMPT, tags.block(tags.SEGMENT, segment)[:-1],
+                                 SUMMARY_GRAMMAR)
             compressed = memory_calls.reply(out.text, Summary)
             summary = compressed.summary if compressed is not None else None
             calls.append(memory_calls.record(out, "summary", None if summary is not None else "no summary"))

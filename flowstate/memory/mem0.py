@@ -1,9 +1,9 @@
 """Mem0's released prompts (``mem0ai/mem0``, ``mem0/configs/prompts.py``: ``FACT_RETRIEVAL_PROMPT``,
 ``DEFAULT_UPDATE_MEMORY_PROMPT`` and ``get_update_memory_messages``), kept as released, and the messages
 ``mem0-style`` sends with them. Each prompt carries a marker line first (``tags.EXTRACT``, ``tags.UPDATE``) so a
-reader knows which call it is (code reads the call's declared ``Purpose``, never the marker); Mem0 sends the update as one user message, here its
-released prompt is the system message and the rest the user message; the stored memories it is shown get
-Mem0's temporary ids ("0", "1", …), mapped back to the nodes' ids.
+reader knows which call it is (code reads the call's declared ``Purpose``, never the marker); Mem0 sends the update as
+one user message, here its released prompt is the system message and the rest the user message; the stored memories it
+is shown get Mem0's temporary ids ("0", "1", …), mapped back to the nodes' ids.
 """
 
 from __future__ import annotations
@@ -117,7 +117,8 @@ not need to update it because they convey the same information.
 If the direction is to update the memory, then you have to update it.
 Please keep in mind while updating you have to keep the same ID.
 Please note to return the IDs in the output from the input IDs only and do not generate any new ID.
-{_example([("0", "I really like cheese pizza"), ("1", "User is a software engineer"), ("2", "User likes to play cricket")],
+{_example([("0", "I really like cheese pizza"), ("1", "User is a software engineer"),
+           ("2", "User likes to play cricket")],
           ["Loves chicken pizza", "Loves to play cricket with friends"],
           [("0", "Loves cheese and chicken pizza", "UPDATE", "I really like cheese pizza"),
            ("1", "User is a software engineer", "NONE", None),
@@ -162,7 +163,7 @@ _RETURN = """
     - If there is an update, the ID key should remain the same and only the value needs to be updated.
 
     Do not return anything except the JSON format.
-    """
+    """  # noqa: E501 (Mem0's released text, its long lines as released)
 
 
 def today() -> str:

@@ -158,7 +158,8 @@ class ReasoningBank(Strategy):
         """The judge's call, then the extraction's under the instruction for its verdict; the record is a node
         ``rb_r{k}``."""
         trajectory = interaction(ctx.query, ctx.state.observations, ctx.response)
-        judged = ctx.call_model(JUDGE_CALL, JUDGE_PROMPT, f"Task and Trajectory:\n{trajectory}{JUDGE_QUESTION}", JUDGE_GRAMMAR)
+        judged = ctx.call_model(JUDGE_CALL, JUDGE_PROMPT, f"Task and Trajectory:\n{trajectory}{JUDGE_QUESTION}",
+                                JUDGE_GRAMMAR)
         success = "success" in judged.text.strip().lower()  # as MemoryArena reads the verdict
         verdict = None if judged.text.strip().lower() in ("success", "fail") else "neither 'success' nor 'fail'"
         calls = [memory_calls.record(judged, "judgement", verdict)]

@@ -203,16 +203,19 @@ class ExtractedMemory(Strategy):
     def finish(self, ctx: MemoryContext) -> Finish:
         """Extraction (one model call: the request's facts), then the update phase against similar memories."""
         done = interaction(ctx.query, ctx.state.observations, ctx.response)
-        generation = ctx.call_model(EXTRACT_CALL, mem0.extraction_prompt(), mem0.extraction_input(tags.block(tags.INTERACTION, done)[:-1]),
+        generation = ctx.call_model(EXTRACT_CALL, mem0.extraction_prompt(),
+                                    mem0.extraction_input(tags.block(tags.INTERACTION, done)[:-1]),
                                     FACTS_GRAMMAR)
         facts, error = _facts(generation.text, ctx.limits)
         calls = [memory_calls.record(generation, "facts", error)]
         stored = {n.id: str(n.value.get("fact", "")) for n in live_memories(ctx.session.nodes())}
         ids = list(stored)
-        similar = sorted({ids[i] for fact in facts for i in self.nearest(list(stored.values()), fact, SIMILAR)}, key=ids.index)
+        similar = sorted({ids[i] for fact in facts for i in self.nearest(list(stored.values()), fact, SIMILAR)},
+                         key=ids.index)
         events: list[dict[str, str]] = [{"event": "ADD", "id": "new", "text": f} for f in facts]
         if facts:  # Mem0 decides every new fact against the memories found for them (none: an empty memory)
-            decided = ctx.call_model(UPDATE_CALL, mem0.UPDATE_PROMPT, mem0.update_input([stored[i] for i in similar], facts),
+            decided = ctx.call_model(UPDATE_CALL, mem0.UPDATE_PROMPT,
+                                     mem0.update_input([stored[i] for i in similar], facts),
                                      UPDATE_GRAMMAR)
             chosen, why = _events(decided.text, similar)
             calls.append(memory_calls.record(decided, "memory", why))
@@ -257,7 +260,8 @@ def _events(text: str, shown: Sequence[str]) -> tuple[list[dict[str, str]] | Non
                 continue
             e["id"] = shown[int(e["id"])]
         kept.append(e)
-    return kept, None if len(kept) == len(items) else f"{len(items) - len(kept)} decision(s) dropped: unknown event or id"
+    dropped = len(items) - len(kept)
+    return kept, f"{dropped} decision(s) dropped: unknown event or id" if dropped else None
 
 
 def _event(item: Any) -> MemoryEvent | None:

@@ -44,7 +44,8 @@ results are in <latest_observation>."""
 
 TRACK_PROMPT = f"""{TRACK}
 You track an agent's state. Given the state so far, the current request and what just happened (a new \
-request, the newest tool results, or the agent's final response), write the new state: goal (what the current request asks), world (every fact later steps or requests may need: \
+request, the newest tool results, or the agent's final response), write the new state: goal (what the current \
+request asks), world (every fact later steps or requests may need: \
 identifiers, numbers, results, choices made — keep earlier facts unless they changed), constraints (the \
 user's requirements). Reply with JSON only: {{"goal": "...", "world": {{...}}, "constraints": ["..."]}}."""
 

@@ -117,8 +117,9 @@ class ErasureStore:
             counts["sessions"] = sum(1 for name in gone if name in stored)
             salt = secrets.token_hex(16)
             items = hashlib.sha256(canonical_json(sorted(gone) + responses).encode()).hexdigest()
-            body: dict[str, Any] = {"id": new_id("era_"), "tenant": tenant, "subject_sha256": subject_digest(subject, salt),
-                    "salt": salt, "at": time.time(), "removed": counts, "items_sha256": items}
+            body: dict[str, Any] = {"id": new_id("era_"), "tenant": tenant,
+                                    "subject_sha256": subject_digest(subject, salt), "salt": salt, "at": time.time(),
+                                    "removed": counts, "items_sha256": items}
             receipt = Receipt(**body, digest=hashlib.sha256(canonical_json(body).encode()).hexdigest())
             conn.execute("INSERT INTO erasures (id, tenant, at, receipt) VALUES (?, ?, ?, ?)",
                          (receipt.id, tenant or "", receipt.at, canonical_json(asdict(receipt))))
@@ -144,10 +145,12 @@ class ErasureStore:
                 continue
             stored.add(name)
             sid = int(row[0])
-            counts["requests"] += conn.execute("SELECT COUNT(*) FROM requests WHERE session_id = ?", (sid,)).fetchone()[0]
+            counts["requests"] += conn.execute("SELECT COUNT(*) FROM requests WHERE session_id = ?",
+                                               (sid,)).fetchone()[0]
             for kind, n in conn.execute("SELECT kind, COUNT(*) FROM nodes WHERE session_id = ? GROUP BY kind", (sid,)):
                 counts["states" if kind == "state" else "observations"] += n
-            counts["relations"] += conn.execute("SELECT COUNT(*) FROM relations WHERE session_id = ?", (sid,)).fetchone()[0]
+            counts["relations"] += conn.execute("SELECT COUNT(*) FROM relations WHERE session_id = ?",
+                                                (sid,)).fetchone()[0]
             for (keys,) in conn.execute("SELECT idempotency FROM transcripts WHERE session_id = ?", (sid,)):
                 counts["transcripts"] += 1
                 counts["idempotency_keys"] += len(json.loads(keys))

@@ -48,7 +48,8 @@ def check(score: Any, label: Any, comment: Any) -> tuple[float | None, str | Non
 
 
 def insert(conn: Conn, f: Feedback) -> None:
-    conn.execute("INSERT INTO feedback (session, request, key_id, score, label, comment, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    conn.execute("INSERT INTO feedback (session, request, key_id, score, label, comment, at) VALUES (?, "
+                 "?, ?, ?, ?, ?, ?)",
                  (f.session, f.request, f.key, f.score, f.label, f.comment, f.at))
 
 

@@ -139,7 +139,8 @@ _FORKS = """
         ALTER TABLE sessions ADD COLUMN fork_at INTEGER NOT NULL DEFAULT 0;
         CREATE INDEX sessions_parent ON sessions(parent_id);
 """
-_RELATIONS_NO_TARGET_KEY = "\n        " + _RELATIONS.format(name="relations_0009", id_type="INTEGER", target_key="") + """\
+_RELATIONS_NO_TARGET_KEY = "\n        " + _RELATIONS.format(name="relations_0009", id_type="INTEGER",
+                                                            target_key="") + """\
         INSERT INTO relations_0009 SELECT session_id, source_id, position, rel, target_id FROM relations;
         DROP TABLE relations;
         ALTER TABLE relations_0009 RENAME TO relations;

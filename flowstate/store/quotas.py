@@ -126,4 +126,5 @@ class QuotaStore:
                 conn.execute("DELETE FROM quota_turns WHERE id = ?", (turn,))
             if tokens:
                 conn.execute("INSERT INTO quota_days (tenant_id, day, tokens) VALUES (?, ?, ?) ON CONFLICT "
-                             "(tenant_id, day) DO UPDATE SET tokens = quota_days.tokens + ?", (tenant, day, tokens, tokens))
+                             "(tenant_id, day) DO UPDATE SET tokens = quota_days.tokens + ?",
+                             (tenant, day, tokens, tokens))

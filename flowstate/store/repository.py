@@ -223,8 +223,8 @@ class Repository:
                     raise StorageError(f"cannot fork session {session!r} as {name!r}: that session exists")
                 return
             now = int(time.time())
-            conn.execute("INSERT INTO sessions (name, parent_id, fork_at, created_at, active_at) VALUES (?, ?, ?, ?, ?)",
-                         (name, source, at if source is not None else 0, now, now))
+            conn.execute("INSERT INTO sessions (name, parent_id, fork_at, created_at, active_at) "
+                         "VALUES (?, ?, ?, ?, ?)", (name, source, at if source is not None else 0, now, now))
 
     def drop_empty_fork(self, session: str) -> bool:
         """Forget a fork that holds nothing of its own — no request, no fork, no waiting request, no stored
@@ -280,8 +280,8 @@ class Repository:
             out = []
             for name, requests, states, created, active, strategy, parent, at in rows[:limit]:
                 if parent is not None:  # a fork reads its parent's states up to its point too
-                    states = conn.execute(_LINE + "SELECT COUNT(*) FROM nodes n " + _IN_LINE + " WHERE n.kind = 'state'",
-                                          (name,)).fetchone()[0]
+                    count = _LINE + "SELECT COUNT(*) FROM nodes n " + _IN_LINE + " WHERE n.kind = 'state'"
+                    states = conn.execute(count, (name,)).fetchone()[0]
                 out.append(SessionSummary(name, int(requests), int(states), None if created is None else int(created),
                                           int(active), strategy, None if parent is None else (parent, int(at))))
         return out, len(rows) > limit
@@ -329,7 +329,8 @@ class Repository:
     def conversation(self, session: str) -> tuple[dict[str, str], int] | None:
         """A created conversation's metadata and creation time."""
         with self._read() as conn:
-            row = conn.execute("SELECT metadata, created_at FROM conversations WHERE session = ?", (session,)).fetchone()
+            row = conn.execute("SELECT metadata, created_at FROM conversations WHERE session = ?",
+                               (session,)).fetchone()
         return None if row is None else (json.loads(row[0]), int(row[1]))
 
     # -- a request waiting on client tool results (the one mutable row of a session) -------------
@@ -370,7 +371,8 @@ class Repository:
         """The session's finished requests (a fork's shared ones included)."""
         with self._read() as conn:
             return int(conn.execute(_LINE + "SELECT COALESCE(MAX(r.idx), MAX(l.fork_at), 0) FROM line l LEFT JOIN"
-                                    " requests r ON r.session_id = l.sid AND r.idx <= l.upto", (session,)).fetchone()[0])
+                                    " requests r ON r.session_id = l.sid AND r.idx <= l.upto",
+                                    (session,)).fetchone()[0])
 
     def requests(self, session: str) -> list[RequestRow]:
         with self._read() as conn:
@@ -414,7 +416,8 @@ class Repository:
         """One node with its relations: one query (a round trip matters on a server)."""
         with self._read() as conn:
             rows = conn.execute(
-                _LINE + "SELECT n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, n.mark, r.rel, r.target_id"
+                _LINE + "SELECT n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, n.mark, "
+                        "r.rel, r.target_id"
                 " FROM nodes n " + _IN_LINE +
                 " LEFT JOIN relations r ON r.session_id = n.session_id AND r.source_id = n.node_id"
                 " WHERE n.node_id = ? ORDER BY r.position",
@@ -518,18 +521,16 @@ class Repository:
                     )
                     conn.executemany(fts.index_sql(self.shared), fts.index_rows(session, nodes))
                 if transcript is not None:
-                    conn.execute(
-                        f"INSERT INTO transcripts (session_id, request_idx, messages, idempotency) VALUES ({sid}, ?, ?, ?)",
-                        (session, index, canonical_json(transcript.messages), canonical_json(transcript.idempotency)),
-                    )
+                    messages, keys = canonical_json(transcript.messages), canonical_json(transcript.idempotency)
+                    conn.execute("INSERT INTO transcripts (session_id, request_idx, messages, idempotency)"
+                                 f" VALUES ({sid}, ?, ?, ?)", (session, index, messages, keys))
                 self._seal(conn, session, found)
-                relations = [(session, n.id, pos, ref.rel.value, ref.state_id) for n in nodes for pos, ref in enumerate(n.refs)]
+                relations = [(session, n.id, pos, ref.rel.value, ref.state_id) for n in nodes
+                             for pos, ref in enumerate(n.refs)]
                 _check_targets(conn, session, index, nodes)
                 if relations:
-                    conn.executemany(
-                        f"INSERT INTO relations (session_id, source_id, position, rel, target_id) VALUES ({sid}, ?, ?, ?, ?)",
-                        relations,
-                    )
+                    conn.executemany("INSERT INTO relations (session_id, source_id, position, rel, target_id)"
+                                     f" VALUES ({sid}, ?, ?, ?, ?)", relations)
         except StorageError as exc:
             if "out of order" not in str(exc):
                 raise

@@ -110,5 +110,6 @@ class ResponseStore:
     def delete(self, response_id: str, namespace: str) -> bool:
         """Forget a stored response (not what its request left in the session's memory); False if there is none."""
         with self._write(f"cannot delete response {response_id!r}") as conn:
-            done = conn.execute("DELETE FROM responses WHERE id = ? AND namespace = ? RETURNING id", (response_id, namespace))
+            done = conn.execute("DELETE FROM responses WHERE id = ? AND namespace = ? RETURNING id",
+                                (response_id, namespace))
             return done.fetchone() is not None

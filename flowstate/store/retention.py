@@ -176,7 +176,8 @@ class RetentionStore:
             cutoff = max(idle, age)
             where, args = rule.where("namespace")
             rows = conn.execute(f"SELECT id, namespace FROM responses WHERE {where} AND lease_at IS NULL"
-                                " AND created_at < ? ORDER BY created_at, id LIMIT ?", (*args, cutoff, limit)).fetchall()
+                                " AND created_at < ? ORDER BY created_at, id LIMIT ?",
+                                (*args, cutoff, limit)).fetchall()
             out += [Expired("response", r[0], r[1][:-1] or None) for r in rows]
             where, args = rule.where("c.session")
             rows = conn.execute(f"SELECT c.session FROM conversations c WHERE {where} AND c.created_at < ?"

@@ -100,7 +100,8 @@ class TenantStore:
 
     def tenants(self) -> list[Tenant]:
         with self._db.read() as conn:
-            return [Tenant(*r) for r in conn.execute("SELECT id, name, created_at FROM tenants ORDER BY created_at, id")]
+            return [Tenant(*r)
+                    for r in conn.execute("SELECT id, name, created_at FROM tenants ORDER BY created_at, id")]
 
     def create_key(self, tenant_id: str, expires_at: int | None = None, audit: Audited = None) -> tuple[Key, str]:
         """A new key of the tenant and its secret (the only time the secret exists outside the client)."""

@@ -3,11 +3,11 @@
 The first line is a header (format, its version, the FlowState and schema versions that wrote it, when, the
 sessions, how many lines of each kind follow, and the SHA-256 of the lines that follow); then one line per row the
 repository holds — a session, its requests, nodes, relations, transcripts (with their idempotency replies), a
-request waiting on tool results, a conversation, stored responses, feedback on its requests — each as canonical JSON, in an order fixed by
-the rows (a session's requests by index, nodes as they were written), so that exporting what was imported gives the
-same bytes on either database. Session names are relative to the namespace the file was exported from and land in
-the one it is imported into. A fork whose parent is in the file stays a fork of it; one exported without its parent
-carries the requests it shares as its own (it imports alone, as a session that is no fork).
+request waiting on tool results, a conversation, stored responses, feedback on its requests — each as canonical JSON, in
+an order fixed by the rows (a session's requests by index, nodes as they were written), so that exporting what was
+imported gives the same bytes on either database. Session names are relative to the namespace the file was exported from
+and land in the one it is imported into. A fork whose parent is in the file stays a fork of it; one exported without its
+parent carries the requests it shares as its own (it imports alone, as a session that is no fork).
 
 Reading checks everything before writing anything: the header, the digest and counts, every line's fields and
 types, that every row belongs to a session of the file, request indices in order, node ids unique, every relation's
@@ -471,8 +471,9 @@ def write(conn: Conn, file: SessionFile, namespace: str, postgres: bool) -> None
     sid_of: dict[str, int] = {}
     for s in file.sessions:
         parent = None if s.parent is None else sid_of[s.parent]
-        row = conn.execute("INSERT INTO sessions (name, parent_id, fork_at, created_at, active_at) VALUES (?, ?, ?, ?, ?)"
-                           " RETURNING id", (full[s.name], parent, s.fork_at, s.line["created_at"],
+        row = conn.execute("INSERT INTO sessions (name, parent_id, fork_at, created_at, active_at) "
+                           "VALUES (?, ?, ?, ?, ?) RETURNING id",
+                           (full[s.name], parent, s.fork_at, s.line["created_at"],
                                              s.line["active_at"])).fetchone()
         sid = sid_of[s.name] = int(row[0])
         _write_session(conn, s, sid, full[s.name], namespace, postgres)
@@ -500,7 +501,8 @@ def _write_session(conn: Conn, s: _Session, sid: int, name: str, namespace: str,
                           for n in nodes])
         conn.executemany(fts.index_sql(postgres), fts.index_rows(name, nodes))
     if s.relations:
-        conn.executemany("INSERT INTO relations (session_id, source_id, position, rel, target_id) VALUES (?, ?, ?, ?, ?)",
+        conn.executemany("INSERT INTO relations (session_id, source_id, position, rel, target_id) "
+                         "VALUES (?, ?, ?, ?, ?)",
                          [(sid, x["source"], x["position"], x["rel"], x["target"]) for x in s.relations])
     for t in s.transcripts:
         conn.execute("INSERT INTO transcripts (session_id, request_idx, messages, idempotency) VALUES (?, ?, ?, ?)",

@@ -49,7 +49,8 @@ def output_items(message: AssistantMessage, ids: ItemIds, approval: dict[str, st
     """The reply as output items: its function calls and the calls of MCP tools that wait on the client's approval
     (``approval``: their server labels by tool name), or its answer as one message."""
     if message.tool_calls:
-        return [{"id": APPROVAL_PREFIX + c.id, "type": "mcp_approval_request", "server_label": approval[c.function.name],
+        return [{"id": APPROVAL_PREFIX + c.id, "type": "mcp_approval_request",
+                 "server_label": approval[c.function.name],
                  "name": c.function.name, "arguments": c.function.arguments} if c.function.name in approval
                 else call_item(ids.call(c.id), c.id, c.function.name, c.function.arguments) for c in message.tool_calls]
     return [message_item(ids.message, message.content or "")]
@@ -166,7 +167,8 @@ def transcript_items(transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
                         "output": m["content"] if isinstance(m["content"], str) else canonical_json(m["content"]),
                         "status": "completed"})
         elif m.get("tool_calls"):
-            out += [call_item(f"fc_t{i}_{j}", c["id"], c["name"], c["arguments"]) for j, c in enumerate(m["tool_calls"])]
+            out += [call_item(f"fc_t{i}_{j}", c["id"], c["name"], c["arguments"])
+                    for j, c in enumerate(m["tool_calls"])]
         else:
             out.append(message_item(f"msg_t{i}", m["content"] or ""))
     return out

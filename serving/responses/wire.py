@@ -160,7 +160,8 @@ class ResponsesRequest(Ingress):
                 continue
             if not isinstance(tool.get("server_label"), str):
                 raise bad_request(f"tools[{i}]: an mcp tool needs server_label", f"tools[{i}].server_label")
-            out.append(McpTool(i, tool["server_label"], _allowed(tool.get("allowed_tools"), f"tools[{i}].allowed_tools"),
+            out.append(McpTool(i, tool["server_label"],
+                               _allowed(tool.get("allowed_tools"), f"tools[{i}].allowed_tools"),
                                *_approval(tool.get("require_approval"), f"tools[{i}].require_approval")))
         return out
 

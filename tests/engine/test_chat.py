@@ -78,7 +78,8 @@ class _Recorder(BaseHTTPRequestHandler):
         type(self).headers.append({k.lower(): v for k, v in self.headers.items()})
         chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
         events = [
-            {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "<state_fo"}, "finish_reason": None}]},
+            {**chunk,
+             "choices": [{"index": 0, "delta": {"role": "assistant", "content": "<state_fo"}, "finish_reason": None}]},
             {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]},
             {**chunk, "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}},
         ]

@@ -105,7 +105,8 @@ def server(local: SentenceEmbedder) -> Iterator[dict[str, Any]]:
     httpd.shutdown()
 
 
-def test_a_server_embeds_as_the_model_does_in_batches_and_in_order(server: dict[str, Any], local: SentenceEmbedder) -> None:
+def test_a_server_embeds_as_the_model_does_in_batches_and_in_order(server: dict[str, Any],
+                                                                   local: SentenceEmbedder) -> None:
     embedder = load(f"openai@{server['url']}")  # the model: the server's first
     assert embedder.label == "openai:embedder"
     texts = [f"text number {i}" for i in range(BATCH + 3)]

@@ -29,7 +29,8 @@ class FakeEngineArgs:  # the shape of vllm's AsyncEngineArgs: a dataclass of nam
 def test_known_engine_arguments_pass_and_unknown_ones_name_the_closest() -> None:
     assert check_engine_args({"tensor_parallel_size": 8, "kv_cache_dtype": "fp8"}, FakeEngineArgs) == {
         "tensor_parallel_size": 8, "kv_cache_dtype": "fp8"}
-    with pytest.raises(EngineConfigError, match="unknown vLLM engine argument 'max_num_seq'; did you mean max_num_seqs"):
+    with pytest.raises(EngineConfigError,
+                       match="unknown vLLM engine argument 'max_num_seq'; did you mean max_num_seqs"):
         check_engine_args({"max_num_seq": 4}, FakeEngineArgs)
     with pytest.raises(EngineConfigError, match="--model"):
         check_engine_args({"model": "x"}, FakeEngineArgs)
@@ -52,7 +53,8 @@ def test_the_command_line_parses_vllm_args() -> None:
     engines.load = fake_load  # type: ignore[assignment]
     try:
         result = CliRunner().invoke(main, ["run", "q", "--engine", "vllm", "--vllm-arg", "tensor_parallel_size=8",
-                                           "--vllm-arg", "kv-cache-dtype=fp8", "--vllm-arg", "enable_chunked_prefill=true"])
+                                           "--vllm-arg", "kv-cache-dtype=fp8", "--vllm-arg",
+                                           "enable_chunked_prefill=true"])
     finally:
         engines.load = original  # type: ignore[assignment]
     assert "stop here" in result.output
@@ -66,7 +68,8 @@ class NoCache(ScriptedEngine):
 
     def generate(self, messages: Sequence[Message], **kw: Any) -> Generation:
         gen = super().generate(messages, **kw)
-        return Generation(gen.text, Usage(prompt_tokens=gen.usage.prompt_tokens, completion_tokens=1), gen.finish_reason)
+        return Generation(gen.text, Usage(prompt_tokens=gen.usage.prompt_tokens, completion_tokens=1),
+                          gen.finish_reason)
 
 
 def test_a_call_that_repeats_a_prefix_but_reuses_none_is_warned(caplog: pytest.LogCaptureFixture) -> None:

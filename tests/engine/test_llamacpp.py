@@ -111,7 +111,8 @@ def test_id_aware_grammar_confines_state_focus(llama: LlamaCppEngine) -> None:
         def state(node_id: str, summary: str) -> Node:
             return Node(id=node_id, type=StateType.JUDGEMENT, summary=summary, value={"note": summary}, request=1)
         repo.persist_request("s", 1, "Book hotel A and remember my budget", "Booked A.",
-                             [state("dec_book_a", "Booked hotel A for $200"), state("pref_budget", "Budget is $250")], {})
+                             [state("dec_book_a", "Booked hotel A for $200"), state("pref_budget", "Budget is $250")],
+                             {})
         repo.persist_request("other", 1, "secret", "ok", [state("secret_plan", "another session's plan")], {})
         agent = Agent(engine, repository=repo, session="s", tools=hotel.TOOLS, task_policy=hotel.POLICY,
                       config=LoopConfig(max_steps=2, max_protocol_errors=1))

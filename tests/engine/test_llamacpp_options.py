@@ -20,7 +20,9 @@ from flowstate.request_options import RequestOptions
 
 pytestmark = pytest.mark.slow
 
-SCHEMA = {"type": "object", "properties": {"hotel": {"type": "string", "enum": ["A", "B"]}, "reason": {"type": "string", "maxLength": 60}},
+SCHEMA = {"type": "object",
+          "properties": {"hotel": {"type": "string", "enum": ["A", "B"]},
+                         "reason": {"type": "string", "maxLength": 60}},
           "required": ["hotel", "reason"], "additionalProperties": False}
 
 
@@ -59,6 +61,7 @@ def test_tool_choice_yields_a_tool_call(llama: LlamaCppEngine, choice: str) -> N
 def test_a_json_schema_answer_validates(llama: LlamaCppEngine) -> None:
     from jsonschema import validate
 
-    r = run(llama, RequestOptions(tool_choice="none", answer_schema=SCHEMA), "Answer now: hotel A or B, and why?", steps=4)
+    r = run(llama, RequestOptions(tool_choice="none", answer_schema=SCHEMA), "Answer now: hotel A or B, and why?",
+            steps=4)
     assert r.record is not None and r.record.response is not None, [s.raw for s in r.steps]
     validate(json.loads(r.record.response), SCHEMA)

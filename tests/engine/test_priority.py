@@ -14,7 +14,8 @@ from engine.purpose import STEP, Purpose
 
 def test_priorities_parse_and_order_a_memory_call_after_its_request() -> None:
     p = Priorities.parse("interactive=-5,background=7")
-    assert (p.interactive, p.memory, p.background, p.evaluation) == (-5, 1, 7, 3) and str(Priorities.parse(str(p))) == str(p)
+    assert (p.interactive, p.memory, p.background,
+            p.evaluation) == (-5, 1, 7, 3) and str(Priorities.parse(str(p))) == str(p)
     memory = Purpose("mage.compress")
     assert [p.of("interactive", memory), p.of("background", memory), p.of("background", STEP)] == [1, 7, 7]
     assert Priorities.parse("off").of("background") == 0

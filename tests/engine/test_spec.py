@@ -22,8 +22,10 @@ def test_the_short_form_names_backend_model_and_servers() -> None:
 
 
 def test_pairs_nested_arguments_and_the_long_form() -> None:
-    assert parse("engine=openai,model=m,base-url=http://x/v1") == {"name": "openai", "model": "m", "base_url": "http://x/v1"}
-    assert parse("vllm:/models/q,vllm.kv_cache_dtype=fp8,vllm.max-num-seqs=256,chat-template.enable_thinking=false") == {
+    assert parse("engine=openai,model=m,base-url=http://x/v1") == {"name": "openai", "model": "m",
+                                                                   "base_url": "http://x/v1"}
+    spec = "vllm:/models/q,vllm.kv_cache_dtype=fp8,vllm.max-num-seqs=256,chat-template.enable_thinking=false"
+    assert parse(spec) == {
         "name": "vllm", "model": "/models/q", "engine_args": {"kv_cache_dtype": "fp8", "max_num_seqs": 256},
         "chat_template_kwargs": {"enable_thinking": False}}
     # drafting, as each engine spells it (the engine checks the method: llamacpp lookup, vllm ngram or suffix)

@@ -39,7 +39,8 @@ if not available("vllm"):  # FLOWSTATE_REQUIRE_VLLM=1 (CI) makes a missing vLLM 
 
 def prompts() -> tuple[list[Message], list[Message], str]:
     """Two prompts sharing the system part and the query (well over one 128-token KV block)."""
-    system = system_prompt(hotel.TOOLS.specs(), hotel.POLICY, limits=COMPACT)  # no worked example: a 135M model copies it
+    # no worked example: a 135M model copies it
+    system = system_prompt(hotel.TOOLS.specs(), hotel.POLICY, limits=COMPACT)
     state = ActiveState(request=1)
     memory = ("historical_state_index", HistoricalIndex().render())
     first = [Message("system", system), Message("user", layout(hotel.QUERIES[0], memory=memory, state=state))]
@@ -247,7 +248,8 @@ def test_vllms_own_scheduler_decides_how_many_sessions_fit_a_kv_budget(model_dir
     clock = steptime.load("qwen3.5-9b@h200")
     timed = bench_capacity(traces, tokenize, simulation, [1, 4], clock=clock)
     for r in timed:
-        assert r["seconds"] > 0 and r["sessions_per_hour"] == pytest.approx(r["sessions"] * 3600 / r["seconds"], rel=0.01)
+        assert r["seconds"] > 0 and r["sessions_per_hour"] == pytest.approx(r["sessions"] * 3600 / r["seconds"],
+                                                                            rel=0.01)
         assert 0 < r["ttft_p50_s"] <= r["call_p50_s"] <= r["call_p99_s"] and r["ttft_p99_s"] <= r["call_p99_s"] + 1e-9
         assert r["seconds"] >= r["steps"] * clock.overhead_s
     by = {(r["strategy"], r["sessions"]): r for r in timed}

@@ -103,7 +103,8 @@ def test_the_cli_runs_the_state_methods_in_the_layout(tmp_path) -> None:
     assert ran.exit_code == 0 and ran.output.strip() == "hello", ran.output
     out = tmp_path / "ev"
     evaluated = CliRunner().invoke(main, ["eval", "--suite", "hotel", "--policy", "oracle", "--tasks", "1",
-                                          "--strategy", "flowstate,full-context", "--layout", "append", "--out", str(out)])
+                                          "--strategy", "flowstate,full-context", "--layout", "append", "--out",
+                                          str(out)])
     assert evaluated.exit_code == 0, evaluated.output
     pairs = json.loads((out / "summary.json").read_text())["pairs"]
     assert {p["strategy"] for p in pairs} == {"flowstate+append", "full-context"}

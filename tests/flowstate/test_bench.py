@@ -23,7 +23,8 @@ class Replay(Engine):
         self.outputs = [json.loads(line)["text"] for line in hotel.script_path().read_text().splitlines()]
         self.seen: list[str | None] = []
 
-    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None, **_: Any) -> Generation:
+    def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
+                 **_: Any) -> Generation:
         self.seen.append(grammar)
         text = self.outputs[(len(self.seen) - 1) // 3]
         if grammar is None:
@@ -31,7 +32,8 @@ class Replay(Engine):
         if self.cut and grammar is not None:
             return Generation(text[:40], Usage(prompt_tokens=100, cached_tokens=60, completion_tokens=50, ttft_s=0.1,
                                                decode_s=1.0), finish_reason="length")
-        return Generation(text, Usage(prompt_tokens=100, cached_tokens=60, completion_tokens=50, ttft_s=0.1, decode_s=0.5))
+        return Generation(text, Usage(prompt_tokens=100, cached_tokens=60, completion_tokens=50, ttft_s=0.1,
+                                      decode_s=0.5))
 
     def count_tokens(self, text: str) -> int:
         return len(text.split())
@@ -59,7 +61,8 @@ def test_bench_rows_side_by_side() -> None:
     assert g["none"]["parsed_share"] == 0.0 and g["static"]["parsed_share"] == 1.0 and g["step"]["parsed_share"] == 1.0
     assert g["step"]["calls"] == 8 and g["step"]["decode_tok_s"] == 100.0 and g["step"]["vs_plain"] == 1.0
     assert g["none"]["vs_plain"] is None and g["none"]["grammar_ms_mean"] == 0.0 and g["step"]["grammar_ms_mean"] > 0
-    assert g["step"]["prefill_tok_s"] == 400.0 and g["step"]["cached_share"] == 0.6 and g["step"]["limits"] == "standard"
+    assert (g["step"]["prefill_tok_s"] == 400.0 and g["step"]["cached_share"] == 0.6
+            and g["step"]["limits"] == "standard")
     c = rows[("cut", "step")]
     assert c["truncated"] == 8 and c["parsed_share"] == 0.0 and c["vs_plain"] == 0.5 and c["limits"] == "compact"
     assert render_table(table).count("\n") == 7

@@ -16,7 +16,8 @@ def double(x: int) -> int:
     return 2 * x
 
 
-def test_budget_persists_the_states_and_marks_the_request_unfinished(make_agent: AgentFactory, repo: Repository) -> None:
+def test_budget_persists_the_states_and_marks_the_request_unfinished(make_agent: AgentFactory,
+                                                                     repo: Repository) -> None:
     agent, engine = make_agent([
         output(tools=[{"name": "double", "arguments": {"x": 4}}]),
         output(delta=[add("kn_eight", refs=[("derives", "obs_r1_s1_1")]), add("plan_next")]),
@@ -33,7 +34,8 @@ def test_budget_persists_the_states_and_marks_the_request_unfinished(make_agent:
     assert '"unfinished":' in engine.prompts[-1][1].content  # the next request sees that request 1 failed and why
 
 
-def test_unreferenced_observations_of_an_unfinished_request_are_not_kept(make_agent: AgentFactory, repo: Repository) -> None:
+def test_unreferenced_observations_of_an_unfinished_request_are_not_kept(make_agent: AgentFactory,
+                                                                         repo: Repository) -> None:
     agent, _ = make_agent([output(tools=[{"name": "double", "arguments": {"x": 1}}])], max_steps=1, tools=[double])
     record = agent.run("q")
     assert record.unfinished is not None and record.persisted_observations == () and repo.nodes("s1") == []

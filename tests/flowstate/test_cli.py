@@ -42,7 +42,9 @@ def test_demo_prints_three_responses_and_the_graph() -> None:
 def test_run_then_inspect(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
     s1 = write_script(tmp_path / "one.jsonl", [
-        output(tools=[{"name": "search_hotels", "arguments": {"city": "Lisbon", "check_in": "2026-09-20", "check_out": "2026-09-22", "as_of": "2026-09-01"}}]),
+        output(tools=[{"name": "search_hotels",
+                       "arguments": {"city": "Lisbon", "check_in": "2026-09-20", "check_out": "2026-09-22",
+                                     "as_of": "2026-09-01"}}]),
         output(delta=[add("kn_prices", refs=[("derives", "obs_r1_s1_1")], a=200)], content="A is $200"),
     ])
     first = flowstate("run", "How much is A?", "--session", "me", "--db", db, "--engine", "scripted", "--script", s1,
@@ -62,7 +64,8 @@ def test_run_then_inspect(tmp_path: Path) -> None:
     dump = json.loads(shown.stdout)
     assert [r["query"] for r in dump["requests"]] == ["How much is A?", "Remind me?"]
     assert dump["index"][0]["states"] == [{"state_id": "kn_prices", "summary": "summary of kn_prices"}]
-    assert {n["id"]: n["relations"] for n in dump["nodes"]}["kn_prices"] == [{"rel": "derives", "target": "obs_r1_s1_1"}]
+    assert {n["id"]: n["relations"]
+            for n in dump["nodes"]}["kn_prices"] == [{"rel": "derives", "target": "obs_r1_s1_1"}]
     text = flowstate("inspect", "--db", db, "--session", "me").stdout
     assert "kn_prices (knowledge)" in text and "--derives--> obs_r1_s1_1" in text
 
@@ -81,7 +84,8 @@ def test_run_takes_the_engine_as_one_value_and_a_flag_may_not_contradict_it(tmp_
 
 def test_default_db_comes_from_the_environment(tmp_path: Path) -> None:
     script = write_script(tmp_path / "s.jsonl", [output(content="hi")])
-    result = flowstate("run", "hello", "--engine", "scripted", "--script", script, env={"FLOWSTATE_DB": str(tmp_path / "env.db")})
+    result = flowstate("run", "hello", "--engine", "scripted", "--script", script,
+                       env={"FLOWSTATE_DB": str(tmp_path / "env.db")})
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "env.db").exists()
 
@@ -101,7 +105,8 @@ def test_default_db_comes_from_the_environment(tmp_path: Path) -> None:
     ("export into a non-empty folder", "exists and is not empty"),
     ("eval: unknown suite", "unknown suite(s) kitchen; valid suites: hotel, bundle, travel, chain, shopping, planning, "
                             "reasoning, tau3-airline, tau3-retail"),
-    ("eval: unknown suite option", "unknown suite option(s) rows for suites shopping; valid: bullets, description_words, results"),
+    ("eval: unknown suite option",
+     "unknown suite option(s) rows for suites shopping; valid: bullets, description_words, results"),
     ("eval: memoryless on τ³", "the τ³ suites replay their gold actions (--policy oracle), not a memoryless policy"),
     ("eval: no τ³ data", "no τ³ retail data under"),
     ("bench repo: no server", "cannot create a benchmark database on postgresql://u:***@127.0.0.1:1/x"),
@@ -111,7 +116,8 @@ def test_default_db_comes_from_the_environment(tmp_path: Path) -> None:
     ("eval: a judge without a model", "--judge needs a model: NAME:MODEL[@URL] (got 'openai')"),
     ("eval: a bad decode weight", "--gpu-cost takes MODEL@GPU:BATCH[,w=W] with a number W"),
     ("eval: a KV budget under 1 GiB", "--kv-model's GPU memory is at least 1 GiB"),
-    ("eval: an embedder that is not one", "--embed takes openai:MODEL@URL, minilm[:DIR] or llamacpp[:FILE.gguf], not 'vllm:x'"),
+    ("eval: an embedder that is not one",
+     "--embed takes openai:MODEL@URL, minilm[:DIR] or llamacpp[:FILE.gguf], not 'vllm:x'"),
     ("bench capacity: no KV budget", "give the KV budget once: --kv-tokens N or --kv-gib G"),
     ("an engine spec and a flag that disagree", "--engine 'openai:A@http://127.0.0.1:1/v1' sets model='A' and --model "
                                                 "'B' sets it again: give each setting once"),
@@ -127,14 +133,17 @@ def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expect
     junk.write_bytes(b"garbage" * 1000)
     args = {
         "unknown engine": ["run", "q", "--db", db, "--engine", "gpt-17"],
-        "an engine spec and a flag that disagree": ["run", "q", "--db", db, "--engine", "openai:A@http://127.0.0.1:1/v1",
+        "an engine spec and a flag that disagree": ["run", "q", "--db", db, "--engine",
+                                                    "openai:A@http://127.0.0.1:1/v1",
                                                     "--model", "B"],
-        "option the engine does not take": ["run", "q", "--db", db, "--engine", "scripted", "--script", good, "--model", "x"],
+        "option the engine does not take": ["run", "q", "--db", db, "--engine", "scripted", "--script", good, "--model",
+                                            "x"],
         "missing script": ["run", "q", "--db", db, "--engine", "scripted", "--script", tmp_path / "nope.jsonl"],
         "script not JSON": ["run", "q", "--db", db, "--engine", "scripted", "--script", bad_json],
         "script without text": ["run", "q", "--db", db, "--engine", "scripted", "--script", no_text],
         "no script": ["run", "q", "--db", db, "--engine", "scripted"],
-        "bad tools": ["run", "q", "--db", db, "--engine", "scripted", "--script", good, "--tools", "no_such_module:TOOLS"],
+        "bad tools": ["run", "q", "--db", db, "--engine", "scripted", "--script", good, "--tools",
+                      "no_such_module:TOOLS"],
         "unreadable database": ["run", "q", "--db", junk, "--engine", "scripted", "--script", good],
         "unknown session": ["inspect", "--db", junk.with_name("real.db"), "--session", "ghost"],
         "absent database": ["inspect", "--db", db, "--session", "x"],
@@ -149,19 +158,25 @@ def test_errors_are_one_line_and_write_nothing(tmp_path: Path, case: str, expect
                              "--out", tmp_path / "ev"],
         "bench repo: no server": ["bench", "repo", "--sizes", "20", "--postgres",
                                   "postgresql://u:secret@127.0.0.1:1/x?connect_timeout=2"],
-        "eval: unknown strategy": ["eval", "--policy", "oracle", "--strategy", "flowstate,magic", "--out", tmp_path / "ev"],
-        "eval: too deep": ["eval", "--policy", "oracle", "--suite", "bundle", "--depth", "17", "--out", tmp_path / "ev"],
-        "eval: unknown GPU": ["eval", "--policy", "oracle", "--gpu-cost", "qwen3.5-27b@a100:8", "--out", tmp_path / "ev"],
+        "eval: unknown strategy": ["eval", "--policy", "oracle", "--strategy", "flowstate,magic", "--out",
+                                   tmp_path / "ev"],
+        "eval: too deep": ["eval", "--policy", "oracle", "--suite", "bundle", "--depth", "17", "--out",
+                           tmp_path / "ev"],
+        "eval: unknown GPU": ["eval", "--policy", "oracle", "--gpu-cost", "qwen3.5-27b@a100:8", "--out",
+                              tmp_path / "ev"],
         "eval: a judge without a model": ["eval", "--policy", "oracle", "--suite", "tau3-airline", "--judge",
                                           "openai", "--out", tmp_path / "ev"],
         "eval: a bad decode weight": ["eval", "--policy", "oracle", "--gpu-cost", "qwen3.5-27b@h200:32,w=x",
                                       "--out", tmp_path / "ev"],
-        "eval: a KV budget under 1 GiB": ["eval", "--policy", "oracle", "--kv-model", "qwen3.5-9b@0.5", "--out", tmp_path / "ev"],
-        "eval: an embedder that is not one": ["eval", "--policy", "oracle", "--embed", "vllm:x", "--out", tmp_path / "ev"],
+        "eval: a KV budget under 1 GiB": ["eval", "--policy", "oracle", "--kv-model", "qwen3.5-9b@0.5", "--out",
+                                          tmp_path / "ev"],
+        "eval: an embedder that is not one": ["eval", "--policy", "oracle", "--embed", "vllm:x", "--out",
+                                              tmp_path / "ev"],
         "bench capacity: no KV budget": ["bench", "capacity", tmp_path / "trace.jsonl"],
     }[case]
     if case == "unknown session":
-        assert flowstate("run", "q", "--db", tmp_path / "real.db", "--engine", "scripted", "--script", good, "--session", "someone").returncode == 0
+        assert flowstate("run", "q", "--db", tmp_path / "real.db", "--engine", "scripted", "--script", good,
+                         "--session", "someone").returncode == 0
     before = sorted(p.name for p in tmp_path.iterdir())
     result = flowstate(*args)
     assert result.returncode == 1
@@ -198,7 +213,8 @@ def test_eval_across_models_writes_the_table_5_shape(tmp_path: Path) -> None:
     first = write_script(tmp_path / "a.jsonl", [two % "no idea"] * 20)
     second = write_script(tmp_path / "b.jsonl", [two % "still no idea"] * 20)
     out = tmp_path / "ev"
-    result = flowstate("eval", "--suite", "hotel,chain", "--strategy", "full-context,bm25", "--tasks", "1", "--depth", "1",
+    result = flowstate("eval", "--suite", "hotel,chain", "--strategy", "full-context,bm25", "--tasks", "1", "--depth",
+                       "1",
                        "--out", out, "--engine", f"scripted:{first}",
                        "--engine", f"engine=scripted,script={second}")
     assert result.returncode == 0, result.stderr
@@ -217,7 +233,8 @@ def test_eval_across_models_writes_the_table_5_shape(tmp_path: Path) -> None:
 def test_eval_reads_the_kv_budget_and_decode_weight_from_their_values(tmp_path: Path) -> None:
     out = tmp_path / "ev"
     result = flowstate("eval", "--policy", "oracle", "--suite", "hotel", "--strategy", "flowstate", "--tasks", "1",
-                       "--depth", "1", "--kv-model", "qwen3.5-9b@40", "--gpu-cost", "qwen3.5-27b@h200:32,w=3", "--out", out)
+                       "--depth", "1", "--kv-model", "qwen3.5-9b@40", "--gpu-cost", "qwen3.5-27b@h200:32,w=3", "--out",
+                       out)
     assert result.returncode == 0, result.stderr
     config = json.loads((out / "summary.json").read_text())["config"]
     assert (config["kv_model"], config["gpu_memory_gib"], config["decode_weight"]) == ("qwen3.5-9b", 40.0, 3.0)
@@ -241,7 +258,8 @@ def test_eval_runs_both_bounds_side_by_side(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     table = (out / "sweep.md").read_text()
     assert "| oracle_depth-4 | realistic_depth-4 |" in table
-    assert "Reference policy oracle: the optimistic bound" in table and "Reference policy realistic: a realistic bound" in table
+    assert ("Reference policy oracle: the optimistic bound" in table
+            and "Reference policy realistic: a realistic bound" in table)
     row = next(line for line in table.splitlines() if line.startswith("| shopping | flowstate |"))
     oracle, realistic = (float(c.split(" / ")[1].rstrip("×")) for c in row.strip("| ").split(" | ")[2:])
     assert realistic > oracle  # the realistic policy is not a best case

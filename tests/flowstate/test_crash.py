@@ -35,7 +35,8 @@ outputs = []
 for k in (1, 2):
     outputs += [output(tools=[{"name": "echo", "arguments": {"x": k}}]),
                 output(delta=[add(f"fact_{k}", refs=[("derives", f"obs_r{k}_s1_1")], k=k)], content=f"done {k}")]
-outputs += [output(delta=[add("fact_3a"), add("fact_3b")]), output(tools=[{"name": "wait_here", "arguments": {"x": 3}}])]
+outputs += [output(delta=[add("fact_3a"), add("fact_3b")]),
+            output(tools=[{"name": "wait_here", "arguments": {"x": 3}}])]
 
 def echo(x: int) -> int:
     """Return x."""
@@ -73,7 +74,8 @@ def test_sigkill_mid_request_keeps_finished_requests_intact(tmp_path: Path, db_t
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
         conn.close()
     with Repository.open(db) as repo:
-        assert [(r.index, r.query, r.response) for r in repo.requests("s")] == [(1, "first", "done 1"), (2, "second", "done 2")]
+        assert [(r.index, r.query, r.response) for r in repo.requests("s")] == [(1, "first", "done 1"),
+                                                                                (2, "second", "done 2")]
         assert [n.id for n in repo.nodes("s")] == ["obs_r1_s1_1", "fact_1", "obs_r2_s1_1", "fact_2"]
         assert repo.node("s", "fact_3a") is None
         # and the session goes on: the next request is request 3

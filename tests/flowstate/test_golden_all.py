@@ -6,8 +6,8 @@ The recording was made on the code before the one-driver redesign and rewritten 
 faithful to their sources (issue 22: BM25 chunks, Mem0's update phase, ZipAct tracking the query and the response,
 MAGE's gates and ablations, the ReasoningBank and ZipAct+BM25 rows; flowstate, full-context, no-psa and no-isu
 unchanged), and again for each baseline made to run as MemoryArena's code runs it (bm25, reasoningbank,
-mem0-style with Mem0's released prompts); ``FLOWSTATE_REGEN_GOLDEN=1`` rewrites it (only for a change that means to change prompts or figures,
-said so in its commit)."""
+mem0-style with Mem0's released prompts); ``FLOWSTATE_REGEN_GOLDEN=1`` rewrites it (only for a change that means to
+change prompts or figures, said so in its commit)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,8 @@ def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 @pytest.mark.slow  # whole domains / many tasks: seconds, not milliseconds
-def test_every_strategys_prompts_and_oracle_figures_are_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_strategys_prompts_and_oracle_figures_are_unchanged(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     got = record(tmp_path, monkeypatch)
     for key in got:  # the timings are not part of the figures
         got[key]["calls"] = [[[f.prompt_tokens, f.cached_tokens, f.completion_tokens] for f in map(calls_read, calls)]

@@ -7,7 +7,8 @@ from tests.helpers import AgentFactory, add, output
 
 
 def test_sessions_are_isolated(make_agent: AgentFactory, repo: Repository) -> None:
-    alice, _ = make_agent([output(delta=[add("secret_plan", "judgement", code=1234)], content="saved")], session="alice")
+    alice, _ = make_agent([output(delta=[add("secret_plan", "judgement", code=1234)], content="saved")],
+                          session="alice")
     alice.run("remember my code 1234")
 
     bob, engine = make_agent([
@@ -18,8 +19,10 @@ def test_sessions_are_isolated(make_agent: AgentFactory, repo: Repository) -> No
 
     first_prompt = engine.prompts[0][1].content
     assert "secret_plan" not in first_prompt.split("<user_query>")[0]  # not in bob's index
-    assert record.steps[0].disclosed == [] and record.steps[0].refused[0] == {"target_id": "secret_plan", "reason": "unknown id"}
-    assert record.steps[0].rejected[0]["state_id"] == "bob_note" and "unknown id" in record.steps[0].rejected[0]["reason"]
+    assert record.steps[0].disclosed == [] and record.steps[0].refused[0] == {"target_id": "secret_plan",
+                                                                              "reason": "unknown id"}
+    rejected = record.steps[0].rejected[0]
+    assert rejected["state_id"] == "bob_note" and "unknown id" in rejected["reason"]
     assert "1234" not in "".join(m.content for p in engine.prompts for m in p)
 
     assert [n.value for n in repo.nodes("alice")] == [{"code": 1234}]

@@ -68,7 +68,8 @@ def test_a_real_agent_sized_run_passes_under_the_default_profile_and_its_grammar
 
 
 def test_the_compact_profile_refuses_what_the_standard_one_admits() -> None:
-    engine = recorder([output(content=LONG_ANSWER), output(delta=[add("plan_trip", **NESTED)]), output(content="short")])
+    engine = recorder([output(content=LONG_ANSWER), output(delta=[add("plan_trip", **NESTED)]),
+                       output(content="short")])
     with Repository.open(":memory:") as repo:
         record = Agent(engine, repository=repo, session="c", config=LoopConfig(limits=COMPACT)).run("q")
     assert record.steps[0].protocol_error is not None and "480" in record.steps[0].protocol_error["message"]

@@ -26,7 +26,8 @@ def test_rejected_operations_and_refused_access_are_fed_back(make_agent: AgentFa
         output(content="done"),
     ])
     record = agent.run("q")
-    assert record.steps[0].rejected == [{"operation": "remove", "state_id": "ghost", "reason": "no state 'ghost' was created in this request"}]
+    assert record.steps[0].rejected == [{"operation": "remove", "state_id": "ghost",
+                                         "reason": "no state 'ghost' was created in this request"}]
     assert record.steps[0].refused[0]["target_id"] == "nowhere"
     second_prompt = engine.prompts[1][1].content
     feedback = second_prompt.split("<feedback>")[1].split("</feedback>")[0]
@@ -39,7 +40,9 @@ def test_protocol_error_is_fed_back_and_the_loop_goes_on(make_agent: AgentFactor
     agent, engine = make_agent(["I think I should book.", output(delta=[add("k1")], content="ok")])
     record = agent.run("q")
     assert record.response == "ok"
-    assert record.steps[0].protocol_error == {"block": "state_focus", "message": "missing <state_focus> (blocks must come in the order state_focus, state_delta, tool_calls, assistant_message)"}
+    assert record.steps[0].protocol_error == {"block": "state_focus",
+                                              "message": "missing <state_focus> (blocks must come in the order "
+                                                         "state_focus, state_delta, tool_calls, assistant_message)"}
     assert '"kind":"protocol_error"' in engine.prompts[1][1].content
     assert [n.id for n in repo.nodes("s1")] == ["k1"]
 
@@ -87,7 +90,8 @@ def test_several_tool_calls_per_step_and_a_raising_tool(make_agent: AgentFactory
         [
             output(tools=[{"name": "double", "arguments": {"x": 4}}, {"name": "boom", "arguments": {"x": 1}},
                           {"name": "nope", "arguments": {}}, {"name": "double", "arguments": {"x": "many"}}]),
-            output(delta=[add("kn_eight", refs=[("derives", "obs_r1_s1_1")]), add("kn_fail", refs=[("derives", "obs_r1_s1_2")])],
+            output(delta=[add("kn_eight", refs=[("derives", "obs_r1_s1_1")]),
+                          add("kn_fail", refs=[("derives", "obs_r1_s1_2")])],
                    content="8"),
         ],
         tools=[double, boom],
@@ -102,7 +106,8 @@ def test_several_tool_calls_per_step_and_a_raising_tool(make_agent: AgentFactory
     assert '"observation_id":"obs_r1_s1_1"' in observation and '"result":8' in observation
     assert '"observation_id":"obs_r1_s1_4"' in observation
     # Persist keeps referenced observations only
-    assert record.to_dict()["persisted"] == {"states": ["kn_eight", "kn_fail"], "observations": ["obs_r1_s1_1", "obs_r1_s1_2"]}
+    assert record.to_dict()["persisted"] == {"states": ["kn_eight", "kn_fail"],
+                                             "observations": ["obs_r1_s1_1", "obs_r1_s1_2"]}
     stored = {n.id: n for n in repo.nodes("s1")}
     assert set(stored) == {"kn_eight", "kn_fail", "obs_r1_s1_1", "obs_r1_s1_2"}
     assert stored["obs_r1_s1_2"].value["error"] == "RuntimeError: tool exploded on 1"
@@ -118,7 +123,8 @@ def test_latest_observation_is_only_the_previous_steps(make_agent: AgentFactory)
     assert "<latest_observation>\nnone\n</latest_observation>" in engine.prompts[2][1].content
 
 
-def test_disclosed_content_is_visible_from_the_next_step_and_same_step_refs_do_not_open_access(make_agent: AgentFactory) -> None:
+def test_disclosed_content_is_visible_from_the_next_step_and_same_step_refs_do_not_open_access(
+        make_agent: AgentFactory) -> None:
     first, _ = make_agent([
         output(tools=[{"name": "double", "arguments": {"x": 21}}]),
         output(delta=[add("dec_x", "judgement", refs=[("supports", "obs_r1_s1_1")], answer=42)], content="42"),
@@ -186,7 +192,8 @@ def test_a_malformed_item_is_fed_back_and_the_rest_of_the_step_stands(make_agent
     assert [n.id for n in repo.nodes("s1")] == ["kn_good"]
 
 
-def test_a_truncated_output_is_reported_as_truncation_and_the_model_is_told_to_be_shorter(make_agent: AgentFactory) -> None:
+def test_a_truncated_output_is_reported_as_truncation_and_the_model_is_told_to_be_shorter(
+        make_agent: AgentFactory) -> None:
     cut = output(delta=[add("kn_a")])[:60]
     agent, engine = make_agent([(cut, None, "length"), "not the protocol", output(content="done")])
     record = agent.run("q")

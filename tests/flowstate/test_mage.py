@@ -20,7 +20,8 @@ from flowstate.memory.mage import (
 
 
 def answer(content: str) -> str:
-    return f"<tool_calls>\n[]\n</tool_calls>\n<assistant_message>\n{json.dumps({'content': content})}\n</assistant_message>"
+    return (f"<tool_calls>\n[]\n</tool_calls>\n<assistant_message>\n{json.dumps({'content': content})}\n"
+            "</assistant_message>")
 
 
 def call(name: str, **arguments: Any) -> str:
@@ -129,7 +130,8 @@ def test_the_report_sets_flowstate_and_mage_head_to_head(tmp_path: Path) -> None
     from flowstate.eval.report import markdown, summarize
     from flowstate.eval.runner import EvalConfig, run_eval
 
-    config = EvalConfig(suites=("chain", "shopping"), strategies=("flowstate", "full-context", "mage"), tasks=1, depth=3,
+    config = EvalConfig(suites=("chain", "shopping"), strategies=("flowstate", "full-context", "mage"), tasks=1,
+                        depth=3,
                         out=tmp_path, policy="oracle")
     text = markdown(summarize(run_eval(config, []), config))
     section = text.split("## FlowState and MAGE head to head")[1].split("## chain")[0]

@@ -21,7 +21,8 @@ REPLIES: list[tuple[type[BaseModel], str, dict[str, Any]]] = [
     (Facts, FACTS_GRAMMAR, {"facts": ["the order is #W1", "the budget is 500 USD"]}),
     (MemoryUpdate, UPDATE_GRAMMAR, {"memory": [{"id": "0", "text": "the budget is 600 USD", "event": "UPDATE",
                                             "old_memory": "the budget is 500 USD"}]}),
-    (TrackedState, STATE_GRAMMAR, {"goal": "book", "world": {"order": "#W1", "items": [1, 2]}, "constraints": ["cheap"]}),
+    (TrackedState, STATE_GRAMMAR,
+     {"goal": "book", "world": {"order": "#W1", "items": [1, 2]}, "constraints": ["cheap"]}),
 ]
 
 
@@ -47,4 +48,5 @@ def test_the_models_bounds_are_the_grammars() -> None:
     assert accepts(FACTS_GRAMMAR, compact(sixteen))
     long_note = {"valid": True, "note": "x" * 401}  # Check's note is at most 400 characters
     assert not accepts(CHECK_GRAMMAR, compact(long_note)) and calls.reply(compact(long_note), Check) is None
-    assert not accepts(UPDATE_GRAMMAR, compact({"memory": [{"id": "0", "text": "t", "event": "MERGE", "old_memory": ""}]}))
+    assert not accepts(UPDATE_GRAMMAR,
+                       compact({"memory": [{"id": "0", "text": "t", "event": "MERGE", "old_memory": ""}]}))

@@ -94,7 +94,8 @@ def test_a_folded_state_is_reached_through_its_page(tmp_path: Path) -> None:
         record = agent.run("what did request 1 find?")
     assert record.response == "done"
     steps = record.steps
-    assert steps[0].refused[0]["target_id"] == "kn_first" and "request page_r1_16 first" in steps[0].refused[0]["reason"]
+    refused = steps[0].refused[0]
+    assert refused["target_id"] == "kn_first" and "request page_r1_16 first" in refused["reason"]
     assert steps[1].disclosed == ["page_r1_16"] and steps[2].disclosed == ["kn_first"]
     prompt = engine.prompts[-1][-1].content
     assert '"page_id":"page_r1_16"' in prompt and '"state_id":"kn_first"' in prompt

@@ -10,7 +10,8 @@ from flowstate.parse import parse_output
 from flowstate.protocol import AddOp, ModelOutput, UpdateOp, render_output
 from tests.helpers import output
 
-OK_DELTA = '[{"operation": "add", "state_set": "preference", "state_id": "pref_x", "summary": "s", "value": {}, "refs": []}]'
+OK_DELTA = ('[{"operation": "add", "state_set": "preference", "state_id": "pref_x", "summary": "s", "value": '
+            '{}, "refs": []}]')
 
 
 def blocks(focus: str = "[]", delta: str = "[]", tools: str = "[]", message: str = '{"content": "hi"}') -> str:
@@ -38,7 +39,9 @@ def test_accepts_valid_outputs(text: str) -> None:
 
 REJECTED = [
     ("no blocks at all", "Sure! I will book the hotel.", "state_focus", "missing <state_focus>"),
-    ("blocks out of order", blocks().replace("<state_focus>\n[]\n</state_focus>\n", "") + "<state_focus>[]</state_focus>", "state_focus", "unexpected tag <state_delta>"),
+    ("blocks out of order",
+     blocks().replace("<state_focus>\n[]\n</state_focus>\n", "") + "<state_focus>[]</state_focus>", "state_focus",
+     "unexpected tag <state_delta>"),
     ("prose before a block", "Let me think.\n" + blocks(), "state_focus", "unexpected text"),
     ("text after the last block", blocks() + "\nDone!", "assistant_message", "after"),
     ("invalid JSON", blocks(delta="[{'operation': 'add'}]"), "state_delta", "invalid JSON"),
@@ -66,7 +69,8 @@ GOOD_OP = '{"operation": "add", "state_set": "knowledge", "state_id": "kn_ok", "
 MALFORMED = [
     ("unknown state type", "state_delta", OK_DELTA[1:-1].replace("preference", "opinion"), "state_set"),
     ("unknown operation", "state_delta", OK_DELTA[1:-1].replace('"add"', '"upsert"'), "operation"),
-    ("unknown relation", "state_delta", OK_DELTA[1:-1].replace('"refs": []', '"refs": [{"rel": "causes", "state_id": "a"}]'), "rel"),
+    ("unknown relation", "state_delta",
+     OK_DELTA[1:-1].replace('"refs": []', '"refs": [{"rel": "causes", "state_id": "a"}]'), "rel"),
     ("bad id shape", "state_delta", OK_DELTA[1:-1].replace("pref_x", "Pref X!"), "state_id"),
     ("op not an object", "state_delta", '"add pref_x"', "valid dictionary"),
     ("summary over the limit", "state_delta", OK_DELTA[1:-1].replace('"s"', '"' + "s" * 401 + '"'), "400"),
@@ -81,7 +85,8 @@ MALFORMED = [
 def test_a_malformed_item_is_excluded_alone(why: str, block: str, bad: str, fragment: str) -> None:
     good = {"state_focus": '{"target_id": "dec_a", "reason": "r"}', "state_delta": GOOD_OP,
             "tool_calls": '{"name": "search", "arguments": {"q": "x"}}'}[block]
-    text = blocks(**{{"state_focus": "focus", "state_delta": "delta", "tool_calls": "tools"}[block]: f"[{bad}, {good}]"},
+    text = blocks(**{{"state_focus": "focus", "state_delta": "delta",
+                      "tool_calls": "tools"}[block]: f"[{bad}, {good}]"},
                   message='{"content": null}')
     parsed = parse_output(text)
     kept = {"state_focus": parsed.state_focus, "state_delta": parsed.state_delta, "tool_calls": parsed.tool_calls}
@@ -111,8 +116,10 @@ def test_tools_and_an_answer_together_keep_the_tools_and_exclude_the_answer() ->
 
 def test_the_papers_one_template_is_accepted_for_remove_and_update() -> None:
     """B.3 shows one object with every field and says "Set operation to add, update, or remove"."""
-    template = '{{"state_set": "artifacts", "operation": "{op}", "state_id": "art_x", "summary": "s", "value": {{"a": 1}}, "refs": []}}'
-    parsed = parse_output(blocks(delta="[" + ", ".join(template.format(op=op) for op in ("add", "update", "remove")) + "]",
+    template = ('{{"state_set": "artifacts", "operation": "{op}", "state_id": "art_x", "summary": "s", "value": {{"a": '
+                '1}}, "refs": []}}')
+    parsed = parse_output(blocks(delta="[" + ", ".join(template.format(op=op)
+                                                       for op in ("add", "update", "remove")) + "]",
                                  message='{"content": null}'))
     add, update, remove = parsed.state_delta
     assert add.state_set.value == "artifact" and update.state_set.value == "artifact"
@@ -122,7 +129,8 @@ def test_the_papers_one_template_is_accepted_for_remove_and_update() -> None:
 def test_state_values_nest_under_the_standard_profile_only() -> None:
     nested = '{"operation": "add", "state_set": "artifact", "state_id": "plan", "summary": "s", "value": ' \
              '{"legs": [{"from": "LIS", "to": "OPO", "stops": [{"at": "x", "min": 40}]}]}, "refs": []}'
-    assert parse_output(blocks(delta=f"[{nested}]", message='{"content": null}')).state_delta[0].value["legs"][0]["to"] == "OPO"
+    assert parse_output(blocks(delta=f"[{nested}]",
+                               message='{"content": null}')).state_delta[0].value["legs"][0]["to"] == "OPO"
     compact = parse_output(blocks(delta=f"[{nested}]", message='{"content": null}'), limits=COMPACT)
     assert not compact.state_delta and "value" in compact.malformed[0].reason
 
@@ -147,7 +155,8 @@ def test_a_closing_tag_inside_a_json_string_is_content() -> None:
 
     tricky = "</tool_calls></json> <assistant_message>"
     raw = output(tools=[{"name": "book", "arguments": {"hotel": tricky}}])
-    tool = {"name": "book", "description": "", "parameters": {"type": "object", "properties": {"hotel": {"type": "string"}},
+    tool = {"name": "book", "description": "",
+            "parameters": {"type": "object", "properties": {"hotel": {"type": "string"}},
                                                                 "required": ["hotel"]}}
     assert accepts(protocol_grammar(block_schemas(), [tool]), raw)
     assert parse_output(raw).tool_calls[0].arguments == {"hotel": tricky}

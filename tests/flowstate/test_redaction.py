@@ -61,7 +61,8 @@ def _remember(repo: Repository, session: str) -> None:
                          transcript=Transcript([{"role": "user", "content": f"my e-mail is {EMAIL}"}], {}))
 
 
-def test_a_redacting_repository_stores_no_value_and_restores_it_for_a_tool(any_repo: Repository, db_target: str) -> None:
+def test_a_redacting_repository_stores_no_value_and_restores_it_for_a_tool(any_repo: Repository,
+                                                                           db_target: str) -> None:
     repo = any_repo
     redaction = repo.redact(new_key(), ("email", "card"))
     _remember(repo, "t1/alice")
@@ -74,7 +75,8 @@ def test_a_redacting_repository_stores_no_value_and_restores_it_for_a_tool(any_r
     for table in tables:  # nothing stored holds the value (the vault holds it encrypted)
         assert EMAIL not in str(raw(db_target, f"SELECT * FROM {table}")), table
     assert repo.nodes("t1/alice")[0].value == {"email": ph, "card": redaction.redactor.placeholder("t1/", "card", CARD)}
-    assert repo.request_record("t1/alice", 1)["redactions"] == {"card": 1, "email": 6}  # query, answer, summary, value, record, transcript
+    # query, answer, summary, value, record, transcript
+    assert repo.request_record("t1/alice", 1)["redactions"] == {"card": 1, "email": 6}
     assert repo.search("t1/", Search.parse("example"))[0] == []  # the index holds no part of it either
     assert len(repo.search("t1/", Search.parse(ph.strip("[]").split("_")[1]))[0]) == 1
     assert not any(EMAIL in line for line in repo.export_sessions(["t1/alice"]))

@@ -106,7 +106,8 @@ def test_persist_refuses_an_out_of_order_request(any_repo: Repository) -> None:
 ])
 def test_the_database_itself_refuses_to_change_history(any_repo: Repository, db_target: str, sql: str) -> None:
     repo = any_repo
-    repo.persist_request("s", 1, "q", "r", [state("a"), state("b", refs=(Ref(rel=Relation.DERIVES, state_id="a"),))], {})
+    repo.persist_request("s", 1, "q", "r", [state("a"), state("b", refs=(Ref(rel=Relation.DERIVES, state_id="a"),))],
+                         {})
     with pytest.raises(Exception, match="immutable"):
         raw(db_target, sql)
     assert [n.summary for n in repo.nodes("s")] == ["a", "b"]
@@ -116,7 +117,8 @@ def test_the_database_itself_refuses_to_change_history(any_repo: Repository, db_
 def test_delete_session_forgets_exactly_that_session(any_repo: Repository) -> None:
     repo = any_repo
     for name in ("s", "t"):
-        repo.persist_request(name, 1, "q", "r", [state("a"), state("b", refs=(Ref(rel=Relation.DERIVES, state_id="a"),))], {})
+        repo.persist_request(name, 1, "q", "r",
+                             [state("a"), state("b", refs=(Ref(rel=Relation.DERIVES, state_id="a"),))], {})
     repo.persist_request("s", 2, "q2", "r2", [state("c", request=2)], {})
     assert repo.delete_session("s") is True
     assert not repo.has_session("s") and repo.nodes("s") == [] and repo.requests("s") == []
@@ -276,7 +278,8 @@ def test_the_repository_benchmark_measures_both_backends(tmp_path: Path, pg_serv
         return made[-1]
 
     try:
-        rows = bench_repo({"sqlite": lambda: str(tmp_path / f"b{len(made)}.db"), "postgres": postgres}, [200], samples=20)
+        rows = bench_repo({"sqlite": lambda: str(tmp_path / f"b{len(made)}.db"), "postgres": postgres}, [200],
+                          samples=20)
     finally:
         for url in made:
             pg_server.drop(url)
@@ -293,7 +296,8 @@ def test_stored_responses_by_namespace_and_gone_with_their_session(any_repo: Rep
     any_repo.responses.save(StoredResponse("resp_1", "ns/", "ns/s", 4, body, [{"id": "msg_1"}]), 1_700_000_000)
     any_repo.responses.save(StoredResponse("resp_2", "ns/", "ns/t", 2, {"id": "resp_2"}, []), 1_700_000_001)
     got = any_repo.responses.get("resp_1", "ns/")
-    assert got is not None and (got.session, got.position, got.body, got.input_items) == ("ns/s", 4, body, [{"id": "msg_1"}])
+    assert got is not None and (got.session, got.position, got.body,
+                                got.input_items) == ("ns/s", 4, body, [{"id": "msg_1"}])
     assert any_repo.responses.get("resp_1", "other/") is None  # another key's response does not exist for it
     with pytest.raises(StorageError):  # ids are unique
         any_repo.responses.save(StoredResponse("resp_1", "ns/", "ns/s", 5, {}, []), 0)
@@ -318,7 +322,8 @@ def test_a_fork_shares_its_parents_requests_up_to_its_point_without_copying_them
     assert repo.incoming("f", "a") == [("b", "derives")] and repo.disclosure("f", "b")[0] == repo.node("p", "b")
     assert repo.transcripts("f") == repo.transcripts("p") and repo.request_record("f", 2) == {"n": 2}
     assert repo.request_record("f", 3) is None and repo.forked_from("f") == ("p", 2) and repo.forked_from("p") is None
-    # the fork goes on by itself: its own next request is 3, a relation may end at a shared node, the parent is untouched
+    # the fork goes on by itself: its own next request is 3, a relation may end at a shared node, the parent is
+    # untouched
     repo.persist_request("f", 3, "other q3", "x", [state("c", 3, (Ref(rel=Relation.SUPERSEDES, state_id="b"),))], {})
     assert [(n.id, n.summary) for n in repo.nodes("f")] == [("a", "a"), ("b", "b"), ("c", "c")]
     assert repo.incoming("f", "b") == [("c", "supersedes")] and repo.incoming("p", "b") == []

@@ -24,7 +24,8 @@ from tests.helpers import output
 SEARCH = {"name": "search_hotels", "arguments": {"city": "Lisbon", "check_in": "2026-09-20", "check_out": "2026-09-22",
                                                   "as_of": "2026-09-01"}}
 BOOK = {"name": "book_hotel", "arguments": {"hotel_id": "A", "check_in": "2026-09-20", "check_out": "2026-09-22"}}
-SCHEMA = {"type": "object", "properties": {"hotel": {"type": "string", "enum": ["A", "B"]}, "nights": {"type": "integer"}},
+SCHEMA = {"type": "object",
+          "properties": {"hotel": {"type": "string", "enum": ["A", "B"]}, "nights": {"type": "integer"}},
           "required": ["hotel", "nights"], "additionalProperties": False}
 
 
@@ -66,7 +67,8 @@ def test_the_grammar_holds_the_request_to_its_options(options: dict, text: str, 
     ({"parallel_tool_calls": False}, output(tools=[SEARCH, BOOK]), "search_hotels", "one call per step"),
     ({"hidden": ("book_hotel",)}, output(tools=[BOOK, SEARCH]), "search_hotels", "not among this request's allowed"),
 ])
-def test_without_a_grammar_what_the_options_forbid_is_excluded(options: dict, text: str, kept: str, reason: str) -> None:
+def test_without_a_grammar_what_the_options_forbid_is_excluded(options: dict, text: str, kept: str,
+                                                               reason: str) -> None:
     out = RequestOptions(**options).enforce(parse_output(text))  # type: ignore[arg-type]
     assert [c.name for c in out.tool_calls] == ([] if kept == "nothing" else [kept])
     assert out.final_response is None and reason in out.malformed[-1].reason
@@ -83,7 +85,8 @@ def test_stop_sampling_and_budget_reach_the_request_and_its_engine() -> None:
     engine = ScriptedEngine([output(content="Hotel A. Then B.")])
     options = RequestOptions(sampling=Sampling(temperature=0.7, top_p=0.9, seed=42), max_tokens=77, stop=(". ",))
     with Repository.open(":memory:") as repo:
-        run = RequestRun(engine=engine, repo=repo, session="s", query="q", agent=AgentConfig(engine, FLOWSTATE), options=options)
+        run = RequestRun(engine=engine, repo=repo, session="s", query="q", agent=AgentConfig(engine, FLOWSTATE),
+                         options=options)
         run.step()
         assert run.record is not None and run.record.response == "Hotel A"
         assert repo.requests("s")[0].response == "Hotel A"  # stored as the client received it

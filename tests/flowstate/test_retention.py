@@ -43,7 +43,8 @@ def _clock(target: str, name: str, created: int, active: int | None = None) -> N
     raw(target, f"UPDATE sessions SET created_at = {created}, active_at = {active or created} WHERE name = '{name}'")
 
 
-def _response(repo: Repository, rid: str, session: str, created: int, namespace: str = "", lease: int | None = None) -> None:
+def _response(repo: Repository, rid: str, session: str, created: int, namespace: str = "",
+              lease: int | None = None) -> None:
     repo.responses.save(StoredResponse(rid, namespace, session, 0, {"id": rid}, []), created, lease)
 
 
@@ -78,7 +79,8 @@ def test_what_is_due_and_the_sweep_removes_it_all(any_repo: Repository, db_targe
     assert removed == planned  # the dry run listed exactly what went, the parent after its fork included
     assert {e.name for e in removed} == {e.name for e in due} | {"parent"}
     assert repo.sessions() == ["fresh", "shared", "living", "waits"]
-    assert repo.responses.get("resp_new", "") and repo.responses.get("resp_running", "") and not repo.responses.get("resp_old", "")
+    assert repo.responses.get("resp_new",
+                              "") and repo.responses.get("resp_running", "") and not repo.responses.get("resp_old", "")
     assert repo.conversation("fresh") and not repo.conversation("conv_unused")
     for table in ("requests", "nodes", "transcripts", "relations"):  # nothing of the removed sessions is left
         names = {r[0] for r in raw(db_target, f"SELECT DISTINCT s.name FROM {table} t JOIN sessions s"

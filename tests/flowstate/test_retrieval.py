@@ -17,7 +17,8 @@ from flowstate.tags import EXTRACT, UPDATE
 
 def output(content: str) -> str:
     """An answer in the two-block protocol the retrieval baselines use."""
-    return f"<tool_calls>\n[]\n</tool_calls>\n<assistant_message>\n{json.dumps({'content': content})}\n</assistant_message>"
+    return (f"<tool_calls>\n[]\n</tool_calls>\n<assistant_message>\n{json.dumps({'content': content})}\n"
+            "</assistant_message>")
 
 
 def test_rank_keeps_the_most_similar_documents_in_their_order() -> None:
@@ -101,7 +102,8 @@ def test_mem0_style_extracts_with_a_model_call_that_counts_and_keeps_only_its_fa
     assert engine.prompts[1][0].content.startswith(EXTRACT)  # the extraction call, after the answer
     assert "Personal Information Organizer" in engine.prompts[1][0].content  # Mem0's released prompt
     assert engine.prompts[1][1].content.startswith("Input:\n")
-    assert engine.prompts[2][0].content.startswith(UPDATE) and "Current memory is empty." in engine.prompts[2][1].content
+    assert (engine.prompts[2][0].content.startswith(UPDATE)
+            and "Current memory is empty." in engine.prompts[2][1].content)
     assert first.usage.prompt_tokens == sum(s.usage.prompt_tokens for s in (*first.steps, *first.memory_calls))
     assert "Hotel Alder was booked at 120 per night." in engine.prompts[3][1].content  # in <memories> next time
     assert [n.id for n in nodes] == ["mem_r1_1"]  # no tool results, no states: only memories cross requests
@@ -132,7 +134,8 @@ def test_mem0_update_phase_adds_updates_deletes_and_fails_open(tmp_path: Path) -
         live = {n.value["fact"] for n in live_memories(repo.nodes("s"))}
     assert len(first.memory_calls) == 2 and "Current memory is empty." in engine.prompts[2][1].content
     assert len(second.memory_calls) == 2 and engine.prompts[5][0].content.startswith(UPDATE)
-    assert '{"id": "0", "text": "Alder costs 120."}' in engine.prompts[5][1].content  # the similar memories, as Mem0 shows them
+    # the similar memories, as Mem0 shows them
+    assert '{"id": "0", "text": "Alder costs 120."}' in engine.prompts[5][1].content
     assert second.memory_calls[1].protocol_error["message"] == "1 decision(s) dropped: unknown event or id"
     assert third.memory_calls[1].protocol_error is not None  # an unreadable update adds the facts: nothing is lost
     assert live == {"Alder costs 140.", "x", "Birch costs 90."}
@@ -157,7 +160,8 @@ def test_zipact_tracks_the_query_every_tool_result_and_the_final_response(tmp_pa
     def state(goal: str, **world: Any) -> str:
         return json.dumps({"goal": goal, "world": world, "constraints": []})
 
-    tool = '<tool_calls>\n[{"name": "echo", "arguments": {"x": 7}}]\n</tool_calls>\n<assistant_message>\n{"content": null}\n</assistant_message>'
+    tool = ('<tool_calls>\n[{"name": "echo", "arguments": {"x": 7}}]\n</tool_calls>\n<assistant_message>\n{"content": '
+            'null}\n</assistant_message>')
     engine = ScriptedEngine([
         state("echo 7"), tool, state("echo", x=7), output("x is 7"), state("echo", x=7, told="x is 7"),
         state("recall x", x=7, told="x is 7"), output("x was 7"), state("recall x", x=7, told="x was 7"),
@@ -189,7 +193,8 @@ def test_zipact_bm25_shows_the_tracked_state_and_retrieved_chunks(tmp_path: Path
         """A page about a fruit."""
         return f"{fruit} page: the {fruit} cost 3"
 
-    tool = '<tool_calls>\n[{"name": "catalog", "arguments": {"fruit": "figs"}}]\n</tool_calls>\n<assistant_message>\n{"content": null}\n</assistant_message>'
+    tool = ('<tool_calls>\n[{"name": "catalog", "arguments": {"fruit": '
+            '"figs"}}]\n</tool_calls>\n<assistant_message>\n{"content": null}\n</assistant_message>')
     tracker = [(json.dumps({"goal": "g", "world": {}, "constraints": []}), "<track_state>")] * 5
     engine = ScriptedEngine([*tracker, (tool, "remember the figs"), (output("noted"), "figs page"),
                              (output("3"), "what did")])

@@ -68,20 +68,28 @@ ISU_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     # Eq. 5's reach: a ref may name a visible state, an id of G_k, a tool result a visible state
     # references, or an observation of this request — nothing else.
     ("add referencing a tool result a disclosed state references", add("new_a", ("supports", "obs_r1_s1_1")), None),
-    ("add referencing an unreferenced historical observation", add("new_a", ("supports", "obs_r1_s2_1")), "out of reach"),
-    ("update with an out-of-reach ref", {"operation": "update", "state_id": "cur_a", "refs": [{"rel": "follows", "state_id": "obs_r1_s2_1"}]}, "out of reach"),
+    ("add referencing an unreferenced historical observation", add("new_a", ("supports", "obs_r1_s2_1")),
+     "out of reach"),
+    ("update with an out-of-reach ref",
+     {"operation": "update", "state_id": "cur_a", "refs": [{"rel": "follows", "state_id": "obs_r1_s2_1"}]},
+     "out of reach"),
     ("add referencing an unknown id", add("new_a", ("supports", "ghost")), "unknown id"),
     ("add referencing itself", add("new_a", ("follows", "new_a")), "itself"),
     ("add with a duplicate ref", add("new_a", ("supports", "cur_a"), ("supports", "cur_a")), "duplicate"),
     ("update a current state", {"operation": "update", "state_id": "cur_a", "summary": "new"}, None),
-    ("update a current state's refs", {"operation": "update", "state_id": "cur_a", "refs": [{"rel": "follows", "state_id": "h_dec"}]}, None),
-    ("update with an unknown ref", {"operation": "update", "state_id": "cur_a", "refs": [{"rel": "follows", "state_id": "ghost"}]}, "unknown id"),
-    ("update a disclosed historical state", {"operation": "update", "state_id": "h_pref", "summary": "x"}, "historical"),
-    ("update an undisclosed historical state", {"operation": "update", "state_id": "h_dec", "summary": "x"}, "historical"),
+    ("update a current state's refs",
+     {"operation": "update", "state_id": "cur_a", "refs": [{"rel": "follows", "state_id": "h_dec"}]}, None),
+    ("update with an unknown ref",
+     {"operation": "update", "state_id": "cur_a", "refs": [{"rel": "follows", "state_id": "ghost"}]}, "unknown id"),
+    ("update a disclosed historical state", {"operation": "update", "state_id": "h_pref", "summary": "x"},
+     "historical"),
+    ("update an undisclosed historical state", {"operation": "update", "state_id": "h_dec", "summary": "x"},
+     "historical"),
     ("update a raw observation", {"operation": "update", "state_id": "obs_r2_s1_1", "summary": "x"}, "observation"),
     ("update an unknown state", {"operation": "update", "state_id": "ghost", "summary": "x"}, "no state"),
     ("remove an unreferenced current state", {"operation": "remove", "state_id": "cur_b"}, None),
-    ("remove a current state others reference", {"operation": "remove", "state_id": "cur_a"}, "still referenced by cur_b"),
+    ("remove a current state others reference", {"operation": "remove", "state_id": "cur_a"},
+     "still referenced by cur_b"),
     ("remove a historical state", {"operation": "remove", "state_id": "h_pref"}, "historical"),
     ("remove a historical observation", {"operation": "remove", "state_id": "obs_r1_s1_1"}, "observation"),
     ("remove an unknown state", {"operation": "remove", "state_id": "ghost"}, "no state"),
@@ -131,7 +139,8 @@ def test_delta_applies_in_order() -> None:
 
 def test_update_keeps_fields_left_out_and_position() -> None:
     state = base_state()
-    result = apply_delta(state, (OP.validate_python({"operation": "update", "state_id": "cur_a", "state_set": "artifact"}),))
+    result = apply_delta(state,
+                         (OP.validate_python({"operation": "update", "state_id": "cur_a", "state_set": "artifact"}),))
     updated = result.state.current_node("cur_a")
     assert updated is not None and updated.type is StateType.ARTIFACT and updated.summary == "about cur_a"
     assert result.state.order == state.order

@@ -37,12 +37,14 @@ MALFORMED = [
     {"operation": "add", "state_set": "opinion", "state_id": "a", "summary": "s", "value": {}, "refs": []},
     {"operation": "add", "state_id": "a"},
     {"operation": "update", "state_id": "Not An Id"},
-    {"operation": "add", "state_set": "judgement", "state_id": "a", "summary": "s", "value": {}, "refs": [{"rel": "causes", "state_id": "b"}]},
+    {"operation": "add", "state_set": "judgement", "state_id": "a", "summary": "s", "value": {},
+     "refs": [{"rel": "causes", "state_id": "b"}]},
     "remove a",
     None,
 ]
 ops = st.one_of(ops, ops, st.sampled_from(MALFORMED))
-ADD_A = {"operation": "add", "state_set": "judgement", "state_id": "a", "summary": "s", "value": {}, "refs": [{"rel": "derives", "state_id": "obs_r1_s1_1"}]}
+ADD_A = {"operation": "add", "state_set": "judgement", "state_id": "a", "summary": "s", "value": {},
+         "refs": [{"rel": "derives", "state_id": "obs_r1_s1_1"}]}
 steps = st.tuples(st.lists(ids, max_size=2), st.lists(ops, max_size=3), st.booleans())
 requests = st.lists(st.lists(steps, min_size=1, max_size=3), min_size=1, max_size=3)
 
@@ -145,7 +147,8 @@ def test_random_outputs_never_violate_the_rules(plan: list[list[tuple[list[str],
             visible = set(oracle.current) | oracle.disclosed
             for target in step.disclosed:
                 assert target in allowed and target not in visible
-            expected_disclosed = list(dict.fromkeys(f.target_id for f in parsed.state_focus if f.target_id in allowed - visible))
+            expected_disclosed = list(dict.fromkeys(f.target_id for f in parsed.state_focus
+                                                    if f.target_id in allowed - visible))
             assert step.disclosed == expected_disclosed
             # ISU: sequential, every admissible op committed, every other rejected
             assert len(step.malformed) == sum(1 for op in _delta(step.raw) if op in MALFORMED)

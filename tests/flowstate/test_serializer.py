@@ -44,7 +44,8 @@ def test_layout_order_and_static_system_part(repo: Repository) -> None:
     assert all(p.startswith(system) for p in prompts)
     for p in prompts:
         user = p.split("<|user|>")[1]
-        marks = [user.index(t) for t in ("<historical_state_index>", "<user_query>", "<active_state>", "<latest_observation>")]
+        marks = [user.index(t)
+                 for t in ("<historical_state_index>", "<user_query>", "<active_state>", "<latest_observation>")]
         assert marks == sorted(marks)
     # within a request, steps share everything up to the Active State
     r3 = prompts[5:]
@@ -55,7 +56,8 @@ def test_layout_order_and_static_system_part(repo: Repository) -> None:
 def test_index_rendering_is_a_byte_prefix_of_the_next(make_agent: AgentFactory, repo: Repository) -> None:
     renders = [session_index(repo, "s1").render()]
     for k in range(1, 6):
-        agent, _ = make_agent([output(delta=[add(f"k{k}_a"), add(f"k{k}_b", refs=[("follows", f"k{k}_a")])], content=f"r{k}")])
+        agent, _ = make_agent([output(delta=[add(f"k{k}_a"), add(f"k{k}_b", refs=[("follows", f"k{k}_a")])],
+                                      content=f"r{k}")])
         agent.run(f"query {k} with \"quotes\" and ünïcode")
         renders.append(session_index(repo, "s1").render())
     for before, after in zip(renders, renders[1:]):

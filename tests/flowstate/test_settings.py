@@ -20,7 +20,8 @@ def _run(*args: str) -> tuple[int, str]:
 def test_the_file_gives_the_options_a_flag_beats_it_and_secrets_stay_masked(tmp_path: Path) -> None:
     file = tmp_path / "serve.toml"
     file.write_text('port = 9001\napi-key = ["k-one-secret", "k-two-secret"]\nretention = "idle=30d"\n'
-                    'max-live-sessions = 100\nengine = "scripted"\nchat-template-kwargs = { enable_thinking = false }\n')
+                    'max-live-sessions = 100\nengine = "scripted"\n'
+                    'chat-template-kwargs = { enable_thinking = false }\n')
     code, out = _run("--config", str(file), "--port", "9002", "--print-config")
     assert code == 0, out
     lines = dict(line.split(" = ", 1) for line in out.splitlines() if " = " in line and not line.startswith("#"))
@@ -51,5 +52,6 @@ def test_the_shipped_example_is_valid() -> None:
     code, out = _run("--config", str(example), "--print-config")
     assert code == 0, out
     from_file = [line.split(" = ")[0] for line in out.splitlines() if f"# file {example}" in line]
-    keys = [line.split(" = ")[0] for line in example.read_text().splitlines() if " = " in line and not line.startswith("#")]
+    keys = [line.split(" = ")[0] for line in example.read_text().splitlines() if " = " in line
+            and not line.startswith("#")]
     assert sorted(from_file) == sorted(keys) and len(keys) >= 10

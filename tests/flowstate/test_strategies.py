@@ -144,7 +144,9 @@ def test_no_psa_inlines_every_historical_state_and_no_isu_builds_rule_states(rep
 
 
 def test_unknown_strategy_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match="valid strategies: flowstate, flowstate-paged, flowstate-facts, full-context, no-psa, no-isu"):
+    with pytest.raises(ValueError,
+                       match="valid strategies: flowstate, flowstate-paged, flowstate-facts, "
+                             "full-context, no-psa, no-isu"):
         get("magic")
     for bad in ("flowstate-paged:0", "flowstate-paged:x", "flowstate:4096"):  # only flowstate-paged takes a budget
         with pytest.raises(ValueError, match=r"flowstate-paged:N: an index budget of N tokens"):

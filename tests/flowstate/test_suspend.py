@@ -31,7 +31,8 @@ def script() -> list[str]:
 
 def start(repo: Repository, engine: ScriptedEngine) -> RequestRun:
     repo.persist_request("s", 1, "earlier", "ok", [], {})
-    run = RequestRun(engine=engine, repo=repo, session="s", query="What does A cost?", agent=AgentConfig(engine, FLOWSTATE),
+    run = RequestRun(engine=engine, repo=repo, session="s", query="What does A cost?",
+                     agent=AgentConfig(engine, FLOWSTATE),
                      client_tools=TOOLS)
     run.step()
     assert [c.name for c in run.pending] == ["get_price"]

@@ -82,7 +82,8 @@ def everything(repo: Repository) -> list[str]:
 def test_round_trip_is_exact_across_databases(tmp_path: Path, pg_server: Any) -> None:
     url = pg_server.new_database()
     try:
-        with Repository.open(tmp_path / "a.db") as a, Repository.open(url) as pg, Repository.open(tmp_path / "c.db") as c:
+        with (Repository.open(tmp_path / "a.db") as a, Repository.open(url) as pg,
+              Repository.open(tmp_path / "c.db") as c):
             two_requests(a)
             furnish(a)
             first = a.export_sessions(["k1/trip", "k1/trip-b"], "k1/")
@@ -186,7 +187,8 @@ BAD: dict[str, tuple[Callable[[list[str]], list[str]], str]] = {
     "wrong type": (_edit("node", lambda n: n.update(request="1")), "wrong type"),
     "request out of order": (_edit("request", lambda r: r.update(index=5)), "out of order"),
     "unknown relation": (_edit("relation", lambda r: r.update(rel="owns")), "unknown relation"),
-    "deep nesting": (lambda lines: sealed([x.replace('"value":', '"value":' + "[" * 5000 + "0" + "]" * 5000 + ',"v":', 1)
+    "deep nesting": (lambda lines: sealed([x.replace('"value":', '"value":' + "[" * 5000 + "0" + "]" * 5000 + ',"v":',
+                                                     1)
                                            if '"kind":"node"' in x else x for x in lines]), "nests deeper"),
     "not json": (lambda lines: [lines[0], "{not json\n", *lines[2:]], "line 2 is not JSON"),
     # the rest of the cases docs/operations.md lists (a --rename, a line too long: below)

@@ -21,12 +21,15 @@ from tests.helpers import add, output
 def raw(focus: list = [], delta: list = [], tools: list = [], content: object = None) -> str:
     """Four blocks rendered like ``render_output`` but without validating them first."""
     items = [{"target_id": f, "reason": "test"} if isinstance(f, str) else f for f in focus]
-    blocks = {"state_focus": items, "state_delta": delta, "tool_calls": tools, "assistant_message": {"content": content}}
+    blocks = {"state_focus": items, "state_delta": delta, "tool_calls": tools,
+              "assistant_message": {"content": content}}
     return "\n".join(f"<{k}>\n{json.dumps(v)}\n</{k}>" for k, v in blocks.items())
 
 STATIC = protocol_grammar(block_schemas(), hotel.TOOLS.specs())  # the standard profile
-COMPACT_STATIC = protocol_grammar(block_schemas(COMPACT), hotel.TOOLS.specs(), bounds=ToolBounds(COMPACT.tool_text, COMPACT.tool_items))
-SEARCH = {"name": "search_hotels", "arguments": {"city": "Lisbon", "check_in": "2026-09-20", "check_out": "2026-09-22", "as_of": "2026-09-01"}}
+COMPACT_STATIC = protocol_grammar(block_schemas(COMPACT), hotel.TOOLS.specs(),
+                                  bounds=ToolBounds(COMPACT.tool_text, COMPACT.tool_items))
+SEARCH = {"name": "search_hotels",
+          "arguments": {"city": "Lisbon", "check_in": "2026-09-20", "check_out": "2026-09-22", "as_of": "2026-09-01"}}
 
 
 def test_the_grammar_compiles() -> None:
@@ -43,7 +46,9 @@ STATIC_CASES = [
     ("final answer", output(content="Done."), True),
     ("state update only (wait)", output(delta=[add("kn_a", x=1)]), True),
     ("access only (wait)", output(focus=["dec_a"]), True),
-    ("update and remove", output(delta=[{"operation": "update", "state_id": "kn_a", "summary": "s"}, {"operation": "remove", "state_id": "kn_b"}], content="ok"), True),
+    ("update and remove",
+     output(delta=[{"operation": "update", "state_id": "kn_a", "summary": "s"},
+                   {"operation": "remove", "state_id": "kn_b"}], content="ok"), True),
     ("control: raw rendering of a valid tool call", raw(tools=[SEARCH]), True),
     ("control: raw rendering of a valid add", raw(delta=[add("kn_a", x=1)], content="ok"), True),
     ("everything empty", raw(), False),
@@ -56,12 +61,16 @@ STATIC_CASES = [
     ("bad id shape", raw(delta=[add("Kn-A")]), False),
     ("summary of 400 characters", raw(delta=[{**add("kn_a"), "summary": "x" * 400}]), True),
     ("summary too long", raw(delta=[{**add("kn_a"), "summary": "x" * 401}]), False),
-    ("tool argument as long as its schema allows", raw(tools=[{**SEARCH, "arguments": {**SEARCH["arguments"], "city": "x" * 500}}]), True),
-    ("tool argument the schema does not declare", raw(tools=[{**SEARCH, "arguments": {**SEARCH["arguments"], "eventId": "x"}}]), False),
+    ("tool argument as long as its schema allows",
+     raw(tools=[{**SEARCH, "arguments": {**SEARCH["arguments"], "city": "x" * 500}}]), True),
+    ("tool argument the schema does not declare",
+     raw(tools=[{**SEARCH, "arguments": {**SEARCH["arguments"], "eventId": "x"}}]), False),
     ("nested value", raw(delta=[add("kn_a", legs=[{"from": "LIS", "stops": [{"at": "x", "min": 40}]}])]), True),
     ("value nested beyond the depth", raw(delta=[add("kn_a", a={"b": {"c": {"d": {"e": {"f": 1}}}}})]), False),
     ("answer of 3,000 characters", raw(content="word " * 600), True),
-    ("blocks out of order", output(content="x").replace("<state_focus>\n[]\n</state_focus>\n", "") + "\n<state_focus>\n[]\n</state_focus>", False),
+    ("blocks out of order",
+     output(content="x").replace("<state_focus>\n[]\n</state_focus>\n", "") + "\n<state_focus>\n[]\n</state_focus>",
+     False),
     ("prose before the blocks", "Sure!\n" + output(content="x"), False),
     ("code fence around the blocks", "```\n" + output(content="x") + "\n```", False),
     ("missing a block", output(content="x").replace("<tool_calls>\n[]\n</tool_calls>\n", ""), False),
@@ -110,7 +119,8 @@ STEP_CASES = [
     ("access an admissible id", output(focus=["dec_a"]), True),
     ("access a referenced observation", output(focus=["obs_r1_s1_1"]), True),
     ("access an id outside the admissible set", output(focus=["kn_other"]), False),
-    ("update a state of this request", output(delta=[{"operation": "update", "state_id": "kn_mine", "summary": "s"}]), True),
+    ("update a state of this request", output(delta=[{"operation": "update", "state_id": "kn_mine", "summary": "s"}]),
+     True),
     ("update a historical state", output(delta=[{"operation": "update", "state_id": "dec_a", "summary": "s"}]), False),
     ("remove a state of this request", output(delta=[{"operation": "remove", "state_id": "kn_mine"}]), True),
     ("remove an unknown state", output(delta=[{"operation": "remove", "state_id": "ghost"}]), False),
@@ -142,7 +152,8 @@ def test_no_tools_means_no_tool_calls() -> None:
 def test_step_ids_follow_the_rules_of_psa_and_isu() -> None:
     hist = Node(id="dec_a", type=StateType.JUDGEMENT, summary="s", value={}, request=1,
                 refs=(Ref(rel=Relation.SUPPORTS, state_id="obs_r1_s1_1"),))
-    state = ActiveState(request=2, history_ids=frozenset({"dec_a", "pref_b", "obs_r1_s1_1"}), index_ids=frozenset({"dec_a", "pref_b"}))
+    state = ActiveState(request=2, history_ids=frozenset({"dec_a", "pref_b", "obs_r1_s1_1"}),
+                        index_ids=frozenset({"dec_a", "pref_b"}))
     ids = step_ids(state)
     assert (ids.focus, ids.own, ids.refs) == (("dec_a", "pref_b"), (), ("dec_a", "pref_b"))
     from flowstate.active import Disclosed

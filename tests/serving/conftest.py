@@ -32,7 +32,8 @@ class Server:
         self.url = ""
         self.starts = 0
 
-    def start(self, script: Iterable[dict[str, Any]] | None = None, *args: str, env: dict[str, str] | None = None) -> str:
+    def start(self, script: Iterable[dict[str, Any]] | None = None, *args: str,
+              env: dict[str, str] | None = None) -> str:
         self.starts += 1
         port = free_port()
         cmd = [sys.executable, "-m", "flowstate.cli", "serve", "--port", str(port), "--db", str(self.db),

@@ -24,7 +24,8 @@ def test_conversations_that_open_alike_never_share_a_session(server: Server) -> 
     opening: list[Any] = [{"role": "system", "content": "You are an airline agent."},
                           {"role": "user", "content": "[fork] I want to change my flight."}]
     script = lines("[fork]", [output(content="Which booking?")] * 2)
-    script += lines("[one]", [output(content="Booking ONE changed.")]) + lines("[two]", [output(content="Booking TWO changed.")])
+    script += lines("[one]",
+                    [output(content="Booking ONE changed.")]) + lines("[two]", [output(content="Booking TWO changed.")])
     api = client(server.start(script))
     first = api.chat.completions.create(model="flowstate", messages=opening)
     second = api.chat.completions.create(model="flowstate", messages=opening)  # trial 2 of the same task
@@ -62,7 +63,8 @@ def test_an_exact_resend_and_an_idempotency_key_replay_the_answer(server: Server
     assert r3c.choices[0].message.content == "third" and r3c.model_extra["flowstate"]["replayed"]
     # the same key on a different request is refused, not answered with the first request's reply
     with pytest.raises(openai.UnprocessableEntityError) as reused:
-        api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[r] four"}], user="resend",
+        api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[r] four"}],
+                                    user="resend",
                                     extra_headers=headers)
     assert reused.value.body["code"] == "idempotency_key_reused"  # type: ignore[index]
     session = api.get("/sessions/resend", cast_to=object)
@@ -116,8 +118,10 @@ def test_a_request_waiting_on_tool_results_can_be_read_and_a_clash_is_refused_be
                                     tools=[PRICE_TOOL], user="waiting")
     assert r.choices[0].finish_reason == "tool_calls"
     session = api.get("/sessions/waiting", cast_to=object)
-    assert session["requests"] == [] and session["pending"] == {"tool_call_ids": [r.choices[0].message.tool_calls[0].id]}
-    clash: Any = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object", "properties": {}}}}
+    assert session["requests"] == []
+    assert session["pending"] == {"tool_call_ids": [r.choices[0].message.tool_calls[0].id]}
+    clash: Any = {"type": "function",
+                  "function": {"name": "weather", "parameters": {"type": "object", "properties": {}}}}
     with pytest.raises(openai.BadRequestError, match="already server-side tools"):
         api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "x"}], tools=[clash],
                                     user="other", stream=True)
@@ -177,12 +181,14 @@ def test_one_sessions_turns_stay_serialized_under_eviction_pressure(server: Serv
     a, b = client(url, "sk-a"), client(url, "sk-b")
 
     def turn(i: int) -> str:
-        r = a.chat.completions.create(model="flowstate", user="victim", messages=[{"role": "user", "content": f"[e] q{i}"}])
+        r = a.chat.completions.create(model="flowstate", user="victim",
+                                      messages=[{"role": "user", "content": f"[e] q{i}"}])
         return str(r.choices[0].message.content)
 
     def noise(i: int) -> int:  # another tenant's cheap refusals push sessions through memory
         resp = httpx.post(url + "/chat/completions", headers={"Authorization": "Bearer sk-b"},
-                          json={"model": "flowstate", "user": f"n{i}", "messages": [{"role": "tool", "tool_call_id": "x", "content": "1"}]})
+                          json={"model": "flowstate", "user": f"n{i}",
+                                "messages": [{"role": "tool", "tool_call_id": "x", "content": "1"}]})
         return resp.status_code
 
     with ThreadPoolExecutor(12) as pool:

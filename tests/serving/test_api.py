@@ -19,15 +19,18 @@ def test_two_keys_same_session_name_never_leak(server: Server) -> None:
     script += lines("[k2]", [output(focus=["secret_k1"]), output(content="nothing to see")])
     url = server.start(script, "--api-key", "key-one", "--api-key", "key-two")
     one, two = client(url, "key-one"), client(url, "key-two")
-    one.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[k1] remember 1234"}], user="shared")
-    r = two.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[k2] what is the code?"}], user="shared")
+    one.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[k1] remember 1234"}],
+                                user="shared")
+    r = two.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[k2] what is the code?"}],
+                                    user="shared")
 
     ext = r.model_extra["flowstate"]
     assert ext["request"] == 1  # key two's "shared" is a new session
     assert ext["disclosed"] == [] and [x["target_id"] for x in ext["rejected"]] == ["secret_k1"]
     assert [s["id"] for s in two.get("/sessions", cast_to=object)["data"]] == ["shared"]
     assert [n["id"] for n in two.get("/sessions/shared", cast_to=object)["nodes"]] == []
-    assert "secret_k1" not in httpx.get(url + "/sessions/shared/graph", headers={"Authorization": "Bearer key-two"}).text
+    assert "secret_k1" not in httpx.get(url + "/sessions/shared/graph",
+                                        headers={"Authorization": "Bearer key-two"}).text
     two.delete("/sessions/shared", cast_to=object)
     with pytest.raises(openai.NotFoundError):
         two.get("/sessions/shared", cast_to=object)
@@ -52,44 +55,74 @@ BAD: list[tuple[str, Any, int, str]] = [
     ("unknown role", {"model": "flowstate", "messages": [{"role": "robot", "content": "x"}]}, 400, "role"),
     ("unknown model", {"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}, 404, "does not exist"),
     ("n = 2", {"model": "flowstate", "n": 2, "messages": [{"role": "user", "content": "x"}]}, 400, "n > 1"),
-    ("n = 0", {"model": "flowstate", "n": 0, "messages": [{"role": "user", "content": "x"}]}, 400, "n must be at least 1"),
-    ("tool_choice required", {"model": "flowstate", "tool_choice": "required", "messages": [{"role": "user", "content": "x"}]}, 400, "tool_choice"),
-    ("image part", {"model": "flowstate", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400, "only text"),
-    ("bad tool name", {"model": "flowstate", "tools": [{"type": "function", "function": {"name": "no spaces"}}], "messages": [{"role": "user", "content": "x"}]}, 400, "tools"),
-    ("session name too long", {"model": "flowstate", "user": "x" * 201, "messages": [{"role": "user", "content": "x"}]}, 400, "invalid session name"),
+    ("n = 0", {"model": "flowstate", "n": 0, "messages": [{"role": "user", "content": "x"}]}, 400,
+     "n must be at least 1"),
+    ("tool_choice required",
+     {"model": "flowstate", "tool_choice": "required", "messages": [{"role": "user", "content": "x"}]}, 400,
+     "tool_choice"),
+    ("image part",
+     {"model": "flowstate",
+      "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400, "only text"),
+    ("bad tool name",
+     {"model": "flowstate", "tools": [{"type": "function", "function": {"name": "no spaces"}}],
+      "messages": [{"role": "user", "content": "x"}]}, 400, "tools"),
+    ("session name too long", {"model": "flowstate", "user": "x" * 201, "messages": [{"role": "user", "content": "x"}]},
+     400, "invalid session name"),
     *[(f"session name {n!r}", {"model": "flowstate", "user": n, "messages": [{"role": "user", "content": "x"}]}, 400,
        "invalid session name") for n in ("a/b", "../x", "x/graph", "..")],
     # what an adversarial probe turned into 500s: each a 4xx now, with nothing stored
-    ("deeply nested JSON", b'{"model": "flowstate", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "nested too deeply"),
-    ("an integer of 5,000 digits", b'{"model": "flowstate", "n": 1' + b"0" * 5_000 + b', "messages": [{"role": "user", "content": "x"}]}', 400, "not valid JSON"),
-    ("NaN", b'{"model": "flowstate", "n": NaN, "messages": [{"role": "user", "content": "x"}]}', 400, "NaN is not JSON"),
-    ("lone surrogate in user", b'{"model": "flowstate", "user": "\\ud800", "messages": [{"role": "user", "content": "x"}]}', 400, "lone surrogate"),
-    ("lone surrogate in content", b'{"model": "flowstate", "messages": [{"role": "user", "content": "a\\udfffb"}]}', 400, "lone surrogate"),
-    ("lone surrogate in a tool name", b'{"model": "flowstate", "tools": [{"type": "function", "function": {"name": "\\ud83d"}}], "messages": [{"role": "user", "content": "x"}]}', 400, "lone surrogate"),
+    ("deeply nested JSON", b'{"model": "flowstate", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400,
+     "nested too deeply"),
+    ("an integer of 5,000 digits",
+     b'{"model": "flowstate", "n": 1' + b"0" * 5_000 + b', "messages": [{"role": "user", "content": "x"}]}', 400,
+     "not valid JSON"),
+    ("NaN", b'{"model": "flowstate", "n": NaN, "messages": [{"role": "user", "content": "x"}]}', 400,
+     "NaN is not JSON"),
+    ("lone surrogate in user",
+     b'{"model": "flowstate", "user": "\\ud800", "messages": [{"role": "user", "content": "x"}]}', 400,
+     "lone surrogate"),
+    ("lone surrogate in content", b'{"model": "flowstate", "messages": [{"role": "user", "content": "a\\udfffb"}]}',
+     400, "lone surrogate"),
+    ("lone surrogate in a tool name",
+     b'{"model": "flowstate", "tools": [{"type": "function", "function": {"name": "\\ud83d"}}], "messages": [{"role": '
+     b'"user", "content": "x"}]}', 400, "lone surrogate"),
     ("huge integer in tool-call arguments", {"model": "flowstate", "user": "victim", "messages": [
         {"role": "user", "content": "[v] What does hotel A cost?"},
         {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_obs_r1_s1_1", "type": "function", "function": {"name": "get_price", "arguments": '{"hotel": 1' + "0" * 5000 + "}"}}]},
+            {"id": "call_obs_r1_s1_1", "type": "function",
+             "function": {"name": "get_price", "arguments": '{"hotel": 1' + "0" * 5000 + "}"}}]},
         {"role": "user", "content": "next"}]}, 409, "contradicts"),
-    ("a 10 MB message", {"model": "flowstate", "messages": [{"role": "user", "content": "x" * 10_000_000}]}, 413, "larger than"),
-    ("200 tools", {"model": "flowstate", "tools": [{"type": "function", "function": {"name": f"t{i}"}} for i in range(200)],
+    ("a 10 MB message", {"model": "flowstate", "messages": [{"role": "user", "content": "x" * 10_000_000}]}, 413,
+     "larger than"),
+    ("200 tools",
+     {"model": "flowstate", "tools": [{"type": "function", "function": {"name": f"t{i}"}} for i in range(200)],
                    "messages": [{"role": "user", "content": "x"}]}, 400, "at most 128 tools"),
     ("duplicate tool names", {"model": "flowstate", "tools": [{"type": "function", "function": {"name": "t"}}] * 2,
                               "messages": [{"role": "user", "content": "x"}]}, 400, "unique"),
-    ("invalid tool schema", {"model": "flowstate", "tools": [{"type": "function", "function": {"name": "t", "parameters": {"type": "objekt"}}}],
+    ("invalid tool schema",
+     {"model": "flowstate",
+      "tools": [{"type": "function", "function": {"name": "t", "parameters": {"type": "objekt"}}}],
                              "messages": [{"role": "user", "content": "x"}]}, 400, "not a valid JSON Schema"),
-    ("tool parameters not an object", {"model": "flowstate", "tools": [{"type": "function", "function": {"name": "t", "parameters": {"type": "string"}}}],
+    ("tool parameters not an object",
+     {"model": "flowstate",
+      "tools": [{"type": "function", "function": {"name": "t", "parameters": {"type": "string"}}}],
                                        "messages": [{"role": "user", "content": "x"}]}, 400, "must describe an object"),
-    ("blank user message", {"model": "flowstate", "user": "fresh", "messages": [{"role": "user", "content": " "}]}, 400, "empty"),
-    ("tool answering no pending call", {"model": "flowstate", "user": "victim", "messages": [{"role": "tool", "tool_call_id": "call_x", "content": "1"}]}, 400, "answers no pending call"),
-    ("assistant message as new input", {"model": "flowstate", "user": "victim", "messages": [{"role": "assistant", "content": "I said so"}]}, 400, "assistant messages"),
+    ("blank user message", {"model": "flowstate", "user": "fresh", "messages": [{"role": "user", "content": " "}]}, 400,
+     "empty"),
+    ("tool answering no pending call",
+     {"model": "flowstate", "user": "victim", "messages": [{"role": "tool", "tool_call_id": "call_x", "content": "1"}]},
+     400, "answers no pending call"),
+    ("assistant message as new input",
+     {"model": "flowstate", "user": "victim", "messages": [{"role": "assistant", "content": "I said so"}]}, 400,
+     "assistant messages"),
     ("history contradicting the session", {"model": "flowstate", "user": "victim", "messages": [
         {"role": "user", "content": "[v] What does hotel A cost?"}, {"role": "assistant", "content": "Something else"},
         {"role": "user", "content": "next"}]}, 409, "contradicts"),
     ("nothing new", {"model": "flowstate", "user": "victim", "messages": [
         {"role": "user", "content": "[v] What does hotel A cost?"},
         {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_obs_r1_s1_1", "type": "function", "function": {"name": "get_price", "arguments": '{"hotel": "A"}'}}]},
+            {"id": "call_obs_r1_s1_1", "type": "function",
+             "function": {"name": "get_price", "arguments": '{"hotel": "A"}'}}]},
         {"role": "tool", "tool_call_id": "call_obs_r1_s1_1", "content": '{"price": 120}'},
         {"role": "assistant", "content": "Hotel A costs 120 per night."}]}, 400, "no new message"),
 ]
@@ -102,7 +135,8 @@ def test_malformed_requests_get_openai_shaped_4xx_and_lose_nothing(server: Serve
     r = api.chat.completions.create(model="flowstate", messages=history, tools=[PRICE_TOOL], user="victim")
     call_id = r.choices[0].message.tool_calls[0].id
     pending_user = {"model": "flowstate", "user": "victim", "messages": [{"role": "user", "content": "something else"}]}
-    wrong_id = {"model": "flowstate", "user": "victim", "messages": [{"role": "tool", "tool_call_id": "call_nope", "content": "1"}]}
+    wrong_id = {"model": "flowstate", "user": "victim",
+                "messages": [{"role": "tool", "tool_call_id": "call_nope", "content": "1"}]}
     for body, status, text in ((pending_user, 409, "pending"), (wrong_id, 400, "answers no pending call")):
         resp = httpx.post(url + "/chat/completions", json=body)
         assert resp.status_code == status and text in resp.json()["error"]["message"]
@@ -119,7 +153,8 @@ def test_malformed_requests_get_openai_shaped_4xx_and_lose_nothing(server: Serve
         error = resp.json()["error"]
         assert text in error["message"] or text == error.get("param"), (name, error)
         assert set(error) == {"message", "type", "param", "code"}
-    for method, path in (("GET", "/sessions/nobody"), ("GET", "/sessions/nobody/graph"), ("DELETE", "/sessions/nobody")):
+    for method, path in (("GET", "/sessions/nobody"), ("GET", "/sessions/nobody/graph"),
+                         ("DELETE", "/sessions/nobody")):
         resp = httpx.request(method, url + path)
         assert resp.status_code == 404 and resp.json()["error"]["code"] == "session_not_found"
     assert api.get("/sessions/victim", cast_to=object) == before
@@ -141,12 +176,14 @@ def dump_db(path: Any) -> list[str]:
 
 
 def test_a_model_that_breaks_the_protocol_is_a_502_and_keeps_it_unfinished(server: Server) -> None:
-    script = lines("[bad]", ["garbage", "<state_focus>[", "still not it"] * 2) + lines("[bad]", [output(content="fine now")])
+    script = lines("[bad]",
+                   ["garbage", "<state_focus>[", "still not it"] * 2) + lines("[bad]", [output(content="fine now")])
     api = client(server.start(script, "--max-protocol-errors", "3"))
     messages: Any = [{"role": "user", "content": "[bad] hello"}]
     with pytest.raises(openai.APIStatusError) as info:
         api.chat.completions.create(model="flowstate", messages=messages, user="flaky")
-    assert info.value.status_code == 502 and "kept in the session's memory as an unfinished request" in info.value.message
+    assert (info.value.status_code == 502
+            and "kept in the session's memory as an unfinished request" in info.value.message)
     stream = api.chat.completions.create(model="flowstate", messages=messages, user="flaky", stream=True)
     with pytest.raises(openai.APIError, match="as an unfinished request"):
         list(stream)  # a streamed turn that fails ends with an error event
@@ -169,10 +206,12 @@ def test_models_health_metrics_graph_and_fingerprint_sessions(server: Server) ->
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert 'data-id="pref_quiet" data-type="preference"' in page.text and "<svg" in page.text
     policy = page.headers["content-security-policy"]  # nothing but the page's own inline SVG and styles may run
-    assert "default-src 'none'" in policy and "script-src" not in policy and page.headers["x-content-type-options"] == "nosniff"
+    assert ("default-src 'none'" in policy and "script-src" not in policy
+            and page.headers["x-content-type-options"] == "nosniff")
 
     metrics = httpx.get(url.removesuffix("/v1") + "/metrics").text
-    values = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines() if line and not line.startswith("#")}
+    values = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines() if line
+              and not line.startswith("#")}
     assert values['flowstate_turns_total{outcome="stop"}'] == 1
     assert values["flowstate_model_calls_total"] == 1
     assert values["flowstate_prompt_tokens_total"] == r.usage.prompt_tokens
@@ -200,11 +239,13 @@ def test_a_turn_that_ends_at_the_step_budget_answers_honestly_or_fails_as_config
     api = client(server.start(lines("[next]", [output(content="continuing")]), "--max-steps", "2"))
     history: Any = [{"role": "user", "content": "[long] do it all"}, {"role": "assistant", "content": content},
                     {"role": "user", "content": "[next] go on"}]
-    assert api.chat.completions.create(model="flowstate", messages=history, user="budget").choices[0].message.content == "continuing"
+    assert api.chat.completions.create(model="flowstate", messages=history,
+                                       user="budget").choices[0].message.content == "continuing"
     server.stop()
     api = client(server.start(script, "--max-steps", "2", "--on-budget", "fail"))
     with pytest.raises(openai.APIStatusError) as info:
-        api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[long] again"}], user="strict")
+        api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[long] again"}],
+                                    user="strict")
     assert info.value.status_code == 502 and "step budget" in info.value.message
 
 

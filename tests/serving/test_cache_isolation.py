@@ -26,7 +26,8 @@ def _served(isolation: str, keys: tuple[str, ...] = ()) -> Iterator[tuple[Any, S
         with TestClient(app, base_url="http://flowstate.test") as http:
             def ask(key: str, session: str) -> None:
                 api = openai.OpenAI(base_url="http://flowstate.test/v1", api_key=key, http_client=http, max_retries=0)
-                api.chat.completions.create(model="flowstate", user=session, messages=[{"role": "user", "content": "q"}],
+                api.chat.completions.create(model="flowstate", user=session,
+                                            messages=[{"role": "user", "content": "q"}],
                                             extra_body={"cache_salt": "chosen-by-the-client"})
             yield ask, engine
 

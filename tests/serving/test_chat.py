@@ -71,7 +71,8 @@ def test_tool_round_trip_over_two_turns(server: Server, full_history: bool) -> N
 
     assert first.choices[0].finish_reason == "tool_calls"
     call = first.choices[0].message.tool_calls[0]
-    assert (call.id, call.function.name, json.loads(call.function.arguments)) == ("call_obs_r1_s1_1", "get_price", {"hotel": "A"})
+    assert (call.id, call.function.name,
+            json.loads(call.function.arguments)) == ("call_obs_r1_s1_1", "get_price", {"hotel": "A"})
     assert first.model_extra["flowstate"]["request_finished"] is False
 
     assert answer.choices[0].finish_reason == "stop"
@@ -85,10 +86,12 @@ def test_tool_round_trip_over_two_turns(server: Server, full_history: bool) -> N
     assert second.usage.prompt_tokens > 0 and second.usage.prompt_tokens_details.cached_tokens > 0
 
     stored = api.get("/sessions/alice", cast_to=object)
-    assert [r["query"] for r in stored["requests"]] == ["[s1] What does hotel A cost?", "[s1] Remind me: what did hotel A cost?"]
+    assert [r["query"] for r in stored["requests"]] == ["[s1] What does hotel A cost?",
+                                                        "[s1] Remind me: what did hotel A cost?"]
     nodes = {n["id"]: n for n in stored["nodes"]}
     assert nodes["price_a"]["relations"] == [{"rel": "supports", "target": "obs_r1_s1_1"}]
-    assert nodes["obs_r1_s1_1"]["value"] == {"tool": "get_price", "arguments": {"hotel": "A"}, "result": {"price": 120, "hotel": "A"}}
+    assert nodes["obs_r1_s1_1"]["value"] == {"tool": "get_price", "arguments": {"hotel": "A"},
+                                             "result": {"price": 120, "hotel": "A"}}
 
 
 def test_streaming_and_non_streaming_agree(tmp_path: Any) -> None:
@@ -153,7 +156,8 @@ def test_restart_continues_the_session_with_its_memory(server: Server) -> None:
     # the resent history is recognised, and a contradicting one is refused after the restart too
     history[1]["tool_calls"][0]["function"]["arguments"] = '{"hotel": "B"}'
     with pytest.raises(openai.ConflictError, match="contradicts this session's history at message 2"):
-        api.chat.completions.create(model="flowstate", messages=history + [{"role": "user", "content": "x"}], user="bob")
+        api.chat.completions.create(model="flowstate", messages=history + [{"role": "user", "content": "x"}],
+                                    user="bob")
 
 
 def test_thirty_two_concurrent_sessions_see_only_their_own_states(server: Server) -> None:

@@ -145,7 +145,8 @@ def test_the_console_as_an_operator_uses_it(db: str, server: Server, browser: An
     kinds = {n.get_attribute("data-id"): n.get_attribute("data-type")
              for n in browser.find_elements(By.CSS_SELECTOR, "#state-graph .node")}
     assert kinds == {"pref_quiet": "preference", "dec_hotel": "judgement"}
-    assert [e.get_attribute("data-rel") for e in browser.find_elements(By.CSS_SELECTOR, "#state-graph .edge")] == ["supports"]
+    assert [e.get_attribute("data-rel")
+            for e in browser.find_elements(By.CSS_SELECTOR, "#state-graph .edge")] == ["supports"]
     browser.find_element(By.CSS_SELECTOR, "#request-1 .steps-toggle").click()
     rejected = wait_for(browser, "#request-1 .op.rejected")
     assert "ghost" in rejected.text and "created in this request" in rejected.find_element(By.CLASS_NAME, "reason").text
@@ -184,7 +185,8 @@ def test_the_console_as_an_operator_uses_it(db: str, server: Server, browser: An
     browser.get(root + "/ui/#/search?q=onerror")
     wait_for(browser, "#hits .hit")
     assert XSS in browser.find_element(By.CSS_SELECTOR, "#hits .summary").text
-    assert browser.execute_script("return window.__pwned === undefined && document.querySelectorAll('main img, main script').length === 0")
+    assert browser.execute_script("return window.__pwned === undefined && document.querySelectorAll('main img, main "
+                                  "script').length === 0")
 
     browser.get(root + "/ui/#/")
     row = wait_for(browser, "tr[data-session='spare']")
@@ -323,7 +325,8 @@ def test_feedback_given_on_a_request_shows_on_it(server: Server, browser: Any, s
     browser.refresh()
     item = wait_for(browser, "#request-1 .feedback li")
     assert "score -1" in item.text and "“wrong_date”" in item.text
-    assert browser.find_element(By.CSS_SELECTOR, "#request-1 .feedback .comment").text == "<b>the 11th</b>, not the 10th"
+    assert browser.find_element(By.CSS_SELECTOR,
+                                "#request-1 .feedback .comment").text == "<b>the 11th</b>, not the 10th"
     shots(browser, "feedback")
 
 

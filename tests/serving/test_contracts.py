@@ -101,7 +101,8 @@ def test_an_unfinished_request_says_so_streamed_or_not() -> None:
         assert "could not finish" in (r.choices[0].message.content or "")
         chunks = list(api.chat.completions.create(model="flowstate", messages=USER, user="u2", stream=True))
         last = [c for c in chunks if c.choices][-1]
-        assert last.choices[0].finish_reason == "length" and "step budget" in last.model_extra["flowstate"]["unfinished"]  # type: ignore[index]
+        assert last.choices[0].finish_reason == "length"
+        assert "step budget" in last.model_extra["flowstate"]["unfinished"]  # type: ignore[index]
     finished = ScriptedEngine([output(content="A")])
     for api, _ in serve(finished):
         r = api.chat.completions.create(model="flowstate", messages=USER, user="u3")

@@ -104,7 +104,8 @@ def test_an_erasure_racing_a_running_turn_waits_for_it_or_refuses_whole(server: 
                             output(delta=[add("kn_waited", said=SECRET)], content=f"done {SECRET}")] * 2)
     url = server.start(slow + notes("[n]", 2), *SLOW)  # "[slow]" first: the later prompts hold "[n]" too
     api = openai.OpenAI(base_url=url, api_key="k", max_retries=0)
-    api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": f"[n] {SECRET}"}], user="alice")
+    api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": f"[n] {SECRET}"}],
+                                user="alice")
 
     def turn() -> None:
         api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[slow] go"}],

@@ -53,7 +53,8 @@ def test_feedback_on_a_request_is_kept_per_key_and_read_back(served: tuple[TestC
     assert len(entries) == 2 and "wrong city" not in str([e.detail for e in entries])  # never the comment's text
 
 
-def test_bad_feedback_is_a_4xx_and_another_keys_a_404_and_nothing_is_stored(served: tuple[TestClient, Repository]) -> None:
+def test_bad_feedback_is_a_4xx_and_another_keys_a_404_and_nothing_is_stored(served: tuple[TestClient,
+                                                                                          Repository]) -> None:
     http, repo = served
     _chat(http, "a", "trip", "book me a hotel")
     url = "/v1/sessions/trip/requests/1/feedback"

@@ -40,7 +40,8 @@ def from_schema(schema: dict[str, Any], defs: dict[str, Any] | None = None, dept
         return st.fixed_dictionaries(required, optional={**props, "extra": json_values})
     if kind == "array":
         return st.lists(from_schema(schema.get("items", {}), defs, depth + 1), max_size=3)
-    simple = {"string": st.text(max_size=30), "integer": st.integers(), "number": st.floats(allow_nan=False, allow_infinity=False),
+    simple = {"string": st.text(max_size=30), "integer": st.integers(),
+              "number": st.floats(allow_nan=False, allow_infinity=False),
               "boolean": st.booleans(), "null": st.none()}
     return simple.get(kind, json_values) if isinstance(kind, str) else json_values
 valid = st.fixed_dictionaries({
@@ -68,7 +69,8 @@ def test_no_request_gets_a_5xx(server: Server) -> None:
         def probe(body: Any) -> None:
             resp = http.post("/chat/completions", json=body)
             seen[resp.status_code] = seen.get(resp.status_code, 0) + 1
-            if resp.status_code == 502 and isinstance(body, dict) and body.get("tool_choice") not in (None, "auto", "none"):
+            if (resp.status_code == 502 and isinstance(body, dict)
+                    and body.get("tool_choice") not in (None, "auto", "none")):
                 # the script answers text where the request requires calls: the model's fault, said as such
                 assert resp.json()["error"]["code"] == "request_failed", resp.text
                 return

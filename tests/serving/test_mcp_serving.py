@@ -35,7 +35,8 @@ def test_an_endpoint_request_uses_an_mcp_tool_through_the_openai_client(server: 
     observation = next(n for n in dump["nodes"] if n["id"] == "obs_r1_s1_1")
     assert observation["value"]["tool"] == "lookup" and observation["value"]["result"]["key"] == "k7"
     assert isinstance(observation["value"]["result"]["pid"], int)  # what the MCP server process answered
-    metrics = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=10).text  # ann's own server process, within the bound
+    # ann's own server process, within the bound
+    metrics = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=10).text
     assert 'flowstate_mcp_connections{server="records"} 1.0' in metrics
     assert 'flowstate_mcp_released{server="records"} 0.0' in metrics
 

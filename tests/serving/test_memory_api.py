@@ -123,7 +123,8 @@ def test_search_api(served: tuple[Server, str]) -> None:
     hit = found["data"][0]
     assert (hit["session"], hit["request"], hit["type"], hit["kind"]) == ("trip", 1, "preference", "state")
     assert hit["created"] > 1_700_000_000 and hit["score"] > 0 and "summary" in hit
-    assert [h["state_id"] for h in get(url, "/memory/search", headers=TWO, q="lisbon").json()["data"]] == ["secret_plan"]
+    assert [h["state_id"]
+            for h in get(url, "/memory/search", headers=TWO, q="lisbon").json()["data"]] == ["secret_plan"]
     assert sorted(h["state_id"] for h in get(url, "/memory/search", q="summary", type="judgement").json()["data"]) == [
         "dec_hotel", "dec_keep"]
     page = get(url, "/memory/search", q="summary", limit=2).json()

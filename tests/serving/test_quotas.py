@@ -194,4 +194,5 @@ def test_the_admission_bench_times_each_step_as_the_server_runs_it(tmp_path: Pat
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM quota_turns").fetchone() == (0,)
         assert conn.execute("SELECT SUM(tokens) FROM quota_days").fetchone() == (100 * 2 * 21,)
-        assert conn.execute("SELECT SUM(requests) FROM quota_minutes").fetchone() == (42,)  # this minute and the last kept
+        # this minute and the last kept
+        assert conn.execute("SELECT SUM(requests) FROM quota_minutes").fetchone() == (42,)

@@ -54,7 +54,8 @@ def test_sampling_budget_and_stop_reach_the_engine(served: Any) -> None:
 def test_what_cannot_be_asked_is_a_400(served: Any, params: dict[str, Any], fragment: str) -> None:
     api, _, _ = served
     with pytest.raises(openai.BadRequestError, match=fragment):
-        api.chat.completions.create(model="flowstate", user="bad", messages=[{"role": "user", "content": "q"}], **params)
+        api.chat.completions.create(model="flowstate", user="bad", messages=[{"role": "user", "content": "q"}],
+                                    **params)
 
 
 def test_an_engine_that_cannot_honour_a_parameter_says_so() -> None:
@@ -76,7 +77,8 @@ def test_a_failed_turn_moves_the_counters_and_lists_its_step_errors(served: Any)
     with pytest.raises(openai.APIStatusError) as info:
         api.chat.completions.create(model="flowstate", user="f", messages=[{"role": "user", "content": "q"}])
     assert info.value.status_code == 502
-    assert "Step errors: step 1: state_focus: missing <state_focus>" in info.value.message and "step 3:" in info.value.message
+    assert ("Step errors: step 1: state_focus: missing <state_focus>" in info.value.message
+            and "step 3:" in info.value.message)
     metrics = {line.split()[0]: float(line.split()[1]) for line in http.get("/metrics").text.splitlines()
                if line and not line.startswith("#")}
     assert metrics['flowstate_turns_total{outcome="request_failed"}'] == 1

@@ -175,7 +175,8 @@ def test_streamed_events_in_order_and_the_strict_accumulator(server: Server) -> 
     assert kinds[-3:] == ["response.function_call_arguments.done", "response.output_item.done", "response.completed"]
     assert [e.sequence_number for e in events] == list(range(len(events)))
     added, done, completed = events[2].item, events[-2].item, events[-1].response
-    assert added.id == done.id == completed.output[0].id and added.call_id == done.call_id == completed.output[0].call_id
+    assert (added.id == done.id == completed.output[0].id
+            and added.call_id == done.call_id == completed.output[0].call_id)
     args = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
     assert json.loads(args) == json.loads(done.arguments) == {"hotel": "A"}
     # the SDK's strict helper: identities checked across added, done and completed
@@ -193,7 +194,8 @@ def test_conversation_names_the_session(server: Server) -> None:
                                  tools=[PRICE_TOOL])
     assert first.conversation.id == "trip-5"
     api.responses.create(model="flowstate", conversation={"id": "trip-5"}, input=answer_call(first), tools=[PRICE_TOOL])
-    later = api.responses.create(model="flowstate", conversation="trip-5", input="[r5] Remind me: what did hotel A cost?")
+    later = api.responses.create(model="flowstate", conversation="trip-5",
+                                 input="[r5] Remind me: what did hotel A cost?")
     assert later.output_text == "It cost 120 per night."
     assert [r["response"] for r in api.get("/sessions/trip-5", cast_to=object)["requests"]] == [
         "Hotel A costs 120 per night.", "It cost 120 per night."]

@@ -19,7 +19,8 @@ from tests.helpers import output
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def http(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[TestClient]:
-    target = str(tmp_path / "m.db") if request.param == "sqlite" else request.getfixturevalue("pg_server").new_database()
+    sqlite = request.param == "sqlite"
+    target = str(tmp_path / "m.db") if sqlite else request.getfixturevalue("pg_server").new_database()
     engine = ScriptedEngine([output(content=f"answer {i}") for i in range(50)])
     with Repository.open(target) as repo:
         with TestClient(create_app(ServerConfig(engine=engine, repo=repo)), base_url="http://t") as client:

@@ -97,7 +97,8 @@ def test_a_tenants_own_policy_replaces_the_servers(server: Server) -> None:
     assert httpx.get(f"{url}/sessions/ten", headers={"Authorization": f"Bearer {keeper_key}"},
                      timeout=30).status_code == 200  # off: kept however old
     back = admin(url, "PATCH", f"/tenants/{kept['id']}", retention=None)  # the server's 30 days again
-    assert back.status_code == 200 and back.json()["retention"] is None and back.json()["quota"]["concurrent_turns"] is None
+    assert (back.status_code == 200 and back.json()["retention"] is None
+            and back.json()["quota"]["concurrent_turns"] is None)
     assert gone(url, "ten", keeper_key)
     audit = admin(url, "GET", "/audit?action=tenant.retention").json()["data"]
     assert [e["detail"] for e in audit] == [{"retention": None}]

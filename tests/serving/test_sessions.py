@@ -59,11 +59,13 @@ def test_valid_session_names(name: str) -> None:
     assert check_name(name) == name
 
 
-@pytest.mark.parametrize("name", ["", "a/b", "../x", "x/graph", ".", "..", "a b", "tab\there", "x" * 201, "50%", "q?x", "h#1"])
+@pytest.mark.parametrize("name",
+                         ["", "a/b", "../x", "x/graph", ".", "..", "a b", "tab\there", "x" * 201, "50%", "q?x", "h#1"])
 def test_invalid_session_names_are_refused(name: str) -> None:
     with pytest.raises(APIError) as info:
         check_name(name)
-    assert info.value.status == 400 and info.value.code == "invalid_session" and "letters and digits" in info.value.message
+    assert (info.value.status == 400 and info.value.code == "invalid_session"
+            and "letters and digits" in info.value.message)
 
 
 def test_a_header_name_is_utf8_like_the_user_field() -> None:
@@ -75,7 +77,8 @@ def test_a_header_name_is_utf8_like_the_user_field() -> None:
 
 
 def test_names_fingerprints_and_keys(repo: Repository, tmp_path: Path) -> None:
-    assert session_name("hdr", "usr") == "hdr" and session_name(None, "usr") == "usr" and session_name(None, None) is None
+    assert session_name("hdr",
+                        "usr") == "hdr" and session_name(None, "usr") == "usr" and session_name(None, None) is None
     fp = fingerprint("policy", [U1, A1])
     assert fp.startswith("fp-") and fp == fingerprint("policy", [U1, A1, U2])  # stable over the conversation
     assert fp != fingerprint("other policy", [U1])

@@ -74,7 +74,8 @@ def test_two_turns_of_one_session_at_two_servers_run_one_after_the_other(tmp_pat
         def turn(url: str, text: str) -> tuple[int, float, float]:
             t0 = time.monotonic()
             r = httpx.post(url + "/chat/completions", timeout=60, headers={"Idempotency-Key": text},
-                           json={"model": "flowstate", "user": "carol", "messages": [{"role": "user", "content": text}]})
+                           json={"model": "flowstate", "user": "carol",
+                                 "messages": [{"role": "user", "content": text}]})
             return r.status_code, t0, time.monotonic()
 
         with ThreadPoolExecutor(2) as pool:

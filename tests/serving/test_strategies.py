@@ -21,7 +21,8 @@ def step(strategy: str, delta: list[dict[str, Any]] = (), tools: list[dict[str, 
          content: str | None = None, when: str | None = None) -> dict[str, Any]:
     """A script line: an output in the strategy's own blocks (served to a prompt holding ``when``)."""
     text = render_output(ModelOutput.model_validate(
-        {"state_focus": [], "state_delta": list(delta), "tool_calls": list(tools), "assistant_message": {"content": content}}),
+        {"state_focus": [], "state_delta": list(delta), "tool_calls": list(tools),
+         "assistant_message": {"content": content}}),
         get(strategy).blocks)
     return {"text": text, **({"when": when} if when else {})}
 
@@ -87,5 +88,7 @@ def test_a_client_tool_may_not_take_a_memory_methods_tool_name(server: Server) -
 
 
 def test_an_unknown_strategy_is_refused_with_the_valid_ones(server: Server) -> None:
-    with pytest.raises(RuntimeError, match="unknown strategy 'magic'; valid strategies: flowstate, flowstate-paged, flowstate-facts, full-context"):
+    with pytest.raises(RuntimeError,
+                       match="unknown strategy 'magic'; valid strategies: flowstate, flowstate-paged, "
+                             "flowstate-facts, full-context"):
         server.start([step("flowstate", content="x")], "--strategy", "magic")

@@ -177,7 +177,8 @@ def test_static_keys_keep_their_sessions_and_become_manageable(server: Server) -
     time.sleep(KEY_CACHE_S + 0.2)
     with pytest.raises(openai.AuthenticationError):  # rotated out, though the server was given it
         legacy.get("/sessions", cast_to=object)
-    assert [s["id"] for s in client(url, rotated["new"]["secret"]).get("/sessions", cast_to=object)["data"]] == ["before"]
+    assert [s["id"]
+            for s in client(url, rotated["new"]["secret"]).get("/sessions", cast_to=object)["data"]] == ["before"]
     server.stop()  # a restart with the same --api-key does not bring the rotated key back
     url = server.start(notes("[old]", 3), "--api-key", "legacy-key", "--admin-key", ADMIN)
     with pytest.raises(openai.AuthenticationError):

@@ -42,7 +42,8 @@ def extend(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
         st.builds(lambda props, req, extra: {"type": "object", "properties": props,
                                               **({"required": list(props)} if req and props else {}), **extra},
                   st.dictionaries(names, inner, max_size=3), st.booleans(),
-                  st.sampled_from([{}, {"additionalProperties": False}, {"patternProperties": {"^x": {"type": "string"}}},
+                  st.sampled_from([{}, {"additionalProperties": False},
+                                   {"patternProperties": {"^x": {"type": "string"}}},
                                    {"additionalProperties": {"type": "integer"}}])),
         st.builds(lambda items, n: {"type": "array", "items": items, "maxItems": n}, inner, st.integers(0, 3)),
         st.lists(inner, min_size=1, max_size=2).map(lambda xs: {"type": "array", "prefixItems": xs}),
@@ -53,7 +54,8 @@ def extend(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 
 
 schemas = st.recursive(leaves, extend, max_leaves=8)
-DRAFTS = [{}, {"$schema": "http://json-schema.org/draft-07/schema#"}, {"$schema": "http://json-schema.org/draft-04/schema#"}]
+DRAFTS = [{}, {"$schema": "http://json-schema.org/draft-07/schema#"},
+          {"$schema": "http://json-schema.org/draft-04/schema#"}]
 parameters = st.builds(
     lambda draft, props, defs, nested: {**draft, "type": "object",
                                         "properties": {"first": {"type": "string"}, **props},

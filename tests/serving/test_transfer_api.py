@@ -78,7 +78,8 @@ def test_the_cli_moves_a_key_s_sessions(server: Server, tmp_path: Path) -> None:
                                                    messages=[{"role": "user", "content": "[trip] a quiet hotel"}])
     server.stop()
     out = tmp_path / "trip.jsonl"
-    done = CliRunner().invoke(main, ["export", "--db", str(server.db), "--all", "--api-key", "key-one", "--out", str(out)])
+    done = CliRunner().invoke(main, ["export", "--db", str(server.db), "--all", "--api-key", "key-one",
+                                     "--out", str(out)])
     assert done.exit_code == 0, done.output
     target = tmp_path / "moved.db"
     into = CliRunner().invoke(main, ["import", str(out), "--db", str(target), "--api-key", "key-one"])

@@ -207,7 +207,8 @@ SCORED_BY_CONSTRAINT = Rules(soft=True, micro_ps=True)  # travel and planning: c
 
 REGISTRY: dict[str, Suite] = {
     "hotel": Generated("hotel", hotel.generate), "bundle": Generated("bundle", bundle.generate),
-    "travel": Generated("travel", travel.generate, rules=SCORED_BY_CONSTRAINT), "chain": Generated("chain", chain.generate),
+    "travel": Generated("travel", travel.generate, rules=SCORED_BY_CONSTRAINT),
+    "chain": Generated("chain", chain.generate),
     "shopping": Generated("shopping", shopping.generate, shopping.OPTIONS),
     "planning": Generated("planning", planning.generate, planning.OPTIONS, SCORED_BY_CONSTRAINT),
     "reasoning": Generated("reasoning", reasoning.generate, reasoning.OPTIONS),

@@ -25,7 +25,8 @@ class Offer:
 class HotelTask(Task):
     suite = "hotel"
 
-    def __init__(self, task_id: str, city: str, rates: dict[str, tuple[int, int]], first: str, offers: list[Offer]) -> None:
+    def __init__(self, task_id: str, city: str, rates: dict[str, tuple[int, int]], first: str,
+                 offers: list[Offer]) -> None:
         queries = [f"Book hotel {first} for my stay in {city}."]
         queries += [
             f"Hotel {o.hotel} now offers {o.price} per night. Switching costs that price plus the cancellation "

@@ -67,7 +67,8 @@ class PlanningTask(Task):
         q = self.travellers[j - 1] if j else ""
         kind = self.kind(k)
         if kind == "flight":
-            base = f"{p} joins the trip to {self.city} on {day_of(k)}. Book {p} the cheapest flight from {self.origins[k - 1]} that day"
+            base = (f"{p} joins the trip to {self.city} on {day_of(k)}. Book {p} the cheapest flight from "
+                    f"{self.origins[k - 1]} that day")
             return base + (f" that lands no later than {q}'s flight, so they share a transfer." if j else ".")
         if kind == "stay":
             if j:
@@ -79,8 +80,8 @@ class PlanningTask(Task):
             return (f"{p} joins the trip to {self.city} on {day_of(k)}. Reserve dinner for {p} that day at the "
                     f"highest-rated restaurant there, other than {q}'s, that serves the main cuisine of {q}'s dinner "
                     "reservation.")
-        return (f"{p} joins the trip to {self.city} on {day_of(k)}. Reserve dinner for {p} that day at the highest-rated "
-                f"restaurant there that serves {a['cuisine']}.")
+        return (f"{p} joins the trip to {self.city} on {day_of(k)}. Reserve dinner for {p} that day at "
+                f"the highest-rated restaurant there that serves {a['cuisine']}.")
 
     def new_env(self) -> dict[str, Any]:
         return {"day": 1, "booked": {}}
@@ -114,17 +115,20 @@ class PlanningTask(Task):
             row = booked((r for rows in self.flights.values() for r in rows), "flight_number", flight_number,
                          f"no flight {flight_number!r}")
             return {"traveller": traveller, "flight_number": flight_number, "departs": row["dep_time"],
-                    "arrives": row["arr_time"], "price": row["price"], "confirmation": f"FL-{env['day']:02d}{flight_number[-3:]}"}
+                    "arrives": row["arr_time"], "price": row["price"],
+                    "confirmation": f"FL-{env['day']:02d}{flight_number[-3:]}"}
 
         def book_accommodation(name: str, traveller: str) -> dict[str, Any]:
             """Book an accommodation for a traveller; the confirmation gives its room type and review rate."""
-            row = booked(self.stays.get(env["day"], []), "name", name, f"no accommodation {name!r} with a room free that day")
+            row = booked(self.stays.get(env["day"], []), "name", name,
+                         f"no accommodation {name!r} with a room free that day")
             return {"traveller": traveller, "name": name, "room_type": row["room_type"],
                     "review_rate": row["review_rate"], "price": row["price"], "confirmation": f"AC-{env['day']:02d}"}
 
         def reserve_restaurant(name: str, traveller: str) -> dict[str, Any]:
             """Reserve dinner at a restaurant for a traveller; the confirmation gives its main cuisine."""
-            row = booked(self.restaurants.get(env["day"], []), "name", name, f"no restaurant {name!r} with a table free that day")
+            row = booked(self.restaurants.get(env["day"], []), "name", name,
+                         f"no restaurant {name!r} with a table free that day")
             return {"traveller": traveller, "restaurant": name, "main_cuisine": row["cuisines"].split(", ")[0],
                     "average_cost": row["average_cost"], "confirmation": f"RS-{env['day']:02d}"}
 
@@ -144,7 +148,8 @@ class PlanningTask(Task):
         if tool == "book_flight":
             return {f"{who}_flight": result["flight_number"], f"{who}_arrives": result["arrives"]}
         if tool == "book_accommodation":
-            return {f"{who}_stay": result["name"], f"{who}_room": result["room_type"], f"{who}_review": result["review_rate"]}
+            return {f"{who}_stay": result["name"], f"{who}_room": result["room_type"],
+                    f"{who}_review": result["review_rate"]}
         if tool == "reserve_restaurant":
             return {f"{who}_dinner": result["restaurant"], f"{who}_cuisine": result["main_cuisine"]}
         return {}
@@ -190,8 +195,10 @@ class PlanningTask(Task):
                  "dinner": f"restaurants_{day_of(k)}"}[kind]
         if table not in facts:
             if kind == "flight":
-                return Call("search_flights", {"origin": self.origins[k - 1], "destination": self.city, "date": day_of(k)})
-            return Call(f"search_{'accommodations' if kind == 'stay' else 'restaurants'}", {"city": self.city, "date": day_of(k)})
+                return Call("search_flights",
+                            {"origin": self.origins[k - 1], "destination": self.city, "date": day_of(k)})
+            return Call(f"search_{'accommodations' if kind == 'stay' else 'restaurants'}",
+                        {"city": self.city, "date": day_of(k)})
         if choice is None:  # no memory of the earlier booking: the best row of the whole table
             rows = facts[table]
             if kind == "dinner":
@@ -344,7 +351,8 @@ def _build(rng: random.Random, task_id: str, depth: int, flights: int, stays: in
             seen = {"flights_" + origins[k - 1]: flight_rows[origins[k - 1]], f"stays_{day_of(k)}": stay_rows[k],
                     f"restaurants_{day_of(k)}": food_rows[k]}
             guess = task.guess(k, seen)  # the table's best row, ignoring the earlier booking: must be wrong
-            if not isinstance(guess, Call) or guess.arguments.get("flight_number", guess.arguments.get("name")) != right:
+            if not isinstance(guess,
+                              Call) or guess.arguments.get("flight_number", guess.arguments.get("name")) != right:
                 break
         else:
             raise ValueError(f"cannot generate planning subtask {k} with {flights} flights, {stays} stays and "

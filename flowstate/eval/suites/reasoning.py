@@ -29,9 +29,12 @@ MATERIALS = ["aluminium", "brass", "bronze", "copper", "gold", "granite", "ice",
              "cement", "diamond", "epoxy", "feldspar", "gypsum", "kevlar", "limestone", "mica", "obsidian", "polyester"]
 TOPICS = {  # topic: (column, unit, operation on the earlier result, phrase)
     "density": ("density", "g/cm3", "/", "the volume in cm3 that a block of {m} with the mass from step {j} takes"),
-    "specific heat": ("specific_heat", "J/(g K)", "*", "the heat in J that warms the mass from step {j}, made of {m}, by 1 K"),
-    "thermal expansion": ("expansion", "1e-6/K", "*", "the product of the result of step {j} and the expansion coefficient of {m}"),
-    "speed of sound": ("sound_speed", "m/s", "/", "the time in s that sound takes through {m} over the distance from step {j} in m"),
+    "specific heat": ("specific_heat", "J/(g K)", "*",
+                      "the heat in J that warms the mass from step {j}, made of {m}, by 1 K"),
+    "thermal expansion": ("expansion", "1e-6/K", "*",
+                          "the product of the result of step {j} and the expansion coefficient of {m}"),
+    "speed of sound": ("sound_speed", "m/s", "/",
+                       "the time in s that sound takes through {m} over the distance from step {j} in m"),
 }
 def fmt(x: float) -> str:
     return f"{x:.4g}" if abs(x) < 1e-3 or abs(x) >= 1e7 else f"{round(x, 4)}"
@@ -81,7 +84,8 @@ class ReasoningTask(Task):
             if not k:
                 raise ValueError(f"no table of {topic!r} at {temperature_k} K")
             column, unit, _, _ = TOPICS[topic]
-            return {"table": f"{topic} at {temperature_k} K", "column": column, "unit": unit, "rows": self.tables[k - 1]}
+            return {"table": f"{topic} at {temperature_k} K", "column": column, "unit": unit,
+                    "rows": self.tables[k - 1]}
 
         def calculate(expression: str) -> dict[str, Any]:
             """Evaluate an arithmetic expression (numbers, + - * /, parentheses)."""

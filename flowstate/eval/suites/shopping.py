@@ -48,7 +48,8 @@ class ShoppingTask(Task):
         queries = [f"Buy the {first.category} with fit code {first.fit}: search, open its product page, buy it there."]
         queries += [
             f"Buy a {correct[k].category} for the {correct[j - 1].category} I bought earlier: its fit code must be "
-            f"the code the {correct[j - 1].category}'s product page lists under compatible_with. Search, open its product "
+            f"the code the {correct[j - 1].category}'s product page lists under compatible_with. Search, "
+            "open its product "
             "page, buy it there."
             for k, j in enumerate(depends, start=1)
         ]
@@ -200,7 +201,8 @@ def generate(tasks: int, depth: int, seed: int, results: int = OPTIONS["results"
                 c = code(rng)
                 if c != fit:
                     decoy_fits.add(c)
-            shelf = [right] + [_product(rng, category, c, code(rng), bullets, description_words) for c in sorted(decoy_fits)]
+            shelf = [right] + [_product(rng, category, c, code(rng), bullets, description_words)
+                               for c in sorted(decoy_fits)]
             rng.shuffle(shelf)
             if shelf[0] is right:  # the top result never fits by chance: a guess must fail
                 shelf[0], shelf[1] = shelf[1], shelf[0]

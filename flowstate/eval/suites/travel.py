@@ -18,7 +18,8 @@ NAMES = ["Ana", "Ben", "Chloe", "Dev", "Eva", "Femi", "Gus", "Hana", "Ivo", "Jun
 class TravelTask(Task):
     suite = "travel"
 
-    def __init__(self, task_id: str, travellers: list[str], needs: dict[str, str], hotels: dict[str, list[str]]) -> None:
+    def __init__(self, task_id: str, travellers: list[str], needs: dict[str, str],
+                 hotels: dict[str, list[str]]) -> None:
         queries = [
             f"{name} joins the group trip. Register {name} with the register tool, then choose the hotel for the "
             "whole group with the choose tool: it must have every feature that any traveller so far needs."

@@ -101,7 +101,8 @@ def run_conversation(
         raise TypeError(f"a conversation plays a τ³ task, not {type(task).__name__}")
     session = f"{namespace}{task.suite}/{strategy.name}/{task.id}"
     repo.delete_session(session)  # what a killed run left of this task
-    agent = Agent(engine, repository=repo, session=session, tools=tools if tools is not None else task.tools(task.new_env()),
+    agent = Agent(engine, repository=repo, session=session,
+                  tools=tools if tools is not None else task.tools(task.new_env()),
                   task_policy=task.policy, config=loop, strategy=strategy, lane="evaluation")
     try:
         return _converse(task, agent, strategy, user_engine, judge, max_turns, guidelines, tools is not None)

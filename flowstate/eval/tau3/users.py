@@ -109,7 +109,8 @@ class SimulatedUser:
     def __init__(self, task: Tau3Task, engine: Engine, max_tokens: int = 512, guidelines: str | None = None) -> None:
         self.engine, self.max_tokens = engine, max_tokens
         if guidelines is not None:
-            system = f"{guidelines.replace('<PERSONA_GUIDELINES>', '')}\n\n<scenario>\n{tau2_scenario(task.spec)}\n</scenario>"
+            persona = guidelines.replace("<PERSONA_GUIDELINES>", "")
+            system = f"{persona}\n\n<scenario>\n{tau2_scenario(task.spec)}\n</scenario>"
         else:
             system = f"{RULES}\n\n<instructions>\n{instructions(task)}\n</instructions>"
         self.messages: list[Message] = [Message("system", system.strip())]

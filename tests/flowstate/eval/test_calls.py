@@ -1,4 +1,5 @@
-"""Call figures by name: written as objects, and rows of older runs (positional lists of five or seven) read the same."""
+"""Call figures by name: written as objects, and rows of older runs (positional lists of five or seven) read the
+same."""
 
 from __future__ import annotations
 

@@ -44,7 +44,8 @@ def test_pet_weights_decoded_tokens_shares_the_fixed_prefix_and_prefills_forced_
     assert figures["forced"] == 40 and figures["decoded"] == 60 + 50
     attended = 60 * (1000 + 50) + 50 * (1500 + 25)
     assert figures["pet"] == pytest.approx(600 + 40 + 3 * 110 + 0.001 * attended)
-    assert cost.pet([read(first[:5])])["shared_uncached"] == 1000  # a row of an older run: nothing shared, nothing forced
+    # a row of an older run: nothing shared, nothing forced
+    assert cost.pet([read(first[:5])])["shared_uncached"] == 1000
 
 
 @pytest.mark.parametrize("spec", ["qwen3.5-27b", "qwen3.5-27b@a100:8", "qwen3.5-27b@h200", "qwen3.5-27b@h200:0",

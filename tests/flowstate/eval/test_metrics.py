@@ -15,7 +15,8 @@ def row(correct: list[bool], credit: list[float] | None = None, success: bool | 
     read through the one adapter."""
     credit = credit or [float(c) for c in correct]
     subtasks = [
-        {"k": k, "correct": c, "credit": cr, "response": "x", "error": None, "steps": 2, "parse_failures": 0, "rejected": 1,
+        {"k": k, "correct": c, "credit": cr, "response": "x", "error": None, "steps": 2, "parse_failures": 0,
+         "rejected": 1,
          "usage": {"prompt_tokens": 100, "cached_tokens": 40, "completion_tokens": 10},
          "calls": [[60, 20, 6, 0.5, 1.0], [40, 20, 4, 0.1, 0.3]]}
         for k, (c, cr) in enumerate(zip(correct, credit, strict=True), 1)

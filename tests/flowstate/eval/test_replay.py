@@ -135,7 +135,8 @@ def name_conversation() -> list[dict[str, Any]]:
         {"role": "assistant", "content": None, "tool_calls": [call("c1", "get_reservation_details",
                                                                    reservation_id="ABC123")]},
         {"role": "tool", "tool_call_id": "c1", "name": "get_reservation_details",
-         "content": json.dumps({"reservation_id": "ABC123", "passengers": [{"first_name": "Noah", "last_name": "Park"}]})},
+         "content": json.dumps({"reservation_id": "ABC123",
+                                "passengers": [{"first_name": "Noah", "last_name": "Park"}]})},
         {"role": "assistant", "content": "Noah Park is on ABC123."},
         {"role": "user", "content": "Please add the same passenger to reservation XYZ789."},
         {"role": "assistant", "content": None, "tool_calls": [call(
@@ -194,7 +195,8 @@ def test_sessions_join_recorded_conversations_and_results_enlarge_search_pages(r
     from flowstate.eval.suites import Spec, generate, options
 
     assert options("tau-replay") == {"sessions": 1, "results": 1}
-    [joined] = generate("tau-replay", 5, Spec(1, sizes={"sessions": 2}, data=str(recording)))  # 2 conversations: 1 session
+    # 2 conversations: 1 session
+    [joined] = generate("tau-replay", 5, Spec(1, sizes={"sessions": 2}, data=str(recording)))
     single = generate("tau-replay", 5, Spec(1, data=str(recording)))
     assert len(single) == 2 and joined.queries == single[0].queries + single[1].queries
     assert isinstance(joined, ReplayTask) and len(joined.expected) == 10

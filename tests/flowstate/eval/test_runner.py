@@ -24,7 +24,8 @@ from flowstate.eval.suites import generate
 from flowstate.limits import COMPACT
 from flowstate.memory import get
 
-ARGS = ["--policy", "oracle", "--suite", "hotel,bundle,travel,chain", "--strategy", "flowstate,full-context,no-psa,no-isu",
+ARGS = ["--policy", "oracle", "--suite", "hotel,bundle,travel,chain", "--strategy",
+        "flowstate,full-context,no-psa,no-isu",
         "--tasks", "12", "--depth", "6"]
 TOTAL = 4 * 4 * 12
 
@@ -77,7 +78,8 @@ def test_a_rerun_with_another_configuration_is_refused(tmp_path: Path) -> None:
     more = EvalConfig(suites=("chain",), strategies=("flowstate",), tasks=3, depth=3, out=tmp_path, policy="oracle")
     assert len(run_eval(more, [])) == 3  # more tasks of the same configuration: only the new one runs
     with pytest.raises(ValueError, match="other settings \\(depth was 3, now 4\\)"):
-        run_eval(EvalConfig(suites=("chain",), strategies=("flowstate",), tasks=2, depth=4, out=tmp_path, policy="oracle"), [])
+        run_eval(EvalConfig(suites=("chain",), strategies=("flowstate",), tasks=2, depth=4, out=tmp_path,
+                            policy="oracle"), [])
 
 
 @pytest.mark.parametrize("change", [

@@ -115,7 +115,8 @@ def test_bad_choices_of_stored_sessions_are_refused(tmp_path: Path, args: list[s
 
 
 def test_agreement_and_inferred_schemas() -> None:
-    assert normalize("Hotel  Avenida, 95 EUR!") == "hotel avenida 95 eur" and f1("a b c", "a b d") == pytest.approx(2 / 3)
+    assert normalize("Hotel  Avenida, 95 EUR!") == "hotel avenida 95 eur" and f1("a b c",
+                                                                                 "a b d") == pytest.approx(2 / 3)
     assert f1("", "") == 1.0 and f1("x", "") == 0.0
     schema = inferred_schema([Call("t", {"a": 1, "b": "x"}, None), Call("t", {"a": 2, "c": [1]}, None)])
     assert schema == {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"},
@@ -132,7 +133,8 @@ def test_a_judge_says_whether_the_replay_agrees_and_its_prompt_is_versioned() ->
     verdicts = [task.check(k, "Some answer.", env).detail["judge"] for k in (1, 2, 3)]  # type: ignore[index]
     assert verdicts == [1.0, 0.0, None]  # neither word: no verdict, never a guess
     asked = judge.prompts[0]
-    assert asked[0].content == JUDGE and "REFERENCE:\nHotel Avenida" in asked[1].content and JUDGE_VERSION == "agreement-v1"
+    assert (asked[0].content == JUDGE and "REFERENCE:\nHotel Avenida" in asked[1].content
+            and JUDGE_VERSION == "agreement-v1")
 
 
 def test_a_session_stored_with_its_tools_replays_with_them(tmp_path: Path) -> None:

@@ -83,7 +83,8 @@ class Recording(PolicyEngine):
         return super().generate(messages, **kwargs)
 
 
-def _run(task: Task, strategy: Strategy, policy_type: type[Policy] = Policy) -> tuple[Policy, Recording, dict[str, Any]]:
+def _run(task: Task, strategy: Strategy,
+         policy_type: type[Policy] = Policy) -> tuple[Policy, Recording, dict[str, Any]]:
     policy = policy_type(task, strategy, memory=True)
     engine = Recording(policy)
     with Repository.open(":memory:") as repo:
@@ -253,7 +254,8 @@ def test_the_realistic_policy_records_every_result_and_asks_for_history_in_a_ste
     assert any(any(key.startswith("offer_") for key in op["value"]) for op in recorded)
     # request 2's first step asks only for states whose summaries share a word with its query
     prompt, first = next((p, b) for p, b in steps if task.queries[1] in p)
-    summaries = {st["state_id"]: st["summary"] for e in sections(prompt)["historical_state_index"] for st in e["states"]}
+    summaries = {st["state_id"]: st["summary"] for e in sections(prompt)["historical_state_index"]
+                 for st in e["states"]}
     asked = [f["target_id"] for f in first["state_focus"]]
     assert asked and all(words(summaries[a]) & words(task.queries[1]) for a in asked)
     assert len(asked) < len(summaries) or len(summaries) == 1

@@ -45,7 +45,8 @@ AIRLINE_DB: dict[str, Any] = {
     "users": {
         "ana_3": {"user_id": "ana_3", "name": {"first_name": "Ana", "last_name": "Lee"}, "dob": "1990-01-01",
                   "payment_methods": {
-                      "credit_card_1": {"source": "credit_card", "id": "credit_card_1", "brand": "visa", "last_four": "1"},
+                      "credit_card_1": {"source": "credit_card", "id": "credit_card_1", "brand": "visa",
+                                        "last_four": "1"},
                       "gift_card_2": {"source": "gift_card", "id": "gift_card_2", "amount": 400},
                       "certificate_3": {"source": "certificate", "id": "certificate_3", "amount": 250}},
                   "saved_passengers": [], "membership": "gold", "reservations": ["R1"]},
@@ -79,14 +80,17 @@ def test_booking_prices_seats_insurance_bags_and_pays_as_tau3_does() -> None:
     kit = airline()
     tools = kit.toolset()
     args = {"user_id": "ana_3", "origin": "JFK", "destination": "SEA", "flight_type": "one_way", "cabin": "economy",
-            "flights": [{"flight_number": "HAT001", "date": "2024-05-20"}, {"flight_number": "HAT002", "date": "2024-05-20"}],
+            "flights": [{"flight_number": "HAT001", "date": "2024-05-20"},
+                        {"flight_number": "HAT002", "date": "2024-05-20"}],
             "passengers": [{"first_name": "Ana", "last_name": "Lee", "dob": "1990-01-01"}],
-            "payment_methods": [{"payment_id": "gift_card_2", "amount": 400}, {"payment_id": "certificate_3", "amount": 210}],
+            "payment_methods": [{"payment_id": "gift_card_2", "amount": 400},
+                                {"payment_id": "certificate_3", "amount": 210}],
             "total_baggages": 2, "nonfree_baggages": 1, "insurance": "yes"}
     # (300 + 200) × 1 passenger + 30 insurance + 50 × 1 paid bag = 580: paying 610 does not add up
     result, error = tools.call("book_reservation", args)
     assert result is None and error == "ValueError: Payment amount does not add up, total price is 580, but paid 610"
-    args["payment_methods"] = [{"payment_id": "gift_card_2", "amount": 400}, {"payment_id": "certificate_3", "amount": 180}]
+    args["payment_methods"] = [{"payment_id": "gift_card_2", "amount": 400},
+                               {"payment_id": "certificate_3", "amount": 180}]
     result, error = tools.call("book_reservation", args)
     assert error is None and result["reservation_id"] == "HATHAT" and result["created_at"] == "2024-05-15T15:00:00"
     assert [f["price"] for f in result["flights"]] == [300, 200]
@@ -162,12 +166,15 @@ RETAIL_DB: dict[str, Any] = {
                                            "paypal_8": {"source": "paypal", "id": "paypal_8"}}}},
     "orders": {
         "#W1": {"order_id": "#W1", "user_id": "bo_1", "status": "pending", "address": {},
-                "items": [{"name": "Lamp", "product_id": "P1", "item_id": "I1", "price": 10.0, "options": {"color": "red"}},
-                          {"name": "Lamp", "product_id": "P1", "item_id": "I1", "price": 10.0, "options": {"color": "red"}}],
+                "items": [{"name": "Lamp", "product_id": "P1", "item_id": "I1", "price": 10.0,
+                           "options": {"color": "red"}},
+                          {"name": "Lamp", "product_id": "P1", "item_id": "I1", "price": 10.0,
+                           "options": {"color": "red"}}],
                 "fulfillments": [], "payment_history": [{"transaction_type": "payment", "amount": 20.0,
                                                          "payment_method_id": "gift_card_9"}]},
         "#W2": {"order_id": "#W2", "user_id": "bo_1", "status": "delivered", "address": {},
-                "items": [{"name": "Lamp", "product_id": "P1", "item_id": "I2", "price": 12.5, "options": {"color": "blue"}}],
+                "items": [{"name": "Lamp", "product_id": "P1", "item_id": "I2", "price": 12.5,
+                           "options": {"color": "blue"}}],
                 "fulfillments": [], "payment_history": [{"transaction_type": "payment", "amount": 12.5,
                                                          "payment_method_id": "paypal_8"}]},
     },
@@ -181,12 +188,15 @@ def test_retail_tools_as_tau3_defines_them() -> None:
     assert tools.call("find_user_id_by_email", {"email": "nobody@x.com"})[1] == "ValueError: User not found"
     # the two I1 become I2 and I3, each with the *last* new item's price and options (τ³'s quirk)
     result, error = tools.call("modify_pending_order_items", {"order_id": "#W1", "item_ids": ["I1", "I1"],
-                                                              "new_item_ids": ["I2", "I3"], "payment_method_id": "paypal_8"})
+                                                              "new_item_ids": ["I2", "I3"],
+                                                              "payment_method_id": "paypal_8"})
     assert error is None and result["status"] == "pending (item modified)"
     assert [(i["item_id"], i["price"], i["options"]["color"]) for i in result["items"]] == \
         [("I2", 20.0, "green"), ("I3", 20.0, "green")]
-    assert result["payment_history"][-1] == {"transaction_type": "payment", "amount": 12.5, "payment_method_id": "paypal_8"}
-    _, error = tools.call("exchange_delivered_order_items", {"order_id": "#W2", "item_ids": ["I2"], "new_item_ids": ["I4"],
+    assert result["payment_history"][-1] == {"transaction_type": "payment", "amount": 12.5,
+                                             "payment_method_id": "paypal_8"}
+    _, error = tools.call("exchange_delivered_order_items",
+                          {"order_id": "#W2", "item_ids": ["I2"], "new_item_ids": ["I4"],
                                                              "payment_method_id": "paypal_8"})
     assert error == "ValueError: New item I4 not found or available"
     _, error = tools.call("return_delivered_order_items", {"order_id": "#W2", "item_ids": ["I2"],
@@ -261,7 +271,8 @@ def test_nl_assertions_run_with_a_judge_and_are_reported_as_not_run_without_one(
     verdicts = json.dumps({"results": [{"expectedOutcome": "a", "reasoning": "", "metExpectation": True},
                                        {"expectedOutcome": "b", "reasoning": "", "metExpectation": False}]})
     judge = ScriptedEngine([f"Here you go: {verdicts}"])
-    trajectory = [("user", "cancel"), ("assistant", "None"), ("tool", '{"status": "cancelled"}'), ("assistant", "Done.")]
+    trajectory = [("user", "cancel"), ("assistant", "None"), ("tool", '{"status": "cancelled"}'),
+                  ("assistant", "Done.")]
     judged = grade(task, db, [], talk, judge, trajectory=trajectory)
     assert judged.nl == [True, False] and judged.reward == 0.0 and judged.checks_run == ["DB", "NL_ASSERTION"]
     system, user = judge.prompts[0]
@@ -403,7 +414,8 @@ def test_users_scripted_and_simulated() -> None:
     assert simulated.first() == "Hi, I need to cancel my booking R1."
     assert simulated.reply("Done, it is cancelled.") == STOP
     prompt = engine.prompts[1]
-    assert prompt[0].role == "system" and "I want to cancel R1." in prompt[0].content and "###STOP###" in prompt[0].content
+    assert (prompt[0].role == "system" and "I want to cancel R1." in prompt[0].content
+            and "###STOP###" in prompt[0].content)
     assert [m.role for m in prompt[1:]] == ["user", "assistant", "user"]  # the agent speaks as the simulator's user
     assert prompt[1].content == "Hi! How can I help you today?"
 

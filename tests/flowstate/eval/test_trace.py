@@ -112,7 +112,8 @@ class Stub(BaseHTTPRequestHandler):
         n = body["max_tokens"]
         base = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
         events = [{**base, "choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}]}] * n
-        events.append({**base, "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": n + 5}})
+        events.append({**base, "choices": [],
+                       "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": n + 5}})
         send(self, b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n",
              "text/event-stream")
 
@@ -143,7 +144,8 @@ def test_a_replay_forces_the_recorded_lengths_keeps_each_sessions_order_and_read
     # a session's calls arrive in their order: full context's chat of one session (known by its first query) grows
     for session in traces["full-context"].values():
         first = session[0].messages[1].content
-        arrived = [b["messages"] for b in Stub.bodies if len(b["messages"]) > 1 and b["messages"][1]["content"] == first]
+        arrived = [b["messages"] for b in Stub.bodies if len(b["messages"]) > 1
+                   and b["messages"][1]["content"] == first]
         assert [len(m) for m in arrived] == [len(c.messages) for c in session]
         assert all(later[: len(earlier)] == earlier for earlier, later in zip(arrived, arrived[1:]))
     assert scrape("http://127.0.0.1:1/v1") == {}  # no server: no counters, not an error
@@ -158,7 +160,8 @@ def test_a_calls_forced_tokens_are_recorded_where_the_engine_counts_them(tmp_pat
     writer = TraceWriter(tmp_path / "t.jsonl")
     writer.record("s", {"strategy": "flowstate"}, [Message("user", "hi")],
                   Generation("", Usage(completion_tokens=10, forced_tokens=4)))
-    writer.record("s", {"strategy": "flowstate"}, [Message("user", "again")], Generation("", Usage(completion_tokens=3)))
+    writer.record("s", {"strategy": "flowstate"}, [Message("user", "again")],
+                  Generation("", Usage(completion_tokens=3)))
     calls = read(tmp_path / "t.jsonl")["flowstate"]["s"]
     assert [(c.completion_tokens, c.forced_tokens) for c in calls] == [(10, 4), (3, 0)]
     assert "forced_tokens" not in (tmp_path / "t.jsonl").read_text().splitlines()[-1]
