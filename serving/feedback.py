@@ -18,6 +18,7 @@ from flowstate.store.feedback import MAX_COMMENT, MAX_LABEL, BadFeedback, Feedba
 from serving.errors import APIError, bad_request, conflict
 from serving.naming import check_name
 from serving.services import Services
+from serving.sessions import no_request
 from serving.tenancy import entry
 
 router = APIRouter()
@@ -28,11 +29,6 @@ class FeedbackIn(BaseModel):
     score: float | None = Field(None, ge=-1, le=1, description="from -1 (bad) to 1 (good)")
     label: str | None = Field(None, min_length=1, max_length=MAX_LABEL, description="e.g. wrong_tool, helpful")
     comment: str = Field("", max_length=MAX_COMMENT)
-
-
-def _request_not_found(session: str, index: int) -> APIError:
-    return APIError(404, f"session {session!r} has no finished request {index}", type="not_found_error",
-                    param="index", code="request_not_found")
 
 
 async def _give(request: Request, s: Services, full: str, shown: str, index: int, body: FeedbackIn) -> dict[str, Any]:
@@ -46,10 +42,10 @@ async def _give(request: Request, s: Services, full: str, shown: str, index: int
     try:
         await anyio.to_thread.run_sync(repo.feedback.give, given)
     except SessionNotFound:
-        raise _request_not_found(shown, index) from None
+        raise no_request(shown, index) from None
     except BadFeedback as exc:
         if "no finished request" in str(exc):
-            raise _request_not_found(shown, index) from None
+            raise no_request(shown, index) from None
         raise bad_request(str(exc), "score") from None
     await anyio.to_thread.run_sync(repo.audit.record, entry(caller, "request.feedback", f"{shown}#{index}",
                                                             score=body.score, label=label))
@@ -59,7 +55,7 @@ async def _give(request: Request, s: Services, full: str, shown: str, index: int
 async def _list(s: Services, full: str, shown: str, index: int) -> dict[str, Any]:
     repo = s.config.repo
     if not await anyio.to_thread.run_sync(repo.has_session, full):
-        raise _request_not_found(shown, index)
+        raise no_request(shown, index)
     pieces = await anyio.to_thread.run_sync(repo.feedback.of, full, index)
     return {"object": "list", "session": shown, "request": index, "data": [p.to_dict() for p in pieces]}
 

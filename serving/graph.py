@@ -1,7 +1,8 @@
-"""The human view of a session's memory: an HTML page with the state graph drawn as SVG.
+"""The state graph's one layout, and the human page drawn from it: an HTML page with the graph as SVG.
 
-Nodes are coloured by state type (raw observations grey), grouped in one column per request, and
-relations are labelled arrows. Drawn on the server, so the page needs no script or network.
+Nodes are grouped in one column per request, in their order, and relations are arrows between them. ``layout``
+places everything once; the page here draws it on the server (no script, no network) and the console draws the
+same layout, which the session route returns with ``?layout=true``. Colours come from the console's stylesheet.
 """
 
 from __future__ import annotations
@@ -15,34 +16,22 @@ _PALETTE = (resources.files("serving.console") / "console.css").read_text(encodi
 COLOURS = {m[1]: m[2] for m in re.finditer(r"--t-(\w+):\s*(#[0-9a-fA-F]{6})", _PALETTE)}
 """Each state type's colour, as the console's stylesheet writes it (the one place the palette is written)."""
 RELATION_COLOURS = {m[1]: m[2] for m in re.finditer(r"--r-(\w+):\s*(#[0-9a-fA-F]{6})", _PALETTE)}
-COL_W, COL_GAP, NODE_H, ROW_GAP, TOP = 240, 90, 46, 24, 70
+COL_W, COL_GAP, NODE_H, ROW_GAP, TOP, LEFT = 210, 80, 40, 18, 56, 16
+BEND = 40  # how far an arrow between two nodes of one column bows out to the right
 
 
-def _layout(dump: dict[str, Any]) -> dict[str, tuple[float, float]]:
-    at: dict[str, tuple[float, float]] = {}
+def layout(dump: dict[str, Any]) -> dict[str, Any]:
+    """Where each part of the graph of ``session_dump``'s data goes, in pixels: ``columns`` (one a request: its
+    ``x``), ``nodes`` (each id's ``x``, ``y``; a node of no listed request is left out), ``edges`` (an arrow's
+    ``path`` and its label's ``label_x``/``label_y``, for relations between placed nodes), the node size and the
+    whole drawing's ``width`` and ``height``."""
+    columns, at = [], {}
     for col, req in enumerate(dump["requests"]):
-        nodes = [n for n in dump["nodes"] if n["request"] == req["index"]]
-        for row, node in enumerate(nodes):
-            at[node["id"]] = (20 + col * (COL_W + COL_GAP), TOP + row * (NODE_H + ROW_GAP))
-    return at
-
-
-def render_html(dump: dict[str, Any], title: str) -> str:
-    """The page for ``session_dump``'s data; ``title`` is the session name as the caller knows it."""
-    at = _layout(dump)
-    width = 40 + max(1, len(dump["requests"])) * (COL_W + COL_GAP)
-    height = TOP + 40 + max((y for _, y in at.values()), default=0) + NODE_H
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        'font-family="sans-serif" font-size="12">',
-        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" '
-        'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#555"/></marker></defs>',
-    ]
-    for col, req in enumerate(dump["requests"]):
-        cx = 20 + col * (COL_W + COL_GAP)
-        query = req["query"] if len(req["query"]) <= 38 else req["query"][:37] + "…"
-        parts.append(f'<text x="{cx}" y="30" font-weight="bold">request {req["index"]}</text>')
-        parts.append(f'<text x="{cx}" y="48"><title>{escape(req["query"])}</title>{escape(query)}</text>')
+        x = LEFT + col * (COL_W + COL_GAP)
+        columns.append({"index": req["index"], "x": x})
+        for row, node in enumerate(n for n in dump["nodes"] if n["request"] == req["index"]):
+            at[node["id"]] = (x, TOP + row * (NODE_H + ROW_GAP))
+    edges = []
     for node in dump["nodes"]:
         for rel in node["relations"]:
             if node["id"] not in at or rel["target"] not in at:
@@ -50,24 +39,50 @@ def render_html(dump: dict[str, Any], title: str) -> str:
             (x1, y1), (x2, y2) = at[node["id"]], at[rel["target"]]
             sx, ex = (x1, x2 + COL_W) if x2 < x1 else (x1 + COL_W, x2) if x2 > x1 else (x1 + COL_W, x2 + COL_W)
             sy, ey = y1 + NODE_H / 2, y2 + NODE_H / 2
-            bend = 40.0 if x1 == x2 else 0.0
-            path = f"M {sx} {sy} C {sx + bend} {sy}, {ex + bend} {ey}, {ex} {ey}"
-            colour = RELATION_COLOURS.get(rel["rel"], "#555")
-            parts.append(f'<path class="edge" d="{path}" fill="none" stroke="{colour}" marker-end="url(#arrow)"/>')
-            parts.append(f'<text x="{(sx + ex) / 2 + bend}" y="{(sy + ey) / 2 - 4}" fill="{colour}">'
-                         f'{escape(rel["rel"])}</text>')
-    for node in dump["nodes"]:
-        if node["id"] not in at:
-            continue
-        x, y = at[node["id"]]
+            bend = BEND if x1 == x2 else 0
+            edges.append({"source": node["id"], "target": rel["target"], "rel": rel["rel"],
+                          "path": f"M {sx} {sy} C {sx + bend} {sy}, {ex + bend} {ey}, {ex} {ey}",
+                          "label_x": (sx + ex) / 2 + bend, "label_y": (sy + ey) / 2 - 4})
+    bottom = max((y + NODE_H for _, y in at.values()), default=TOP)
+    return {"width": 2 * LEFT + max(1, len(columns)) * (COL_W + COL_GAP), "height": bottom + 24,
+            "node_width": COL_W, "node_height": NODE_H, "columns": columns,
+            "nodes": [{"id": i, "x": x, "y": y} for i, (x, y) in at.items()], "edges": edges}
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n - 1] + "…"
+
+
+def render_html(dump: dict[str, Any], title: str) -> str:
+    """The page for ``session_dump``'s data; ``title`` is the session name as the caller knows it."""
+    placed = layout(dump)
+    nodes = {n["id"]: n for n in dump["nodes"]}
+    queries = {r["index"]: r["query"] for r in dump["requests"]}
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{placed["width"]}" height="{placed["height"]}" '
+        'font-family="sans-serif" font-size="12">',
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" '
+        'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#555"/></marker></defs>',
+    ]
+    for col in placed["columns"]:
+        query = queries[col["index"]]
+        parts.append(f'<text x="{col["x"]}" y="22" font-weight="bold">request {col["index"]}</text>')
+        parts.append(f'<text x="{col["x"]}" y="40"><title>{escape(query)}</title>{escape(_clip(query, 34))}</text>')
+    for edge in placed["edges"]:
+        colour = RELATION_COLOURS.get(edge["rel"], "#555")
+        parts.append(f'<path class="edge" d="{edge["path"]}" fill="none" stroke="{colour}" '
+                     'marker-end="url(#arrow)"/>')
+        parts.append(f'<text x="{edge["label_x"]}" y="{edge["label_y"]}" fill="{colour}">{escape(edge["rel"])}</text>')
+    w, h = placed["node_width"], placed["node_height"]
+    for spot in placed["nodes"]:
+        node, x, y = nodes[spot["id"]], spot["x"], spot["y"]
         kind = "observation" if node["kind"] == "observation" else node["type"]
-        summary = node["summary"] if len(node["summary"]) <= 36 else node["summary"][:35] + "…"
         tip = escape(f"{node['id']} ({kind})\n{node['summary']}\n{node['value']}")
         parts.append(
             f'<g class="node" data-id="{escape(node["id"])}" data-type="{kind}"><title>{tip}</title>'
-            f'<rect x="{x}" y="{y}" width="{COL_W}" height="{NODE_H}" rx="6" fill="{COLOURS.get(kind, "#ddd")}"/>'
-            f'<text x="{x + 8}" y="{y + 18}" font-weight="bold">{escape(node["id"])}</text>'
-            f'<text x="{x + 8}" y="{y + 36}">{escape(summary)}</text></g>'
+            f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="6" fill="{COLOURS.get(kind, "#ddd")}"/>'
+            f'<text x="{x + 8}" y="{y + 16}" font-weight="bold">{escape(_clip(node["id"], 30))}</text>'
+            f'<text x="{x + 8}" y="{y + 32}">{escape(_clip(node["summary"], 32))}</text></g>'
         )
     parts.append("</svg>")
     legend = " ".join(

@@ -181,18 +181,13 @@
     return incoming;
   }
 
+  // the graph as the server lays it out (serving/graph.py's layout, the session's `layout` with ?layout=true): the
+  // graph page draws the same one
   function graph(dump, selected, select) {
-    const colW = 210, colGap = 80, nodeH = 40, rowGap = 18, top = 56;
-    const at = new Map();
-    dump.requests.forEach((req, col) => {
-      dump.nodes.filter((n) => n.request === req.index).forEach((node, row) => {
-        at.set(node.id, [16 + col * (colW + colGap), top + row * (nodeH + rowGap)]);
-      });
-    });
-    let bottom = top;
-    for (const [, [, y]] of at) bottom = Math.max(bottom, y + nodeH);
-    const width = 32 + Math.max(1, dump.requests.length) * (colW + colGap);
-    const svg = s("svg", { width, height: bottom + 24, id: "state-graph", role: "group",
+    const lay = dump.layout, w = lay.node_width, nh = lay.node_height;
+    const nodes = new Map(dump.nodes.map((n) => [n.id, n]));
+    const queries = new Map(dump.requests.map((r) => [r.index, r.query]));
+    const svg = s("svg", { width: lay.width, height: lay.height, id: "state-graph", role: "group",
       "aria-label": "state graph: " + dump.nodes.length + " nodes over " + dump.requests.length + " requests" });
     const defs = s("defs", {});
     for (const [rel, colour] of Object.entries(RELATION_COLOURS)) {
@@ -200,26 +195,19 @@
         markerHeight: 7, orient: "auto-start-reverse" }, s("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: colour })));
     }
     svg.append(defs);
-    dump.requests.forEach((req, col) => {
-      const x = 16 + col * (colW + colGap);
-      svg.append(s("text", { x, y: 22, "font-weight": "bold" }, "request " + req.index),
-        s("text", { x, y: 40 }, s("title", {}, req.query), clip(req.query, 34)));
-    });
-    for (const node of dump.nodes) {
-      for (const rel of node.relations) {
-        if (!at.has(node.id) || !at.has(rel.target)) continue;
-        const [x1, y1] = at.get(node.id), [x2, y2] = at.get(rel.target);
-        const sx = x2 < x1 ? x1 : x1 + colW, ex = x2 < x1 ? x2 + colW : x2 > x1 ? x2 : x2 + colW;
-        const sy = y1 + nodeH / 2, ey = y2 + nodeH / 2, bend = x1 === x2 ? 40 : 0;
-        const colour = RELATION_COLOURS[rel.rel] || "#555";
-        svg.append(s("path", { class: "edge", "data-rel": rel.rel, d: `M ${sx} ${sy} C ${sx + bend} ${sy}, ${ex + bend} ${ey}, ${ex} ${ey}`,
-          fill: "none", stroke: colour, "stroke-width": 1.5, "marker-end": "url(#arrow-" + rel.rel + ")" }),
-          s("text", { x: (sx + ex) / 2 + bend, y: (sy + ey) / 2 - 4, fill: colour }, rel.rel));
-      }
+    for (const col of lay.columns) {
+      const query = queries.get(col.index) || "";
+      svg.append(s("text", { x: col.x, y: 22, "font-weight": "bold" }, "request " + col.index),
+        s("text", { x: col.x, y: 40 }, s("title", {}, query), clip(query, 34)));
     }
-    for (const node of dump.nodes) {
-      if (!at.has(node.id)) continue;
-      const [x, y] = at.get(node.id);
+    for (const edge of lay.edges) {
+      const colour = RELATION_COLOURS[edge.rel] || "#555";
+      svg.append(s("path", { class: "edge", "data-rel": edge.rel, d: edge.path, fill: "none", stroke: colour,
+        "stroke-width": 1.5, "marker-end": "url(#arrow-" + edge.rel + ")" }),
+        s("text", { x: edge.label_x, y: edge.label_y, fill: colour }, edge.rel));
+    }
+    for (const spot of lay.nodes) {
+      const node = nodes.get(spot.id), { x, y } = spot;
       const kind = kindOf(node);
       const g = s("g", { class: "node" + (node.id === selected ? " selected" : ""), "data-id": node.id,
         "data-type": kind, tabindex: 0, role: "button", "aria-pressed": node.id === selected ? "true" : "false",
@@ -227,7 +215,7 @@
         onclick: () => select(node.id),
         onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); select(node.id); } } },
         s("title", {}, node.id + " (" + kind + ")\n" + node.summary),
-        s("rect", { x, y, width: colW, height: nodeH, rx: 6, fill: TYPE_COLOURS[kind] || "#ddd" }),
+        s("rect", { x, y, width: w, height: nh, rx: 6, fill: TYPE_COLOURS[kind] || "#ddd" }),
         s("text", { x: x + 8, y: y + 16, "font-weight": "bold" }, clip(node.id, 30)),
         s("text", { x: x + 8, y: y + 32 }, clip(node.summary, 32)));
       svg.append(g);
@@ -383,7 +371,8 @@
 
   async function sessionPage(name, params) {
     const records = new Map(), open = new Set();
-    let dump = await api(sessionPath(name));
+    const withLayout = () => api(sessionPath(name) + "?layout=true");
+    let dump = await withLayout();
     let selected = params.get("state") || null;
     let up = await lineage(dump);
     // the page's parts that live updates change, each replaced in place (the rest of the page stays as it is)
@@ -459,7 +448,7 @@
     let seen = shape(dump);
     const tick = async () => {  // one poll at a time: the next is set once this one is done
       let next;
-      try { next = await api(sessionPath(name)); } catch (e) {
+      try { next = await withLayout(); } catch (e) {
         stopPolling();
         if (e instanceof SignInNeeded) signIn(e.message);
         return;

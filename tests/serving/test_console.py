@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from flowstate import Repository
@@ -147,6 +148,14 @@ def test_the_console_as_an_operator_uses_it(db: str, server: Server, browser: An
     assert kinds == {"pref_quiet": "preference", "dec_hotel": "judgement"}
     assert [e.get_attribute("data-rel")
             for e in browser.find_elements(By.CSS_SELECTOR, "#state-graph .edge")] == ["supports"]
+    # one layout: the console draws each node and arrow where the server's graph page does
+    page = httpx.get(url + "/sessions/trip/graph", headers={"Authorization": "Bearer key-one"}).text
+    drawn = {n.get_attribute("data-id"): [n.find_element(By.TAG_NAME, "rect").get_attribute(a) for a in ("x", "y")]
+             for n in browser.find_elements(By.CSS_SELECTOR, "#state-graph .node")}
+    placed = re.findall(r'data-id="([^"]+)"[^>]*><title>[^<]*</title><rect x="([^"]+)" y="([^"]+)"', page)
+    assert drawn == {i: [x, y] for i, x, y in placed} and len(placed) == 2, (drawn, placed)
+    assert [e.get_attribute("d") for e in browser.find_elements(By.CSS_SELECTOR, "#state-graph .edge")] == \
+        re.findall(r'<path class="edge" d="([^"]+)"', page)
     browser.find_element(By.CSS_SELECTOR, "#request-1 .steps-toggle").click()
     rejected = wait_for(browser, "#request-1 .op.rejected")
     assert "ghost" in rejected.text and "created in this request" in rejected.find_element(By.CLASS_NAME, "reason").text

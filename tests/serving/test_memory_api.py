@@ -116,6 +116,41 @@ def test_a_request_and_its_record(served: tuple[Server, str]) -> None:
     assert get(url, "/sessions/trip/requests/x").status_code == 422
 
 
+def test_a_session_with_its_graph_layout_and_typed_parameters(served: tuple[Server, str]) -> None:
+    """The session route's layout is the graph page's, its parameters are typed and an unknown one is refused; the
+    published schema names each route's response model and parameters."""
+    _, url = served
+    plain = get(url, "/sessions/trip").json()
+    assert plain["layout"] is None and plain["id"] == "trip" and plain["object"] == "session"
+    laid = get(url, "/sessions/trip", layout="true").json()
+    assert {k: v for k, v in laid.items() if k != "layout"} == {k: v for k, v in plain.items() if k != "layout"}
+    spots = {n["id"]: (n["x"], n["y"]) for n in laid["layout"]["nodes"]}
+    assert set(spots) == {n["id"] for n in plain["nodes"]}
+    assert [c["index"] for c in laid["layout"]["columns"]] == [1, 2]
+    assert {(e["source"], e["target"], e["rel"]) for e in laid["layout"]["edges"]} == {
+        ("dec_hotel", "pref_quiet", "supports"), ("dec_keep", "dec_hotel", "supersedes")}
+    page = get(url, "/sessions/trip/graph").text
+    for node_id, (x, y) in spots.items():
+        assert f'data-id="{node_id}"' in page and f'<rect x="{x:g}" y="{y:g}"' in page.replace(".0\"", "\""), node_id
+    for bad, status, code in (({"layout": "maybe"}, 422, "invalid_value"),
+                              ({"layot": "true"}, 400, "unknown_parameter")):
+        r = get(url, "/sessions/trip", **bad)
+        assert r.status_code == status and r.json()["error"]["code"] == code, (bad, r.text)
+    assert get(url, "/sessions", limt=3).json()["error"]["code"] == "unknown_parameter"
+    assert get(url, "/sessions/trip/requests/1", verbose=1).json()["error"]["param"] == "verbose"
+    schema = httpx.get(url.removesuffix("/v1") + "/openapi.json", headers=ONE).json()
+    paths = ("/v1/sessions", "/v1/sessions/{session_id}", "/v1/memory/search",
+             "/v1/sessions/{session_id}/requests/{index}")
+    ops = {path: schema["paths"][path]["get"] for path in paths}
+    returns = {path: op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+               for path, op in ops.items()}
+    assert returns == {"/v1/sessions": "SessionList", "/v1/sessions/{session_id}": "SessionView",
+                       "/v1/memory/search": "HitPage", "/v1/sessions/{session_id}/requests/{index}": "RequestView"}
+    assert {p["name"] for p in ops["/v1/memory/search"]["parameters"]} == {
+        "q", "type", "session", "since", "until", "limit", "after", "in"}
+    assert {p["name"] for p in ops["/v1/sessions"]["parameters"]} == {"limit", "after", "name"}
+
+
 def test_search_api(served: tuple[Server, str]) -> None:
     _, url = served
     found = get(url, "/memory/search", q="lisbon").json()

@@ -1,0 +1,43 @@
+"""A request's body read within its limits: the size (413) and the time it may take to arrive (408), then parsed as
+one JSON object (400 otherwise)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from fastapi import Request
+
+from serving.errors import APIError, bad_request
+from serving.wire import IngressLimits, loads
+
+
+async def read_body(request: Request, limits: IngressLimits) -> bytes:
+    """The body, within the size limit (413) and the time limit (408)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
+        raise APIError(413, f"the body is larger than {limits.max_body_bytes} bytes", code="body_too_large")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        with anyio.fail_after(limits.body_timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limits.max_body_bytes:
+                    raise APIError(413, f"the body is larger than {limits.max_body_bytes} bytes", code="body_too_large")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise APIError(408, f"the body did not arrive within {limits.body_timeout_s:.0f} s",
+                       code="body_timeout") from None
+    return b"".join(chunks)
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or a 400 that says what is wrong with it."""
+    try:
+        data = loads(raw)
+    except ValueError as exc:  # not JSON, not UTF-8, NaN, huge integers, deep nesting, lone surrogates
+        raise bad_request(f"the body is not valid JSON: {exc}", code="invalid_json") from exc
+    if not isinstance(data, dict):
+        raise bad_request("the body must be a JSON object", code="invalid_json")
+    return data

@@ -1,0 +1,477 @@
+"""The session and memory routes: a key's sessions listed, one session read (its memory, what runs in it now and,
+asked, its graph's layout), a finished request's record, the graph page, export, import, delete, and memory search.
+
+Typed query parameters in, response models out (``/openapi.json`` documents both), over ``SessionsService``; each
+route reads and writes only the caller's namespace. A parameter a route does not take is a 400
+``unknown_parameter``; one of the wrong type a 422, as on every typed route."""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import asdict, replace
+from typing import Annotated, Any, Literal
+
+import anyio
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from flowstate.errors import SessionNotFound
+from flowstate.inspection import session_dump
+from flowstate.store import transfer
+from flowstate.store.audit import text_digest
+from flowstate.store.repository import Repository
+from flowstate.store.search import BadSearch, Search
+from serving.bodies import read_body
+from serving.errors import APIError, bad_request, conflict
+from serving.graph import layout, render_html
+from serving.naming import SessionKey, check_name
+from serving.services import Services
+from serving.tenancy import entry
+from serving.wire import MAX_DEPTH
+
+router = APIRouter()
+EXPORT_TYPE = "application/x-ndjson"
+MAX_IMPORT_BYTES = 256 << 20
+GRAPH_HEADERS = {
+    # the page is inline SVG and inline styles, nothing else: no script, image, frame, form or base may load
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
+                               "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+# -- what the routes take ------------------------------------------------------------------------------------------
+
+class SessionsQuery(BaseModel):
+    limit: int = Field(100, description="sessions a page, 1 to 1000")
+    after: str | None = Field(None, description="the page after this session")
+    name: str = Field("", description="only sessions whose name contains this (ignoring case)")
+
+
+class SessionQuery(BaseModel):
+    layout: bool = Field(False, description="also where each part of the state graph goes (the console draws it)")
+
+
+class SearchQuery(BaseModel):
+    """Memory search's parameters, as text: ``Search.parse`` checks them (a 400 ``invalid_search`` says what is
+    wrong)."""
+
+    q: str | None = Field(None, description="the words to search for")
+    type: str | None = Field(None, description="state types, comma-separated")
+    session: str | None = Field(None, description="only this session (and what a fork shares)")
+    since: str | None = Field(None, description="ISO date or unix seconds, inclusive")
+    until: str | None = Field(None, description="ISO date or unix seconds, inclusive")
+    limit: str | None = Field(None, description="hits a page, 1 to 100 (default 20)")
+    after: str | None = Field(None, description="the cursor of the page before (its next)")
+    in_: str | None = Field(None, alias="in", description="states, observations, or both (comma-separated)")
+
+
+# -- what they answer ----------------------------------------------------------------------------------------------
+
+class ForkPoint(BaseModel):
+    session: str
+    requests: int
+
+
+class SessionRow(BaseModel):
+    id: str
+    object: Literal["session"] = "session"
+    requests: int
+    states: int
+    created_at: int | None
+    last_activity: int | None
+    strategy: str | None
+    forked_from: ForkPoint | None
+    running: bool
+
+
+class SessionList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[SessionRow]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class MemoryHit(BaseModel):
+    object: Literal["memory.hit"] = "memory.hit"
+    session: str
+    request: int
+    state_id: str
+    kind: str
+    type: str
+    summary: str
+    score: float
+    created: int | None
+
+
+class HitPage(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[MemoryHit]
+    has_more: bool
+    next: str | None
+
+
+class GivenFeedback(BaseModel):
+    key: str
+    score: float | None
+    label: str | None
+    comment: str
+    at: float
+
+
+class FinishedRequest(BaseModel):
+    index: int
+    query: str
+    response: str | None
+    unfinished: str | None
+    created_at: int | None
+    strategy: str | None
+
+
+class RequestSummary(FinishedRequest):
+    feedback: list[GivenFeedback] = []
+
+
+class IndexState(BaseModel):
+    state_id: str
+    summary: str
+
+
+class IndexEntry(BaseModel):
+    query_id: int
+    user_query: str
+    states: list[IndexState]
+
+
+class Relation(BaseModel):
+    rel: str
+    target: str
+
+
+class Node(BaseModel):
+    id: str
+    kind: str
+    type: str
+    summary: str
+    value: Any
+    request: int
+    relations: list[Relation]
+
+
+class Pending(BaseModel):
+    tool_call_ids: list[str]
+
+
+class Running(BaseModel):
+    """The request a turn runs now, or that waits on the client's tool results."""
+
+    model_config = ConfigDict(extra="allow")
+    index: int
+    query: str
+    waiting: bool
+    steps: list[dict[str, Any]]
+
+
+class Column(BaseModel):
+    index: int
+    x: float
+
+
+class Spot(BaseModel):
+    id: str
+    x: float
+    y: float
+
+
+class Edge(BaseModel):
+    source: str
+    target: str
+    rel: str
+    path: str
+    label_x: float
+    label_y: float
+
+
+class GraphLayout(BaseModel):
+    """``serving.graph.layout``: the one layout the graph page and the console both draw."""
+
+    width: float
+    height: float
+    node_width: float
+    node_height: float
+    columns: list[Column]
+    nodes: list[Spot]
+    edges: list[Edge]
+
+
+class SessionView(BaseModel):
+    id: str
+    object: Literal["session"] = "session"
+    session: str
+    forked_from: ForkPoint | None
+    forks: list[ForkPoint]
+    requests: list[RequestSummary]
+    index: list[IndexEntry]
+    nodes: list[Node]
+    pending: Pending | None
+    running: Running | None
+    layout: GraphLayout | None = None
+
+
+class RequestView(FinishedRequest):
+    object: Literal["session.request"] = "session.request"
+    session: str
+    record: dict[str, Any]
+
+
+class Deleted(BaseModel):
+    id: str
+    object: Literal["session.deleted"] = "session.deleted"
+    deleted: bool = True
+
+
+class Imported(BaseModel):
+    object: Literal["session.import"] = "session.import"
+    sessions: list[str]
+
+
+# -- the service ---------------------------------------------------------------------------------------------------
+
+def unknown_session(name: str) -> APIError:
+    return APIError(404, f"no session {name!r}", type="not_found_error", param="session_id", code="session_not_found")
+
+
+def no_request(session: str, index: int) -> APIError:
+    return APIError(404, f"session {session!r} has no finished request {index}", type="not_found_error",
+                    param="index", code="request_not_found")
+
+
+def only(request: Request, *names: str) -> None:
+    """A 400 for a query parameter the route does not take (a typo would otherwise be ignored)."""
+    unknown = sorted(set(request.query_params) - set(names))
+    if unknown:
+        raise bad_request(f"unknown parameter {unknown[0]!r}: {', '.join(names) or 'none'}", unknown[0],
+                          "unknown_parameter")
+
+
+def stored_dump(repo: Repository, key: SessionKey, live: bool) -> dict[str, Any]:
+    """The session's stored memory as its key knows it; a session whose first request still runs shows as empty."""
+    try:
+        dump = session_dump(repo, key.full)
+    except SessionNotFound as exc:
+        if not live:
+            raise unknown_session(key.name) from exc
+        dump = {"requests": [], "index": [], "nodes": [], "forked_from": None, "forks": []}
+    dump["session"] = key.name
+    if dump.get("forked_from"):  # the sessions of one key are forked from its own
+        dump["forked_from"]["session"] = dump["forked_from"]["session"][len(key.namespace):]
+    for fork in dump.get("forks", []):
+        fork["session"] = fork["session"][len(key.namespace):]
+    given: dict[int, list[dict[str, Any]]] = {}
+    for f in repo.feedback.of(key.full):  # what users said of each request (serving/feedback.py)
+        given.setdefault(f.request, []).append({k: v for k, v in f.to_dict().items() if k != "request"})
+    for req in dump["requests"]:
+        req["feedback"] = given.get(req["index"], [])
+    return dump
+
+
+class SessionsService:
+    """The session and memory routes' work over one server's services, for the caller of each request."""
+
+    def __init__(self, services: Services) -> None:
+        self.s = services
+
+    def key(self, request: Request, session_id: str) -> SessionKey:
+        """The caller's session named in the path (NFC, as names in headers and bodies are)."""
+        return SessionKey(self.s.namespace(request), unicodedata.normalize("NFC", session_id))
+
+    async def list(self, request: Request, query: SessionsQuery) -> SessionList:
+        ns = self.s.namespace(request)
+        if not 1 <= query.limit <= 1000:
+            raise bad_request(f"limit is {query.limit}: 1 to 1000", "limit", "invalid_limit")
+        if len(query.name) > 200:
+            raise bad_request("name is longer than a session name can be (200 characters)", "name", "invalid_name")
+        after = None if query.after is None else ns + unicodedata.normalize("NFC", query.after)
+        rows, more = await anyio.to_thread.run_sync(lambda: self.s.config.repo.session_page(
+            ns, contains=query.name, limit=query.limit, after=after))  # storage: never on the event loop
+        data = [SessionRow(id=r.name[len(ns):], requests=r.requests, states=r.states, created_at=r.created_at,
+                           last_activity=r.active_at or None, strategy=r.strategy,
+                           forked_from=None if r.forked_from is None else ForkPoint(
+                               session=r.forked_from[0][len(ns):], requests=r.forked_from[1]),
+                           running=self.s.sessions.running(r.name)) for r in rows]
+        return SessionList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
+                           has_more=more)
+
+    async def search(self, request: Request, query: SearchQuery) -> HitPage:
+        ns = self.s.namespace(request)
+        try:
+            search = Search.parse(query.q, type=query.type, session=query.session, since=query.since,
+                                  until=query.until, limit=query.limit, after=query.after, in_=query.in_)
+        except BadSearch as exc:
+            raise bad_request(str(exc), None, "invalid_search") from None
+        if search.session is not None:
+            search = replace(search, session=unicodedata.normalize("NFC", search.session))
+        hits, more = await anyio.to_thread.run_sync(self.s.config.repo.search, ns, search)
+        await self.s.record(entry(request.state.caller, "memory.search", text_digest(query.q or ""), hits=len(hits)))
+        return HitPage(data=[MemoryHit(**{**asdict(h), "session": h.session[len(ns):]}) for h in hits], has_more=more,
+                       next=search.cursor(search.offset + search.limit) if more else None)
+
+    async def view(self, key: SessionKey, with_layout: bool) -> SessionView:
+        """The session: its stored memory, the request a turn runs in it now (as it will be stored) or that waits on
+        tool results, and, asked, its graph's layout."""
+        live = await self.s.sessions.view(key.full)  # memory, else the database
+        waiting = live is not None and live.calls is not None
+        # a turn runs in this server's memory (on a shared database, view reads anew)
+        held = self.s.sessions.peek(key.full)
+        run = held.run if held is not None else None
+        dump = await anyio.to_thread.run_sync(stored_dump, self.s.config.repo, key, waiting or run is not None)
+        dump["pending"] = {"tool_call_ids": live.calls} if waiting and live and live.calls else None
+        dump["running"] = None if run is None else {
+            "index": run.index_k, "query": run.query, "waiting": waiting,
+            "steps": [st.to_dict() for st in list(run.steps)]}
+        redaction = self.s.config.repo.redaction
+        if redaction is not None and run is not None:  # what runs in memory is shown as it will be stored
+            dump["running"] = await anyio.to_thread.run_sync(redaction.value, key.full, dump["running"])
+        if with_layout:
+            dump["layout"] = layout(dump)
+        return SessionView.model_validate({"id": key.name, **dump})
+
+    async def finished(self, key: SessionKey, index: int) -> RequestView:
+        """One finished request with its run record: every step's output and what became of it."""
+
+        def read() -> dict[str, Any] | None:
+            repo = self.s.config.repo
+            record = repo.request_record(key.full, index)
+            if record is None:
+                return None
+            row = next(r for r in repo.requests(key.full) if r.index == index)
+            record.pop("session", None)  # the repository's name: the key's namespace is not shown
+            return {"index": index, "query": row.query, "response": row.response, "unfinished": row.unfinished,
+                    "created_at": row.created_at, "strategy": row.strategy, "record": record}
+
+        found = await anyio.to_thread.run_sync(read)
+        if found is None:
+            raise no_request(key.name, index)
+        return RequestView(session=key.name, **found)
+
+    async def page(self, key: SessionKey) -> HTMLResponse:
+        live = self.s.sessions.peek(key.full)
+        dump = await anyio.to_thread.run_sync(stored_dump, self.s.config.repo, key,
+                                              live is not None and live.run is not None)
+        return HTMLResponse(render_html(dump, key.name), headers=GRAPH_HEADERS)
+
+    async def export(self, request: Request, key: SessionKey) -> Response:
+        """The session as a portable file (flowstate/store/transfer.py): what ``POST /v1/sessions/import`` reads."""
+        did = entry(request.state.caller, "session.export", key.name)
+        try:
+            lines = await anyio.to_thread.run_sync(self.s.config.repo.export_sessions, [key.full], key.namespace)
+        except SessionNotFound:
+            await self.s.record(did.refused("no such session"))
+            raise unknown_session(key.name) from None
+        await self.s.record(did)  # before a line of it leaves
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key.name)[:80] or "session"
+        return Response("".join(lines), media_type=EXPORT_TYPE,
+                        headers={"Content-Disposition": f'attachment; filename="{safe}.flowstate.jsonl"'})
+
+    async def take_in(self, request: Request) -> Imported:
+        """A session file into the key's namespace, all or nothing; ``rename=OLD=NEW`` renames on the way."""
+        ns = self.s.namespace(request)
+        try:
+            renames = transfer.renames(unicodedata.normalize("NFC", v) for v in request.query_params.getlist("rename"))
+        except ValueError as exc:
+            raise bad_request(str(exc), "rename", "invalid_rename") from None
+        raw = await read_body(request, replace(self.s.config.ingress, max_body_bytes=MAX_IMPORT_BYTES))
+        try:
+            text = raw.decode("utf-8")
+            file = await anyio.to_thread.run_sync(transfer.read_file, transfer.lines_of(text), renames, MAX_DEPTH)
+        except UnicodeDecodeError:
+            raise bad_request("the body is not UTF-8 text", None, "invalid_session_file") from None
+        except transfer.BadSessionFile as exc:
+            raise bad_request(str(exc), None, "invalid_session_file") from None
+        for name in file.names:  # a name the API can address, as every session a client makes
+            if check_name(name, "rename") != name:
+                raise bad_request(f"session name {name[:60]!r} is not in NFC form: rename it", "rename",
+                                  "invalid_session")
+        did = entry(request.state.caller, "session.import", ",".join(file.names)[:500], sessions=len(file.names))
+        try:
+            names = await self.s.take_in(file, ns, did)
+        except (transfer.SessionExists, transfer.BadSessionFile, APIError) as exc:
+            await self.s.record(did.refused(str(exc)))
+            if isinstance(exc, transfer.SessionExists):
+                raise conflict(str(exc), "session_exists") from None
+            if isinstance(exc, transfer.BadSessionFile):
+                raise bad_request(str(exc), None, "invalid_session_file") from None
+            raise
+        return Imported(sessions=names)
+
+    async def delete(self, request: Request, key: SessionKey) -> Deleted:
+        did = entry(request.state.caller, "session.delete", key.name)
+        if not await self.s.forget(key.full, did):
+            await self.s.record(did.refused("no such session"))
+            raise unknown_session(key.name)
+        return Deleted(id=key.name)
+
+
+def _service(request: Request) -> SessionsService:
+    return request.app.state.sessions  # type: ignore[no-any-return]
+
+
+# -- the routes ----------------------------------------------------------------------------------------------------
+
+@router.get("/v1/sessions")
+async def list_sessions(request: Request, query: Annotated[SessionsQuery, Query()]) -> SessionList:
+    """The key's sessions, the most recently active first, ``limit`` (1–1000) a page after the session ``after``;
+    ``name`` keeps those whose name contains it (ignoring case)."""
+    only(request, "limit", "after", "name")
+    return await _service(request).list(request, query)
+
+
+@router.get("/v1/memory/search")
+async def search_memory(request: Request, query: Annotated[SearchQuery, Query()]) -> HitPage:
+    """The key's states (and, with ``in=states,observations``, raw tool observations) that match ``q``, best first."""
+    only(request, "q", "type", "session", "since", "until", "limit", "after", "in")
+    return await _service(request).search(request, query)
+
+
+@router.get("/v1/sessions/{session_id}")
+async def get_session(session_id: str, request: Request, query: Annotated[SessionQuery, Query()]) -> SessionView:
+    only(request, "layout")
+    service = _service(request)
+    return await service.view(service.key(request, session_id), query.layout)
+
+
+@router.get("/v1/sessions/{session_id}/requests/{index}")
+async def get_request(session_id: str, index: int, request: Request) -> RequestView:
+    """One finished request of the session with its run record: every step's output and what became of it."""
+    only(request)
+    service = _service(request)
+    return await service.finished(service.key(request, session_id), index)
+
+
+@router.get("/v1/sessions/{session_id}/graph", response_class=HTMLResponse)
+async def graph(session_id: str, request: Request) -> HTMLResponse:
+    """The session's state graph as a page of its own: inline SVG, no script."""
+    service = _service(request)
+    return await service.page(service.key(request, session_id))
+
+
+@router.get("/v1/sessions/{session_id}/export")
+async def export_session(session_id: str, request: Request) -> Response:
+    """The session as a portable file (flowstate/store/transfer.py): what ``POST /v1/sessions/import`` reads."""
+    service = _service(request)
+    return await service.export(request, service.key(request, session_id))
+
+
+@router.post("/v1/sessions/import")
+async def import_sessions(request: Request) -> Imported:
+    """A session file into the key's namespace, all or nothing: ``rename=OLD=NEW`` (repeatable) renames on the way."""
+    only(request, "rename")
+    return await _service(request).take_in(request)
+
+
+@router.delete("/v1/sessions/{session_id}")
+async def delete_session(session_id: str, request: Request) -> Deleted:
+    service = _service(request)
+    return await service.delete(request, service.key(request, session_id))
