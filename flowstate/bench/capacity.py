@@ -262,8 +262,8 @@ class Simulation:
         while live:
             plan = sched.schedule()
             steps += 1
-            peak_usage, peak_waiting = max(peak_usage,
-                                           sched.kv_cache_manager.usage), max(peak_waiting, len(sched.waiting))
+            peak_usage = max(peak_usage, sched.kv_cache_manager.usage)
+            peak_waiting = max(peak_waiting, len(sched.waiting))
             ids_ = list(plan.num_scheduled_tokens)
             scheduled = sum(plan.num_scheduled_tokens.values())
             computed += scheduled

@@ -108,8 +108,7 @@ class ModeResult:
                   for x, y in zip(self.texts, other.texts if other else [], strict=False) if x != y]
         return {"drafted": self.drafted_tokens, "kept_share": round(self.accepted_tokens / self.drafted_tokens, 3),
                 "tokens_per_pass": round(sampled / (sampled - self.accepted_tokens), 2)
-                if sampled > self.accepted_tokens
-                else None,
+                if sampled > self.accepted_tokens else None,
                 "same_text": f"{len(self.texts) - len(parted)}/{len(self.texts)}" if other else None,
                 "parts_at_char": ",".join(map(str, parted)) or None}
 

@@ -148,8 +148,8 @@ def evaluate(
         names, strategy_list = _checked(suites, strategy_names, layout, kv_model, gpu_cost, decode_weight)
         compare = len(engine_specs) > 1
         policy_list, policy = _policies(policies, compare)
-        specs = [_engine_spec(spec, "--engine", "FLOWSTATE_ENGINE_API_KEY") for spec in engine_specs
-                 or (engines.DEFAULT,)]
+        specs = [_engine_spec(spec, "--engine", "FLOWSTATE_ENGINE_API_KEY")
+                 for spec in engine_specs or (engines.DEFAULT,)]
         grid = points(numbers(depths, "--depth"), _sizes(suite_options), list(dict.fromkeys(policy_list)) or [None])
         roles = {role: _engine_spec(spec, "--" + role, f"FLOWSTATE_{role.upper()}_API_KEY", needs_model=True)
                  if spec else None for role, spec in (("user", user_spec), ("judge", judge_spec))}

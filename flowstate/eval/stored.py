@@ -117,8 +117,8 @@ def stored_turns(repo: Repository, name: str) -> tuple[str, list[Turn], list[int
     for row in repo.requests(name):
         record = repo.request_record(name, row.index) or {}
         policy = str(record.get("policy") or policy)  # the policy the request ran under (the last one's counts)
-        offered.update({str(t["name"]): dict(t) for t in record.get("tools") or [] if isinstance(t, dict)
-                        and "name" in t})
+        offered.update({str(t["name"]): dict(t) for t in record.get("tools") or []
+                        if isinstance(t, dict) and "name" in t})
         steps = tuple(tuple(Call(c["name"], dict(c.get("arguments") or {}),
                                  ToolError(c["error"]) if "error" in c else c.get("result"))
                             for c in s.get("tool_calls") or [] if not c.get("repeat_of"))

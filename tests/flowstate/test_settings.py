@@ -52,6 +52,6 @@ def test_the_shipped_example_is_valid() -> None:
     code, out = _run("--config", str(example), "--print-config")
     assert code == 0, out
     from_file = [line.split(" = ")[0] for line in out.splitlines() if f"# file {example}" in line]
-    keys = [line.split(" = ")[0] for line in example.read_text().splitlines() if " = " in line
-            and not line.startswith("#")]
+    keys = [line.split(" = ")[0] for line in example.read_text().splitlines()
+            if " = " in line and not line.startswith("#")]
     assert sorted(from_file) == sorted(keys) and len(keys) >= 10

@@ -210,8 +210,8 @@ def test_models_health_metrics_graph_and_fingerprint_sessions(server: Server) ->
             and page.headers["x-content-type-options"] == "nosniff")
 
     metrics = httpx.get(url.removesuffix("/v1") + "/metrics").text
-    values = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines() if line
-              and not line.startswith("#")}
+    values = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
+              if line and not line.startswith("#")}
     assert values['flowstate_turns_total{outcome="stop"}'] == 1
     assert values["flowstate_model_calls_total"] == 1
     assert values["flowstate_prompt_tokens_total"] == r.usage.prompt_tokens

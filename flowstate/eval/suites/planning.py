@@ -351,8 +351,9 @@ def _build(rng: random.Random, task_id: str, depth: int, flights: int, stays: in
             seen = {"flights_" + origins[k - 1]: flight_rows[origins[k - 1]], f"stays_{day_of(k)}": stay_rows[k],
                     f"restaurants_{day_of(k)}": food_rows[k]}
             guess = task.guess(k, seen)  # the table's best row, ignoring the earlier booking: must be wrong
-            if not isinstance(guess,
-                              Call) or guess.arguments.get("flight_number", guess.arguments.get("name")) != right:
+            if not isinstance(guess, Call):
+                break
+            if guess.arguments.get("flight_number", guess.arguments.get("name")) != right:
                 break
         else:
             raise ValueError(f"cannot generate planning subtask {k} with {flights} flights, {stays} stays and "
