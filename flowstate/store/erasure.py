@@ -31,8 +31,8 @@ from flowstate.store import forget
 from flowstate.store.audit import Entry, new_id, write
 from flowstate.store.backends import Backend, Conn, PostgresBackend
 
-TABLES = ("requests", "nodes", "relations", "transcripts", "responses", "conversations", "pending_requests",
-          "sessions")  # what an erasure deletes from (the search index too: node_search, with nodes)
+TABLES = ("requests", "record_parts", "nodes", "relations", "transcripts", "responses", "conversations",
+          "pending_requests", "feedback", "vault", "sessions")  # what an erasure deletes from (node_search too)
 OUTSIDE = "exports and backups made before the erasure are outside the server: erase them where they are kept"
 SQLITE_BYTES = ("sqlite: freed pages overwritten (secure_delete), the search index merged, the write-ahead log "
                 "checkpointed and truncated: the database file holds no erased text (blocks the filesystem freed "

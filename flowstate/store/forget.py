@@ -1,15 +1,15 @@
 """How a session's rows go, inside the caller's write transaction: the one deletion of history there is, shared by
 ``DELETE /v1/sessions/{id}``, retention's sweep and erasure. Everything the session owns goes with it: requests,
-nodes (their search rows by trigger or cascade), relations, transcripts (the Idempotency-Keys they hold), its
-waiting request, its stored responses, its conversation, the values redaction kept for it in the vault and the feedback
-on its requests. A session that forks share requests with stays."""
+nodes (their search rows by trigger or cascade), relations, transcripts (the Idempotency-Keys they hold), the parts
+of its run records, its waiting request, its stored responses, its conversation, the values redaction kept for it in
+the vault and the feedback on its requests. A session that forks share requests with stays."""
 
 from __future__ import annotations
 
 from flowstate.errors import SessionHasForks
 from flowstate.store.backends import Conn
 
-_OWNED = ("relations", "nodes", "transcripts", "requests")
+_OWNED = ("relations", "nodes", "transcripts", "record_parts", "requests")
 
 
 def one_at_a_time(conn: Conn, session: str, shared: bool) -> None:

@@ -293,6 +293,16 @@ _FEEDBACK = """
         );
         CREATE INDEX feedback_session ON feedback(session, request);
 """
+_RECORD_PARTS = """
+        -- A run record's large repeated parts (the tools a request offered, the policy it ran under), once per
+        -- session under their SHA-256 (flowstate/store/parts.py); the record names them; gone with its session.
+        CREATE TABLE record_parts (
+            session_id {id_type} NOT NULL REFERENCES sessions(id),
+            digest TEXT NOT NULL,
+            body TEXT NOT NULL,
+            PRIMARY KEY (session_id, digest)
+        );
+"""
 
 MIGRATIONS: list[tuple[str, str]] = [
     (
@@ -392,6 +402,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("0017_erasures", _ERASURES),
     ("0018_vault", _VAULT),
     ("0019_feedback", _FEEDBACK.format(seq="INTEGER PRIMARY KEY AUTOINCREMENT")),
+    ("0020_record_parts", _RECORD_PARTS.format(id_type="INTEGER")),
 ]
 
 
@@ -509,6 +520,7 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
     ("0017_erasures", _ERASURES),
     ("0018_vault", _VAULT),
     ("0019_feedback", _FEEDBACK.format(seq="BIGSERIAL PRIMARY KEY")),
+    ("0020_record_parts", _RECORD_PARTS.format(id_type="BIGINT")),
 ]
 FILLS: dict[str, Callable[[Any, bool], None]] = {"0011_search": search.fill}
 """Migrations whose data Python computes: run after the migration's SQL, in its transaction (conn, postgres)."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from flowstate.errors import SessionNotFound, StorageError
 from flowstate.nodes import Node, Ref, canonical_json
-from flowstate.store import forget, transfer
+from flowstate.store import forget, parts, transfer
 from flowstate.store import search as fts
 from flowstate.store.audit import AuditLog, Entry
 from flowstate.store.audit import write as write_audit
@@ -395,10 +395,10 @@ class Repository:
         """The run record stored with a finished request."""
         with self._read() as conn:
             row = conn.execute(
-                _LINE + "SELECT r.record FROM requests r JOIN line l ON r.session_id = l.sid AND r.idx <= l.upto"
-                " WHERE r.idx = ?", (session, index)
+                _LINE + "SELECT r.record, r.session_id FROM requests r JOIN line l ON r.session_id = l.sid"
+                " AND r.idx <= l.upto WHERE r.idx = ?", (session, index)
             ).fetchone()
-        return json.loads(row[0]) if row else None
+            return parts.whole(conn, json.loads(row[0]), int(row[1])) if row else None
 
     # -- nodes -----------------------------------------------------------------------------
 
@@ -510,7 +510,8 @@ class Repository:
                 conn.execute(  # the database refuses an index out of order (migration 0004)
                     "INSERT INTO requests (session_id, idx, query, response, record, unfinished, created_at, strategy)"
                     f" VALUES ({sid}, ?, ?, ?, ?, ?, ?, ?)",
-                    (session, index, query, response, canonical_json(record), unfinished, now, strategy),
+                    (session, index, query, response, canonical_json(parts.lean(conn, record, sid, (session,))),
+                     unfinished, now, strategy),
                 )
                 if nodes:
                     conn.executemany(

@@ -28,7 +28,7 @@ from typing import Any
 from engine.distribution import version as _version
 from flowstate.errors import SessionNotFound, StorageError
 from flowstate.nodes import Node, Ref, Relation, StateType, canonical_json, json_depth
-from flowstate.store import feedback
+from flowstate.store import feedback, parts
 from flowstate.store import search as fts
 from flowstate.store.backends import Conn
 
@@ -123,9 +123,9 @@ def _graph(conn: Conn, s: _Stored, rel: str, line: str, emit: Callable[..., None
     def rows(sql: str, t: str, i: str, order: str) -> Any:
         return conn.execute(line + sql + " " + where.format(t=t, i=i) + " " + order, args)
 
-    for r in rows("SELECT r.idx, r.query, r.response, r.record, r.unfinished, r.created_at, r.strategy FROM"
-                  " requests r", "r", "idx", "ORDER BY r.idx"):
-        record = json.loads(r[3])
+    for r in rows("SELECT r.idx, r.query, r.response, r.record, r.unfinished, r.created_at, r.strategy, r.session_id"
+                  " FROM requests r", "r", "idx", "ORDER BY r.idx"):
+        record = parts.whole(conn, json.loads(r[3]), int(r[7]))  # a file carries whole records
         if record.get("session") == s.name:
             record["session"] = rel
         emit("request", session=rel, index=int(r[0]), query=r[1], response=r[2], record=record,
@@ -487,8 +487,8 @@ def _write_session(conn: Conn, s: _Session, sid: int, name: str, namespace: str,
             record["session"] = name
         conn.execute("INSERT INTO requests (session_id, idx, query, response, record, unfinished, created_at, strategy)"
                      " VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (sid, r["index"], r["query"], r["response"],
-                                                          canonical_json(record), r["unfinished"], r["created_at"],
-                                                          r["strategy"]))
+                                                          canonical_json(parts.lean(conn, record, "?", (sid,))),
+                                                          r["unfinished"], r["created_at"], r["strategy"]))
     refs: dict[str, list[Ref]] = {}
     for x in sorted(s.relations, key=lambda x: (x["source"], x["position"])):
         refs.setdefault(x["source"], []).append(Ref(rel=Relation(x["rel"]), state_id=x["target"]))

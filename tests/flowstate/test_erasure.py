@@ -17,13 +17,14 @@ from flowstate.store.repository import Transcript
 from flowstate.store.responses import StoredResponse
 from flowstate.store.search import Search
 
-SECRET = "quokkazebra"  # the subject's text: in states, transcripts, responses, the search index
+SECRET = "quokkazebra"  # the subject's text: in states, records and their parts, transcripts, responses, the index
 
 
 def _said(repo: Repository, session: str, text: str) -> None:
     k = repo.request_count(session) + 1
     node = Node(id=f"kn_{k}", type=StateType.KNOWLEDGE, summary=f"told {text}", value={"said": text}, request=k)
-    repo.persist_request(session, k, f"remember {text}", f"noted {text}", [node], {"query": text},
+    policy = f"The user said {text}. " + "Be brief. " * 40  # long: a part of the record (flowstate/store/parts.py)
+    repo.persist_request(session, k, f"remember {text}", f"noted {text}", [node], {"query": text, "policy": policy},
                          transcript=Transcript([{"role": "user", "content": f"remember {text}"},
                                                 {"role": "assistant", "content": f"noted {text}"}], {f"idem-{k}": 1}))
 

@@ -1,0 +1,51 @@
+"""A run record's large parts that repeat request after request — the specs of the tools a request offered and the
+policy its system prompt held — stored once per session: the record keeps ``{"$part": SHA256}`` in their place and
+every read puts them back (``whole``), so a record reads, exports and replays as it was written. Parts belong to
+their session (``record_parts``, deleted with it, shared by no other session); a part under ``MIN_BYTES`` stays
+inline, where a reference would be no smaller."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from flowstate.errors import StorageError
+from flowstate.nodes import canonical_json
+from flowstate.store.backends import Conn
+
+PARTS = ("tools", "policy")
+MIN_BYTES = 256
+REF = "$part"
+
+
+def lean(conn: Conn, record: dict[str, Any], sid_sql: str, sid_args: Sequence[Any]) -> dict[str, Any]:
+    """``record`` with each large part stored in ``record_parts`` under its digest (once a session: a part stored
+    before is not written again) and referenced; ``sid_sql`` is the SQL that gives the session's id."""
+    out = dict(record)
+    for key in PARTS:
+        if record.get(key) is None:
+            continue
+        body = canonical_json(record[key])
+        if len(body.encode()) < MIN_BYTES:
+            continue
+        digest = hashlib.sha256(body.encode()).hexdigest()
+        conn.execute(f"INSERT INTO record_parts (session_id, digest, body) VALUES ({sid_sql}, ?, ?)"
+                     " ON CONFLICT (session_id, digest) DO NOTHING", (*sid_args, digest, body))
+        out[key] = {REF: digest}
+    return out
+
+
+def whole(conn: Conn, record: dict[str, Any], sid: int) -> dict[str, Any]:
+    """``record`` (stored by session ``sid``) with its referenced parts put back."""
+    refs = {k: v[REF] for k in PARTS if isinstance(v := record.get(k), dict) and REF in v}
+    if not refs:
+        return record
+    marks = ", ".join("?" for _ in refs)
+    bodies = dict(conn.execute(f"SELECT digest, body FROM record_parts WHERE session_id = ? AND digest IN ({marks})",
+                               (sid, *refs.values())).fetchall())
+    missing = sorted(d for d in refs.values() if d not in bodies)
+    if missing:
+        raise StorageError(f"a run record of session id {sid} names part {missing[0]}, which is not stored")
+    return {**record, **{k: json.loads(bodies[d]) for k, d in refs.items()}}
