@@ -126,6 +126,8 @@ class Capabilities:
     salts: bool = False  # honours ``cache_salt``: no call reuses a prefix cached under another salt
     priority: bool = False  # honours ``priority``: of the calls waiting, the lowest value's goes first
     shares: bool = False  # ``share_prefix``: every salt reuses the deployment's shared prefix
+    known: bool = True  # False while what the backend honours is not read yet (an OpenAI-compatible server
+    # down at start: ``salts`` and ``priority`` are decided at the first call it answers)
 
 
 ALL_SAMPLING = frozenset({"temperature", "top_p", "seed"})

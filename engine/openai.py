@@ -13,6 +13,7 @@ import re
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -71,18 +72,35 @@ class OpenAIEngine(RemoteEngine):
             if value not in ("auto", "on", "off"):
                 raise EngineConfigError(f"{what} is auto, on or off, not {value!r}")
         listed = self._call(self.client.models.list) if model is None else None
-        if listed is None and "auto" in (cache_salt, priority, prompt_cache_key):
-            try:
-                listed = self._call(self.client.models.list)
-            except (EngineError, EngineConfigError):  # not up yet, or no model list: taken for a server not vLLM's
-                listed = None
+        self._auto = (cache_salt == "auto", priority == "auto")
         self.model = self.model_name = model or self._first_model(listed)
-        vllm = any(getattr(m, "owned_by", "") == "vllm" for m in getattr(listed, "data", []) or [])
         openai_own = urlsplit(base_url).hostname == "api.openai.com"
         self.cache_key = prompt_cache_key == "on" or prompt_cache_key == "auto" and openai_own
-        self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING,
-                                         salts=cache_salt == "on" or cache_salt == "auto" and vllm,
-                                         priority=priority == "on" or priority == "auto" and vllm)
+        self.capabilities = Capabilities(grammar=True, streams=True, sampling=ALL_SAMPLING, salts=cache_salt == "on",
+                                         priority=priority == "on", known=not any(self._auto))
+        if not self.capabilities.known:
+            self._read_kind(listed)
+
+    def _read_kind(self, listed: Any = None) -> None:
+        """Whether the server is vLLM's (its ``/v1/models`` says ``owned_by: vllm``), for the options left ``auto``:
+        read at start, or — a server not up yet (a vLLM still loading its model) — at the first call it answers;
+        never taken for "not vLLM" meanwhile (a vLLM server would otherwise never get a tenant's cache salt): a call
+        while it has not answered fails as the server being unreachable."""
+        if listed is None:
+            o = self._openai
+            try:
+                listed = self.client.with_options(timeout=10.0).models.list()
+            except (o.APIConnectionError, o.APITimeoutError):
+                return  # not up yet: asked again at the next call
+            except o.APIStatusError as exc:
+                if exc.status_code in (500, 502, 503, 504):  # failing, or a proxy whose server is not up yet
+                    return
+                listed = None  # it answered without a model list (a 404, a 501): not a vLLM server
+        vllm = any(getattr(m, "owned_by", "") == "vllm" for m in getattr(listed, "data", []) or [])
+        salts_auto, priority_auto = self._auto
+        self.capabilities = replace(self.capabilities, known=True,
+                                    salts=self.capabilities.salts or salts_auto and vllm,
+                                    priority=self.capabilities.priority or priority_auto and vllm)
 
     @classmethod
     def from_options(cls, **options: Any) -> Any:
@@ -165,6 +183,11 @@ class OpenAIEngine(RemoteEngine):
                  affinity: str | None = None, purpose: Purpose = STEP,
                  cache_salt: str | None = None, priority: int = 0) -> Generation:
         s = (sampling or Sampling()).over(self.decoding)
+        if not self.capabilities.known:
+            self._read_kind()
+            if not self.capabilities.known:  # no call goes out unsalted to a server that may be vLLM's
+                raise EngineUnavailable(f"server {self.base_url} unreachable: it has not said what kind of server "
+                                        "it is (its /v1/models), which decides the cache salt and priority")
         started = time.perf_counter()
         extra, headers = self._extras(grammar, cache_salt, affinity, priority)
         stream = self._call(

@@ -40,9 +40,7 @@ class RouterEngine(Engine):
         if not servers:
             raise ValueError("a router needs at least one server")
         self.servers = list(servers)
-        # a salt isolates only where every server takes it; a priority orders calls only where every server does
-        self.capabilities = replace(type(self).capabilities, salts=all(s.capabilities.salts for s in self.servers),
-                                    priority=all(s.capabilities.priority for s in self.servers))
+        self.capabilities = self._joint()
         self.model_name = self.servers[0].model_name
         self.cooldown_s = cooldown_s
         self.stats = {s.base_url: ServerStats() for s in self.servers}
@@ -68,6 +66,13 @@ class RouterEngine(Engine):
             self._placed[affinity] = best
             return best
 
+    def _joint(self) -> Capabilities:
+        """A salt isolates only where every server takes it; a priority orders calls only where every server does;
+        known once every server's kind is."""
+        caps = [s.capabilities for s in self.servers]
+        return replace(type(self).capabilities, salts=all(c.salts for c in caps),
+                       priority=all(c.priority for c in caps), known=all(c.known for c in caps))
+
     def generate(self, messages: Sequence[Message], *, grammar: str | None = None, max_tokens: int | None = None,
                  on_text: OnText | None = None, sampling: Sampling | None = None,
                  affinity: str | None = None, purpose: Purpose = STEP,
@@ -92,6 +97,8 @@ class RouterEngine(Engine):
                     raise
                 tried.add(i)
                 continue
+            if not self.capabilities.known:  # a server down at start has answered now: read what it honours
+                self.capabilities = self._joint()
             with self._lock:
                 stats.calls += 1
                 stats.prompt_tokens += gen.usage.prompt_tokens

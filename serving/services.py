@@ -159,14 +159,17 @@ def agent_config(config: ServerConfig) -> AgentConfig:
     agent = AgentConfig(engine, strategy=config.strategy, tools=config.tools, policy=config.policy, loop=config.loop,
                         cache_salt=cache_salts(config.cache_isolation, config.cache_secret),
                         routing=routing_ids(config.cache_secret), priorities=config.priorities)
-    if isolated and not engine.capabilities.salts:
+    if not engine.capabilities.known:
+        log.info("the %s engine's server did not answer at start: whether it takes a cache salt and a priority is "
+                 "read at the first call it answers", engine.name)
+    elif isolated and not engine.capabilities.salts:
         log.warning("cache isolation %s: the %s engine takes no cache salt, so every tenant shares its prefix cache "
                     "(another tenant's prompts can be timed)", config.cache_isolation, engine.name)
     if isolated and engine.capabilities.shares:
         engine.share_prefix([Message("system", agent.system_prompt())])
     if not isolated and (config.keys or config.admin_keys):  # tenants share the cache: none is told another's hits
         agent.told_cached = engine.count_tokens(agent.system_prompt())
-    if config.priorities.on and not engine.capabilities.priority:
+    if config.priorities.on and engine.capabilities.known and not engine.capabilities.priority:
         log.info("the %s engine takes no priority: its calls run in arrival order", engine.name)
     return agent
 

@@ -143,3 +143,32 @@ def test_a_vllm_server_gets_the_calls_cache_salt_and_every_server_the_session_he
     assert "cache_salt" not in _Recorder.bodies[-1] and "x-session-id" not in _Recorder.headers[-1]
     with pytest.raises(EngineConfigError, match="cache_salt is auto, on or off"):
         engines.load("openai", base_url=recorder, cache_salt="maybe")
+
+
+@pytest.mark.parametrize("owner", ["vllm", "x"])
+def test_a_server_down_at_start_says_its_kind_at_the_first_call_it_answers(owner: str) -> None:
+    """cache_salt and priority left auto, a model named, and the server not up yet (a vLLM still loading its model):
+    nothing is decided then, no call goes out while the server has not said what it is, and the first call it
+    answers reads its kind — a vLLM server gets the salt and the priority from that call on, another neither."""
+    from engine.errors import EngineUnavailable
+    from engine.router import RouterEngine
+    from tests.engine.test_errors import free_port
+
+    port = free_port()
+    engine = engines.load("openai", base_url=f"http://127.0.0.1:{port}/v1", model="m", retries=0)
+    router = RouterEngine([engine])
+    assert not engine.capabilities.known and not engine.capabilities.salts and not router.capabilities.known
+    with pytest.raises(EngineUnavailable, match="has not said what kind"):
+        engine.generate(MESSAGES, cache_salt="salt-a", priority=2)
+    _Recorder.bodies, _Recorder.headers, _Recorder.owner = [], [], owner
+    server = ThreadingHTTPServer(("127.0.0.1", port), _Recorder)  # the server comes up
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        router.generate(MESSAGES, cache_salt="salt-b", priority=2)
+        body = _Recorder.bodies[-1]
+        vllm = owner == "vllm"
+        assert engine.capabilities.known and engine.capabilities.salts == engine.capabilities.priority == vllm
+        assert (body.get("cache_salt"), body.get("priority")) == (("salt-b", 2) if vllm else (None, None))
+        assert router.capabilities.known and router.capabilities.salts == vllm
+    finally:
+        server.shutdown()
