@@ -26,11 +26,14 @@ def layout(dump: dict[str, Any]) -> dict[str, Any]:
     ``path`` and its label's ``label_x``/``label_y``, for relations between placed nodes), the node size and the
     whole drawing's ``width`` and ``height``."""
     columns, at = [], {}
+    by_request: dict[int, list[str]] = {}
+    for n in dump["nodes"]:  # one pass: a session of thousands of requests and nodes is laid out in linear time
+        by_request.setdefault(n["request"], []).append(n["id"])
     for col, req in enumerate(dump["requests"]):
         x = LEFT + col * (COL_W + COL_GAP)
         columns.append({"index": req["index"], "x": x})
-        for row, node in enumerate(n for n in dump["nodes"] if n["request"] == req["index"]):
-            at[node["id"]] = (x, TOP + row * (NODE_H + ROW_GAP))
+        for row, node_id in enumerate(by_request.get(req["index"], [])):
+            at[node_id] = (x, TOP + row * (NODE_H + ROW_GAP))
     edges = []
     for node in dump["nodes"]:
         for rel in node["relations"]:
