@@ -453,6 +453,7 @@ async def get_request(session_id: str, index: int, request: Request) -> RequestV
 @router.get("/v1/sessions/{session_id}/graph", response_class=HTMLResponse)
 async def graph(session_id: str, request: Request) -> HTMLResponse:
     """The session's state graph as a page of its own: inline SVG, no script."""
+    only(request)
     service = _service(request)
     return await service.page(service.key(request, session_id))
 
@@ -460,6 +461,7 @@ async def graph(session_id: str, request: Request) -> HTMLResponse:
 @router.get("/v1/sessions/{session_id}/export")
 async def export_session(session_id: str, request: Request) -> Response:
     """The session as a portable file (flowstate/store/transfer.py): what ``POST /v1/sessions/import`` reads."""
+    only(request)
     service = _service(request)
     return await service.export(request, service.key(request, session_id))
 
@@ -473,5 +475,6 @@ async def import_sessions(request: Request) -> Imported:
 
 @router.delete("/v1/sessions/{session_id}")
 async def delete_session(session_id: str, request: Request) -> Deleted:
+    only(request)
     service = _service(request)
     return await service.delete(request, service.key(request, session_id))

@@ -137,7 +137,8 @@ def test_a_session_with_its_graph_layout_and_typed_parameters(served: tuple[Serv
         r = get(url, "/sessions/trip", **bad)
         assert r.status_code == status and r.json()["error"]["code"] == code, (bad, r.text)
     assert get(url, "/sessions", limt=3).json()["error"]["code"] == "unknown_parameter"
-    assert get(url, "/sessions/trip/requests/1", verbose=1).json()["error"]["param"] == "verbose"
+    for path in ("/sessions/trip/requests/1", "/sessions/trip/graph", "/sessions/trip/export"):
+        assert get(url, path, verbose=1).json()["error"]["param"] == "verbose", path
     schema = httpx.get(url.removesuffix("/v1") + "/openapi.json", headers=ONE).json()
     paths = ("/v1/sessions", "/v1/sessions/{session_id}", "/v1/memory/search",
              "/v1/sessions/{session_id}/requests/{index}")
