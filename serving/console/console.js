@@ -354,7 +354,36 @@
     return null;
   }
 
+  // a point of a text selection: the nearest element with an id around it, and the character offset in that
+  // element's text (a live update builds the same element again, with the same id)
+  function spotOf(node, offset) {
+    const el = node && node.nodeType === Node.TEXT_NODE ? node.parentElement.closest("[id]") : null;
+    if (!el || !main.contains(el)) return null;
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    let before = 0;
+    for (let t = walker.nextNode(); t; t = walker.nextNode()) {
+      if (t === node) return { id: el.id, at: before + offset };
+      before += t.data.length;
+    }
+    return null;
+  }
+
+  function pointAt(spot) {
+    const el = spot && document.getElementById(spot.id);
+    if (!el) return null;
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    let left = spot.at;
+    for (let t = walker.nextNode(); t; t = walker.nextNode()) {
+      if (left <= t.data.length) return [t, left];
+      left -= t.data.length;
+    }
+    return null;
+  }
+
   function kept(paint) {
+    const sel = window.getSelection();
+    const chosen = sel && sel.rangeCount && !sel.isCollapsed
+      ? [spotOf(sel.anchorNode, sel.anchorOffset), spotOf(sel.focusNode, sel.focusOffset)] : null;
     const open = [...main.querySelectorAll("details[open]")].map(placeOf).filter(Boolean);
     const focused = placeOf(document.activeElement);
     const scrolled = [...main.querySelectorAll(".graph")].map((g) => [g.id, g.scrollLeft, g.scrollTop]);
@@ -366,6 +395,8 @@
       if (g) { g.scrollLeft = left; g.scrollTop = top; }
     }
     if (focused) main.querySelector(focused)?.focus({ preventScroll: true });
+    const [from, to] = chosen ? chosen.map(pointAt) : [null, null];
+    if (from && to) sel.setBaseAndExtent(from[0], from[1], to[0], to[1]);  // the text the reader had selected
     window.scrollTo(x, y);
   }
 

@@ -341,8 +341,8 @@ def test_feedback_given_on_a_request_shows_on_it(server: Server, browser: Any, s
 
 def test_a_live_update_keeps_scroll_focus_and_what_is_open(server: Server, browser: Any, shots: Any) -> None:
     """A request finishing while the page is open updates it in place: the window's scroll, the focused control,
-    the steps and the raw output opened, and the state panel stay as they were; the new request is there; the graph's
-    states are buttons with accessible names."""
+    the steps and the raw output opened, the text selected and the state panel stay as they were; the new request is
+    there; the graph's states are buttons with accessible names."""
     from selenium.webdriver.common.by import By
 
     many = [{"text": output(delta=[add(f"kn_{i}", note="x" * 40) for i in range(6)], content="first " + "y" * 800),
@@ -361,6 +361,9 @@ def test_a_live_update_keeps_scroll_focus_and_what_is_open(server: Server, brows
         raw = wait_for(browser, "#request-1 .step details")
         browser.execute_script("arguments[0].open = true; document.querySelector('#request-1 .steps-toggle').focus();"
                                "window.scrollTo(0, 400);", raw)
+        selected = browser.execute_script(  # some of the first answer's text, selected as a reader would
+            "const t = document.querySelector('#request-1 .response').firstChild;"
+            "window.getSelection().setBaseAndExtent(t, 2, t, 30); return window.getSelection().toString();")
         before = browser.execute_script("return window.scrollY")
         assert before > 0
         api.chat.completions.create(model="flowstate", user="keep", messages=[{"role": "user", "content": "[two] go"}])
@@ -370,6 +373,9 @@ def test_a_live_update_keeps_scroll_focus_and_what_is_open(server: Server, brows
         assert browser.execute_script("return document.activeElement.classList.contains('steps-toggle') && "
                                       "document.activeElement.closest('#request-1') !== null")
         assert "kn_3" in browser.find_element(By.ID, "state").text  # the panel still shows the state chosen
+        still = browser.execute_script("const s = window.getSelection(); return s.toString() + '|' +"
+                                       "(s.anchorNode.parentElement.closest('#request-1 .response') !== null);")
+        assert selected == "rst " + "y" * 24 and still == selected + "|true"  # on the text rebuilt in place
         shots(browser, "kept")
     finally:
         browser.set_window_size(1400, 1000)
