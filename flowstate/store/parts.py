@@ -28,24 +28,31 @@ def lean(conn: Conn, record: dict[str, Any], sid_sql: str, sid_args: Sequence[An
         if record.get(key) is None:
             continue
         body = canonical_json(record[key])
-        if len(body.encode()) < MIN_BYTES:
+        data = body.encode()
+        if len(data) < MIN_BYTES:
             continue
-        digest = hashlib.sha256(body.encode()).hexdigest()
+        digest = hashlib.sha256(data).hexdigest()
         conn.execute(f"INSERT INTO record_parts (session_id, digest, body) VALUES ({sid_sql}, ?, ?)"
                      " ON CONFLICT (session_id, digest) DO NOTHING", (*sid_args, digest, body))
         out[key] = {REF: digest}
     return out
 
 
-def whole(conn: Conn, record: dict[str, Any], sid: int) -> dict[str, Any]:
-    """``record`` (stored by session ``sid``) with its referenced parts put back."""
+def whole(conn: Conn, record: dict[str, Any], sid: int, read: dict[tuple[int, str], Any] | None = None
+          ) -> dict[str, Any]:
+    """``record`` (stored by session ``sid``) with its referenced parts put back; ``read`` keeps the parts already
+    read across calls (an export reads a session's parts once, not once a request)."""
     refs = {k: v[REF] for k in PARTS if isinstance(v := record.get(k), dict) and REF in v}
     if not refs:
         return record
-    marks = ", ".join("?" for _ in refs)
-    bodies = dict(conn.execute(f"SELECT digest, body FROM record_parts WHERE session_id = ? AND digest IN ({marks})",
-                               (sid, *refs.values())).fetchall())
-    missing = sorted(d for d in refs.values() if d not in bodies)
+    read = {} if read is None else read
+    wanted = sorted({d for d in refs.values() if (sid, d) not in read})
+    if wanted:
+        marks = ", ".join("?" for _ in wanted)
+        for digest, body in conn.execute(f"SELECT digest, body FROM record_parts WHERE session_id = ? AND digest IN"
+                                         f" ({marks})", (sid, *wanted)).fetchall():
+            read[sid, digest] = json.loads(body)
+    missing = sorted(d for d in refs.values() if (sid, d) not in read)
     if missing:
         raise StorageError(f"a run record of session id {sid} names part {missing[0]}, which is not stored")
-    return {**record, **{k: json.loads(bodies[d]) for k, d in refs.items()}}
+    return {**record, **{k: read[sid, d] for k, d in refs.items()}}

@@ -123,9 +123,10 @@ def _graph(conn: Conn, s: _Stored, rel: str, line: str, emit: Callable[..., None
     def rows(sql: str, t: str, i: str, order: str) -> Any:
         return conn.execute(line + sql + " " + where.format(t=t, i=i) + " " + order, args)
 
+    read: dict[tuple[int, str], Any] = {}  # the session's record parts, each read once
     for r in rows("SELECT r.idx, r.query, r.response, r.record, r.unfinished, r.created_at, r.strategy, r.session_id"
                   " FROM requests r", "r", "idx", "ORDER BY r.idx"):
-        record = parts.whole(conn, json.loads(r[3]), int(r[7]))  # a file carries whole records
+        record = parts.whole(conn, json.loads(r[3]), int(r[7]), read)  # a file carries whole records
         if record.get("session") == s.name:
             record["session"] = rel
         emit("request", session=rel, index=int(r[0]), query=r[1], response=r[2], record=record,
