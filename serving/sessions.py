@@ -318,25 +318,30 @@ class SessionsService:
         return HitPage(data=[MemoryHit(**{**asdict(h), "session": h.session[len(ns):]}) for h in hits], has_more=more,
                        next=search.cursor(search.offset + search.limit) if more else None)
 
-    async def view(self, key: SessionKey, with_layout: bool) -> SessionView:
-        """The session: its stored memory, the request a turn runs in it now (as it will be stored) or that waits on
-        tool results, and, asked, its graph's layout."""
+    async def view(self, key: SessionKey, with_layout: bool) -> Response:
+        """The session as JSON: its stored memory, the request a turn runs in it now (as it will be stored) or that
+        waits on tool results, and, asked, its graph's layout — read, laid out, checked against ``SessionView`` and
+        written in a worker thread (a session of thousands of states takes a large part of a second: never on the
+        event loop, and checked once)."""
         live = await self.s.sessions.view(key.full)  # memory, else the database
         waiting = live is not None and live.calls is not None
         # a turn runs in this server's memory (on a shared database, view reads anew)
         held = self.s.sessions.peek(key.full)
         run = held.run if held is not None else None
-        dump = await anyio.to_thread.run_sync(stored_dump, self.s.config.repo, key, waiting or run is not None)
-        dump["pending"] = {"tool_call_ids": live.calls} if waiting and live and live.calls else None
-        dump["running"] = None if run is None else {
-            "index": run.index_k, "query": run.query, "waiting": waiting,
-            "steps": [st.to_dict() for st in list(run.steps)]}
-        redaction = self.s.config.repo.redaction
-        if redaction is not None and run is not None:  # what runs in memory is shown as it will be stored
-            dump["running"] = await anyio.to_thread.run_sync(redaction.value, key.full, dump["running"])
-        if with_layout:
-            dump["layout"] = layout(dump)
-        return SessionView.model_validate({"id": key.name, **dump})
+        running = None if run is None else {"index": run.index_k, "query": run.query, "waiting": waiting,
+                                            "steps": [st.to_dict() for st in list(run.steps)]}
+        pending = {"tool_call_ids": live.calls} if waiting and live and live.calls else None
+
+        def written() -> bytes:
+            repo = self.s.config.repo
+            dump = stored_dump(repo, key, waiting or run is not None)
+            # what runs in memory is shown as it will be stored
+            dump["running"] = running if repo.redaction is None or running is None else \
+                repo.redaction.value(key.full, running)
+            dump["pending"], dump["layout"] = pending, layout(dump) if with_layout else None
+            return SessionView.model_validate({"id": key.name, **dump}).model_dump_json().encode()
+
+        return Response(await anyio.to_thread.run_sync(written), media_type="application/json")
 
     async def finished(self, key: SessionKey, index: int) -> RequestView:
         """One finished request with its run record: every step's output and what became of it."""
@@ -435,8 +440,8 @@ async def search_memory(request: Request, query: Annotated[SearchQuery, Query()]
     return await _service(request).search(request, query)
 
 
-@router.get("/v1/sessions/{session_id}")
-async def get_session(session_id: str, request: Request, query: Annotated[SessionQuery, Query()]) -> SessionView:
+@router.get("/v1/sessions/{session_id}", response_model=SessionView)
+async def get_session(session_id: str, request: Request, query: Annotated[SessionQuery, Query()]) -> Response:
     only(request, "layout")
     service = _service(request)
     return await service.view(service.key(request, session_id), query.layout)
