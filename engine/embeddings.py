@@ -99,7 +99,7 @@ class SentenceEmbedder(Embedder):
             from transformers import AutoModel, AutoTokenizer
         except ImportError as exc:
             raise EngineConfigError(f"the minilm embedder needs torch and transformers ({exc.name}): "
-                                    f"{install_hint('embedded')}") from exc
+                                    f"{install_hint('minilm')}") from exc
         path = folder or minilm_folder()
         try:
             self._tokenizer = AutoTokenizer.from_pretrained(path)

@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from serving import admin, console, erasure, feedback, sessions
-from serving.bodies import json_object, read_body
+from serving.bodies import JSONBodies, json_object, read_body
 from serving.chat import IDEMPOTENCY_HEADER, ChatService
 from serving.errors import APIError
 from serving.naming import SESSION_HEADER
@@ -63,6 +63,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(console.router)
     app.add_middleware(Authenticated, auth=app.state.services.auth)  # who calls, resolved once before any route
     app.add_middleware(Traced)  # nothing while tracing is off
+    app.add_middleware(JSONBodies)  # curl -d's form content type read as the JSON it holds
     app.add_exception_handler(APIError, _api_error)  # type: ignore[arg-type]
     app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]

@@ -1,5 +1,5 @@
 """A request's body read within its limits: the size (413) and the time it may take to arrive (408), then parsed as
-one JSON object (400 otherwise)."""
+one JSON object (400 otherwise) — whatever content type the client declared, as OpenAI's API reads it."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 from fastapi import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serving.errors import APIError, bad_request
 from serving.wire import IngressLimits, loads
@@ -41,3 +42,27 @@ def json_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise bad_request("the body must be a JSON object", code="invalid_json")
     return data
+
+
+JSON = b"application/json"
+KEPT = (b"application/json", b"multipart/form-data")  # and any +json type: what FastAPI already reads as itself
+
+
+class JSONBodies:
+    """ASGI middleware: a body is JSON whatever content type it declares. ``curl -d '{…}'`` sends
+    ``application/x-www-form-urlencoded``, with which FastAPI's typed bodies would answer 422 "Input should be a
+    valid dictionary"; no route takes a form, so such a body (or one declared ``text/plain``, or none) is read as
+    the JSON it is. A body that is not JSON is then refused as such (400/422 naming the JSON error)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH"):
+            headers = scope["headers"]
+            declared = next((v for k, v in headers if k == b"content-type"), None)
+            kind = (declared or b"").split(b";")[0].strip().lower()
+            if not (kind.startswith(KEPT) or kind.endswith(b"+json")):
+                scope = {**scope, "headers": [(k, v) for k, v in headers if k != b"content-type"]
+                         + [(b"content-type", JSON)]}
+        await self.app(scope, receive, send)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import sys
 
 import uvicorn
@@ -75,5 +76,18 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, log_l
         note = "WARNING: no API keys on a non-loopback address: anyone who can connect can read every session"
     print(f"FlowState serving {config.model_id!r} ({config.engine.name}) at {where} — {note}", file=sys.stderr,
           flush=True)
+    _log_to_stderr(log_level)
     uvicorn.run(app, host=host, port=port, log_level=log_level,
                 http=header_timeout_protocol(header_timeout_s))
+
+
+def _log_to_stderr(level: str) -> None:
+    """FlowState's own log lines (``flowstate.*``: a retention sweep's counts, a background response's end) on stderr
+    at the server's ``--log-level``, as uvicorn writes its own: uvicorn configures only its loggers, and without a
+    handler Python prints WARNING and above alone."""
+    logger = logging.getLogger("flowstate")
+    logger.setLevel(level.upper() if level != "trace" else "DEBUG")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
+        logger.addHandler(handler)

@@ -75,16 +75,20 @@ def make_agent(repo: Repository) -> AgentFactory:
     return factory
 
 
-# Modules whose tests run a real model (llama.cpp, transformers, MiniLM) or vLLM: one unit of work for xdist, so on a
-# machine of few cores only one of them runs at a time, on one worker (two would halve each one's CPU and make their
-# timeouts fire), while the other worker takes the rest. A new module that loads a model belongs here.
+# Modules (or single tests) whose tests run a real model (llama.cpp, transformers, MiniLM) or vLLM: one unit of work
+# for xdist, so on a machine of few cores only one of them runs at a time, on one worker (two would halve each one's
+# CPU and make their timeouts fire), while the other worker takes the rest.
+# A new module that loads a model belongs here.
 ONE_AT_A_TIME = frozenset({
     "tests/engine/test_embeddings.py", "tests/engine/test_errors.py", "tests/engine/test_llamacpp.py",
     "tests/engine/test_llamacpp_options.py", "tests/engine/test_llamacpp_threads.py",
     "tests/engine/test_transformers.py",
     "tests/engine/test_vllm.py", "tests/flowstate/eval/test_kv_measured.py", "tests/flowstate/eval/test_real_model.py",
     "tests/flowstate/eval/test_trace.py", "tests/flowstate/test_demo_embedded.py", "tests/flowstate/test_real_model.py",
-    "tests/serving/test_adversarial.py", "tests/serving/test_real_model.py", "tests/test_readme.py",
+    "tests/serving/test_adversarial.py", "tests/serving/test_real_model.py",
+    # the pages whose Python blocks run the embedded model (an Agent on llama.cpp, LlamaCppEngine)
+    *(f"tests/test_docs_commands.py::test_every_command_on_the_page_runs_as_printed[{page}]"
+      for page in ("README.md", "docs/python-api.md", "docs/engines.md")),
 })
 MODEL = "model"  # the unit of work that holds every test of ONE_AT_A_TIME
 
@@ -92,7 +96,7 @@ MODEL = "model"  # the unit of work that holds every test of ONE_AT_A_TIME
 def unit_of(nodeid: str) -> str:
     """The unit of work xdist hands one worker whole: every real model's test in one (``MODEL``), any other test
     alone (as ``--dist load`` would)."""
-    return MODEL if nodeid.partition("::")[0] in ONE_AT_A_TIME else nodeid
+    return MODEL if nodeid.partition("::")[0] in ONE_AT_A_TIME or nodeid in ONE_AT_A_TIME else nodeid
 
 
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: without xdist (or with -n 0) nothing calls it
@@ -139,3 +143,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not cuda:
         for item in gpu:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (marker gpu)"))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """How many blocks of the docs ran and how many were skipped, and why (tests/test_docs_commands.py records them
+    on each page's report, which xdist carries back)."""
+    reports = [r for key in ("passed", "failed") for r in terminalreporter.stats.get(key, [])
+               if getattr(r, "when", "") == "call" and "test_docs_commands.py" in r.nodeid]
+    props = [(k, v) for r in reports for k, v in r.user_properties]
+    if not props:
+        return
+    ran = sum(int(v) for k, v in props if k == "docs_blocks_run")
+    skipped = [str(v) for k, v in props if k == "docs_skip"]
+    terminalreporter.write_sep("-", f"docs: {ran} blocks run, {len(skipped)} skipped, on {len(reports)} pages")
+    for line in skipped:
+        terminalreporter.write_line(f"  skipped {line}")

@@ -1,19 +1,14 @@
-"""The docs hold together and say only what is true: the README stays a front door (at most 200 lines), every
-relative link in it and in docs/ leads to a file (and heading) that exists, every block a page marks ``bash
-runnable`` runs as printed, every ``--option`` a page shows for a command is one of that command's (as docs/cli.md,
-written from the code, lists them), every environment variable the code or the tests read is documented, no page
-names an issue, a work session or a path outside the repository, and the README's headline figures link to the
-results section they come from, which names its commit."""
+"""The docs hold together and say only what is true: the README stays a front door (at most 200 lines), every relative
+link in it and in docs/ leads to a file (and heading) that exists, every ``--option`` a page shows for a command is
+one of that command's (as docs/cli.md, written from the code, lists them), every environment variable the code or
+the tests read is documented, no page names an issue, a work session or a path outside the repository, and the
+README's headline figures link to the results section they come from, which names its commit. That every command a
+page prints runs: test_docs_commands.py."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
@@ -77,34 +72,6 @@ def test_the_cli_reference_is_current() -> None:
 
     page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     assert page == render(main), "docs/cli.md is stale: python -m flowstate.cli.reference > docs/cli.md"
-
-
-RUNNABLE = re.compile(r"^( *)```bash runnable\n(.*?)^\1```", re.M | re.S)
-
-
-def runnable() -> list[tuple[str, str]]:
-    """(page:line, commands) of every ``bash runnable`` block in the docs."""
-    found = []
-    for page in pages():
-        text = page.read_text(encoding="utf-8")
-        for match in RUNNABLE.finditer(text):
-            body = "\n".join(line[len(match.group(1)):] for line in match.group(2).splitlines())
-            found.append((f"{page.relative_to(ROOT)}:{text[:match.start()].count(chr(10)) + 1}", body))
-    return found
-
-
-def test_some_blocks_are_marked_runnable() -> None:
-    assert len(runnable()) >= 3  # the marker is in use (a renamed marker would skip every block silently)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("where", "commands"), runnable(), ids=[w for w, _ in runnable()])
-def test_every_runnable_block_runs_as_printed(where: str, commands: str, tmp_path: Path) -> None:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "FLOWSTATE_DB": str(tmp_path / "docs.db")}
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", commands], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, f"{where}:\n{commands}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
 
 
 def test_every_results_page_names_the_command_that_reproduces_it() -> None:

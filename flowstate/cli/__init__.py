@@ -6,7 +6,7 @@ import click
 
 from engine.distribution import DISTRIBUTION
 from flowstate.cli.evaluate import evaluate
-from flowstate.cli.forgetting import erase, retention
+from flowstate.cli.forgetting import erase, retention, vault_key
 from flowstate.cli.search import search
 from flowstate.cli.serve import serve
 from flowstate.cli.session import demo, inspect, run
@@ -21,9 +21,8 @@ def main() -> None:
     """FlowState: execution state as memory for long-horizon LLM agents."""
 
 
-for command in (run, inspect, search, export, import_, demo, serve, tenants, keys, audit, retention, erase, evaluate,
-                model,
-                bench):
+for command in (run, inspect, search, export, import_, demo, serve, tenants, keys, audit, retention, erase, vault_key,
+                evaluate, model, bench):
     main.add_command(command)
 
 __all__ = ["main", "serve"]

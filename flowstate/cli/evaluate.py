@@ -101,8 +101,9 @@ def _progress(line: str) -> None:
               help="τ³ suites: the user simulator, an engine as --engine gives one (openai:MODEL@URL; the key from "
                    "$FLOWSTATE_USER_API_KEY) [default: a scripted user].")
 @click.option("--judge", "judge_spec", default=None, metavar="SPEC",
-              help="τ³ suites: the model that checks NL assertions, as --user (its key from "
-                   "$FLOWSTATE_JUDGE_API_KEY) [default: none; they are reported as not run].")
+              help="The judging model, as --user (its key from $FLOWSTATE_JUDGE_API_KEY): τ³ suites' NL "
+                   "assertions, MemoryArena's answers, and --from's agreement with the recording [default: none; "
+                   "τ³'s assertions are reported as not run, the others scored by exact match].")
 @embed_option
 @click.option("--kv-model", default="qwen3.5-9b@80", show_default=True, metavar="MODEL[@GIB]",
               help="The report's KV-cache footprint per session: a shipped configuration (qwen3.5-9b, qwen3.5-27b, "

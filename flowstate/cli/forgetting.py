@@ -1,6 +1,6 @@
 """``flowstate retention``: what has outlived its retention policy, listed (``--dry-run``) or removed, on a database
 from the shell (a server sweeps by itself with ``serve --retention``); ``flowstate erase``: a subject's memory
-erased, with its receipt."""
+erased, with its receipt; ``flowstate vault-key``: a new key for redaction's vault."""
 
 from __future__ import annotations
 
@@ -77,3 +77,12 @@ def erase(subject: str, db: str | None, tenant: str | None, api_key: str | None,
         held.close()
         receipt = repo.erasure.keep_storage(receipt, repo.erasure.scrub(full=vacuum_full))
     click.echo(json.dumps(receipt.to_dict(), ensure_ascii=False, indent=2))
+
+
+@click.command("vault-key")
+def vault_key() -> None:
+    """Print a new vault key for `serve --redact mask` ($FLOWSTATE_VAULT_KEY): a Fernet key, made without the redact
+    extra. Keep it outside the database: without it no redacted value can be recovered."""
+    from flowstate.store.vault import new_key
+
+    click.echo(new_key())

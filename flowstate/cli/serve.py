@@ -52,7 +52,8 @@ _INGRESS = IngressLimits()
               help="A client key (repeatable) [default: $FLOWSTATE_API_KEYS, comma-separated; none].")
 @click.option("--admin-key", "admin_keys", multiple=True,
               help="A key that manages tenants and their keys at /v1/admin/... (repeatable) [default: "
-                   "$FLOWSTATE_ADMIN_KEYS, comma-separated; none]; it reads no tenant's memory.")
+                   "$FLOWSTATE_ADMIN_KEYS, comma-separated; none]; it reads a tenant's memory only with "
+                   "X-FlowState-Tenant on a GET, each such read in the audit trail, and changes none.")
 @click.option("--metrics-key", "metrics_keys", multiple=True,
               help="A key that reads the whole server's /metrics (repeatable) [default: $FLOWSTATE_METRICS_KEYS, "
                    "comma-separated]; with API keys, a client key reads only its own turns' figures.")

@@ -120,6 +120,8 @@ def demo(
                 agent = Agent(model, repository=repo, session=session, tools=hotel.TOOLS, task_policy=hotel.POLICY,
                               config=config)
                 records: list[dict[str, Any]] = []
+                if not as_json:
+                    click.echo(intro(engine_opts, db, session))
                 for query in hotel.QUERIES:
                     if not as_json:
                         click.echo(f"\n> {query}")
@@ -149,6 +151,35 @@ def demo(
             click.echo(json.dumps({"requests": records, "memory": dump}, ensure_ascii=False, indent=2))
         else:
             click.echo("\n" + render_graph(dump))
+
+
+CASE = ("The hotel case of the FlowState paper's Figure 1: book hotel A ($200, an $80 cancellation fee) meaning to "
+        "switch if B gets cheaper, book an airport transfer, then B drops to $160 — switch? Keeping A is right: "
+        "switching costs $160 + $80 = $240, which only the first request's booking observation says.")
+STEPS = ("Each step line: disclose ID (PSA brought an earlier request's state into this one), add/update ID (ISU "
+         "committed it), N rejected (operations the B.4 rules refused, each fed back to the model with its rule), "
+         "call TOOL, then act / answer / wait; \"protocol error in BLOCK; retry\" is an output that was not the four "
+         "blocks, retried.")
+
+
+def intro(engine_opts: dict[str, Any], db: str | None, session: str) -> str:
+    """What the demo is about to show, on which engine, and where to read why a step went as it did."""
+    name = str(engine_opts.get("name") or "")
+    if name == "scripted":
+        what = ("The scripted engine replays the shipped outputs of a model that solves it; the embedded model: "
+                "flowstate demo.")
+    elif name in ("llamacpp", "transformers") and not engine_opts.get("model"):
+        what = ("On the embedded SmolLM2-135M this shows the machinery, not the answer: a 135M model cannot solve the "
+                "case, but under the grammar every output parses and every rule is enforced. The method solving it: "
+                "flowstate demo --engine scripted; a real model: flowstate demo --engine llamacpp --model FILE.gguf "
+                "--limits standard.")
+    else:
+        what = ("What this model does is its own: flowstate demo --engine scripted replays a model that solves it.")
+    where = (f"Why each was rejected: flowstate inspect --session {session} --db {db}, or the console (flowstate serve "
+             f"--db {db}, then /ui/)." if db else "Why each was rejected: run with --db demo.db, then flowstate "
+             f"inspect --session {session} --db demo.db, or open it in the console (flowstate serve --db demo.db, "
+             "then /ui/).")
+    return "\n".join((CASE, what, STEPS, where))
 
 
 def _step_line(step: dict[str, Any]) -> str:

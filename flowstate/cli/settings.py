@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,11 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+# options a command reads from the environment itself, after click, when neither a flag nor the file gives them
+# (comma-separated where the option repeats)
+ENVIRONMENT = {"db": "FLOWSTATE_DB", "api_keys": "FLOWSTATE_API_KEYS", "admin_keys": "FLOWSTATE_ADMIN_KEYS",
+               "metrics_keys": "FLOWSTATE_METRICS_KEYS", "retention": "FLOWSTATE_RETENTION",
+               "vault_key": "FLOWSTATE_VAULT_KEY"}
 SECRETS = ("key", "secret", "password", "token")  # an option whose flag holds one of these is shown masked
 _OWN = ("config_file", "print_config")
 
@@ -107,6 +113,11 @@ def in_force(ctx: click.Context) -> str:
         assert param.name is not None
         value = ctx.params.get(param.name)
         source = sources.get(ctx.get_parameter_source(param.name), "default")  # type: ignore[arg-type]
+        variable = ENVIRONMENT.get(param.name, "")
+        if (value is None or value == ()) and os.environ.get(variable):
+            raw = os.environ[variable]
+            value = [v.strip() for v in raw.split(",") if v.strip()] if getattr(param, "multiple", False) else raw
+            source = f"environment ${variable}"
         if value is not None and value != () and any(s in key for s in SECRETS):
             value = ["***"] * len(value) if isinstance(value, (list, tuple)) else "***"
         if value is None or value == ():

@@ -13,19 +13,40 @@ from typing import Any
 import click
 
 from flowstate.cli.options import default_db, errors
+from flowstate.errors import StorageError
 from flowstate.store.audit import ACTIONS, MAX_PAGE, Entry
 from flowstate.store.quotas import Quota
 from flowstate.store.repository import Repository
 from flowstate.store.tenants import TenantError, TenantStore
 
-DB = click.option("--db", default=None, help="The memory: a SQLite file or a postgresql:// URL [default: as for run].")
+
+def _remember_create(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    ctx.meta["flowstate.create"] = value
+    return value
+
+
+def DB(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--db`` and ``--create``: a database that holds no FlowState memory (a missing file, a PostgreSQL database
+    without its tables) is refused unless ``--create`` says a new one is meant — a mistyped name is not a new, empty
+    memory."""
+    fn = click.option("--create", is_flag=True, expose_value=False, callback=_remember_create,
+                      help="Make the database's FlowState tables (a new SQLite file) if it has none [default: a "
+                           "database without them is refused].")(fn)
+    return click.option("--db", default=None,
+                        help="The memory: a SQLite file or a postgresql:// URL [default: as for run].")(fn)
 MAX_GRACE_S = 30 * 86_400
 
 
 @contextmanager
 def _repo(db: str | None) -> Iterator[Repository]:
     with errors():
-        repo = Repository.open(db or default_db())
+        create = bool(click.get_current_context().meta.get("flowstate.create"))
+        try:
+            repo = Repository.open(db or default_db(), create=create)
+        except StorageError as exc:
+            if create or not any(s in str(exc) for s in ("no database at", "not a FlowState database")):
+                raise
+            raise StorageError(f"{exc} (--create makes a new one)") from None
         try:
             yield repo
         except TenantError as exc:
@@ -183,8 +204,9 @@ def revoke_key(key_id: str, db: str | None) -> None:
 @DB
 def audit(since: float | None, tenant: str | None, action: str | None, limit: int, after: str | None,
           db: str | None) -> None:
-    """The audit trail: every admin action (tenants, quotas, keys) and data action (export, import, delete,
-    search), oldest first, one JSON object a line; the next page's --after last, if there is one."""
+    """The audit trail: every admin action (tenants, quotas, retention, keys), data action (export, import, delete,
+    search, an admin's read, erasure, feedback) and retention's removals, oldest first, one JSON object a line; the
+    next page's --after last, if there is one."""
     with _repo(db) as repo:
         found, more = repo.audit.entries(since, tenant, action, limit, after)
     for e in found:

@@ -336,19 +336,29 @@ def source_label(where: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
 
 
+COVERS = ("suites", "strategies")  # what a run's report and figures show: a later run into its folder keeps them all
+
+
 def _check_identity(config: EvalConfig) -> None:
+    """A folder holds one run: resumed with the same settings (more tasks, more suites or strategies beside its own),
+    never overwritten by another — a report that would leave out a suite or strategy of the folder's is refused."""
     path = config.out / "config.json"
     identity = config.identity()
+    covers = {"suites": list(config.suites), "strategies": list(config.strategies)}
     if path.exists():
         before = json.loads(path.read_text())
         changed = {k: (before.get(k), identity.get(k)) for k in {**before, **identity}
-                   if before.get(k) != identity.get(k)}
+                   if k not in COVERS and before.get(k) != identity.get(k)}
         if changed:
             what = ", ".join(f"{k} was {a!r}, now {b!r}" for k, (a, b) in changed.items())
             raise ValueError(f"{config.out} holds a run with other settings ({what}): its results would mix with "
                              "this run's in one table; use another --out, or the same settings to resume")
-    else:
-        path.write_text(json.dumps(identity, indent=2) + "\n")
+        dropped = {k: sorted(set(before.get(k, [])) - set(covers[k])) for k in COVERS}
+        if any(dropped.values()):
+            what = "; ".join(f"{k} {', '.join(v)}" for k, v in dropped.items() if v)
+            raise ValueError(f"{config.out} holds another run's results ({what}), which this run's report and "
+                             "figures would replace: use another --out (or name them too, to extend that run)")
+    path.write_text(json.dumps({**identity, **covers}, indent=2) + "\n")
 
 
 def loop_dict(loop: LoopConfig) -> dict[str, Any]:

@@ -9,6 +9,7 @@ turns of one session at once; the database itself refuses to change history on b
 
 from __future__ import annotations
 
+import difflib
 import re
 import sqlite3
 import threading
@@ -82,8 +83,8 @@ class SqliteBackend:
                 raise StorageError(f"no database at {path}")
             if fp.exists() and not fp.is_file():
                 raise StorageError(f"cannot open database {path}: not a regular file")
-            if create:
-                fp.parent.mkdir(parents=True, exist_ok=True)
+            if create and not fp.parent.is_dir():  # a mistyped folder is an error, not a new empty memory
+                raise StorageError(f"cannot open database {path}: the folder {fp.parent} does not exist")
         self._lock = threading.RLock()
         try:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
@@ -248,6 +249,28 @@ class PostgresBackend:
         self._pool.close()
 
 
+SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+SQLITE_URL = "sqlite:///"  # SQLAlchemy's form: sqlite:///relative.db, sqlite:////absolute/path.db
+
+
+def sqlite_path(target: str | Path) -> str:
+    """The SQLite file a target names: a path as it is, ``sqlite:///PATH`` as that path; any other ``scheme://`` (a
+    database FlowState does not store in, or a misspelt ``postgresql://``) refused by name, never taken for a file
+    of that name."""
+    text = str(target)
+    scheme = SCHEME.match(text)
+    if scheme is None:
+        return text
+    if text.startswith(SQLITE_URL) and len(text) > len(SQLITE_URL):
+        return text[len(SQLITE_URL):]
+    name = scheme.group(1)
+    near = difflib.get_close_matches(name.lower(), ["postgresql", "postgres", "sqlite"], n=1, cutoff=0.6)
+    hint = f" (did you mean {near[0]}://?)" if near and near[0] != name.lower() else ""
+    raise StorageError(f"cannot open database {redact(text)}: FlowState keeps memory in SQLite (a file path, or "
+                       f"sqlite:///PATH) or PostgreSQL (postgresql://…), not {name}://{hint}")
+
+
 def open_backend(target: str | Path, *, create: bool = True) -> SqliteBackend | PostgresBackend:
     text = str(target)
-    return PostgresBackend(text, create=create) if is_postgres(text) else SqliteBackend(text, create=create)
+    return PostgresBackend(text, create=create) if is_postgres(text) else SqliteBackend(sqlite_path(text),
+                                                                                        create=create)

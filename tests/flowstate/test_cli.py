@@ -37,6 +37,18 @@ def test_demo_prints_three_responses_and_the_graph() -> None:
     assert "step 1: disclose dec_book_a" in text and "step 2: disclose obs_r1_s2_1" in text
     assert "dec_keep_a (judgement)" in text and "--supersedes--> dec_book_a" in text
     assert text.count("prompt ") == 3 and "cached" in text
+    first = text.split("\n> ", 1)[0]  # before the first request: what the case is and how to read the steps
+    assert "Figure 1" in first and "$160 + $80 = $240" in first and "replays the shipped outputs" in first
+    assert '"protocol error in BLOCK; retry"' in first and "N rejected" in first and "/ui/" in first
+
+
+def test_the_demo_on_the_embedded_model_says_it_cannot_solve_the_case() -> None:
+    from flowstate.cli.session import intro
+
+    said = intro({"name": "llamacpp", "model": None}, None, "hotel-demo")
+    assert "cannot solve the" in said and "every output parses and every rule is enforced" in said
+    assert "flowstate demo --engine scripted" in said and "--model FILE.gguf" in said and "--db demo.db" in said
+    assert "cannot solve" not in intro({"name": "llamacpp", "model": "q.gguf"}, "d.db", "s")
 
 
 def test_run_then_inspect(tmp_path: Path) -> None:

@@ -92,3 +92,17 @@ def test_a_redacting_repository_stores_no_value_and_restores_it_for_a_tool(any_r
 def test_a_vault_key_that_is_not_one_is_refused(repo: Repository) -> None:
     with pytest.raises(VaultKeyError, match="Fernet key"):
         repo.redact("not-a-key", ("email",))
+
+
+def test_flowstate_vault_key_prints_a_key_the_vault_takes(repo: Repository) -> None:
+    """``flowstate vault-key`` needs no cryptography (the demo install lacks it) and makes a key Fernet accepts."""
+    from click.testing import CliRunner
+    from cryptography.fernet import Fernet
+
+    from flowstate.cli import main
+
+    made = [CliRunner().invoke(main, ["vault-key"]) for _ in range(2)]
+    assert all(m.exit_code == 0 for m in made), made[0].output
+    first, second = (m.output.strip() for m in made)
+    assert first != second and Fernet(first.encode()).decrypt(Fernet(first.encode()).encrypt(b"x")) == b"x"
+    repo.redact(first, ("email",))  # the repository's vault takes it

@@ -55,3 +55,22 @@ def test_the_shipped_example_is_valid() -> None:
     keys = [line.split(" = ")[0] for line in example.read_text().splitlines()
             if " = " in line and not line.startswith("#")]
     assert sorted(from_file) == sorted(keys) and len(keys) >= 10
+
+
+def test_what_the_environment_gives_is_shown_as_the_environments(tmp_path: Path, monkeypatch: object) -> None:
+    import pytest
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    monkeypatch.setenv("FLOWSTATE_DB", str(tmp_path / "env.db"))
+    monkeypatch.setenv("FLOWSTATE_API_KEYS", "k-env-one-secret,k-env-two-secret")
+    monkeypatch.setenv("FLOWSTATE_RETENTION", "idle=7d")
+    monkeypatch.setenv("FLOWSTATE_VAULT_KEY", "v-env-secret")
+    code, out = _run("--print-config")
+    assert code == 0, out
+    lines = dict(line.split(" = ", 1) for line in out.splitlines() if " = " in line and not line.startswith("#"))
+    assert lines["db"] == f'"{tmp_path / "env.db"}"  # environment $FLOWSTATE_DB'
+    assert lines["api-key"] == '["***", "***"]  # environment $FLOWSTATE_API_KEYS' and "k-env" not in out
+    assert lines["retention"] == '"idle=7d"  # environment $FLOWSTATE_RETENTION'
+    assert lines["vault-key"] == '"***"  # environment $FLOWSTATE_VAULT_KEY' and "v-env-secret" not in out
+    code, out = _run("--db", str(tmp_path / "flag.db"), "--print-config")  # a flag beats the environment
+    assert f'db = "{tmp_path / "flag.db"}"  # flag' in out

@@ -109,7 +109,7 @@ def test_the_shell_records_its_actions_and_reads_the_trail(server: Server) -> No
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    made = json.loads(flowstate("tenants", "create", "shell-co", "--rpm", "5"))
+    made = json.loads(flowstate("tenants", "create", "shell-co", "--rpm", "5", "--create"))  # a new database
     key = json.loads(flowstate("keys", "create", made["id"]))
     flowstate("keys", "revoke", key["id"])
     lines = [json.loads(line) for line in flowstate("audit").splitlines()]

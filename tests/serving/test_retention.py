@@ -56,7 +56,7 @@ def removed(url: str) -> dict[str, float]:
 def test_expired_memory_disappears_on_its_own_and_a_running_turn_is_never_touched(server: Server) -> None:
     slow = lines("[slow]", [output(tools=[{"name": "wait", "arguments": {"seconds": 4}}]),
                             output(delta=[add("kn_waited", waited=True)], content="done waiting")])
-    url = server.start(notes("[n]", 3) + slow, *SWEEPING, *SLOW)
+    url = server.start(notes("[n]", 3) + slow, *SWEEPING, *SLOW, "--log-level", "info")
     chat(url, "old", "[n] remember")
     chat(url, "busy", "[n] remember")
     api = openai.OpenAI(base_url=url, api_key="k", max_retries=0)
@@ -78,6 +78,7 @@ def test_expired_memory_disappears_on_its_own_and_a_running_turn_is_never_touche
     assert removed(url).get("session") == 1.0 and removed(url).get("response", 0.0) == 0.0
     entries = [r for r in raw(str(server.db), "SELECT action, target, actor FROM audit") if r[0] == "session.expire"]
     assert entries == [("session.expire", "old", "server")]
+    assert "INFO:     flowstate.serving: retention removed 1 session(s)\n" in server.log.read_text()  # as documented
 
 
 def test_a_tenants_own_policy_replaces_the_servers(server: Server) -> None:

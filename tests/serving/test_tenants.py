@@ -194,7 +194,7 @@ def flowstate(db: Path, *args: str) -> Any:
 
 def test_the_shell_manages_what_the_routes_do(server: Server) -> None:
     db = server.db
-    made = flowstate(db, "tenants", "create", "shell-co")
+    made = flowstate(db, "tenants", "create", "shell-co", "--create")  # before any server: a new database
     key = flowstate(db, "keys", "create", made["id"])
     url = server.start(notes("[sh]", 2), "--admin-key", ADMIN)
     assert remember(url, key["secret"], "s", "[sh] hi").choices[0].message.content == "noted 0"
@@ -252,3 +252,24 @@ def test_bad_input_is_a_clear_4xx_and_stores_nothing(server: Server) -> None:
     assert [t["name"] for t in admin(url, "GET", "/tenants").json()["data"]] == ["careful"]  # nothing stored
     assert len(admin(url, "GET", f"/tenants/{tenant}/keys").json()["data"]) == 2
     assert client(url, secret).get("/sessions", cast_to=object)["data"] == []
+
+
+def test_a_json_body_is_read_whatever_content_type_it_declares(server: Server) -> None:
+    """``curl -d '{…}'`` declares a form (application/x-www-form-urlencoded): the body is read as the JSON it is, as
+    it is with text/plain or no type at all; a body that is not JSON is refused as such and stores nothing."""
+    url = server.start(notes("[x]", 1), "--admin-key", ADMIN)
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+    for n, declared in enumerate(["application/x-www-form-urlencoded", "text/plain; charset=utf-8", None]):
+        headers = {**auth, **({"Content-Type": declared} if declared else {})}
+        made = httpx.post(f"{url}/admin/tenants", headers=headers, content=json.dumps({"name": f"team-{n}"}))
+        assert made.status_code == 201, (declared, made.text)
+        key = httpx.post(f"{url}/admin/tenants/{made.json()['id']}/keys", headers=headers,
+                         content=json.dumps({"expires_in": 600}))
+        assert key.status_code == 201 and key.json()["expires_at"] - key.json()["created_at"] == 600, key.text
+    bad = httpx.post(f"{url}/admin/tenants", headers={**auth, "Content-Type": "application/x-www-form-urlencoded"},
+                     content="name=team-3")
+    assert bad.status_code in (400, 422) and "json" in bad.text.lower(), bad.text
+    assert [t["name"] for t in admin(url, "GET", "/tenants").json()["data"]] == ["team-0", "team-1", "team-2"]
+    done = subprocess.run(["curl", "-s", "-H", f"Authorization: Bearer {ADMIN}", f"{url}/admin/tenants",
+                           "-d", '{"name": "by-curl"}'], capture_output=True, text=True, timeout=30)
+    assert json.loads(done.stdout)["name"] == "by-curl", done.stdout

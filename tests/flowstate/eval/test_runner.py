@@ -82,6 +82,25 @@ def test_a_rerun_with_another_configuration_is_refused(tmp_path: Path) -> None:
                             policy="oracle"), [])
 
 
+def test_another_runs_folder_is_never_overwritten_only_extended(tmp_path: Path) -> None:
+    """A run into a folder that holds another's results (other suites or strategies) is refused before anything is
+    written; naming the folder's suites and strategies and more extends it, and its report keeps them all."""
+    first = EvalConfig(suites=("hotel",), strategies=("flowstate",), tasks=1, depth=2, out=tmp_path, policy="oracle")
+    write_report(run_eval(first, []), first)
+    report = (tmp_path / "report.md").read_text()
+    for suites, strategies, said in [(("chain",), ("flowstate",), "suites hotel"),
+                                     (("hotel",), ("full-context",), "strategies flowstate")]:
+        with pytest.raises(ValueError, match=f"holds another run's results \\({said}\\)"):
+            run_eval(replace(first, suites=suites, strategies=strategies), [])
+    assert (tmp_path / "report.md").read_text() == report
+    wider = replace(first, suites=("hotel", "chain"), strategies=("flowstate", "full-context"))
+    summary = write_report(run_eval(wider, []), wider)
+    assert {(p["suite"], p["strategy"]) for p in summary["pairs"]} == {
+        ("hotel", "flowstate"), ("hotel", "full-context"), ("chain", "flowstate"), ("chain", "full-context")}
+    with pytest.raises(ValueError, match="holds another run's results \\(suites chain; strategies full-context\\)"):
+        run_eval(first, [])  # the folder now holds the wider run
+
+
 @pytest.mark.parametrize("change", [
     {"loop": LoopConfig(max_tokens=256)}, {"loop": LoopConfig(max_protocol_errors=5)},
     {"loop": LoopConfig(grammar=GrammarMode.NONE)}, {"loop": LoopConfig(limits=COMPACT)},
