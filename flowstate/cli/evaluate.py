@@ -269,7 +269,9 @@ def _written(out: Path, summaries: list[tuple[str, dict[str, Any]]], models: boo
         click.echo((out / "models.md").read_text())
     elif one_point:
         click.echo((out / "report.md").read_text())
-    extras = f"figures: {install_hint('plots')}" if not plots_available() else ", ".join(FIGURES)
+    drawn = [f for f in FIGURES if (out / f).is_file()]
+    extras = (f"figures: {install_hint('plots')}" if not plots_available()
+              else ", ".join(drawn) if drawn else "no figures: each would be one point")
     click.echo(f"wrote {out}: summary.json, report.md ({extras})", err=True)
 
 

@@ -37,8 +37,16 @@ def summarize(rows: Sequence[TaskRow], config: EvalConfig) -> dict[str, Any]:
                 **({"tau3": metrics.tau3_quality(rs)} if name in TAU3 and rs else {}),
                 "kv": footprint(rs, kv_model, config.gpu_memory_gib),
                 "gpu": gpu_figures(rs, cost),
+                "n": {"tasks": len(rs), "subtasks": sum(len(r.subtasks) for r in rs)},
             })
-    return {"config": config_dict(config), "pairs": pairs}
+    return {"config": config_dict(config), "pairs": pairs, **_commits(config)}
+
+
+def _commits(config: EvalConfig) -> dict[str, Any]:
+    """The commits of the code that ran this folder's tasks, as config.json keeps them (none: a run stored before)."""
+    path = config.out / "config.json"
+    commits = json.loads(path.read_text()).get("commits") if path.exists() else None
+    return {"commits": commits} if commits else {}
 
 
 def gpu_figures(rows: Sequence[TaskRow], cost: gpu.GPUCost) -> dict[str, Any]:
@@ -97,7 +105,8 @@ def _chosen(config: dict[str, Any]) -> str:
     return "; ".join(said + cap) or "every one"
 
 
-def markdown(summary: dict[str, Any]) -> str:
+def markdown(summary: dict[str, Any], drawn: Sequence[str] | None = None) -> str:
+    """The report; ``drawn``: the figures written beside it (None: the three a run with the plots extra draws)."""
     c = summary["config"]
     out = [
         "# FlowState evaluation",
@@ -116,16 +125,30 @@ def markdown(summary: dict[str, Any]) -> str:
            "model)." if "memoryarena" in c["suites"] else "")
         + _ranking(c),
     ]
-    out += ["", settings(c), *_bounds(c)]
+    out += [*_provenance(summary), "", settings(c), *_bounds(c)]
     if len(c["suites"]) > 1 or len(c["strategies"]) > 2:
         out += ["", "## Every strategy against full-context", "", settings(c), "", *_overview(summary)]
     if {"flowstate", "mage"} <= set(c["strategies"]):
         out += ["", "## FlowState and MAGE head to head", "", *_head_to_head(summary)]
     for suite in c["suites"]:
         out += ["", f"## {suite}", "", settings(c), "",
-                *_suite_section(suite, [p for p in summary["pairs"] if p["suite"] == suite])]
-    out += ["", "Figures: `accuracy_by_depth.png`, `tokens_vs_success.png`, `tokens_by_depth.png`.", ""]
+                *_suite_section(suite, [p for p in summary["pairs"] if p["suite"] == suite], c["policy"])]
+    shown = FIGURES if drawn is None else drawn
+    out += ["", ("Figures: " + ", ".join(f"`{f}`" for f in shown) + ".") if shown else
+            "Figures: none (the plots extra draws them, and a figure of one point is left to the tables above).", ""]
     return "\n".join(out)
+
+
+def _provenance(summary: dict[str, Any]) -> list[str]:
+    """The code's commit(s) and how many tasks and subtasks each figure averages (where the run recorded them)."""
+    out = []
+    if summary.get("commits"):
+        out.append("Code: commit " + ", then ".join(summary["commits"]) + ".")
+    n = [(p["suite"], p["n"]) for p in summary["pairs"] if "n" in p]
+    if n:
+        per = {s: f"{v['tasks']} tasks, {v['subtasks']} subtasks" for s, v in n}
+        out.append("n per strategy: " + "; ".join(f"{s} {v}" for s, v in per.items()) + ".")
+    return ["", *out] if out else []
 
 
 def _bounds(c: dict[str, Any]) -> list[str]:
@@ -135,11 +158,18 @@ def _bounds(c: dict[str, Any]) -> list[str]:
     from flowstate.eval.policies import BOUNDED
 
     out = ["", f"Reference policy {c['policy']}: {BOUNDS[c['policy']]}."]
+    deep = [s for s in c["suites"] if s not in (*TAU3, "memoryarena", "sessions", "tau-replay")]  # --depth's suites
+    if c["policy"] != "memoryless" and "flowstate" in c["strategies"] and deep and c["depth"] < CROSSOVER:
+        out += ["", f"Read tokens against full-context at depth {c['depth']} as this session length's, not the "
+                f"method's verdict: on 200 recorded conversations joined into longer sessions, FlowState's tokens "
+                f"break even with full context at about {CROSSOVER} requests and fall below it past that "
+                "(docs/results/crossover.md); its GPU cost (PET) did not break even in that range."]
     out += [f"- {name} cannot reach SR 100 here by design: {why}." for name, why in BOUNDED.items()
             if name in c["strategies"] and c["policy"] != "memoryless"]
     return out
 
 
+CROSSOVER = 10  # requests a session where FlowState's tokens meet full context's (docs/results/crossover.md)
 BOUNDS = {
     "oracle": "the optimistic bound (best case for memory methods): it records only what later subtasks need, "
               "finds it by exact keys and asks for it together with actions that do not need it; a model can only "
@@ -152,11 +182,13 @@ BOUNDS = {
 """What each reference policy's figures are, as the reports label them."""
 
 
-def _suite_section(suite: str, pairs: list[dict[str, Any]]) -> list[str]:
-    """One suite's tables: quality, what a GPU pays, tokens and accuracy by depth, speed."""
+def _suite_section(suite: str, pairs: list[dict[str, Any]], policy: str | None = None) -> list[str]:
+    """One suite's tables: quality, what a GPU pays, tokens and accuracy by depth, speed (a model's only: a
+    reference ``policy`` has none). A replay of stored sessions scores agreement with the recording, not success."""
     base = next((p for p in pairs if p["strategy"] == BASELINE), None)
     soft = any("sPS" in p["quality"] for p in pairs)
-    header = ["strategy", "SR", "PS", *(["sPS"] if soft else []), "tokens/task", "nAUC", "DR", "steps/subtask",
+    quality = ["last request agrees", "agreement"] if suite == "sessions" else ["SR", "PS"]
+    header = ["strategy", *quality, *(["sPS"] if soft else []), "tokens/task", "nAUC", "DR", "steps/subtask",
               "cached", "parse failures", "truncated", "rejected ops", "failed requests", "tool use", "repeated calls",
               "loops"]
     rows = []
@@ -199,10 +231,13 @@ def _suite_section(suite: str, pairs: list[dict[str, Any]]) -> list[str]:
         _table(["strategy", *(f"k={k}" for k in range(1, depth + 1))], depth_rows), "",
         "Accuracy by subtask depth, Acc_k in %:", "",
         _table(["strategy", *(f"k={k}" for k in range(1, depth + 1))], acc_rows), "",
-        "Speed (one model call = one request; TTFT and E2EL in s, TPOT in ms; mean / p50 / p90 / p99):", "",
-        _table(["strategy", "tasks/min", "req/s", "output tok/s", "total tok/s", "TTFT", "TPOT", "E2EL"], speed_rows),
     ]
-    return out
+    if policy:
+        return [*out, f"No speed table: the reference policy {policy} answers without a model, so its timings are "
+                "the harness's, not an engine's."]
+    return [*out, "Speed (one model call = one request; TTFT and E2EL in s, TPOT in ms; mean / p50 / p90 / p99):", "",
+            _table(["strategy", "tasks/min", "req/s", "output tok/s", "total tok/s", "TTFT", "TPOT", "E2EL"],
+                   speed_rows)]
 
 
 def _idle_note(pairs: list[dict[str, Any]]) -> list[str]:
@@ -382,10 +417,14 @@ def _tau3_section(pairs: list[dict[str, Any]], base: dict[str, Any] | None) -> l
 
 
 def figures(summary: dict[str, Any], out: Path) -> list[Path]:
+    """The figures a run's numbers make, written into ``out``: accuracy and tokens by subtask depth (integer ticks;
+    none where each line would be one point) and tokens against SR (none for a single point): what they show, the
+    report's tables show too."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     suites = summary["config"]["suites"]
     strategies = summary["config"]["strategies"]
@@ -397,6 +436,7 @@ def figures(summary: dict[str, Any], out: Path) -> list[Path]:
                 draw(ax, p)
             ax.set_title(suite + note)
             ax.set_xlabel("subtask k")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=8)
@@ -416,21 +456,26 @@ def figures(summary: dict[str, Any], out: Path) -> list[Path]:
         line = ax.plot(ks, [d["tokens"] for d in p["by_depth"]], marker="o", label=p["strategy"])[0]
         ax.plot(ks, [d["uncached_prompt_tokens"] for d in p["by_depth"]], linestyle="--", color=line.get_color())
 
-    accuracy = per_suite("accuracy_by_depth.png", "Acc_k (%)", "", accuracy_line)
-    by_depth = per_suite("tokens_by_depth.png", "tokens of subtask k", " (dashed: uncached prompt)", token_lines)
-
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    markers = "osD^v<>"
-    for i, strategy in enumerate(strategies):
-        pts = [p for p in summary["pairs"] if p["strategy"] == strategy]
-        ax.scatter([p["cost"]["tokens_per_task"] for p in pts], [p["quality"]["SR"] for p in pts],
-                   marker=markers[i % len(markers)], label=strategy, s=50)
-        for p in pts:
-            ax.annotate(p["suite"], (p["cost"]["tokens_per_task"], p["quality"]["SR"]), fontsize=7,
-                        xytext=(4, 4), textcoords="offset points")
-    tokens = out / "tokens_vs_success.png"
-    save_tokens_vs_sr(fig, ax, tokens, "tokens per task (prompt + completion)", "SR (%)")
-    return [accuracy, tokens, by_depth]
+    drawn = []
+    if max((len(p["quality"]["Acc_k"]) for p in summary["pairs"]), default=0) > 1:
+        drawn.append(per_suite("accuracy_by_depth.png", "Acc_k (%)", "", accuracy_line))
+    if len(summary["pairs"]) > 1:
+        fig, ax = plt.subplots(figsize=(5.5, 4))
+        markers = "osD^v<>"
+        for i, strategy in enumerate(strategies):
+            pts = [p for p in summary["pairs"] if p["strategy"] == strategy]
+            ax.scatter([p["cost"]["tokens_per_task"] for p in pts], [p["quality"]["SR"] for p in pts],
+                       marker=markers[i % len(markers)], label=strategy, s=50)
+            for p in pts:
+                ax.annotate(p["suite"], (p["cost"]["tokens_per_task"], p["quality"]["SR"]), fontsize=7,
+                            xytext=(4, 4), textcoords="offset points")
+        tokens = out / "tokens_vs_success.png"
+        save_tokens_vs_sr(fig, ax, tokens, "tokens per task (prompt + completion)", "SR (%)")
+        drawn.append(tokens)
+    if max((len(p["by_depth"]) for p in summary["pairs"]), default=0) > 1:
+        drawn.append(per_suite("tokens_by_depth.png", "tokens of subtask k", " (dashed: uncached prompt)",
+                               token_lines))
+    return drawn
 
 
 def save_tokens_vs_sr(fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str) -> None:
@@ -455,9 +500,8 @@ def write_report(rows: Sequence[TaskRow], config: EvalConfig) -> dict[str, Any]:
     return the summary."""
     summary = summarize(rows, config)
     (config.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (config.out / "report.md").write_text(markdown(summary))
-    if plots_available():
-        figures(summary, config.out)
+    drawn = [path.name for path in figures(summary, config.out)] if plots_available() else []
+    (config.out / "report.md").write_text(markdown(summary, drawn))
     return summary
 
 

@@ -203,6 +203,8 @@ def run_eval(config: EvalConfig, engines: Sequence[Engine], progress: OnProgress
                     finished = [r for r in earlier if r.suite == suite and r.strategy == strategy.name
                                 and r.task in {t.id for t in tasks}]
                     _run_pair(ctx, suite, strategy, len(tasks), finished, todo)
+                    if todo:
+                        _record_commit(config.out)
         finally:
             if tools is not None:
                 tools.close()
@@ -336,7 +338,9 @@ def source_label(where: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
 
 
-COVERS = ("suites", "strategies")  # what a run's report and figures show: a later run into its folder keeps them all
+# config.json's keys beside the identity: what a run's report shows (a later run into its folder keeps them all),
+# and the commits of its code
+COVERS = ("suites", "strategies", "commits")
 
 
 def _check_identity(config: EvalConfig) -> None:
@@ -353,12 +357,24 @@ def _check_identity(config: EvalConfig) -> None:
             what = ", ".join(f"{k} was {a!r}, now {b!r}" for k, (a, b) in changed.items())
             raise ValueError(f"{config.out} holds a run with other settings ({what}): its results would mix with "
                              "this run's in one table; use another --out, or the same settings to resume")
-        dropped = {k: sorted(set(before.get(k, [])) - set(covers[k])) for k in COVERS}
+        dropped = {k: sorted(set(before.get(k, [])) - set(covers[k])) for k in covers}
         if any(dropped.values()):
             what = "; ".join(f"{k} {', '.join(v)}" for k, v in dropped.items() if v)
             raise ValueError(f"{config.out} holds another run's results ({what}), which this run's report and "
                              "figures would replace: use another --out (or name them too, to extend that run)")
-    path.write_text(json.dumps({**identity, **covers}, indent=2) + "\n")
+    commits = json.loads(path.read_text()).get("commits", []) if path.exists() else []
+    path.write_text(json.dumps({**identity, **covers, **({"commits": commits} if commits else {})}, indent=2) + "\n")
+
+
+def _record_commit(out: Path) -> None:
+    """The commit of the code that ran tasks into ``out``, beside those of the runs before (config.json)."""
+    from engine.distribution import commit
+
+    path = out / "config.json"
+    stored = json.loads(path.read_text())
+    if commit() not in stored.get("commits", []):
+        stored["commits"] = [*stored.get("commits", []), commit()]
+        path.write_text(json.dumps(stored, indent=2) + "\n")
 
 
 def loop_dict(loop: LoopConfig) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """The evaluator's typed rows: every results.jsonl line reads back as a ``TaskRow`` and writes back the same JSON,
 and a results file written before the rows were typed renders the same report.md and summary.json, byte for
-byte, as when it was written (tests/fixtures/results: two runs of ``flowstate eval --policy oracle`` at 30e0af0)."""
+byte, as the fixture keeps them (tests/fixtures/results: two runs of ``flowstate eval --policy oracle`` at 30e0af0;
+their report.md and summary.json rendered again when the report gained each pair's n and the note on where the
+tokens break even, and lost a policy's speed table — the rows themselves as written then)."""
 
 from __future__ import annotations
 
