@@ -14,6 +14,7 @@ from engine.spec import KEYS
 from flowstate.cli.options import (
     LoopOptions,
     McpOptions,
+    Sectioned,
     embed_option,
     errors,
     layout_option,
@@ -41,7 +42,21 @@ def _progress(line: str) -> None:
         click.echo(line, err=True)
 
 
-@click.command("eval")
+SECTIONS = (
+    ("What to run", ("--suite", "--strategy", "--engine", "--policy", "--tasks", "--depth", "--out")),
+    ("How it runs", ("--concurrency", "--seed", "--db", "--data", "--suite-option", "--count-tokens", "--trace",
+                     "--redact", "--otlp-endpoint")),
+    ("Each request's loop", ("--max-steps", "--max-protocol-errors", "--max-repeats", "--limits", "--grammar",
+                             "--on-budget", "--layout")),
+    ("Your own sessions (docs/evaluation.md#your-own-sessions)", ("--from", "--session", "--since", "--sample",
+                                                                  "--feedback")),
+    ("τ³ suites, judges and tools", ("--trials", "--user", "--judge", "--mcp", "--mcp-scope", "--mcp-timeout",
+                                     "--mcp-sessions", "--embed")),
+    ("What a GPU pays (docs/gpu-cost.md)", ("--gpu-cost", "--kv-model")),
+)
+
+
+@click.command("eval", cls=Sectioned, sections=SECTIONS)
 @click.option("--suite", "suites", default="hotel,chain", show_default=True,
               help="Suites, comma-separated: small (hotel, bundle, travel, chain), realistic (shopping, planning, "
                    "reasoning), τ³-bench (tau3-airline, tau3-retail), tau-replay (recorded τ-bench "

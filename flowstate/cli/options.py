@@ -8,7 +8,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -296,3 +296,26 @@ def traced(endpoint: str | None) -> Iterator[None]:
         yield
     finally:
         tracing.disable()
+
+
+class Sectioned(click.Command):
+    """A command whose help lists its options in named sections, the common ones first (``flowstate eval`` has
+    forty); an option no section names goes under "Other options". docs/cli.md lists them in the same sections."""
+
+    def __init__(self, *args: Any, sections: Sequence[tuple[str, Sequence[str]]] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sections = tuple((title, tuple(flags)) for title, flags in sections)
+
+    def sectioned(self, params: Sequence[click.Parameter]) -> list[tuple[str, list[click.Option]]]:
+        """The options in their sections, in the sections' order; an unnamed one in a last "Other options"."""
+        options = {p.opts[0]: p for p in params if isinstance(p, click.Option) and not p.hidden}
+        out = [(title, [options[f] for f in flags if f in options]) for title, flags in self.sections]
+        named = {f for _, flags in self.sections for f in flags}
+        rest = [o for flag, o in options.items() if flag not in named]
+        return [(title, group) for title, group in [*out, ("Other options", rest)] if group]
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        for title, group in self.sectioned(self.get_params(ctx)):
+            rows = [row for row in (o.get_help_record(ctx) for o in group) if row is not None]
+            with formatter.section(title):
+                formatter.write_dl(rows)

@@ -34,9 +34,15 @@ def _command(path: str, command: click.Command) -> list[str]:
     arguments = [p for p in command.params if isinstance(p, click.Argument)]
     if arguments:
         out += ["Arguments: " + ", ".join(f"`{a.human_readable_name}`" for a in arguments), ""]
-    if options:
+    from flowstate.cli.options import Sectioned
+
+    groups = command.sectioned(options) if isinstance(command, Sectioned) else [("", options)]
+    for title, group in groups:
+        if not group:
+            continue
+        out += [f"**{title}**", ""] if title else []
         out += ["| option | default | what |", "|---|---|---|"]
-        for option in options:
+        for option in group:
             names = ", ".join(f"`{n}`" for n in option.opts + option.secondary_opts)
             out.append(f"| {names} | {_default(option)} | {_cell(option.help or '')} |")
         out.append("")

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 
 from tests.helpers import add, output
@@ -345,3 +346,20 @@ def test_an_engine_spec_and_a_flag_that_agree_or_fill_in_run(tmp_path: Path) -> 
     filled = flowstate("run", "q", "--db", tmp_path / "b.db", "--engine", f"scripted,script={script}",
                        "--script-grammar")
     assert filled.returncode == 0 and filled.stdout.strip() == "hi", filled.stderr
+
+
+def test_eval_help_lists_its_options_in_sections_the_common_ones_first() -> None:
+    from click.testing import CliRunner
+
+    from flowstate.cli import main
+    from flowstate.cli.evaluate import SECTIONS, evaluate
+
+    text = CliRunner().invoke(main, ["eval", "--help"]).output
+    titles = [title for title, _ in SECTIONS]
+    assert [text.index(f"\n{title}:\n") for title in titles] == sorted(text.index(f"\n{t}:\n") for t in titles)
+    first = text.split("\nWhat to run:\n", 1)[1].split("\n\n", 1)[0]
+    assert first.lstrip().startswith("--suite") and "--strategy" in first and "--max-steps" not in first
+    named = {flag for _, flags in SECTIONS for flag in flags}
+    options = {p.opts[0] for p in evaluate.params if isinstance(p, click.Option)}
+    assert options == named  # every option in a section, no section naming one that is gone
+    assert text.split("\nOther options:\n", 1)[1].split()[0] == "--help"
