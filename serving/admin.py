@@ -37,9 +37,9 @@ MAX_LIFETIME_S = 10 * 365 * DAY
 
 
 class QuotaIn(BaseModel):
-    """A tenant's limits; a limit left out (or null) is none."""
+    """A tenant's limits; a limit left out (or null) is none — on a PATCH, a limit left out stays as it was."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a limit of true is not 1
     requests_per_minute: int | None = Field(default=None, ge=1, le=1_000_000)
     concurrent_turns: int | None = Field(default=None, ge=1, le=100_000)
     tokens_per_day: int | None = Field(default=None, ge=1, le=10**13)
@@ -63,7 +63,7 @@ RETENTION = Field(default=None, max_length=100, description="how long the tenant
 
 
 class NewTenant(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     name: str = Field(min_length=1, max_length=MAX_NAME)
     quota: QuotaIn = Field(default_factory=lambda: QuotaIn())
     retention: str | None = RETENTION
@@ -83,13 +83,13 @@ class TenantChange(BaseModel):
 
 
 class NewKey(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     expires_in: int | None = Field(default=None, ge=60, le=MAX_LIFETIME_S,
                                    description="seconds the key works; none: until revoked")
 
 
 class Rotation(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     grace_s: int = Field(DEFAULT_GRACE_S, ge=0, le=MAX_GRACE_S, description="seconds the old key goes on working")
 
 
@@ -205,8 +205,9 @@ async def change_tenant(request: Request, tenant_id: str, body: TenantChange) ->
 
     def change() -> tuple[Tenant, Quota, Policy | None]:
         tenant = repo.tenants.tenant(tenant_id)
-        if body.quota is not None:
-            quota = body.quota.quota()
+        if body.quota is not None:  # merged: a limit left out stays, an explicit null clears it
+            before, given = asdict(repo.quotas.quota(tenant_id)), asdict(body.quota.quota())
+            quota = Quota(**{k: given[k] if k in body.quota.model_fields_set else before[k] for k in before})
             repo.quotas.set_quota(tenant_id, quota, _did(request, "tenant.quota", tenant_id, tenant_id,
                                                          quota=asdict(quota)))
         if retention:

@@ -115,7 +115,8 @@ async def health(request: Request) -> dict[str, Any]:
 
 @router.get("/openapi.json")
 async def openapi(request: Request) -> dict[str, Any]:
-    _services(request).namespace(request)  # like every endpoint but /health, it needs a key
+    if not request.state.caller.admin:  # an operator reads the API it manages
+        _services(request).namespace(request)  # like every endpoint but /health, it needs a key
     schema: dict[str, Any] = request.app.openapi()
     return _with_bodies(schema)
 
@@ -154,6 +155,7 @@ async def usage(request: Request) -> dict[str, Any]:
     (UTC), each limit null where there is none."""
     s = _services(request)
     ns = s.namespace(request)
+    sessions.only(request)  # a parameter it does not take is a 400, as on every other route
     if not ns:
         return {"object": "usage", "tenant": None, "quota": None, "usage": None}
     tenant = ns[:-1]

@@ -22,7 +22,7 @@ MAX_WAIT_S = 300.0
 
 
 class ErasureIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     subject: str = Field(min_length=1, max_length=512, description="a session name, or an end-user id: the `user` "
                          "of chat completions and responses, or a value of a conversation's metadata")
     wait_s: float = Field(30.0, ge=0, le=MAX_WAIT_S, description="how long to wait for a running turn of the subject")

@@ -18,7 +18,7 @@ from flowstate.store.feedback import MAX_COMMENT, MAX_LABEL, BadFeedback, Feedba
 from serving.errors import APIError, bad_request, conflict
 from serving.naming import check_name
 from serving.services import Services
-from serving.sessions import no_request
+from serving.sessions import RequestIndex, no_request
 from serving.tenancy import entry
 
 router = APIRouter()
@@ -54,21 +54,22 @@ async def _give(request: Request, s: Services, full: str, shown: str, index: int
 
 async def _list(s: Services, full: str, shown: str, index: int) -> dict[str, Any]:
     repo = s.config.repo
-    if not await anyio.to_thread.run_sync(repo.has_session, full):
-        raise no_request(shown, index)
+    if not await anyio.to_thread.run_sync(repo.has_session, full) or \
+            index > await anyio.to_thread.run_sync(repo.request_count, full):
+        raise no_request(shown, index)  # as the POST answers: feedback is on a finished request only
     pieces = await anyio.to_thread.run_sync(repo.feedback.of, full, index)
     return {"object": "list", "session": shown, "request": index, "data": [p.to_dict() for p in pieces]}
 
 
 @router.post("/v1/sessions/{session_id}/requests/{index}/feedback")
-async def give_on_request(session_id: str, index: int, request: Request, body: FeedbackIn) -> dict[str, Any]:
+async def give_on_request(session_id: str, index: RequestIndex, request: Request, body: FeedbackIn) -> dict[str, Any]:
     s: Services = request.app.state.services
     name = check_name(session_id, "session_id")
     return await _give(request, s, s.namespace(request) + name, name, index, body)
 
 
 @router.get("/v1/sessions/{session_id}/requests/{index}/feedback")
-async def feedback_on_request(session_id: str, index: int, request: Request) -> dict[str, Any]:
+async def feedback_on_request(session_id: str, index: RequestIndex, request: Request) -> dict[str, Any]:
     s: Services = request.app.state.services
     name = check_name(session_id, "session_id")
     return await _list(s, s.namespace(request) + name, name, index)

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -44,6 +44,8 @@ class Metrics:
                                  "limit that refused them", ["limit"], registry=r)
         self.expired = Counter("flowstate_retention_removed", "Sessions, stored responses and conversations removed "
                                "by retention's sweep, by kind", ["kind"], registry=r)
+        self.unreadable = Gauge("flowstate_retention_unreadable_policies", "Tenants whose stored retention policy "
+                                "the sweep cannot read: their memory is kept, the others' swept", registry=r)
         self.turn_latency = Histogram("flowstate_turn_latency_seconds", "Wall time of one chat completion call",
                                       buckets=LATENCY_BUCKETS, registry=r)
         self.call_latency = Histogram("flowstate_model_call_latency_seconds", "Wall time of one model call",

@@ -57,6 +57,7 @@ class Sweeper:
             removed = await self._batches(self.clock())
         finally:
             await anyio.to_thread.run_sync(lock.__exit__, None, None, None)
+        self.metrics.unreadable.set(len(self.store.unreadable))
         counts = Counter(e.kind for e in removed)
         if removed:
             log.info("retention removed %s", ", ".join(f"{n} {kind}(s)" for kind, n in sorted(counts.items())))

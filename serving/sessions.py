@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 import anyio
 from fastapi import APIRouter, Query, Request
+from fastapi import Path as FastAPIPath
 from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -243,6 +244,10 @@ def unknown_session(name: str) -> APIError:
     return APIError(404, f"no session {name!r}", type="not_found_error", param="session_id", code="session_not_found")
 
 
+MAX_REQUEST = 2**31 - 1  # a request's index, as both databases' integer columns hold it
+RequestIndex = Annotated[int, FastAPIPath(ge=1, le=MAX_REQUEST, description="the request's number, from 1")]
+
+
 def no_request(session: str, index: int) -> APIError:
     return APIError(404, f"session {session!r} has no finished request {index}", type="not_found_error",
                     param="index", code="request_not_found")
@@ -448,7 +453,7 @@ async def get_session(session_id: str, request: Request, query: Annotated[Sessio
 
 
 @router.get("/v1/sessions/{session_id}/requests/{index}")
-async def get_request(session_id: str, index: int, request: Request) -> RequestView:
+async def get_request(session_id: str, index: RequestIndex, request: Request) -> RequestView:
     """One finished request of the session with its run record: every step's output and what became of it."""
     only(request)
     service = _service(request)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flowstate.store.audit import AuditLog, Entry
@@ -135,6 +136,9 @@ def entry(caller: Caller, action: str, target: str, tenant: str | None = None, *
     return Entry(action, target, "admin" if caller.admin else "tenant", caller.key, tenant or own, detail=detail)
 
 
+UNKEYED = ("/health", "/ui", "/metrics")  # no key (the console signs in from its page), or a metrics key of its own
+
+
 class Authenticated:
     """ASGI middleware: the request's ``Caller`` in ``scope["state"]["caller"]`` before any route runs."""
 
@@ -150,6 +154,13 @@ class Authenticated:
             if caller.admin and tenant is not None:
                 caller = await self._as_tenant(caller, tenant, scope)
             scope.setdefault("state", {})["caller"] = caller
+            error = caller.error
+            if error is not None and error.status == 401 and not str(scope["path"]).startswith(UNKEYED):
+                # before any route reads its parameters or body: a request without a valid key learns nothing of
+                # what the route would have said of them
+                response = JSONResponse(error.body(), status_code=401, headers=error.headers)
+                await response(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
     async def _as_tenant(self, caller: Caller, tenant: str, scope: Scope) -> Caller:

@@ -160,7 +160,7 @@ def serve(
                                   session_memory_mb=session_memory_mb, ingress=ingress,
                                   stream_answers=stream_answers, background_lease_s=background_lease_s,
                                   turn_lease_s=turn_lease_s, retention_every_s=retention_every_s,
-                                  retention=retention or POLICY.convert(os.environ.get("FLOWSTATE_RETENTION", "off"),
+                                  retention=retention or POLICY.convert(os.environ.get("FLOWSTATE_RETENTION") or "off",
                                                                         None, None),
                                   redact=_kinds(redact_kinds) if redact == "mask" else (),
                                   vault_key=vault_key or os.environ.get("FLOWSTATE_VAULT_KEY") or None,

@@ -17,6 +17,7 @@ that came back to life meanwhile.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -25,6 +26,8 @@ from dataclasses import dataclass
 from flowstate.store import forget
 from flowstate.store.audit import Entry, write
 from flowstate.store.backends import Backend, Conn, PostgresBackend
+
+log = logging.getLogger("flowstate.store")
 
 DAY_S = 86_400
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": DAY_S, "w": 7 * DAY_S}
@@ -46,12 +49,19 @@ class _Planned(Exception):
         self.removed = removed
 
 
+MAX_DURATION_S = 36_500 * 86_400  # 100 years: any longer bound is "off", and what a database's integers hold
+
+
 def duration(text: str) -> int:
-    """Seconds of ``30d``, ``12h``, ``90m``, ``45s``, ``2w``."""
+    """Seconds of ``30d``, ``12h``, ``90m``, ``45s``, ``2w``; at most ``MAX_DURATION_S``."""
     m = re.fullmatch(r"\s*(\d+)\s*([smhdw])\s*", text)
-    if m is None or int(m.group(1)) == 0:
-        raise PolicyError(f"invalid duration {text!r}: a positive whole number and a unit (s, m, h, d, w), e.g. 30d")
-    return int(m.group(1)) * UNITS[m.group(2)]
+    if m is None or not m.group(1).strip("0"):
+        raise PolicyError(f"invalid duration {text[:40]!r}: a positive whole number and a unit (s, m, h, d, w), "
+                          "e.g. 30d")
+    digits = m.group(1).lstrip("0")
+    if len(digits) > 12 or int(digits) * UNITS[m.group(2)] > MAX_DURATION_S:  # never a huge int built
+        raise PolicyError(f"invalid duration {text[:40]!r}: at most 36500d (100 years); for no bound, off")
+    return int(digits) * UNITS[m.group(2)]
 
 
 def _show(seconds: int) -> str:
@@ -84,15 +94,15 @@ class Policy:
 def parse_policy(text: str) -> Policy:
     """``idle=30d,age=180d``, either bound alone, or ``off``."""
     text = text.strip()
-    if text in ("off", ""):
+    if text == "off":
         return Policy()
     found: dict[str, int] = {}
     for part in text.split(","):
         name, _, value = part.partition("=")
         name = name.strip()
         if name not in ("idle", "age") or not value or name in found:
-            raise PolicyError(f"invalid retention policy {text!r}: idle=DURATION and/or age=DURATION, comma-separated"
-                              " (e.g. idle=30d,age=180d), or off")
+            raise PolicyError(f"invalid retention policy {text[:100]!r}: idle=DURATION and/or age=DURATION, "
+                              "comma-separated (e.g. idle=30d,age=180d), or off")
         found[name] = duration(value)
     return Policy(found.get("idle"), found.get("age"))
 
@@ -132,6 +142,7 @@ class RetentionStore:
     def __init__(self, backend: Backend) -> None:
         self._db = backend
         self._shared = isinstance(backend, PostgresBackend)
+        self.unreadable: set[str] = set()  # tenants whose stored policy no sweep could read (their memory is kept)
 
     def policy(self, tenant: str) -> Policy | None:
         """The tenant's own policy (None: the server's)."""
@@ -149,8 +160,18 @@ class RetentionStore:
         return row is not None
 
     def _rules(self, conn: Conn, default: Policy) -> list[_Rule]:
-        own = [(r[0] + "/", parse_policy(r[1])) for r in
-               conn.execute("SELECT id, retention FROM tenants WHERE retention IS NOT NULL ORDER BY id")]
+        """Each tenant's own policy, then the server's over the rest. A stored policy that does not parse (written
+        before its bounds were checked) is passed over — that tenant's memory is kept, never swept by another
+        policy — and counted in ``unreadable``: one tenant's row never stops the sweep for all."""
+        own: list[tuple[str, Policy]] = []
+        for tenant, text in conn.execute("SELECT id, retention FROM tenants WHERE retention IS NOT NULL ORDER BY id"):
+            try:
+                own.append((tenant + "/", parse_policy(text)))
+            except PolicyError as exc:
+                own.append((tenant + "/", Policy()))  # kept from every rule, the server's included
+                if tenant not in self.unreadable:
+                    log.warning("retention: tenant %s's policy cannot be read, its memory is kept: %s", tenant, exc)
+                self.unreadable.add(tenant)
         rules = [_Rule(prefix, policy) for prefix, policy in own if policy]
         if default:
             rules.append(_Rule("", default, tuple(prefix for prefix, _ in own)))

@@ -98,7 +98,8 @@ def test_the_schema_needs_a_key_like_every_endpoint_but_health(server: Server) -
     url = server.start(lines("[s]", [output(content="x")]), "--api-key", "sk-a")
     root = url.removesuffix("/v1")
     assert httpx.get(root + "/openapi.json").status_code == 401
-    assert httpx.get(root + "/docs").status_code == 404
+    assert httpx.get(root + "/docs").status_code == 401  # no key: nothing said of which paths exist
+    assert httpx.get(root + "/docs", headers={"Authorization": "Bearer sk-a"}).status_code == 404
     schema = httpx.get(root + "/openapi.json", headers={"Authorization": "Bearer sk-a"}).json()
     assert "/v1/chat/completions" in schema["paths"]
     # the chat and responses requests are documented from the wire models the routes validate with

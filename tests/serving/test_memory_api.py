@@ -106,9 +106,10 @@ def test_a_request_and_its_record(served: tuple[Server, str]) -> None:
     assert "session" not in req["record"]  # the key's namespace stays inside the server
     later = get(url, "/sessions/trip/requests/2").json()["record"]["steps"]
     assert later[0]["disclosed"] == ["dec_hotel"]
-    for path in ("/sessions/trip/requests/3", "/sessions/trip/requests/0", "/sessions/nobody/requests/1"):
+    for path in ("/sessions/trip/requests/3", "/sessions/nobody/requests/1"):
         r = get(url, path)
         assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error", path
+    assert get(url, "/sessions/trip/requests/0").status_code == 422  # no request 0: requests count from 1
     theirs = get(url, "/sessions/trip/requests/1", headers=TWO).json()  # key two's own "trip": one request
     assert theirs["query"] == "[other] my plan" and "pref_quiet" not in str(theirs)
     assert get(url, "/sessions/trip/requests/2", headers=TWO).status_code == 404
@@ -223,7 +224,9 @@ def test_keys_and_the_console_files(served: tuple[Server, str]) -> None:
     assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "default-src 'none'" in csp
     assert httpx.get(root + "/ui/console.js").headers["content-type"].startswith("text/javascript")
     assert httpx.get(root + "/ui", follow_redirects=False).status_code == 308
-    assert httpx.get(root + "/ui/../serving/app.py").status_code == 404
+    escaped = httpx.get(root + "/ui/../serving/app.py")  # out of /ui/: a path like any other, which needs a key
+    assert escaped.status_code == 401 and "import" not in escaped.text
+    assert httpx.get(root + "/ui/../serving/app.py", headers=ONE).status_code == 404
     assert httpx.get(root + "/ui/secrets.txt").status_code == 404
 
 
