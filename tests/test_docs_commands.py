@@ -99,7 +99,7 @@ class Reader:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+                proc.wait(timeout=20)
         self.servers = [(p, proc) for p, proc in self.servers if proc not in stopping]
 
 
@@ -159,7 +159,7 @@ def run_python(example: Example) -> str | None:
 def _env(reader: Reader) -> dict[str, str]:
     """The reader's variables: what their blocks exported, read back from the shell's own listing."""
     listing = subprocess.run(["bash", "-c", f". {shlex.quote(str(reader.state))}; env -0"], capture_output=True,
-                             check=True, env={"PATH": os.environ.get("PATH", "")}).stdout
+                             check=True, env={"PATH": os.environ.get("PATH", "")}, timeout=30).stdout
     return dict(item.split("=", 1) for item in listing.decode().split("\0") if "=" in item)
 
 

@@ -18,9 +18,10 @@ from tests.conftest import ONE_AT_A_TIME, TIMEOUT_S
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
-# model modules (one of them the README's, which the issue of the wrong schedule named) and quick ones
-MODULES = ["tests/engine/test_errors.py", "tests/test_readme.py", "tests/engine/test_llamacpp_threads.py",
-           "tests/flowstate/test_rules.py", "tests/flowstate/test_parse.py", "tests/flowstate/test_limits.py"]
+# model modules and quick ones
+MODULES = ["tests/engine/test_errors.py", "tests/flowstate/test_demo_embedded.py",
+           "tests/engine/test_llamacpp_threads.py", "tests/flowstate/test_rules.py", "tests/flowstate/test_parse.py",
+           "tests/flowstate/test_limits.py"]
 
 
 def test_a_real_models_tests_run_on_one_worker_and_every_test_has_its_limit(tmp_path: Path) -> None:
