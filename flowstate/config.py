@@ -141,7 +141,8 @@ class AgentConfig:
         with self._lock:
             grammars = self._grammars.pop(key, None)
         if grammars is None:
-            grammars = Grammars(specs, self.loop.grammar, self.strategy.blocks, self.limits, options)
+            grammars = Grammars(specs, self.loop.grammar, self.strategy.blocks, self.limits, options,
+                                self.strategy.optional)
         if validate:  # a cached configuration too: another caller may have cached it without validating
             grammars.validate()
         with self._lock:

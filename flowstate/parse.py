@@ -39,13 +39,16 @@ def _json_end(text: str, pos: int, close_tag: str) -> int | None:
     return end if text.startswith(close_tag, end) else None
 
 
-def _split_blocks(text: str, blocks: Sequence[str]) -> dict[str, str]:
-    """Cut the text into the tagged blocks, in order, with only whitespace between them."""
+def _split_blocks(text: str, blocks: Sequence[str], optional: Sequence[str] = ()) -> dict[str, str]:
+    """Cut the text into the tagged blocks, in order, with only whitespace between them; a block of ``optional``
+    may be left out (it reads as empty)."""
     bodies: dict[str, str] = {}
     pos = 0
     for name in blocks:
         open_tag, close_tag = f"<{name}>", f"</{name}>"
         start = text.find(open_tag, pos)
+        if name in optional and (start < 0 or text[pos:start].strip()):
+            continue  # left out: what follows must be the next block
         if start < 0:
             raise ProtocolError(name, f"missing {open_tag} (blocks must come in the order {', '.join(blocks)})")
         between = text[pos:start]
@@ -116,6 +119,7 @@ def _items(name: str, raw: Any, protocol: BoundedProtocol) -> tuple[list[Any], l
 
 def parse_output(
     text: str, blocks: Sequence[str] = BLOCKS, limits: Limits = STANDARD, answer_schema: dict[str, Any] | None = None,
+    optional: Sequence[str] = (),
 ) -> ModelOutput:
     """Parse one raw model output under ``limits``; raise ``ProtocolError`` naming the faulty block.
 
@@ -124,13 +128,15 @@ def parse_output(
     focus item, operation or tool call is left out and listed in ``malformed``; the rest stands. Only
     text that is not the blocks, a block that is not JSON of its kind, or an invalid final message
     is a protocol error. With ``answer_schema`` the answer's content is a JSON value matching it (returned
-    as its compact JSON text).
+    as its compact JSON text). A block of ``optional`` may be left out, which says it is empty.
     """
     protocol = bounded(limits)
-    bodies = _split_blocks(text, blocks)
+    bodies = _split_blocks(text, blocks, optional)
     values: dict[str, Any] = {}
     malformed: list[Malformed] = []
     for name in blocks:
+        if name not in bodies:  # an optional block left out
+            continue
         body = bodies[name].strip()
         if not body:
             raise ProtocolError(name, "empty block; use [] for an unused array or {\"content\": null}")

@@ -230,12 +230,14 @@ def dump_op(op: AddOp | UpdateOp | RemoveOp) -> dict[str, Any]:
     return op.model_dump(mode="json", exclude_none=isinstance(op, UpdateOp))
 
 
-def render_output(output: ModelOutput, blocks: Sequence[str] = BLOCKS) -> str:
-    """The raw text of a model output: what a model following the protocol (of ``blocks``) emits."""
+def render_output(output: ModelOutput, blocks: Sequence[str] = BLOCKS, optional: Sequence[str] = ()) -> str:
+    """The raw text of a model output: what a model following the protocol (of ``blocks``) emits; a block of
+    ``optional`` with nothing in it is left out (the lean protocol: memory blocks only when they say something)."""
     parts = {
         "state_focus": [f.model_dump(mode="json") for f in output.state_focus],
         "state_delta": [dump_op(op) for op in output.state_delta],
         "tool_calls": [c.model_dump(mode="json") for c in output.tool_calls],
         "assistant_message": output.assistant_message.model_dump(mode="json"),
     }
-    return "\n".join(f"<{b}>\n{json.dumps(parts[b], ensure_ascii=False)}\n</{b}>" for b in blocks)
+    return "\n".join(f"<{b}>\n{json.dumps(parts[b], ensure_ascii=False)}\n</{b}>" for b in blocks
+                     if b not in optional or parts[b])

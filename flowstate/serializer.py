@@ -106,12 +106,19 @@ _EXAMPLE_STEPS = (
 )
 
 
-def example_steps(blocks: Sequence[str] = BLOCKS) -> str:
-    """The protocol's worked example in ``blocks``: the three steps of another task, from its start to its answer."""
+def example_steps(blocks: Sequence[str] = BLOCKS, optional: Sequence[str] = (), facts: bool = False) -> str:
+    """The protocol's worked example in ``blocks``: the three steps of another task, from its start to its answer;
+    ``optional`` blocks left out where empty; with ``facts`` (the system records results) the model records only
+    the requirement."""
     states = "state_delta" in blocks
     first, then, last = ((" records the requirement and", " records what the order needs, citing the result, and",
                           " records the order and") if states else ("", "", ""))
-    step1, step2, step3 = ("\n".join(f"<{b}>\n{step[b]}\n</{b}>" for b in blocks) for step in _EXAMPLE_STEPS)
+    steps = list(_EXAMPLE_STEPS)
+    if facts:
+        then = last = ""
+        steps[1:] = [{**step, "state_delta": "[]"} for step in steps[1:]]
+    step1, step2, step3 = ("\n".join(f"<{b}>\n{step[b]}\n</{b}>" for b in blocks
+                                      if b not in optional or step[b] != "[]") for step in steps)
     return (f"Example (another task; its tools are not yours). Asked to order two boxes of green tea for the office, "
             f"with nothing known yet, the first step{first} calls a tool:\n{step1}\n"
             f"Its result comes as obs_r1_s1_1; the next step{then} acts on it:\n{step2}\n"
@@ -119,9 +126,23 @@ def example_steps(blocks: Sequence[str] = BLOCKS) -> str:
             f"calling nothing again:\n{step3}")
 
 
-def output_protocol(blocks: Sequence[str] = BLOCKS, limits: Limits = STANDARD) -> str:
-    """How to write one output in the protocol of ``blocks`` under ``limits``."""
+def output_protocol(blocks: Sequence[str] = BLOCKS, limits: Limits = STANDARD, optional: Sequence[str] = (),
+                    facts: bool = False) -> str:
+    """How to write one output in the protocol of ``blocks`` under ``limits``; ``optional`` blocks are written only
+    when they hold something (the lean protocol)."""
     examples = "\n".join(f"<{b}>\n{_BLOCK_EXAMPLES[b]}\n</{b}>" for b in blocks)
+    example = f"\n{example_steps(blocks, optional, facts)}" if limits.examples else ""
+    if optional:  # the lean protocol: memory blocks only when they hold something
+        left = " and ".join(f"<{b}>" for b in blocks if b in optional)
+        required = "\n".join(f"<{b}>\n{_BLOCK_EXAMPLES[b]}\n</{b}>" for b in blocks if b not in optional)
+        shapes = "" if limits.examples else "".join(f"<{b}>\n{_BLOCK_EXAMPLES[b]}\n</{b}>\n" for b in blocks
+                                                     if b in optional)
+        return (
+            f"Return, in order, JSON inside each, nothing outside: {left} only when you record something, then "
+            f"always:\n{shapes}{required}\n"
+            'Use [] for no tool calls and "content": null unless you answer the user. Never tool calls and a final '
+            f"answer in one step.\n{limits.describe(blocks)}{example}"
+        )
     together = {
         ("state_delta", "state_focus"): "state updates, history requests and independent actions",
         ("state_delta",): "state updates and independent actions",
@@ -132,7 +153,7 @@ def output_protocol(blocks: Sequence[str] = BLOCKS, limits: Limits = STANDARD) -
         f"Return exactly these {_COUNT[len(blocks)]} blocks, in order, JSON inside each, nothing outside:\n{examples}\n"
         'Use [] for an unused block and "content": null unless you answer the user; at least one block is '
         f"non-empty. Never tool calls and a final answer in one step. Make {together} together in one step.\n"
-        f"{limits.describe(blocks)}" + (f"\n{example_steps(blocks)}" if limits.examples else "")
+        f"{limits.describe(blocks)}{example}"
     )
 
 
@@ -155,7 +176,7 @@ def memory_rules(blocks: Sequence[str] = BLOCKS, *, trajectory: bool = False) ->
 def system_prompt(
     tools: Sequence[dict[str, Any]], task_policy: str = "", blocks: Sequence[str] = BLOCKS,
     memory: str = FLOWSTATE_RULES,
-    limits: Limits = STANDARD,
+    limits: Limits = STANDARD, optional: Sequence[str] = (), facts: bool = False,
 ) -> str:
     """The static system message: identical for every call of one agent configuration."""
     tool_lines = "\n".join(canonical_json(t) for t in tools) or "(no tools)"
@@ -163,7 +184,7 @@ def system_prompt(
         f"<instructions>\n{REACT_RULES}\n\n{memory}\n</instructions>\n"
         f"<policy>\n{task_policy.strip() or '(none)'}\n</policy>\n"
         f"<tools>\n{tool_lines}\n</tools>\n"
-        f"<output_protocol>\n{output_protocol(blocks, limits)}\n</output_protocol>"
+        f"<output_protocol>\n{output_protocol(blocks, limits, optional, facts)}\n</output_protocol>"
     )
 
 

@@ -185,6 +185,8 @@ _STRUCTURE = {
     "focus": "FOCUS focus_json END_FOCUS",
     "focus_some": "FOCUS focus_some_json END_FOCUS",
     "focus_none": "FOCUS empty_json END_FOCUS",
+    "focus_opt": "focus_some?",  # an optional block: left out, or holding something
+    "delta_opt": "delta_some?",
     "delta": "DELTA delta_json END_DELTA",
     "delta_some": "DELTA delta_some_json END_DELTA",
     "act": "TOOLS calls_json END_TOOLS MESSAGE null_json END_MESSAGE",
@@ -200,10 +202,12 @@ _TAGS = {
 
 
 def _alternatives(b: Mapping[str, dict[str, Any]], rules: dict[str, dict[str, Any]], blocks: Sequence[str],
-                  require_tools: bool, final: bool = False, hold: bool = False) -> list[list[str]]:
+                  require_tools: bool, final: bool = False, hold: bool = False,
+                  optional: Sequence[str] = ()) -> list[list[str]]:
     """The outputs a step may take (act, answer, wait on focus or delta), each a list of parts; adds the JSON
     rules of non-empty blocks to ``rules``. A ``final`` step decides: it answers, or (tools required) calls; a
-    ``hold`` step calls nothing (unless tools are required)."""
+    ``hold`` step calls nothing (unless tools are required). A block of ``optional`` is written only when it holds
+    something: left out, or non-empty."""
     has_focus, has_delta = "state_focus" in blocks, "state_delta" in blocks
     focus_some, delta_some, calls_some = (_nonempty(b[k]) for k in ("state_focus", "state_delta", "tool_calls"))
     alternatives = [] if require_tools else [["focus", "delta", "answer"]]
@@ -223,14 +227,24 @@ def _alternatives(b: Mapping[str, dict[str, Any]], rules: dict[str, dict[str, An
         alternatives = decided or alternatives
     if hold and not require_tools:
         alternatives = [alt for alt in alternatives if alt[-1] != "act"]
-    return [[part for part in alt if part not in absent] for alt in alternatives]
+    lean: dict[str, str | None] = {}  # an optional block's parts: left out, or holding something
+    if "state_focus" in optional and has_focus:
+        lean |= {"focus": "focus_opt" if focus_some is not None else None, "focus_none": None}
+        if focus_some is not None:
+            rules["focus_some_json"] = focus_some
+    if "state_delta" in optional and has_delta:
+        lean |= {"delta": "delta_opt" if delta_some is not None else None}
+        if delta_some is not None:
+            rules["delta_some_json"] = delta_some
+    parts = [[lean.get(part, part) for part in alt if part not in absent] for alt in alternatives]
+    return [[part for part in alt if part is not None] for alt in parts]
 
 
 def protocol_grammar(
     schemas: Mapping[str, dict[str, Any]], tools: Sequence[Mapping[str, Any]], ids: StepIds | None = None,
     blocks: Sequence[str] = ALL_BLOCKS, bounds: ToolBounds = ToolBounds(), *, require_tools: bool = False,
     max_calls: int | None = None, answer_schema: dict[str, Any] | None = None, final: bool = False,
-    hold: bool = False,
+    hold: bool = False, optional: Sequence[str] = (),
 ) -> str:
     """The Lark grammar (llguidance dialect) of one model output.
 
@@ -238,7 +252,9 @@ def protocol_grammar(
     tool_calls and assistant_message are always there. ``bounds`` bound tool-argument strings and
     arrays that a tool's own schema leaves unbounded (tiny models need it to terminate).
     ``require_tools`` drops the final-answer alternative (a step calls tools or only updates/accesses
-    state), ``max_calls`` caps tool calls per step, ``answer_schema`` makes the answer's content that JSON.
+    state), ``optional``: state_focus and/or state_delta written only when they hold something (left out, never
+    ``[]``: the lean protocol), ``max_calls`` caps tool calls per step, ``answer_schema`` makes the answer's
+    content that JSON.
     ``final``: the request's last allowed step, which must decide — a final answer, or where tools are
     required the calls (no step that only updates or accesses state).
     ``hold``: the step after one whose every call was refused as a repeat: it answers or only updates/accesses
@@ -263,8 +279,9 @@ def protocol_grammar(
                       "additionalProperties": False},
         "empty_json": {"type": "array", "maxItems": 0},
     }
-    alternatives = _alternatives(b, rules, blocks, require_tools, final, hold)
+    alternatives = _alternatives(b, rules, blocks, require_tools, final, hold, optional)
     used = {name for alt in alternatives for name in alt}
+    used |= {_STRUCTURE[name].rstrip("?") for name in used if _STRUCTURE[name].endswith("?")}
     needed = {part for name in used for part in _STRUCTURE[name].split()}
     lines = ["start: " + " | ".join(" ".join(alt) for alt in alternatives)]
     lines += [f"{name}: {body}" for name, body in _STRUCTURE.items() if name in used]

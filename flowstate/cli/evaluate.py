@@ -66,9 +66,10 @@ SECTIONS = (
                    "bullets, description_words; planning flights, stays, restaurants; reasoning rows. A list "
                    "(results=5,10,20) sweeps it: one run per value, and sweep.md.")
 @click.option("--strategy", "strategy_names", default="flowstate,full-context", show_default=True,
-              help="Strategies, comma-separated: flowstate, flowstate-paged, flowstate-facts, full-context, no-psa, "
-                   "no-isu, bm25, mem0-style, zipact, zipact-bm25, reasoningbank, mage (and mage-no-compress, "
-                   "mage-no-maintain, mage-no-revise); NAME+append lays one out request-local and append-only.")
+              help="Strategies, comma-separated: flowstate, flowstate-paged, flowstate-facts, flowstate-lean[:N], "
+                   "full-context, no-psa, no-isu, bm25, mem0-style, zipact, zipact-bm25, reasoningbank, mage (and "
+                   "mage-no-compress, mage-no-maintain, mage-no-revise); NAME+append lays one out request-local and "
+                   "append-only.")
 @click.option("--engine", "engine_specs", multiple=True, metavar="SPEC",
               help=f"The model, as one value: a backend ({', '.join(sorted(engines.BACKENDS))}) or "
                    "NAME:MODEL[@URL][,KEY=VALUE…], e.g. openai:Qwen/Qwen3.5-27B@http://127.0.0.1:8000/v1,preset=paper "

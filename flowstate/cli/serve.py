@@ -84,7 +84,8 @@ _INGRESS = IngressLimits()
 @options.loop_options()
 @click.option("--strategy", "strategy_name", default="flowstate", show_default=True,
               help=f"The memory method every session runs: {', '.join(memory.METHODS)} (flowstate-paged:N: an index "
-                   f"budget of N tokens; a state method{memory.APPEND}: the append-only layout, as --layout append).")
+                   f"budget of N tokens; flowstate-lean:N: states past N earlier requests; a state "
+                   f"method{memory.APPEND}: the append-only layout, as --layout append).")
 @options.layout_option
 @options.embed_option
 @click.option("--background-lease", "background_lease_s", default=_SERVER["background_lease_s"].default,

@@ -394,7 +394,7 @@ class Policy:
             output["tool_calls"] = [{"name": shown.tool, "arguments": shown.arguments}]
         elif isinstance(shown, Answer):
             output["assistant_message"] = {"content": shown.text}
-        return render_output(ModelOutput.model_validate(output), self.strategy.blocks)
+        return render_output(ModelOutput.model_validate(output), self.strategy.blocks, self.strategy.optional)
 
     def mergeable(self) -> list[str]:
         """Steps that a policy taking the fewest steps would not have taken, each with why.

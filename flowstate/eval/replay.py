@@ -402,7 +402,7 @@ class ReplayPolicy:
             self.made = []
         output: dict[str, Any] = {"state_focus": [], "state_delta": [], "tool_calls": [],
                                   "assistant_message": {"content": None}}
-        if "state_delta" in self.strategy.blocks:
+        if "state_delta" in self.strategy.blocks and not self.strategy.facts:  # else the system records them
             output["state_delta"] = self.record(parts.get(tags.LATEST_OBSERVATION, []))
         view = "\n".join(m.content for m in messages[1:])  # the whole prompt but the instructions
         needs = self.missing(view) if self.request > 0 or self.made else []
@@ -426,4 +426,4 @@ class ReplayPolicy:
         else:
             output["assistant_message"] = {"content": self.task.turns[self.request].answer}
             self.answered = True
-        return render_output(ModelOutput.model_validate(output), self.strategy.blocks)
+        return render_output(ModelOutput.model_validate(output), self.strategy.blocks, self.strategy.optional)

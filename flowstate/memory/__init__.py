@@ -1,6 +1,7 @@
 """The memory methods, chosen by name: the registry names each method's module and imports it only when asked.
 
-Families, one module each: ``state`` (flowstate, flowstate-paged, flowstate-facts, no-psa, no-isu), ``chat``
+Families, one module each: ``state`` (flowstate, flowstate-paged, flowstate-facts, no-psa, no-isu), ``lean``
+(flowstate-lean: the paper's states, written and carried where they pay), ``chat``
 (full-context), ``retrieval`` (bm25, mem0-style), ``tracker`` (zipact, zipact-bm25), ``reasoning`` (reasoningbank),
 ``mage`` (mage and its ablations); the seam they implement is ``base``.
 """
@@ -20,6 +21,7 @@ METHODS: dict[str, str] = {
     "flowstate": "flowstate.memory.state:FLOWSTATE",
     "flowstate-paged": "flowstate.memory.state:FLOWSTATE_PAGED",
     "flowstate-facts": "flowstate.memory.state:FLOWSTATE_FACTS",
+    "flowstate-lean": "flowstate.memory.lean:FLOWSTATE_LEAN",
     "full-context": "flowstate.memory.chat:FULL_CONTEXT",
     "no-psa": "flowstate.memory.state:NO_PSA",
     "no-isu": "flowstate.memory.state:NO_ISU",
@@ -36,6 +38,8 @@ METHODS: dict[str, str] = {
 DEFAULT = "flowstate"
 EMBEDDING = ("mem0-style", "reasoningbank")  # the methods whose sources rank by embeddings (--embed)
 STATE_METHODS = ("flowstate", "flowstate-paged", "flowstate-facts", "no-psa", "no-isu")
+PARAMETERS = {"flowstate-paged": ("index_budget", 1), "flowstate-lean": ("crossover", 0)}
+"""Methods named with a number (``NAME:N``): the field it sets, and its least value."""
 
 
 APPEND = "+append"
@@ -46,14 +50,16 @@ LAYOUTS = ("latest", "append")
 
 def get(name: str) -> Strategy:
     """The memory method called ``name`` (unknown names list the valid ones); ``flowstate-paged:N`` is
-    flowstate-paged with an index budget of N tokens; ``+append`` a state method in the append-only layout."""
+    flowstate-paged with an index budget of N tokens, ``flowstate-lean:N`` flowstate-lean sending states past N
+    earlier requests; ``+append`` a state method in the append-only layout."""
     stem = name[: -len(APPEND)] if name.endswith(APPEND) else name
-    base, colon, budget = stem.partition(":")
+    base, colon, number = stem.partition(":")
     target = METHODS.get(base)
-    if target is None or (colon and (base != "flowstate-paged" or not budget.isdigit() or int(budget) < 1)):
+    field, least = PARAMETERS.get(base, ("", 0))
+    if target is None or (colon and (not field or not number.isdigit() or int(number) < least)):
         raise ValueError(f"unknown strategy {name!r}; valid strategies: {', '.join(METHODS)} "
-                         f"(flowstate-paged:N: an index budget of N tokens; {APPEND}: a state method, "
-                         f"{', '.join(STATE_METHODS)}, in the append-only layout)")
+                         f"(flowstate-paged:N: an index budget of N tokens; flowstate-lean:N: states past N earlier "
+                         f"requests; {APPEND}: a state method, {', '.join(STATE_METHODS)}, in the append-only layout)")
     if stem != name and base not in STATE_METHODS:
         raise ValueError(f"{name!r}: the append-only layout ({APPEND}) is a layout of the state methods "
                          f"({', '.join(STATE_METHODS)}); {base} lays out its own prompt")
@@ -61,7 +67,7 @@ def get(name: str) -> Strategy:
     method: Strategy = getattr(importlib.import_module(module), attr)
     changes: dict[str, object] = {"name": name} if stem != base or stem != name else {}
     if colon:
-        changes["index_budget"] = int(budget)
+        changes[field] = int(number)
     if stem != name:
         changes["layout"] = "append"
     return replace(method, **changes) if changes else method  # type: ignore[type-var]
@@ -90,4 +96,5 @@ def laid_out(names: tuple[str, ...], layout: str) -> tuple[str, ...]:
     return tuple(n + APPEND if n in state and not n.endswith(APPEND) else n for n in names)
 
 
-__all__ = ["APPEND", "DEFAULT", "EMBEDDING", "LAYOUTS", "METHODS", "STATE_METHODS", "embedded", "get", "laid_out"]
+__all__ = ["APPEND", "DEFAULT", "EMBEDDING", "LAYOUTS", "METHODS", "PARAMETERS", "STATE_METHODS", "embedded", "get",
+           "laid_out"]

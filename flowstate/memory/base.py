@@ -120,6 +120,7 @@ class Strategy(ABC):
     blocks: tuple[str, ...]
     rules: ClassVar[str] = ""  # the method's section of the system prompt (what its memory shows and how)
     facts: bool = False  # the system records each tool result as a knowledge state (the model need not)
+    optional: tuple[str, ...] = ()  # blocks the model writes only when they hold something (left out when empty)
 
     def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
         """The system message: the protocol of ``blocks``, the method's ``rules``, the policy, the tools."""

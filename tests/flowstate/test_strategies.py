@@ -66,10 +66,15 @@ def test_each_strategys_grammar_admits_its_protocol_and_the_oracles_outputs(repo
     for messages, grammar, gen in engine.calls:
         assert grammar is not None and accepts(grammar, gen.text), gen.text
         for block in ("state_focus", "state_delta"):
-            assert (f"<{block}>" in gen.text) == (block in strategy.blocks)
-            assert (f"<{block}>" in messages[0].content) == (block in strategy.blocks)  # the protocol it is told
+            if block in strategy.optional:  # written only when it holds something, never empty
+                assert f"<{block}>\n[]" not in gen.text
+            else:
+                assert (f"<{block}>" in gen.text) == (block in strategy.blocks)
+            told = "\n".join(m.content for m in messages if m.role != "assistant")  # the protocol it is told
+            assert (f"<{block}>" in told) == (block in strategy.blocks) or (
+                block == "state_focus" and block in strategy.optional and "<historical_state_index>" not in told)
     four = output(tools=[{"name": "buy", "arguments": {"item": "x"}}])
-    assert accepts(engine.calls[0][1] or "", four) == (strategy.blocks == FLOWSTATE.blocks)
+    assert accepts(engine.calls[0][1] or "", four) == (strategy.blocks == FLOWSTATE.blocks and not strategy.optional)
 
 
 def test_a_strategy_parses_only_its_own_blocks() -> None:
@@ -145,12 +150,16 @@ def test_no_psa_inlines_every_historical_state_and_no_isu_builds_rule_states(rep
 
 def test_unknown_strategy_is_a_clear_error() -> None:
     with pytest.raises(ValueError,
-                       match="valid strategies: flowstate, flowstate-paged, flowstate-facts, "
+                       match="valid strategies: flowstate, flowstate-paged, flowstate-facts, flowstate-lean, "
                              "full-context, no-psa, no-isu"):
         get("magic")
     for bad in ("flowstate-paged:0", "flowstate-paged:x", "flowstate:4096"):  # only flowstate-paged takes a budget
         with pytest.raises(ValueError, match=r"flowstate-paged:N: an index budget of N tokens"):
             get(bad)
+    for bad in ("flowstate-lean:x", "flowstate-lean:-1"):
+        with pytest.raises(ValueError, match=r"flowstate-lean:N: states past N earlier requests"):
+            get(bad)
+    assert get("flowstate-lean:0").crossover == 0 and get("flowstate-lean").crossover == 10  # type: ignore[attr-defined]
     paged = get("flowstate-paged:8192")
     assert paged.name == "flowstate-paged:8192" and paged.index_budget == 8192  # type: ignore[attr-defined]
 

@@ -123,7 +123,8 @@ class GoldPolicy:
         output: dict[str, Any] = {"state_focus": [], "state_delta": [], "tool_calls": [],
                                   "assistant_message": {"content": None}}
         if "state_delta" in self.strategy.blocks:
-            output["state_delta"] = self.record(parts.get(tags.LATEST_OBSERVATION, []))
+            # where the system records each result as a state, the policy leaves them to it
+            output["state_delta"] = [] if self.strategy.facts else self.record(parts.get(tags.LATEST_OBSERVATION, []))
             if first_step and turn == 1:
                 output["state_delta"].insert(0, {
                     "operation": "add", "state_set": "preference", "state_id": "user_request",
@@ -139,4 +140,4 @@ class GoldPolicy:
             output["tool_calls"] = [{"name": a["name"], "arguments": a["arguments"]} for a in chunk]
         else:
             output["assistant_message"] = {"content": self._answer(turn)}
-        return render_output(ModelOutput.model_validate(output), self.strategy.blocks)
+        return render_output(ModelOutput.model_validate(output), self.strategy.blocks, self.strategy.optional)

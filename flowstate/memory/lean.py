@@ -1,0 +1,194 @@
+"""FlowState lean (``flowstate-lean``): the paper's states, written and carried where they pay.
+
+The paper's method (``flowstate``, ``memory.state``) stays as it is; this one keeps its ideas — typed states with
+relations and references to raw tool results, ISU's rules, PSA's index and disclosure — and changes what each call
+decodes and carries (each difference argued in docs/memory-methods.md, measured in docs/results/lean.md):
+
+- **the system writes the knowledge**: each tool result becomes a knowledge state by rule as it comes in (``fact_``
+  ids citing the result, as ``flowstate-facts``); the model writes only what only it knows — preferences,
+  judgements, attributes, artifacts — and their relations, under ISU's rules;
+- **memory blocks only when they say something**: ``state_focus`` and ``state_delta`` are left out of an output
+  that has nothing in them (the grammar admits them absent or non-empty, never ``[]``), so a step that only acts
+  decodes what full context's step decodes;
+- **below the crossover the history is the chat**: a session of fewer than ``crossover`` earlier requests sends
+  them as full context does (each query, call, result and response, as they happened), so a short session never
+  carries more than full context; its states are kept all the same (the index, search, export);
+- **past it, states**: the earlier requests are the Historical State Index, and the states whose summaries share
+  the most words with the new query are disclosed in its first call — a disclosure step only when the model asks
+  for more;
+- **the request appends**: its calls and results are the chat's next messages (the layout of full context), so a
+  prefix cache holds every call but what is new; what changes within a request (the model's own states, states
+  disclosed by a step, feedback) is the last message's tail, shown to the next call only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from engine.base import Message
+from flowstate import tags
+from flowstate.access import disclose
+from flowstate.active import ActiveState, Disclosed
+from flowstate.history import HistoricalIndex, build_index
+from flowstate.limits import STANDARD, Limits
+from flowstate.memory.append import brought
+from flowstate.memory.base import MemoryContext, Observed, Start, StepInput, Strategy
+from flowstate.memory.chat import calls_message, results_text, steps
+from flowstate.memory.state import fact_id, fact_node
+from flowstate.nodes import Node, canonical_json
+from flowstate.protocol import BLOCKS, AddOp, MessageBlock, ModelOutput, render_output
+from flowstate.serializer import FEEDBACK_RULE, render_entry, system_prompt
+from flowstate.store.repository import RequestRow, SessionView
+
+CROSSOVER = 10
+"""Earlier requests a session holds before the lean method sends states instead of the chat: where FlowState's
+tokens meet full context's on the recorded conversations (docs/results/crossover.md); ``flowstate-lean:N`` sets
+another."""
+
+OPTIONAL = ("state_focus", "state_delta")
+FACT_MARK = "flowstate-facts.fact"
+
+RULES = f"""\
+## memory
+The chat holds the session as it happened; the system records each tool result as a knowledge state (a fact_ id \
+citing its obs_ id). Write <state_delta> only for what no result says and later requests need — the user's \
+preferences, your judgements, attributes, artifacts: add a new id, a short summary, a JSON value, refs (supports, \
+derives, follows, supersedes) to the ids it rests on; update or remove only this request's states (in <active_state>).
+{FEEDBACK_RULE}"""
+"""The memory rules of the system message: the one a session below the crossover needs. A session past it gets
+``ACCESS_RULES`` at the head of its request, where a prefix cache holds it for the session."""
+
+ACCESS = "state_access"
+ACCESS_RULES = f"""\
+This long session's older requests have left the chat: <{tags.HISTORICAL_INDEX}> lists them (queries, state ids, \
+summaries); <active_state> shows earlier states your request's words found. To see another, write first \
+<state_focus>[{{"target_id": "<id>", "reason": "<what is missing>"}}]</state_focus> with an index id or an obs_ id a \
+shown state references: it appears next step. A summary is not content: never infer facts from it.
+"""
+DESCRIBED = ("state_delta", "tool_calls", "assistant_message")
+"""The blocks the system message describes (state_focus: ``ACCESS_RULES``, where there is something to ask for)."""
+
+_WORD = re.compile(r"[a-z0-9]+")
+_STOP = frozenset("a an and are as at be but by can do for from have i if in is it me my no not of on or please so "
+                  "that the this to was we what with you your yes ok okay".split())
+
+
+def words(text: str) -> set[str]:
+    """The content words of a text (lowercase, no stopwords, longer than one character)."""
+    return {w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1}
+
+
+def found(index: HistoricalIndex, query: str, limit: int) -> tuple[str, ...]:
+    """The index's states whose summaries share the most words with ``query`` (none shared: none), at most
+    ``limit``, the newest first among equals."""
+    wanted = words(query)
+    ranked = sorted(((len(wanted & words(summary)), e.query_id, i, sid) for e in index.entries
+                     for i, (sid, summary) in enumerate(e.states)), reverse=True)
+    return tuple(sid for shared, _, _, sid in ranked if shared)[:limit]
+
+
+def own(node: Node) -> bool:
+    """A state the model wrote (not a rule-built fact, not a raw result)."""
+    return not node.is_observation and node.mark != FACT_MARK
+
+
+def answer_message(request: RequestRow, states: Sequence[Node], optional: Sequence[str]) -> Message:
+    """An earlier request's last output as the lean protocol renders it: the states the model wrote in the request
+    (as adds), and its response."""
+    content = request.response if request.response is not None else f"(unfinished: {request.unfinished})"
+    ops = [AddOp(operation="add", state_set=n.type, state_id=n.id, summary=n.summary, value=n.value, refs=n.refs)
+           for n in states]
+    output = ModelOutput.model_construct(state_delta=tuple(ops), assistant_message=MessageBlock(content=content))
+    return Message("assistant", render_output(output, BLOCKS, optional))
+
+
+def request_messages(head: str, observations: Sequence[Node]) -> list[Message]:
+    """One request as the chat holds it: its first user message, then per step its calls and their results."""
+    out = [Message("user", head)]
+    for group in steps(observations):
+        out += [calls_message(group), Message("user", results_text(group))]
+    return out
+
+
+def _entries(entries: Sequence[Node | Disclosed], request: int) -> str:
+    return "".join(canonical_json(render_entry(e, request)) + "\n" for e in entries)
+
+
+@dataclass(frozen=True)
+class LeanStrategy(Strategy):
+    name: str = "flowstate-lean"
+    blocks: tuple[str, ...] = BLOCKS
+    optional: tuple[str, ...] = OPTIONAL
+    facts: bool = True
+    crossover: int = CROSSOVER
+    found: int = 3  # states the query's words disclose in a request's first call, at most
+    rules: ClassVar[str] = RULES
+
+    def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
+        return system_prompt(tools, policy, DESCRIBED, self.rules, limits, self.optional, self.facts)
+
+    def chat(self, earlier: int) -> bool:
+        """Whether a request after ``earlier`` requests gets them as the chat (else as the index)."""
+        return earlier < self.crossover or earlier == 0
+
+    def start(self, session: SessionView) -> Start:
+        requests, nodes = session.requests(), session.nodes()
+        k = len(requests) + 1
+        history_ids = frozenset(n.id for n in nodes)
+        if self.chat(len(requests)):  # the chat: every earlier request as it happened
+            chat: list[Message] = []
+            for r in requests:
+                mine = [n for n in nodes if n.request == r.index]
+                chat += request_messages(tags.block(tags.USER_QUERY, r.query + "\n")[:-1],
+                                         [n for n in mine if n.is_observation])
+                chat.append(answer_message(r, [n for n in mine if own(n)], self.optional))
+            return Start(k, HistoricalIndex(), ActiveState(request=k, history_ids=history_ids), None,
+                         data={"history": tuple(chat)})
+        index = build_index(requests, nodes)
+        state = ActiveState(request=k, history_ids=history_ids, index_ids=index.ids())
+        return Start(k, index, state, (tags.HISTORICAL_INDEX, index.render()), data={"history": ()})
+
+    def begin(self, ctx: MemoryContext) -> Observed:
+        """Past the crossover: the states the query's words find, disclosed in the request's first call."""
+        if self.chat(ctx.session.request_count()):
+            return Observed()
+        index = build_index(ctx.session.requests(), ctx.session.nodes())
+        targets = found(index, ctx.query, min(self.found, ctx.limits.focus))
+        return Observed(state=disclose(ctx.session, ctx.state, targets)) if targets else Observed()
+
+    def observed(self, ctx: MemoryContext) -> Observed:
+        """Each new tool result (not an error) recorded as a knowledge state citing it."""
+        state = ctx.state
+        for obs in ctx.observation:
+            if "result" in obs.value and not state.is_used(fact_id(obs.id)):
+                state = state.with_added(fact_node(obs, ctx.limits))
+        return Observed(state=state) if state is not ctx.state else Observed()
+
+    def prompt(self, step: StepInput) -> list[Message]:
+        """System, the history (the chat below the crossover), the request's head (past it: the access rules, the
+        index and the states the query found; then the query), then per step its output as written and what it
+        brought — states it disclosed, feedback, tool results (``memory.append``): nothing already sent changes."""
+        state = step.state
+        by_steps = {i for record in step.steps for i in record.disclosed}
+        found_first = [d for d in state.disclosed if d.node.id not in by_steps]  # disclosed before the first call
+        head = []
+        if step.start.memory is not None:
+            head += [tags.block(ACCESS, ACCESS_RULES), tags.block(*step.start.memory)]
+        if found_first:
+            head.append(tags.block(tags.ACTIVE_STATE, _entries(found_first, state.request)))
+        head.append(tags.block(tags.USER_QUERY, step.query + "\n"))
+        messages = [Message("system", step.system), *step.start.data["history"], Message("user", "".join(head)[:-1])]
+        for record in step.steps:
+            messages += [Message("assistant", record.raw), Message("user", brought(record, state))]
+        return messages
+
+    def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
+        """Every tool result (the chat shows them below the crossover; states cite them past it) and the request's
+        states."""
+        return [*state.observations, *state.current]
+
+
+FLOWSTATE_LEAN: Strategy = LeanStrategy()

@@ -1,0 +1,132 @@
+"""flowstate-lean: memory blocks only when they say something, knowledge by rule, the chat below the crossover and
+the index past it — and ISU's and PSA's rules hold for it as for the paper's method."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.scripted import ScriptedEngine
+from flowstate import Agent, Repository
+from flowstate.history import HistoricalIndex, IndexEntry
+from flowstate.memory import get
+from flowstate.memory.chat import FULL_CONTEXT
+from flowstate.memory.lean import ACCESS, FLOWSTATE_LEAN, OPTIONAL, found
+from flowstate.parse import ProtocolError, parse_output
+from flowstate.protocol import BLOCKS, ModelOutput, block_schemas, render_output
+from grammars.check import accepts
+from grammars.four_blocks import protocol_grammar
+from tests.flowstate.test_strategies import run_oracle
+from tests.helpers import add
+
+CALL = {"name": "echo", "arguments": {"text": "hi"}}
+
+
+def lean(**blocks: Any) -> str:
+    """An output as the lean protocol renders it (empty memory blocks left out)."""
+    return render_output(ModelOutput.model_validate(blocks), BLOCKS, OPTIONAL)
+
+
+def test_memory_blocks_are_left_out_when_empty_and_read_as_empty() -> None:
+    acting = lean(tool_calls=[CALL])
+    assert acting.startswith("<tool_calls>") and "state_" not in acting
+    assert acting == render_output(ModelOutput.model_validate({"tool_calls": [CALL]}), FULL_CONTEXT.blocks)
+    out = parse_output(acting, BLOCKS, optional=OPTIONAL)
+    assert out.tool_calls[0].name == "echo" and not out.state_delta and not out.state_focus
+    recording = lean(state_delta=[add("pref_a", "preference", x=1)], assistant_message={"content": "ok"})
+    assert recording.startswith("<state_delta>") and "<state_focus>" not in recording
+    assert parse_output(recording, BLOCKS, optional=OPTIONAL).state_delta[0].state_id == "pref_a"
+    with pytest.raises(ProtocolError, match="missing <state_focus>"):  # the paper's protocol still needs all four
+        parse_output(acting, BLOCKS)
+    out_of_order = acting + "\n<state_delta>\n[]\n</state_delta>"
+    with pytest.raises(ProtocolError, match="unexpected text after"):  # a memory block after the decision
+        parse_output(out_of_order, BLOCKS, optional=OPTIONAL)
+
+
+def test_the_grammar_admits_a_memory_block_absent_or_holding_something_never_empty() -> None:
+    tools = [{"name": "echo", "description": "e", "parameters": {
+        "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}]
+    grammar = protocol_grammar(block_schemas(), tools, optional=OPTIONAL)
+    assert accepts(grammar, lean(tool_calls=[CALL]))
+    assert accepts(grammar, lean(state_delta=[add("pref_a", "preference", x=1)], tool_calls=[CALL]))
+    assert accepts(grammar, lean(state_focus=[{"target_id": "fact_r1_s1_1", "reason": "r"}]))  # a wait
+    assert accepts(grammar, lean(assistant_message={"content": "done"}))
+    four = render_output(ModelOutput.model_validate({"tool_calls": [CALL]}), BLOCKS)  # "[]" written out
+    assert not accepts(grammar, four)
+    assert not accepts(grammar, lean())  # nothing decided: no output at all
+    assert accepts(protocol_grammar(block_schemas(), tools), four)  # the paper's grammar: unchanged
+
+
+def test_below_the_crossover_its_prompts_are_full_contexts_but_the_system_message(tmp_path: Path) -> None:
+    """The chat below the crossover: every call's messages after the system message are full context's, byte for
+    byte (so a prefix cache serves them alike), while the system records a knowledge state per tool result."""
+    repo = Repository.open(tmp_path / "m.db")
+    _, mine, _ = run_oracle(repo, "chain", FLOWSTATE_LEAN, 4)
+    _, theirs, _ = run_oracle(repo, "chain", FULL_CONTEXT, 4)
+    assert len(mine.calls) == len(theirs.calls)
+    for (m, _, a), (t, _, b) in zip(mine.calls, theirs.calls, strict=True):
+        assert m[1:] == t[1:] and a.text == b.text
+    facts = [n for n in repo.nodes("chain/flowstate-lean") if n.id.startswith("fact_")]
+    assert facts and all(n.refs[0].state_id.startswith("obs_") for n in facts)
+
+
+def test_past_the_crossover_the_index_and_the_states_the_query_finds_lead_the_request(tmp_path: Path) -> None:
+    repo = Repository.open(tmp_path / "m.db")
+    task, engine, firsts = run_oracle(repo, "chain", get("flowstate-lean:0"), 4)
+    assert task.queries and "<historical_state_index>" not in engine.calls[0][0][1].content  # nothing earlier yet
+    head = engine.calls[firsts[-1]][0][1].content
+    assert head.startswith(f"<{ACCESS}>") and "<historical_state_index>" in head
+    assert head.index("<historical_state_index>") < head.index("<user_query>")
+
+
+def test_found_ranks_states_by_the_words_they_share_with_the_query() -> None:
+    index = HistoricalIndex((IndexEntry(1, "q1", (("fact_a", "get_reservation_details ABC123 → JFK"),
+                                                   ("fact_b", "get_user_details mia_li → gold"))),
+                             IndexEntry(2, "q2", (("fact_c", "search_direct_flight JFK SFO"),))))
+    assert found(index, "cancel reservation ABC123 from JFK", 3) == ("fact_a", "fact_c")
+    assert found(index, "cancel reservation ABC123 from JFK", 1) == ("fact_a",)
+    assert found(index, "hello there", 3) == ()
+
+
+def scripted_session(tmp_path: Path, second: list[str]) -> tuple[Repository, ScriptedEngine, Agent]:
+    """Request 1 calls echo and answers (the system records its result as fact_r1_s1_1); request 2 runs
+    ``second`` under lean:0 (the index from the first request on)."""
+    first = [lean(tool_calls=[CALL]), lean(assistant_message={"content": "done"})]
+    engine = ScriptedEngine([*first, *second])
+    repo = Repository.open(tmp_path / "m.db")
+
+    def echo(text: str) -> str:
+        """Echo the text."""
+        return text
+
+    agent = Agent(engine, repository=repo, session="s", tools=[echo], strategy=get("flowstate-lean:0"))
+    agent.run("say hi")
+    return repo, engine, agent
+
+
+def test_isu_and_psa_rules_hold_for_it(tmp_path: Path) -> None:
+    """B.4's rejections, through the loop: an update of an earlier request's state is rejected (add one that
+    supersedes it), a focus on an id the index does not list is refused; a supersedes add stands, and a focus on an
+    index id discloses it."""
+    second = [
+        lean(state_delta=[{"operation": "update", "state_id": "fact_r1_s1_1", "summary": "x"}],
+             state_focus=[{"target_id": "nowhere", "reason": "r"}]),
+        lean(state_delta=[add("pref_hi", "preference", refs=[("supersedes", "fact_r1_s1_1")], said="hi")],
+             state_focus=[{"target_id": "fact_r1_s1_1", "reason": "its text"}]),
+        lean(assistant_message={"content": "said hi"}),
+    ]
+    repo, engine, agent = scripted_session(tmp_path, second)
+    record = agent.run("what did you say?")
+    first, then = record.steps[0], record.steps[1]
+    assert first.rejected and "fact_r1_s1_1" in json.dumps(first.rejected)
+    assert first.refused and "nowhere" in json.dumps(first.refused)
+    assert then.disclosed == ["fact_r1_s1_1"] and not then.rejected
+    assert "pref_hi" in {n.id for n in repo.nodes("s")}
+    # what each step brought follows its output; nothing sent before changes (the prompt only appends)
+    prompts = engine.prompts[-3:]
+    for before, after in zip(prompts, prompts[1:]):
+        assert after[: len(before)] == before
+    assert "<feedback>" in prompts[1][-1].content and '"state_id":"fact_r1_s1_1"' in prompts[2][-1].content
