@@ -82,12 +82,19 @@ def words(text: str) -> set[str]:
 
 
 def found(index: HistoricalIndex, query: str, limit: int) -> tuple[str, ...]:
-    """The index's states whose summaries share the most words with ``query`` (none shared: none), at most
-    ``limit``, the newest first among equals."""
+    """The index's states whose summaries name an identifier of ``query`` (a word with a digit: an id, a code, a
+    date, a number), the most words shared first, the newest among equals; at most ``limit``. A query that names
+    none finds nothing: common words ("flight", "reservation") match every state and would disclose at random."""
     wanted = words(query)
-    ranked = sorted(((len(wanted & words(summary)), e.query_id, i, sid) for e in index.entries
-                     for i, (sid, summary) in enumerate(e.states)), reverse=True)
-    return tuple(sid for shared, _, _, sid in ranked if shared)[:limit]
+    if not any(ch.isdigit() for w in wanted for ch in w):
+        return ()
+    ranked = []
+    for e in index.entries:
+        for i, (sid, summary) in enumerate(e.states):
+            shared = wanted & words(summary)
+            if any(ch.isdigit() for w in shared for ch in w):
+                ranked.append((len(shared), e.query_id, i, sid))
+    return tuple(sid for *_, sid in sorted(ranked, reverse=True))[:limit]
 
 
 def own(node: Node) -> bool:
@@ -130,32 +137,43 @@ class LeanStrategy(Strategy):
     def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
         return system_prompt(tools, policy, DESCRIBED, self.rules, limits, self.optional, self.facts)
 
-    def chat(self, earlier: int) -> bool:
-        """Whether a request after ``earlier`` requests gets them as the chat (else as the index)."""
-        return earlier < self.crossover or earlier == 0
+    def indexed(self, earlier: int) -> int:
+        """How many of ``earlier`` requests the index holds: whole blocks of ``crossover`` requests (every one with
+        ``crossover`` 0); the rest are the chat. The split moves once a block, so between moves a request's prompt
+        extends the previous one's, as full context's does."""
+        return earlier if self.crossover == 0 else earlier // self.crossover * self.crossover
+
+    @staticmethod
+    def head(session: SessionView, query: str, request: int, found_ids: Sequence[str]) -> str:
+        """A request's first user message: the earlier states its words found (past the crossover), its query."""
+        entries = [Disclosed(*session.disclosure(i)) for i in found_ids]  # type: ignore[arg-type]
+        parts = [tags.block(tags.ACTIVE_STATE, _entries(entries, request))] if entries else []
+        return "".join([*parts, tags.block(tags.USER_QUERY, query + "\n")])[:-1]
 
     def start(self, session: SessionView) -> Start:
         requests, nodes = session.requests(), session.nodes()
-        k = len(requests) + 1
-        history_ids = frozenset(n.id for n in nodes)
-        if self.chat(len(requests)):  # the chat: every earlier request as it happened
-            chat: list[Message] = []
-            for r in requests:
-                mine = [n for n in nodes if n.request == r.index]
-                chat += request_messages(tags.block(tags.USER_QUERY, r.query + "\n")[:-1],
-                                         [n for n in mine if n.is_observation])
-                chat.append(answer_message(r, [n for n in mine if own(n)], self.optional))
-            return Start(k, HistoricalIndex(), ActiveState(request=k, history_ids=history_ids), None,
-                         data={"history": tuple(chat)})
-        index = build_index(requests, nodes)
-        state = ActiveState(request=k, history_ids=history_ids, index_ids=index.ids())
-        return Start(k, index, state, (tags.HISTORICAL_INDEX, index.render()), data={"history": ()})
+        k, cut = len(requests) + 1, self.indexed(len(requests))
+        folded = {r.index for r in requests[:cut]}
+        index = build_index(requests[:cut], [n for n in nodes if n.request in folded])
+        limit = self.found
+        chat: list[Message] = []
+        for r in requests[cut:]:  # the chat: every request since the index's last block, as it happened
+            mine = [n for n in nodes if n.request == r.index]
+            head = self.head(session, r.query, r.index, found(index, r.query, limit))
+            chat += request_messages(head, [n for n in mine if n.is_observation])
+            chat.append(answer_message(r, [n for n in mine if own(n)], self.optional))
+        state = ActiveState(request=k, history_ids=frozenset(n.id for n in nodes), index_ids=index.ids())
+        memory = (tags.HISTORICAL_INDEX, index.render()) if index.entries else None
+        return Start(k, index, state, memory, data={"history": tuple(chat)})
 
     def begin(self, ctx: MemoryContext) -> Observed:
-        """Past the crossover: the states the query's words find, disclosed in the request's first call."""
-        if self.chat(ctx.session.request_count()):
+        """Past the crossover: the index's states the query's words find, disclosed in the request's first call."""
+        requests = ctx.session.requests()
+        folded = {r.index for r in requests[: self.indexed(len(requests))]}
+        if not folded:
             return Observed()
-        index = build_index(ctx.session.requests(), ctx.session.nodes())
+        index = build_index([r for r in requests if r.index in folded],
+                            [n for n in ctx.session.nodes() if n.request in folded])
         targets = found(index, ctx.query, min(self.found, ctx.limits.focus))
         return Observed(state=disclose(ctx.session, ctx.state, targets)) if targets else Observed()
 
@@ -168,21 +186,21 @@ class LeanStrategy(Strategy):
         return Observed(state=state) if state is not ctx.state else Observed()
 
     def prompt(self, step: StepInput) -> list[Message]:
-        """System, the history (the chat below the crossover), the request's head (past it: the access rules, the
-        index and the states the query found; then the query), then per step its output as written and what it
-        brought — states it disclosed, feedback, tool results (``memory.append``): nothing already sent changes."""
+        """System; past the crossover the access rules and the index (fixed for a block of requests); the chat since
+        the index's last block; the request's head (the states its words found, its query); then per step its output
+        as written and what it brought — states it disclosed, feedback, tool results (``memory.append``). Nothing
+        already sent changes."""
         state = step.state
         by_steps = {i for record in step.steps for i in record.disclosed}
         found_first = [d for d in state.disclosed if d.node.id not in by_steps]  # disclosed before the first call
-        head = []
-        if step.start.memory is not None:
-            head += [tags.block(ACCESS, ACCESS_RULES), tags.block(*step.start.memory)]
-        if found_first:
-            head.append(tags.block(tags.ACTIVE_STATE, _entries(found_first, state.request)))
+        head = [tags.block(tags.ACTIVE_STATE, _entries(found_first, state.request))] if found_first else []
         head.append(tags.block(tags.USER_QUERY, step.query + "\n"))
         messages = [Message("system", step.system), *step.start.data["history"], Message("user", "".join(head)[:-1])]
         for record in step.steps:
             messages += [Message("assistant", record.raw), Message("user", brought(record, state))]
+        if step.start.memory is not None:  # at the head of the chat: the first user message
+            prefix = tags.block(ACCESS, ACCESS_RULES) + tags.block(*step.start.memory)
+            messages[1] = Message("user", prefix + messages[1].content)
         return messages
 
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:

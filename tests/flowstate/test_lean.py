@@ -82,12 +82,14 @@ def test_past_the_crossover_the_index_and_the_states_the_query_finds_lead_the_re
     assert head.index("<historical_state_index>") < head.index("<user_query>")
 
 
-def test_found_ranks_states_by_the_words_they_share_with_the_query() -> None:
+def test_found_discloses_the_states_that_name_an_identifier_of_the_query() -> None:
     index = HistoricalIndex((IndexEntry(1, "q1", (("fact_a", "get_reservation_details ABC123 → JFK"),
-                                                   ("fact_b", "get_user_details mia_li → gold"))),
-                             IndexEntry(2, "q2", (("fact_c", "search_direct_flight JFK SFO"),))))
-    assert found(index, "cancel reservation ABC123 from JFK", 3) == ("fact_a", "fact_c")
-    assert found(index, "cancel reservation ABC123 from JFK", 1) == ("fact_a",)
+                                                   ("fact_b", "get_user_details mia_li_3668 → gold"))),
+                             IndexEntry(2, "q2", (("fact_c", "get_reservation_details XYZ789 → JFK"),))))
+    assert found(index, "cancel reservation ABC123 from JFK", 3) == ("fact_a",)  # JFK alone names no identifier
+    assert found(index, "is mia_li_3668 gold? and ABC123?", 3) == ("fact_b", "fact_a")  # most words shared first
+    assert found(index, "ABC123 or XYZ789?", 1) == ("fact_c",)  # the newest among equals
+    assert found(index, "cancel my reservation from JFK", 3) == ()  # common words match every state: none
     assert found(index, "hello there", 3) == ()
 
 
