@@ -89,7 +89,11 @@ class AnswerStream:
             self.emit(text)
 
 
-TOOLS_MARK = "\n</state_delta>\n<tool_calls>\n"
+TOOLS_MARK = "\n<tool_calls>\n"
+"""The tool_calls block's opening after an earlier block (real newlines: no JSON string holds them unescaped);
+an output that starts with the block (full context's, or the lean protocol's without memory blocks) opens with
+``TOOLS_OPEN``."""
+TOOLS_OPEN = "<tool_calls>\n"
 _NAME = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
 
 
@@ -124,6 +128,9 @@ class ToolCallStream:
         return handler() if handler is not None else False
 
     def _seek(self) -> bool:
+        if self._buf.startswith(TOOLS_OPEN):
+            self._state, self._pos = "between", len(TOOLS_OPEN)
+            return True
         at = self._buf.find(TOOLS_MARK)
         if at < 0:
             return False

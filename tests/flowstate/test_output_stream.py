@@ -56,6 +56,24 @@ def test_tool_calls_stream_as_they_are_decoded(size: int) -> None:
     assert [json.loads(args[i]) for i in (1, 2)] == [c["arguments"] for c in calls]
 
 
+@pytest.mark.parametrize("blocks", ["lean", "two"])
+def test_tool_calls_stream_from_an_output_that_starts_with_them(blocks: str) -> None:
+    """The lean protocol without memory blocks, and full context's two blocks, open with <tool_calls>."""
+    from flowstate.memory.chat import TWO_BLOCKS
+    from flowstate.memory.lean import OPTIONAL
+    from flowstate.output_stream import ToolCallStream
+    from flowstate.protocol import BLOCKS, ModelOutput, render_output
+
+    out = ModelOutput.model_validate({"tool_calls": [{"name": "book", "arguments": {"hotel": "A"}}]})
+    raw = render_output(out, BLOCKS, OPTIONAL) if blocks == "lean" else render_output(out, TWO_BLOCKS)
+    names: list[str] = []
+    args: list[str] = []
+    stream = ToolCallStream(lambda i, n: names.append(n), lambda i, t: args.append(t))
+    for ch in raw:
+        stream.feed(ch)
+    assert names == ["book"] and json.loads("".join(args)) == {"hotel": "A"}
+
+
 def test_no_tool_calls_stream_from_an_answer_or_an_earlier_block() -> None:
     from flowstate.output_stream import ToolCallStream
 

@@ -23,7 +23,7 @@ def step(strategy: str, delta: list[dict[str, Any]] = (), tools: list[dict[str, 
     text = render_output(ModelOutput.model_validate(
         {"state_focus": [], "state_delta": list(delta), "tool_calls": list(tools),
          "assistant_message": {"content": content}}),
-        get(strategy).blocks)
+        get(strategy).blocks, get(strategy).optional)
     return {"text": text, **({"when": when} if when else {})}
 
 
@@ -31,6 +31,7 @@ def step(strategy: str, delta: list[dict[str, Any]] = (), tools: list[dict[str, 
 # hold if the memory kept request 1 (the tool result, the state made from it, the summary of the segment)
 CASES: dict[str, tuple[str, str]] = {
     "full-context": ("<user_query>", '"result":{"price":120}'),
+    "flowstate-lean": ("<user_query>", '"result":{"price":120}'),  # the chat below the crossover
     "no-psa": ("<active_state>", '"price_a"'),
     "mage": ("<execution_state>", "SUMMARY: A costs 120"),
     "mem0-style": ("<memories>", "FACT: hotel A costs 120"),
@@ -90,5 +91,5 @@ def test_a_client_tool_may_not_take_a_memory_methods_tool_name(server: Server) -
 def test_an_unknown_strategy_is_refused_with_the_valid_ones(server: Server) -> None:
     with pytest.raises(RuntimeError,
                        match="unknown strategy 'magic'; valid strategies: flowstate, flowstate-paged, "
-                             "flowstate-facts, full-context"):
+                             "flowstate-facts, flowstate-lean, full-context"):
         server.start([step("flowstate", content="x")], "--strategy", "magic")
