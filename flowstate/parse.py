@@ -134,9 +134,7 @@ def parse_output(
     bodies = _split_blocks(text, blocks, optional)
     values: dict[str, Any] = {}
     malformed: list[Malformed] = []
-    for name in blocks:
-        if name not in bodies:  # an optional block left out
-            continue
+    for name in (b for b in blocks if b in bodies):  # an optional block left out is not there
         body = bodies[name].strip()
         if not body:
             raise ProtocolError(name, "empty block; use [] for an unused array or {\"content\": null}")
