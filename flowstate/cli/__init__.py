@@ -10,7 +10,7 @@ from flowstate.cli.forgetting import erase, retention, vault_key
 from flowstate.cli.search import search
 from flowstate.cli.serve import serve
 from flowstate.cli.session import demo, inspect, run
-from flowstate.cli.tenants import audit, keys, tenants
+from flowstate.cli.tenants import audit, grant_role, keys, tenants
 from flowstate.cli.tooling import bench, model
 from flowstate.cli.transfer import export, import_
 
@@ -21,8 +21,8 @@ def main() -> None:
     """FlowState: execution state as memory for long-horizon LLM agents."""
 
 
-for command in (run, inspect, search, export, import_, demo, serve, tenants, keys, audit, retention, erase, vault_key,
-                evaluate, model, bench):
+for command in (run, inspect, search, export, import_, demo, serve, tenants, keys, audit, grant_role, retention, erase,
+                vault_key, evaluate, model, bench):
     main.add_command(command)
 
 __all__ = ["main", "serve"]

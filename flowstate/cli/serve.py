@@ -13,6 +13,7 @@ from flowstate import memory
 from flowstate.cli import options
 from flowstate.cli.forgetting import POLICY
 from flowstate.cli.settings import announce, config_options, in_force
+from flowstate.store import chain
 from flowstate.store.redaction import KINDS, parse_kinds
 from flowstate.store.repository import Repository
 from flowstate.store.retention import Policy
@@ -167,6 +168,7 @@ def serve(
                                   vault_key=vault_key or os.environ.get("FLOWSTATE_VAULT_KEY") or None,
                                   cache_isolation=cache_isolation, priorities=priorities)
             server.cache_secret = _cache_secret() or server.cache_secret
+            _audit_key()
             try:
                 with options.traced(otlp_endpoint):
                     run_server(server, host=host, port=port, log_level=log_level, header_timeout_s=header_timeout)
@@ -176,6 +178,14 @@ def serve(
             tools.close()
             if embedder is not None:
                 embedder.close()
+
+
+def _audit_key() -> None:
+    """Refuse at start an ``$FLOWSTATE_AUDIT_KEY`` that every audited action would then fail on."""
+    try:
+        chain.key()
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def _cache_secret() -> bytes | None:

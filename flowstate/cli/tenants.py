@@ -14,6 +14,7 @@ import click
 
 from flowstate.cli.options import default_db, errors
 from flowstate.errors import StorageError
+from flowstate.store import chain
 from flowstate.store.audit import ACTIONS, MAX_PAGE, Entry
 from flowstate.store.quotas import Quota
 from flowstate.store.repository import Repository
@@ -41,6 +42,10 @@ MAX_GRACE_S = 30 * 86_400
 def _repo(db: str | None) -> Iterator[Repository]:
     with errors():
         create = bool(click.get_current_context().meta.get("flowstate.create"))
+        try:
+            chain.key()  # every action here is audited: a key too short is refused before any
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
         try:
             repo = Repository.open(db or default_db(), create=create)
         except StorageError as exc:
@@ -201,15 +206,55 @@ def revoke_key(key_id: str, db: str | None) -> None:
 @click.option("--action", type=click.Choice(ACTIONS), default=None, help="Only this action.")
 @click.option("--limit", type=click.IntRange(1, MAX_PAGE), default=100, show_default=True, help="Entries a page.")
 @click.option("--after", default=None, help="The page after this entry id (the last one printed).")
+@click.option("--verify", is_flag=True, help="Check the trail's hash chain instead (under $FLOWSTATE_AUDIT_KEY if "
+              "the deployment sets one): print what it found, its head to record elsewhere, and exit 1 if broken.")
+@click.option("--expect", metavar="SEQ:DIGEST", default=None,
+              help="With --verify: a head printed earlier, which must still be in the chain.")
 @DB
-def audit(since: float | None, tenant: str | None, action: str | None, limit: int, after: str | None,
-          db: str | None) -> None:
+def audit(since: float | None, tenant: str | None, action: str | None, limit: int, after: str | None, verify: bool,
+          expect: str | None, db: str | None) -> None:
     """The audit trail: every admin action (tenants, quotas, retention, keys), data action (export, import, delete,
     search, an admin's read, erasure, feedback) and retention's removals, oldest first, one JSON object a line; the
-    next page's --after last, if there is one."""
+    next page's --after last, if there is one. With --verify, whether it is as written (docs/tenants.md)."""
+    if expect is not None and not verify:
+        raise click.UsageError("--expect goes with --verify")
     with _repo(db) as repo:
+        if verify:
+            try:
+                verdict = repo.audit.verify(expect)
+            except ValueError as exc:
+                raise click.ClickException(str(exc)) from None
+            _echo({**asdict(verdict), "intact": verdict.intact})
+            if not verdict.intact:
+                raise SystemExit(1)
+            return
         found, more = repo.audit.entries(since, tenant, action, limit, after)
     for e in found:
         click.echo(json.dumps({**asdict(e), "detail": dict(e.detail)}, ensure_ascii=False, sort_keys=True))
     if more and found:
         click.echo(f"more: --after {found[-1].id}", err=True)
+
+
+@click.command("grant")
+@click.argument("role")
+@click.option("--db", required=True, help="The PostgreSQL database, as its tables' owner (a postgresql:// URL).")
+def grant_role(role: str, db: str) -> None:
+    """Give ROLE (an existing PostgreSQL role) what a server needs on the database and no more: every table read and
+    written, the audit trail only read and appended to, no table owned — so a server's URL cannot drop a trigger or
+    rewrite the trail. Serve with ROLE's URL after; run again after an upgrade (docs/tenants.md)."""
+    from flowstate.store import roles
+    from flowstate.store.backends import is_postgres, redact
+
+    if not is_postgres(db):
+        raise click.BadParameter("a postgresql:// URL (SQLite has no roles: whoever can write the file owns it; "
+                                 "flowstate audit --verify shows a rewrite)", param_hint="--db")
+    with _repo(db):  # applies any migration first, as the owner
+        pass
+    import psycopg
+
+    try:
+        with psycopg.connect(db, autocommit=True) as conn:
+            for line in roles.grant(conn, role):
+                click.echo(line)
+    except (psycopg.Error, ValueError) as exc:
+        raise click.ClickException(f"{redact(db)}: {str(exc).strip()}") from None

@@ -3,7 +3,8 @@ rotated, revoked) and every data action (a session exported, imported, deleted o
 erased), with when, which
 tenant, which key (its id, never its secret), what, on what, and how it ended. A change is recorded in the
 transaction that makes it (``write``: both or neither); a refused or failed action, and a read (an export, a search),
-in a transaction of its own before its answer leaves. It stays with the server: no session file carries it."""
+in a transaction of its own before its answer leaves. It stays with the server: no session file carries it. Each entry
+is linked into a hash chain as it is written (flowstate/store/chain.py), so a rewrite past the triggers shows."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from flowstate.store import chain
 from flowstate.store.backends import Backend, Conn
 
 
@@ -58,10 +60,11 @@ def write(conn: Conn, entry: Entry) -> Entry:
     if entry.action not in ACTIONS:
         raise ValueError(f"unknown audit action {entry.action!r}")
     stored = Entry(**{**asdict(entry), "id": new_id("aud_"), "at": time.time()})
+    row = (stored.id, stored.at, stored.tenant, stored.key, stored.actor, stored.action, stored.target[:500],
+           stored.result, json.dumps(dict(stored.detail), sort_keys=True))
     conn.execute("INSERT INTO audit (id, at, tenant, key_id, actor, action, target, result, detail) "
-                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                 (stored.id, stored.at, stored.tenant, stored.key, stored.actor, stored.action, stored.target[:500],
-                  stored.result, json.dumps(dict(stored.detail), sort_keys=True)))
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+    chain.append(conn, row)
     return stored
 
 
@@ -73,6 +76,10 @@ class AuditLog:
         """Append ``entry`` in a transaction of its own."""
         with self._db.write(f"cannot record {entry.action} in the audit trail") as conn:
             return write(conn, entry)
+
+    def verify(self, expect: str | None = None) -> chain.Verdict:
+        """The hash chain walked under ``$FLOWSTATE_AUDIT_KEY`` (and ``expect``, a head recorded earlier)."""
+        return chain.verify(self._db, chain.key(), expect)
 
     def entries(self, since: float | None = None, tenant: str | None = None, action: str | None = None,
                 limit: int = 100, after: str | None = None) -> tuple[list[Entry], bool]:

@@ -89,6 +89,7 @@ class SqliteBackend:
         try:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
             conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA recursive_triggers = ON")  # a REPLACE's deletions fire DELETE triggers
             conn.execute("PRAGMA secure_delete = ON")  # per connection, whatever the build's default: deleted rows
             #                                           are overwritten with zeros (erasure: flowstate/store/erasure.py)
             if path != ":memory:":
@@ -188,6 +189,10 @@ class PostgresBackend:
                     if found is None or found[0] is None:
                         raise StorageError(f"cannot open database {self.label}: not a FlowState database")
                 migrations.apply_postgres(conn)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            self.close()
+            raise StorageError(f"cannot open database {self.label}: its schema needs migrations this role may not "
+                               f"run ({str(exc).splitlines()[0]}): open it once as the tables' owner") from exc
         except psycopg.Error as exc:
             self.close()
             raise StorageError(f"cannot open database {self.label}: {exc}") from exc

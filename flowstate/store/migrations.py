@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from flowstate.store import search
+from flowstate.store import chain, search
 
 # The parts whose text is the same in both dialects (but for the words each fills in)
 _PENDING = """
@@ -242,6 +242,16 @@ _AUDIT = """
         CREATE INDEX audit_at ON audit(at);
 """
 
+_AUDIT_CHAIN = """
+        -- The audit trail's hash chain (flowstate/store/chain.py): one link an entry, in the order they committed.
+        CREATE TABLE audit_chain (
+            seq {seq} PRIMARY KEY,
+            entry TEXT NOT NULL UNIQUE,
+            scheme TEXT NOT NULL,
+            digest TEXT NOT NULL
+        );
+"""
+
 _RETENTION = """
         -- How long a tenant's memory is kept (flowstate/store/retention.py): a policy such as 'idle=30d,age=180d',
         -- 'off' (kept until deleted), or NULL (the server's --retention). A session stored before creation times
@@ -403,6 +413,19 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("0018_vault", _VAULT),
     ("0019_feedback", _FEEDBACK.format(seq="INTEGER PRIMARY KEY AUTOINCREMENT")),
     ("0020_record_parts", _RECORD_PARTS.format(id_type="INTEGER")),
+    ("0021_audit_chain", _AUDIT_CHAIN.format(seq="INTEGER") + """
+        CREATE TRIGGER audit_chain_no_update BEFORE UPDATE ON audit_chain
+            BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
+        CREATE TRIGGER audit_chain_no_delete BEFORE DELETE ON audit_chain
+            BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
+        -- INSERT OR REPLACE deletes the row it replaces without firing DELETE triggers (unless recursive_triggers
+        -- is on, which the backend sets but a connection of someone else's need not): refuse the insert itself
+        CREATE TRIGGER audit_no_replace BEFORE INSERT ON audit WHEN EXISTS (SELECT 1 FROM audit WHERE id = NEW.id)
+            BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
+        CREATE TRIGGER audit_chain_no_replace BEFORE INSERT ON audit_chain
+            WHEN EXISTS (SELECT 1 FROM audit_chain WHERE seq = NEW.seq OR entry = NEW.entry)
+            BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
+        """),
 ]
 
 
@@ -521,8 +544,17 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
     ("0018_vault", _VAULT),
     ("0019_feedback", _FEEDBACK.format(seq="BIGSERIAL PRIMARY KEY")),
     ("0020_record_parts", _RECORD_PARTS.format(id_type="BIGINT")),
+    ("0021_audit_chain", _AUDIT_CHAIN.format(seq="BIGINT") + """
+        CREATE TRIGGER audit_chain_append_only BEFORE UPDATE OR DELETE ON audit_chain
+            FOR EACH ROW EXECUTE FUNCTION flowstate_immutable('the audit trail is append-only');
+        -- TRUNCATE fires no row trigger: a statement trigger of its own on both tables
+        CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit
+            FOR EACH STATEMENT EXECUTE FUNCTION flowstate_immutable('the audit trail is append-only');
+        CREATE TRIGGER audit_chain_no_truncate BEFORE TRUNCATE ON audit_chain
+            FOR EACH STATEMENT EXECUTE FUNCTION flowstate_immutable('the audit trail is append-only');
+        """),
 ]
-FILLS: dict[str, Callable[[Any, bool], None]] = {"0011_search": search.fill}
+FILLS: dict[str, Callable[[Any, bool], None]] = {"0011_search": search.fill, "0021_audit_chain": chain.fill}
 """Migrations whose data Python computes: run after the migration's SQL, in its transaction (conn, postgres)."""
 MIGRATION_LOCK = 0x466C6F77  # the advisory lock that serializes migrations across processes
 
@@ -531,6 +563,11 @@ def apply_postgres(conn: Any) -> list[str]:
     """Apply the PostgreSQL migrations not yet recorded, in one transaction under an advisory lock, so
     that servers starting together migrate once; return their names."""
     applied: list[str] = []
+    found = conn.execute("SELECT to_regclass('schema_migrations')").fetchone()
+    if found is not None and found[0] is not None:  # all applied: nothing to write (a role that owns no table,
+        done = {row[0] for row in conn.execute("SELECT name FROM schema_migrations")}  # docs/tenants.md, opens it)
+        if all(name in done for name, _ in POSTGRES_MIGRATIONS):
+            return applied
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
         conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY)")

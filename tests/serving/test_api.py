@@ -161,8 +161,10 @@ def test_malformed_requests_get_openai_shaped_4xx_and_lose_nothing(server: Serve
     assert [s["id"] for s in api.get("/sessions", cast_to=object)["data"]] == ["victim"]
     after = dump_db(server.db)
     audited = [line for line in after if line.startswith('INSERT INTO "audit"')]
-    assert [line for line in after if line not in audited] == stored  # the database, row for row
+    chained = [line for line in after if line.startswith('INSERT INTO "audit_chain"')]
+    assert [line for line in after if line not in audited + chained] == stored  # the database, row for row
     assert len(audited) == 1 and "'session.delete','nobody','refused'" in audited[0]  # the attempt, as refused
+    assert len(chained) == 1  # and its link in the trail's chain
 
 
 def dump_db(path: Any) -> list[str]:
