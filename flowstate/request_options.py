@@ -8,6 +8,7 @@ applies the same rules to an output decoded without a grammar (an engine that ta
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ class UnsupportedOption(EngineConfigError):
 class RequestOptions:
     sampling: Sampling = field(default_factory=Sampling)
     max_tokens: int | None = None  # per model call; None: the loop's (or the engine's) budget
+    answer_tokens: int | None = None  # the final answer's budget in the engine's tokens (a client's max_tokens)
     stop: tuple[str, ...] = ()  # the final answer ends before the first of these
     tool_choice: str = "auto"  # auto | none | required | the one tool's name
     parallel_tool_calls: bool = True  # False: at most one tool call per step
@@ -68,6 +70,18 @@ class RequestOptions:
         if self.only_tool is not None:
             return [t for t in specs if t["name"] == self.only_tool]
         return [t for t in specs if t["name"] not in self.hidden]
+
+    def fit(self, answer: str, count: Callable[[str], int]) -> tuple[str, bool]:
+        """The answer within ``answer_tokens`` as ``count`` counts them (its longest prefix that fits), and whether
+        it was cut — what OpenAI's ``max_tokens`` does to what the client receives (finish_reason "length")."""
+        budget = self.answer_tokens  # a token is at least a byte: an answer of no more bytes fits uncounted
+        if budget is None or len(answer.encode()) <= budget or count(answer) <= budget:
+            return answer, False
+        low, high = 0, len(answer)  # the longest prefix that fits: low fits, high does not
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if count(answer[:mid]) <= budget else (low, mid)
+        return answer[:low], True
 
     def stop_at(self, answer: str) -> str:
         """The answer up to the first stop sequence."""

@@ -52,7 +52,8 @@ def snapshot(run: RequestRun) -> dict[str, Any]:
 
 
 def options_from(d: dict[str, Any]) -> RequestOptions:
-    return RequestOptions(sampling=Sampling(**d["sampling"]), max_tokens=d["max_tokens"], stop=tuple(d["stop"]),
+    return RequestOptions(sampling=Sampling(**d["sampling"]), max_tokens=d["max_tokens"],
+                          answer_tokens=d.get("answer_tokens"), stop=tuple(d["stop"]),
                           tool_choice=d["tool_choice"], parallel_tool_calls=d["parallel_tool_calls"],
                           answer_schema=d["answer_schema"], hidden=tuple(d.get("hidden", ())),
                           approval=tuple(d.get("approval", ())), lane=d.get("lane"))

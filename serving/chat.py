@@ -184,7 +184,7 @@ class ChatService:
         against its tenant's quota."""
         s = self.s
         started = time.perf_counter()
-        tokens = 0
+        tokens, refund = 0, False
         try:
             if kind == "start":
                 fn = lambda: s.turns.start(live, new, p.policy, p.checked, idem, on_delta)  # noqa: E731
@@ -195,13 +195,15 @@ class ChatService:
         except APIError as exc:
             s.metrics.failed(session.namespace, exc.code or "error", exc.steps)
             tokens = sum(c.usage.prompt_tokens + c.usage.completion_tokens for c in exc.steps)
+            # the model or the engine failed, not the tenant: the request is not counted in its minute
+            refund = exc.code in ("request_failed", "engine_unavailable")
             self._forget_if_empty(session)
             raise
         finally:
             live.release(idem)
             s.sessions.leave(session.full)
             if admitted is not None:
-                await admitted.end(tokens)
+                await admitted.end(tokens, refund)
         s.metrics.observe(session.namespace, result, time.perf_counter() - started)
         return result
 

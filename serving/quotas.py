@@ -66,16 +66,19 @@ class Admitted:
     admissions: Admissions
     tenant: str | None
     turn: str | None
+    minute: int | None = None  # the minute its request was counted in (None: not counted)
     ended: bool = field(default=False)
 
-    async def end(self, tokens: int) -> None:
-        """Free the slot and count the tokens (once; later calls do nothing)."""
+    async def end(self, tokens: int, refund: bool = False) -> None:
+        """Free the slot and count the tokens (once; later calls do nothing); ``refund``: the request is not
+        counted in its minute after all (a turn that failed through the server's protocol, not the client's doing)."""
         if self.ended or self.tenant is None:
             return
         self.ended = True
         if self.turn is not None:
             self.admissions.running.pop(self.turn, None)
-        await anyio.to_thread.run_sync(self.admissions.store.end, self.turn, self.tenant, tokens)
+        minute = self.minute if refund else None
+        await anyio.to_thread.run_sync(self.admissions.store.end, self.turn, self.tenant, tokens, minute)
 
 
 class Admissions:
@@ -100,7 +103,8 @@ class Admissions:
         if verdict.turn is not None:
             self.running[verdict.turn] = tenant
             self._keep_renewing()
-        return Admitted(self, tenant, verdict.turn)
+        counted = None if verdict.turn is None else int(verdict.usage.minute_ends // 60) - 1
+        return Admitted(self, tenant, verdict.turn, counted)
 
     def _keep_renewing(self) -> None:
         if self._renewing is None or self._renewing.done():

@@ -8,7 +8,7 @@ while it holds the session's lock.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.base import Engine, OnText, Usage
@@ -53,6 +53,7 @@ class TurnResult:
     at: int = 0  # the session's transcript length after this turn: where the session's next turn continues
     approved: tuple[tuple[str, ToolCallRecord], ...] = ()  # calls the client's approvals ran or refused, by call id
     memory_calls: tuple[StepRecord, ...] = ()  # the memory method's own model calls in this turn (a tenant's cost too)
+    cut: bool = False  # the answer was cut to the client's max_tokens
 
     @property
     def model_tokens(self) -> int:
@@ -62,7 +63,7 @@ class TurnResult:
     @property
     def finish_reason(self) -> str:
         """OpenAI's: "tool_calls", "stop", or "length" for a request cut by its step budget."""
-        return "length" if self.unfinished is not None else self.message.finish_reason
+        return "length" if self.unfinished is not None or self.cut else self.message.finish_reason
 
 
 class Turns:
@@ -140,7 +141,7 @@ class Turns:
         on_step = None
         if on_delta is not None and self.streams_answers:
             def on_step(step: int) -> OnText:
-                return self._live_output(run, step, on_delta)
+                return self._live_output(run, step, on_delta, self.engine.count_tokens)
         try:
             waiting = run.advance(live.so_far(key), on_step)
         except RequestFailed as exc:
@@ -154,12 +155,15 @@ class Turns:
                                 approved)
         assert run.record is not None
         response = run.record.response
+        cut = False
         if response is None:  # the step budget ran out: say so, with what was kept
             response = unfinished_message(run.record.unfinished, run.record.persisted_states)
+        else:  # the client's max_tokens bounds what it receives (memory keeps the whole answer)
+            response, cut = run.options.fit(response, self.engine.count_tokens)
         if live.finish(response, key):  # it had waited on the client: its stored snapshot goes
             self.repo.clear_pending(live.name)
-        return self._result(run, (first, first_memory), AssistantMessage(content=response), len(live.transcript),
-                            approved)
+        return replace(self._result(run, (first, first_memory), AssistantMessage(content=response),
+                                    len(live.transcript), approved), cut=cut)
 
     def _drop(self, live: Live) -> None:
         """The unfinished request failed: the session is as before it, its stored snapshot gone."""
@@ -167,9 +171,10 @@ class Turns:
             self.repo.clear_pending(live.name)
 
     @staticmethod
-    def _live_output(run: RequestRun, step: int, on_delta: OnDelta) -> OnText:
-        """What the client sees of one step while it decodes: the answer's text, and calls of its own tools
-        (ids and arguments as they come; calls of the server's tools never reach it)."""
+    def _live_output(run: RequestRun, step: int, on_delta: OnDelta, count: Callable[[str], int]) -> OnText:
+        """What the client sees of one step while it decodes: the answer's text, up to a stop sequence and within
+        its budget (``count`` counts its tokens), and calls of its own tools (ids and arguments as they come; calls
+        of the server's tools never reach it)."""
         client: dict[int, int] = {}  # position in the step's calls -> index among the client's calls
 
         def on_call(position: int, name: str) -> None:
@@ -185,10 +190,10 @@ class Turns:
                                                          function=FunctionDelta(arguments=text))]))
 
         hold = max((len(x) - 1 for x in run.options.stop if x), default=0)  # a stop sequence may span pieces
-        held, stopped = "", False
+        held, sent, stopped = "", "", False
 
-        def on_text(text: str) -> None:  # the answer as decoded, never past a stop sequence
-            nonlocal held, stopped
+        def on_text(text: str) -> None:  # the answer as decoded, never past a stop sequence or its budget
+            nonlocal held, sent, stopped
             if stopped:
                 return
             held += text
@@ -198,6 +203,10 @@ class Turns:
             else:
                 ready, held = held[: len(held) - hold], held[len(held) - hold:]
             if ready:
+                fitted, over = run.options.fit(sent + ready, count)
+                stopped, ready = stopped or over, fitted[len(sent):]
+            if ready:
+                sent += ready
                 on_delta(Delta(content=ready))
 
         answer = AnswerStream(on_text)

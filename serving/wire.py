@@ -111,7 +111,7 @@ class ChatRequest(Ingress):
             raise bad_request('tool_choice "required" needs tools', "tool_choice")
         return RequestOptions(
             sampling=Sampling(temperature=self.temperature, top_p=self.top_p, seed=self.seed),
-            max_tokens=self.max_completion_tokens or self.max_tokens, stop=tuple(stop), tool_choice=choice,
+            answer_tokens=self.max_completion_tokens or self.max_tokens, stop=tuple(stop), tool_choice=choice,
             parallel_tool_calls=self.parallel_tool_calls is not False, answer_schema=self.answer_schema(),
         )
 

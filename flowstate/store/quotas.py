@@ -118,12 +118,16 @@ class QuotaStore:
             with self._db.write("cannot renew turn leases") as conn:
                 conn.executemany("UPDATE quota_turns SET lease_at = ? WHERE id = ?", [(time.time(), t) for t in turns])
 
-    def end(self, turn: str | None, tenant: str, tokens: int) -> None:
-        """A turn ended: its slot (if it held one) is free, and the model tokens it spent count in its tenant's day."""
+    def end(self, turn: str | None, tenant: str, tokens: int, refund_minute: int | None = None) -> None:
+        """A turn ended: its slot (if it held one) is free, and the model tokens it spent count in its tenant's day;
+        with ``refund_minute``, its request no longer counts in that minute."""
         day = int(time.time() // DAY_S)
         with self._db.write("cannot end a turn's quota") as conn:
             if turn is not None:
                 conn.execute("DELETE FROM quota_turns WHERE id = ?", (turn,))
+            if refund_minute is not None:
+                conn.execute("UPDATE quota_minutes SET requests = requests - 1 WHERE tenant_id = ? AND minute = ? "
+                             "AND requests > 0", (tenant, refund_minute))
             if tokens:
                 conn.execute("INSERT INTO quota_days (tenant_id, day, tokens) VALUES (?, ?, ?) ON CONFLICT "
                              "(tenant_id, day) DO UPDATE SET tokens = quota_days.tokens + ?",

@@ -126,6 +126,8 @@ class Draft:
         incomplete = None
         if result.unfinished is not None:  # the step budget ran out, or the last call was cut at its token budget
             incomplete = "max_output_tokens" if result.steps and result.steps[-1].truncated else "max_steps"
+        elif result.cut:  # the answer cut to the client's max_output_tokens
+            incomplete = "max_output_tokens"
         output = mcp_items(self.mcp, result) + output_items(result.message, self.ids, self.approval)
         return self.object("incomplete" if incomplete else "completed", output, result.usage, incomplete=incomplete,
                            flowstate=flowstate)

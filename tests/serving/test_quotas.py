@@ -197,3 +197,17 @@ def test_the_admission_bench_times_each_step_as_the_server_runs_it(tmp_path: Pat
         assert conn.execute("SELECT SUM(tokens) FROM quota_days").fetchone() == (100 * 2 * 21,)
         # this minute and the last kept
         assert conn.execute("SELECT SUM(requests) FROM quota_minutes").fetchone() == (42,)
+
+
+def test_a_turn_the_model_breaks_is_not_charged_to_the_tenants_minute(server: Server) -> None:
+    broken = [{"text": "no tagged blocks at all", "when": "[bad]"}] * 3
+    url = server.start(broken + notes("[ok]", 1), "--admin-key", ADMIN, "--max-protocol-errors", "3")
+    _, key = tenant(url, "breaks", requests_per_minute=1)
+    if time.time() % 60 > 50:  # both requests in one minute
+        time.sleep(61 - time.time() % 60)
+    failed = raw(url, key, "[bad] answer this", "a")
+    assert failed.status_code == 502 and failed.json()["error"]["code"] == "request_failed", failed.text
+    usage = httpx.get(url + "/usage", headers={"Authorization": f"Bearer {key}"}, timeout=30).json()["usage"]
+    assert usage["requests_this_minute"] == 0 and usage["tokens_today"] > 0  # the tokens were spent all the same
+    assert ask(url, key, "[ok] and this", "b").choices[0].message.content == "noted 0"  # the one request a minute
+    assert raw(url, key, "[ok] one more", "c").status_code == 429

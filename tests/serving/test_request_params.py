@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from engine.base import Capabilities
 from engine.scripted import ScriptedEngine
 from flowstate import LoopConfig, Repository
+from flowstate.request_options import RequestOptions
 from serving.app import create_app
 from serving.services import ServerConfig
 from tests.helpers import output
@@ -36,10 +37,44 @@ def test_sampling_budget_and_stop_reach_the_engine(served: Any) -> None:
                                     temperature=0.7, top_p=0.9, seed=42, max_completion_tokens=77, stop=[". "])
     assert r.choices[0].message.content == "Hotel A"  # cut before the stop sequence
     call = engine.calls[-1]
-    assert call["max_tokens"] == 77 and call["sampling"].temperature == 0.7
+    assert call["max_tokens"] is None and call["sampling"].temperature == 0.7  # the budget is the answer's (below)
     assert call["sampling"].top_p == 0.9 and call["sampling"].seed == 42
     api.chat.completions.create(model="flowstate", user="p2", messages=[{"role": "user", "content": "q"}], max_tokens=5)
-    assert engine.calls[-1]["max_tokens"] == 5 and engine.calls[-1]["sampling"] is None
+    assert engine.calls[-1]["sampling"] is None
+
+
+def test_max_tokens_bounds_the_answer_the_client_receives_not_the_protocols_steps() -> None:
+    answer = "Hotel A costs 120 a night and Hotel B costs 95 a night."
+    engine = ScriptedEngine([output(content=answer)] * 5)
+    with Repository.open(":memory:") as repo:
+        app = create_app(ServerConfig(engine=engine, repo=repo, loop=LoopConfig(max_tokens=900)))
+        with TestClient(app, base_url="http://flowstate.test") as http:
+            api = openai.OpenAI(base_url="http://flowstate.test/v1", api_key="none", http_client=http, max_retries=0)
+            ask = [{"role": "user", "content": "which hotel?"}]
+            whole = api.chat.completions.create(model="flowstate", user="w", messages=ask, max_tokens=500)
+            assert (whole.choices[0].message.content, whole.choices[0].finish_reason) == (answer, "stop")
+            for n in (1, 4, 7):
+                cut = api.chat.completions.create(model="flowstate", user=f"c{n}", messages=ask, max_tokens=n)
+                text = cut.choices[0].message.content or ""
+                assert cut.choices[0].finish_reason == "length" and answer.startswith(text) and text
+                assert engine.count_tokens(text) <= n < engine.count_tokens(answer[:len(text) + 1])
+                assert engine.calls[-1]["max_tokens"] == 900  # every step decodes under the server's budget
+            streamed = api.chat.completions.create(model="flowstate", user="s", messages=ask, max_tokens=4,
+                                                   stream=True)
+            chunks = list(streamed)
+            assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text_at(engine, answer, 4)
+            assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+            memory = api.get("/sessions/c4", cast_to=object)
+            assert memory["requests"][0]["response"] == answer  # memory keeps the whole answer
+            for bad in (0, -1):
+                refused = http.post("/v1/chat/completions", json={"model": "flowstate", "messages": ask,
+                                                                  "max_tokens": bad})
+                assert refused.status_code in (400, 422) and "max_tokens" in refused.text
+                assert "greater than or equal to 1" in refused.text
+
+
+def text_at(engine: ScriptedEngine, answer: str, n: int) -> str:
+    return RequestOptions(answer_tokens=n).fit(answer, engine.count_tokens)[0]
 
 
 @pytest.mark.parametrize(("params", "fragment"), [

@@ -316,3 +316,13 @@ def test_a_request_ended_without_an_answer_is_incomplete(server: Server) -> None
     assert r.max_output_tokens == 64 and "could not finish" in r.output_text
     events = list(api.responses.create(model="flowstate", input="[r13] Take notes.", stream=True))
     assert events[-1].type == "response.incomplete" and events[-1].response.incomplete_details.reason == "max_steps"
+
+
+def test_max_output_tokens_cuts_the_answer_and_the_response_is_incomplete(server: Server) -> None:
+    answer = "Hotel A costs 120 a night and Hotel B costs 95 a night."
+    api = client(server.start(lines("[r14]", [output(content=answer)] * 2)))
+    whole = api.responses.create(model="flowstate", input="[r14] Which hotel?", max_output_tokens=400)
+    assert (whole.status, whole.output_text) == ("completed", answer)
+    cut = api.responses.create(model="flowstate", input="[r14] Which hotel, briefly?", max_output_tokens=3)
+    assert cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens"
+    assert cut.output_text and answer.startswith(cut.output_text) and len(cut.output_text) < len(answer)
