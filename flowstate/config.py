@@ -90,7 +90,8 @@ class AgentConfig:
         self.policy = policy
         self.loop = loop.for_engine(engine)
         assert self.loop.limits is not None
-        self.limits: Limits = self.loop.limits
+        self.limits: Limits = self.loop.limits  # what the method's own states are fitted to (facts, pages)
+        self.output_limits: Limits = strategy.output_limits(self.limits)  # what the model's outputs are held to
         self.constrained = engine.capabilities.grammar and self.loop.grammar is not GrammarMode.NONE
         self._grammars: OrderedDict[str, Grammars] = OrderedDict()
         self._systems: OrderedDict[str, str] = OrderedDict()
@@ -128,7 +129,7 @@ class AgentConfig:
             rule = ("Your final answer's content is a JSON value (not a string holding JSON) matching this JSON "
                     "Schema: " + canonical_json(options.answer_schema))
             text = f"{text}\n\n{rule}" if text.strip() else rule
-        return self.strategy.system_prompt(self.specs(client_tools), text, self.limits)
+        return self.strategy.system_prompt(self.specs(client_tools), text, self.output_limits)
 
     def grammars(self, specs: Sequence[Mapping[str, Any]], options: RequestOptions = RequestOptions(), *,
                  validate: bool = False) -> Grammars | None:
@@ -141,7 +142,7 @@ class AgentConfig:
         with self._lock:
             grammars = self._grammars.pop(key, None)
         if grammars is None:
-            grammars = Grammars(specs, self.loop.grammar, self.strategy.blocks, self.limits, options,
+            grammars = Grammars(specs, self.loop.grammar, self.strategy.blocks, self.output_limits, options,
                                 self.strategy.optional)
         if validate:  # a cached configuration too: another caller may have cached it without validating
             grammars.validate()

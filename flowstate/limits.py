@@ -48,8 +48,9 @@ class Limits:
         per_step = [f"{self.ops} state operations" if "state_delta" in blocks else "",
                     f"{self.focus} focus items" if "state_focus" in blocks else "", f"{self.tool_calls} tool calls"]
         texts = [w for b, w in (("state_delta", "summaries"), ("state_focus", "reasons")) if b in blocks]
-        state = (f"values: JSON objects nested ≤ {self.value_depth} levels, ≤ {self.value_items} items each, strings "
-                 f"≤ {self.value_text} characters; ≤ {self.refs} refs per state; ") if "state_delta" in blocks else ""
+        shape = f"nested ≤ {self.value_depth} levels" if self.value_depth else "of scalars"
+        state = (f"values: JSON objects {shape}, ≤ {self.value_items} items each, strings ≤ {self.value_text} "
+                 f"characters; ≤ {self.refs} refs per state; ") if "state_delta" in blocks else ""
         return (
             f"Per step at most {', '.join(p for p in per_step if p)}; "
             + (f"{' and '.join(texts)} ≤ {self.text} characters; " if texts else "")

@@ -412,8 +412,8 @@ class RequestRun:
             raise self._fail(f"engine error at step {t}: {exc}") from exc
         try:
             output = self.options.enforce(
-                parse_output(generation.text, self.strategy.blocks, self.limits, self.options.answer_schema,
-                             self.strategy.optional))
+                parse_output(generation.text, self.strategy.blocks, self.agent.output_limits,
+                             self.options.answer_schema, self.strategy.optional))
         except ProtocolError as exc:
             return self._unparsed(t, generation, grammar_ms, exc)
         except Exception as exc:  # whatever else a model's text can trigger is the model's fault too, fed back

@@ -259,7 +259,7 @@ def _run_pair(ctx: RunContext, suite: str, strategy: Strategy, total: int, finis
 
     def one(item: tuple[int, Task]) -> None:
         i, task = item
-        limits = config.loop.limits or STANDARD
+        limits = strategy.output_limits(config.loop.limits or STANDARD)  # what the model's outputs are held to
         if config.policy is not None or rules.replayed:  # the reference policy the suite declares plays it
             engine: Engine = PolicyEngine(chosen.reference(task, strategy, limits, config.policy), tokens, forced)
         else:

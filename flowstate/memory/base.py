@@ -126,6 +126,11 @@ class Strategy(ABC):
         """The system message: the protocol of ``blocks``, the method's ``rules``, the policy, the tools."""
         return system_prompt(tools, policy, self.blocks, self.rules, limits)
 
+    def output_limits(self, limits: Limits) -> Limits:
+        """The bounds the model's outputs are decoded, parsed and described under, from the profile's ``limits`` (a
+        method may hold the states the model writes tighter than the profile; the system's own states keep it)."""
+        return limits
+
     @abstractmethod
     def start(self, session: SessionView) -> Start:
         ...

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from engine.base import Message
@@ -49,14 +49,21 @@ tokens meet full context's on the recorded conversations (docs/results/crossover
 another."""
 
 OPTIONAL = ("state_focus", "state_delta")
+NOTE = Limits(name="note", focus=8, ops=2, tool_calls=8, refs=4, text=120, content=16_000, value_depth=0,
+              value_items=4, value_text=64, tool_text=None, tool_items=None)
+"""The most a state the model writes may hold (each bound the lower of this and the profile's): a note — a summary
+of a line, a few scalar members, refs to the evidence — never a copy of a tool result, which the system has already
+recorded as a fact (the 1.5B model copied whole reservations into states of its own at every step without it,
+docs/results/lean.md); two operations a step. The grammar admits nothing longer, so nothing longer is decoded."""
 FACT_MARK = "flowstate-facts.fact"
 
 RULES = f"""\
 ## memory
 The chat holds the session as it happened; the system records each tool result as a knowledge state (a fact_ id \
 citing its obs_ id). Write <state_delta> only for what no result says and later requests need — the user's \
-preferences, your judgements, attributes, artifacts: add a new id, a short summary, a JSON value, refs (supports, \
-derives, follows, supersedes) to the ids it rests on; update or remove only this request's states (in <active_state>).
+preferences, your judgements, attributes, artifacts: add a new id, a one-line summary, a few scalar values (a note, \
+never a copy of a result: cite its fact_ id), refs (supports, derives, follows, supersedes) to the ids it rests on; \
+update or remove only this request's states (in <active_state>).
 {FEEDBACK_RULE}"""
 """The memory rules of the system message: the one a session below the crossover needs. A session past it gets
 ``ACCESS_RULES`` at the head of its request, where a prefix cache holds it for the session."""
@@ -136,6 +143,12 @@ class LeanStrategy(Strategy):
 
     def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
         return system_prompt(tools, policy, DESCRIBED, self.rules, limits, self.optional, self.facts)
+
+    def output_limits(self, limits: Limits) -> Limits:
+        """``limits`` with the states the model writes held to ``NOTE`` (the system's facts keep ``limits``)."""
+        tight = {f: min(getattr(limits, f), getattr(NOTE, f)) for f in ("ops", "refs", "text", "value_depth",
+                                                                        "value_items", "value_text")}
+        return replace(limits, name=f"{limits.name}+note", **tight)
 
     def indexed(self, earlier: int) -> int:
         """How many of ``earlier`` requests the index holds: whole blocks of ``crossover`` requests (every one with

@@ -11,7 +11,9 @@ import pytest
 
 from engine.scripted import ScriptedEngine
 from flowstate import Agent, Repository
+from flowstate.constrain import GrammarMode, Grammars
 from flowstate.history import HistoricalIndex, IndexEntry
+from flowstate.limits import STANDARD
 from flowstate.memory import get
 from flowstate.memory.chat import FULL_CONTEXT
 from flowstate.memory.lean import ACCESS, FLOWSTATE_LEAN, OPTIONAL, found
@@ -132,3 +134,46 @@ def test_isu_and_psa_rules_hold_for_it(tmp_path: Path) -> None:
     for before, after in zip(prompts, prompts[1:]):
         assert after[: len(before)] == before
     assert "<feedback>" in prompts[1][-1].content and '"state_id":"fact_r1_s1_1"' in prompts[2][-1].content
+
+
+def test_a_state_the_model_writes_is_a_note_while_the_systems_facts_keep_the_profile(tmp_path: Path) -> None:
+    """The grammar admits a model's state of a line and a few scalars and nothing longer (a copied result cannot be
+    decoded), the parser excludes it alike (a model decoding freely: fed back as malformed), and the fact the system
+    writes from the same result keeps the whole of it."""
+    bounds = FLOWSTATE_LEAN.output_limits(STANDARD)
+    assert (bounds.ops, bounds.value_depth, bounds.value_text) == (2, 0, 64) and STANDARD.value_depth == 4
+    assert FULL_CONTEXT.output_limits(STANDARD) is STANDARD  # every other method: the profile as it is
+    tools = [{"name": "echo", "description": "e", "parameters": {
+        "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}]
+    grammar = Grammars(tools, GrammarMode.STATIC, BLOCKS, bounds, optional=OPTIONAL).static
+    assert grammar is not None
+    note = add("pref_a", "preference", refs=[("derives", "fact_r1_s1_1")], seat="aisle", bags=1)
+    assert accepts(grammar, lean(state_delta=[note], tool_calls=[CALL]))
+    copies = {
+        "nested": add("pref_a", "preference", reservation={"id": "ABC123", "flights": [{"n": "HAT001"}]}),
+        "long": add("pref_a", "preference", text="x" * 65),
+        "many": add("pref_a", "preference", a=1, b=2, c=3, d=4, e=5),
+    }
+    for kind, op in copies.items():
+        assert not accepts(grammar, lean(state_delta=[op], tool_calls=[CALL])), kind
+        out = parse_output(lean(state_delta=[op], tool_calls=[CALL]), BLOCKS, bounds, optional=OPTIONAL)
+        assert not out.state_delta and out.malformed[0].id == "pref_a", kind  # excluded, the step's call kept
+    three = [add(f"pref_{c}", "preference", x=1) for c in "abc"]
+    assert not accepts(grammar, lean(state_delta=three, tool_calls=[CALL]))
+    assert accepts(protocol_grammar(block_schemas(), tools, optional=OPTIONAL),
+                   lean(state_delta=[copies["nested"]], tool_calls=[CALL]))  # the profile alone admits it
+
+    nested = {"reservation": {"id": "ABC123", "flights": [{"number": "HAT001", "date": "2024-05-15"}]}}
+    engine = ScriptedEngine([lean(tool_calls=[{"name": "lookup", "arguments": {}}]),
+                             lean(state_delta=[copies["nested"]], assistant_message={"content": "done"})])
+    repo = Repository.open(tmp_path / "m.db")
+
+    def lookup() -> dict[str, Any]:
+        """Look the reservation up."""
+        return nested
+
+    record = Agent(engine, repository=repo, session="s", tools=[lookup], strategy=FLOWSTATE_LEAN).run("look it up")
+    assert record.response == "done" and "add.value" in json.dumps(record.steps[1].malformed)
+    fact = next(n for n in repo.nodes("s") if n.id.startswith("fact_"))
+    assert fact.value["result"] == nested  # the system's fact: the profile's bounds, the whole result
+    assert "pref_a" not in {n.id for n in repo.nodes("s")}
