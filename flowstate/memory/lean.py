@@ -49,8 +49,7 @@ tokens meet full context's on the recorded conversations (docs/results/crossover
 another."""
 
 OPTIONAL = ("state_focus", "state_delta")
-NOTE = Limits(name="note", focus=8, ops=2, tool_calls=8, refs=4, text=120, content=16_000, value_depth=0,
-              value_items=4, value_text=64, tool_text=None, tool_items=None)
+NOTE = {"ops": 2, "refs": 4, "text": 120, "value_depth": 0, "value_items": 4, "value_text": 64}
 """The most a state the model writes may hold (each bound the lower of this and the profile's): a note — a summary
 of a line, a few scalar members, refs to the evidence — never a copy of a tool result, which the system has already
 recorded as a fact (the 1.5B model copied whole reservations into states of its own at every step without it,
@@ -146,9 +145,7 @@ class LeanStrategy(Strategy):
 
     def output_limits(self, limits: Limits) -> Limits:
         """``limits`` with the states the model writes held to ``NOTE`` (the system's facts keep ``limits``)."""
-        tight = {f: min(getattr(limits, f), getattr(NOTE, f)) for f in ("ops", "refs", "text", "value_depth",
-                                                                        "value_items", "value_text")}
-        return replace(limits, name=f"{limits.name}+note", **tight)
+        return replace(limits, name=f"{limits.name}+note", **{f: min(getattr(limits, f), n) for f, n in NOTE.items()})
 
     def indexed(self, earlier: int) -> int:
         """How many of ``earlier`` requests the index holds: whole blocks of ``crossover`` requests (every one with
