@@ -128,6 +128,87 @@ HELD_OUT_LOOK_ALIKES: list[str] = [
     "SSN format is XXX-XX-XXXX", "ISBN-13 9781861972712",
 ]
 
+_PAT = "github_pat_11AB4CDEF0aBcDeFgHiJkLmN_" + "q1W2e3R4t5Y6u7I8o9P0aSdFgHjKlZxCvBnMqWeRtYuIoPaSdFgHjKlZxCvBnM1"
+_AWS = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+_SK = "sk-proj-Xy7kP2mQ9vR4tL8wN3bZ6cF1hJ5dG0sA_qE7rT2yU9iO4pK8lM3nB6vC1xZ5-TbLf0GqW2eR4tY6uI8oP0aS2dF4gH"
+_ANT = ("sk-ant-api03-Zx8cV7bN6mQ5wE4rT3yU2iO1pA0sD9fG8hJ7kL6zX5cV4bN3mQ2wE1rT0yU9iO8pA7sD6fG5hJ4kL3zX2cV1bN0mQ9wE8r"
+        "T7y-AbCdEfAA")
+# per credential format: (texts each holding one secret, and the value), and look-alikes of that format that must stay
+SECRET_FORMATS: dict[str, tuple[list[tuple[str, str]], list[str]]] = {
+    "github fine-grained token": (
+        [(f"token {_PAT}", _PAT), (f"GITHUB_TOKEN={_PAT}", _PAT), (f'{{"auth": "{_PAT}"}}', _PAT),
+         (f"use {_PAT}.", _PAT)],
+        ["set github_pat_ to your token", "the github_pat_placeholder variable", "GITHUB_TOKEN=${{ secrets.PAT }}"]),
+    "github classic token": (
+        [("token ghp_123456789012345678901234567890abcdef", "ghp_123456789012345678901234567890abcdef"),
+         ("gho_16C7e42F292c6912E7710c838347Ae178B4a in the log", "gho_16C7e42F292c6912E7710c838347Ae178B4a")],
+        ["ghp_ tokens start with ghp_", "commit 4b825dc642cb6eb9a060e54bf8d69288fbee4904"]),
+    "aws access key id": (
+        [("aws key AKIAIOSFODNN7EXAMPLE in the config", "AKIAIOSFODNN7EXAMPLE"),
+         ("aws_access_key_id = AKIAI44QH8DHBEXAMPLE", "AKIAI44QH8DHBEXAMPLE")],
+        ["AKIA is the prefix of an access key id", "order AKIA-2024-0515"]),
+    "aws secret access key": (
+        [(f"AWS_SECRET_ACCESS_KEY={_AWS}", _AWS), (f"aws_secret_access_key = {_AWS}", _AWS),
+         (f"AWS_SECRET_ACCESS_KEY='{_AWS}'", _AWS), (f'{{"aws_secret_access_key": "{_AWS}"}}', _AWS),
+         (f"my aws secret key is {_AWS}", _AWS), (f"export AWS_SECRET_KEY: {_AWS}", _AWS)],
+        ["AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY}", "aws_secret_access_key = <your secret key>",
+         "the aws secret access key is 40 characters long",
+         "sha1 " + "da39a3ee5e6b4b0d3255bfef95601890afd80709", "path s3://bucket/2024/05/15/reports/q2/summary.csv"]),
+    "sk- api key (OpenAI, Anthropic, others)": (
+        [(f"my key {_SK} please", _SK),
+         ("OPENAI_API_KEY=sk-abcdefghijklmnopqrstT3BlbkFJabcdefghijklmnopqrst",
+          "sk-abcdefghijklmnopqrstT3BlbkFJabcdefghijklmnopqrst"),
+         (f"the key {_ANT} works", _ANT),
+         ("deepseek sk-3f9a2c1b7d4e4f6a8b0c2d4e6f8a0b1c", "sk-3f9a2c1b7d4e4f6a8b0c2d4e6f8a0b1c")],
+        ["a sk-learn-compatible-estimator-wrapper", "desk-2024-05-15", "task-4155552671-retry",
+         "sk-12 is a size", "sku sk-0042 in stock"]),
+    "google api key": (
+        [("key=AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY&q=paris", "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY")],
+        ["AIza is how Google API keys start", "Aizawa, Kenji"]),
+    "hugging face token": (
+        [("HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh", "hf_AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh")],
+        ["from huggingface_hub import hf_hub_download", "hf_transfer_enabled_by_default_for_big_files"]),
+    "npm token": (
+        [("//registry.npmjs.org/:_authToken=npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+          "npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789")],
+        ["npm_config_cache=/tmp/npm-cache", "npm_package_version=1.2.3"]),
+    "slack token": (
+        [("slack xoxb-123456789012-1234567890123-abcdefghijklmnopqrstuvwx",
+          "xoxb-123456789012-1234567890123-abcdefghijklmnopqrstuvwx")],
+        ["xoxb- is a bot token's prefix"]),
+    "stripe key": (
+        [("stripe sk_live_4eC39HqLyjWDarjtT1zdp7dc", "sk_live_4eC39HqLyjWDarjtT1zdp7dc")],
+        ["use sk_live_ keys only in production"]),
+    "private key": (
+        [("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----",
+          "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----")],
+        ["-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----"]),
+}
+FORMAT_LOOK_ALIKES = [  # what an agent's memory is full of, for every format at once
+    "Order #4155552671 shipped on 2024-05-15T12:30:45Z.", "uuid 123e4567-e89b-12d3-a456-426614174000",
+    "sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "md5 d41d8cd98f00b204e9800998ecf8427e",
+    "Reservation 8GF4XK, flight HAT170", "timestamp 1715776245123, build 2024.10.1+18873",
+    "image sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    "tracking 1Z999AA10123456784, PNR ZX9QWE", "base64 aGVsbG8gd29ybGQsIHRoaXMgaXMgbm90IGEga2V5IGF0IGFsbA==",
+]
+
+
+def formats(detector: Detector | None = None) -> list[dict[str, Any]]:
+    """Per credential format: its texts' secrets found exactly or missed, and anything found in its look-alikes (and,
+    as a row of its own, in the look-alikes common to all)."""
+    detector = detector or Detector(kinds=("secret",))
+    out = []
+    cases = {**SECRET_FORMATS, "(look-alikes of every format)": ([], FORMAT_LOOK_ALIKES)}
+    for name, (positives, alikes) in cases.items():
+        found = sum(any(text[f.start:f.end] == value for f in detector.find(text)) for text, value in positives)
+        wrong = sum(sum(text[f.start:f.end] != value for f in detector.find(text)) for text, value in positives)
+        wrong += sum(len(detector.find(text)) for text in alikes)
+        out.append({"format": name, "texts": len(positives), "found": found, "missed": len(positives) - found,
+                    "look_alikes": len(alikes), "false_positives": wrong,
+                    "precision": round(found / (found + wrong), 3) if found + wrong else None,
+                    "recall": round(found / len(positives), 3) if positives else None})
+    return out
+
 
 def run(detector: Detector | None = None, held_out: bool = False) -> dict[str, Any]:
     """Counts per kind over the corpus (``held_out``: the held-out one), and the time per text."""
@@ -199,4 +280,8 @@ def render_table(result: dict[str, Any], held_out: list[dict[str, Any]] | None =
                 "look-alikes\n\n" + table(head, rows(fresh)))
     if held_out:
         out += "\n\nτ³'s data:\n\n" + table(["source", "records", "emails", "emails_expected", "other_found"], held_out)
+    per = formats()
+    out += ("\n\nSecrets per credential format (each format's texts and look-alikes):\n\n"
+            + table(["format", "texts", "found", "missed", "look_alikes", "false_positives", "precision", "recall"],
+                    per))
     return out

@@ -11,7 +11,10 @@ where the kind is defined by one:
 - ``iban``: a candidate pattern, checked by ``python-stdnum``'s IBAN validation (country length and mod-97 checksum);
 - ``secret``: Yelp's ``detect-secrets`` plugins (AWS, GitHub, GitLab, OpenAI, Slack, Stripe, JWTs, private keys,
   basic-auth URLs, ``password = "…"``, and more; never its two high-entropy plugins, which flag ordinary words), a
-  private key's whole PEM block, and bearer tokens and FlowState's own keys (``fs-…``).
+  private key's whole PEM block, bearer tokens and FlowState's own keys (``fs-…``), and the credential formats its
+  last release (1.5.0) lacks, each as its provider documents it (``PROVIDER_FORMATS``: GitHub's fine-grained
+  tokens, AWS secret keys written unquoted, the ``sk-…`` keys of OpenAI, Anthropic and others in prose, Google,
+  Hugging Face, npm, PyPI and more; docs/results/redaction.md measures each on its own corpus).
 
 A placeholder names its kind and a keyed digest of the value — ``[EMAIL_3f9a2c1b7d4e]`` — so the same value gets
 the same placeholder wherever it appears in a tenant's memory (``scope``), and nobody without the key can test a
@@ -44,6 +47,26 @@ _PEM = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PR
 _BEARER = re.compile(r"(?i)(?<=bearer )[A-Za-z0-9._~+/=-]{16,}")
 _OWN_KEY = re.compile(r"(?<![\w-])fs-[A-Za-z0-9_-]{32,}")
 _NOT_SECRETS = ("Base64HighEntropyString", "HexHighEntropyString", "IPPublicDetector")
+_AWS_NAME = r"(?i:aws[ _.-]?secret(?:[ _.-]?access)?[ _.-]?key)"
+PROVIDER_FORMATS: dict[str, re.Pattern[str]] = {  # the secret is the pattern's group 1 where it has one, else all
+    "github fine-grained token": re.compile(r"(?<![\w-])github_pat_[A-Za-z0-9_]{60,255}"),
+    "aws secret access key": re.compile(_AWS_NAME + r"[\"']?\s*(?:[:=]|=>|\bis\b)\s*[\"']?"
+                                        r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"),
+    "sk- api key": re.compile(r"(?<![\w-])sk-(?=[A-Za-z0-9_-]*\d)(?=[A-Za-z0-9_-]*[A-Za-z])[A-Za-z0-9_-]{20,}"),
+    "google api key": re.compile(r"(?<![\w-])AIza[0-9A-Za-z_-]{35}(?![\w-])"),
+    "hugging face token": re.compile(r"(?<![\w-])hf_[A-Za-z0-9]{34,40}(?![\w-])"),
+    "npm token": re.compile(r"(?<![\w-])npm_[A-Za-z0-9]{36}(?![\w-])"),
+    "pypi token": re.compile(r"(?<![\w-])pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}"),
+    "groq api key": re.compile(r"(?<![\w-])gsk_[A-Za-z0-9]{52}(?![\w-])"),
+    "xai api key": re.compile(r"(?<![\w-])xai-[A-Za-z0-9]{80}(?![\w-])"),
+    "databricks token": re.compile(r"(?<![\w-])dapi[a-f0-9]{32}(?:-\d)?(?![\w-])"),
+    "digitalocean token": re.compile(r"(?<![\w-])do[opr]_v1_[a-f0-9]{64}(?![\w-])"),
+    "shopify token": re.compile(r"(?<![\w-])shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}(?![\w-])"),
+}
+"""Credential formats detect-secrets 1.5.0 has no plugin for, each from its provider's documentation of the format
+(a fixed prefix and alphabet; the AWS secret key, which has none, by the name it is assigned to). The ``sk-`` family
+(OpenAI's ``sk-``, ``sk-proj-``, ``sk-svcacct-``, Anthropic's ``sk-ant-``, DeepSeek's and others') is one rule: ``sk-``
+at a word's start and 20 or more key characters holding a digit and a letter, so "sk-learn" stays."""
 _PHONE_CONTEXT = re.compile(r"(?i)\b(?:phone|call|tel|telephone|mobile|cell|fax|text|sms|whatsapp|ring|contact|"
                             r"number|dial|reach)\b")
 _PRICE = re.compile(r"\d+\.\d{2}")
@@ -160,6 +183,8 @@ class Detector:
 
     def _secret(self, text: str) -> Iterable[tuple[int, int]]:
         yield from (m.span() for pattern in (_PEM, _BEARER, _OWN_KEY) for m in pattern.finditer(text))
+        yield from (m.span(1 if pattern.groups else 0) for pattern in PROVIDER_FORMATS.values()
+                    for m in pattern.finditer(text))
         values = {v for plugin in self._libs["plugins"] for v in _secrets(plugin, text) if len(v) >= 6}
         for value in values:  # each occurrence, taken on to the end of its token (a plugin may match a prefix)
             yield from ((m.start(), _TOKEN.match(text, m.end()).end())  # type: ignore[union-attr]

@@ -13,12 +13,15 @@ from typing import Any
 import httpx
 import openai
 
+from flowstate.bench.redaction import SECRET_FORMATS
 from flowstate.store.redaction import Detector, Redactor
 from flowstate.store.vault import Vault, new_key
 from tests.helpers import add, output
 from tests.serving.conftest import Server, lines
 
 EMAIL, CARD = "mia.li3818@example.com", "4111 1111 1111 1111"
+SECRETS = (SECRET_FORMATS["github fine-grained token"][0][0][1], SECRET_FORMATS["aws secret access key"][0][0][1],
+           SECRET_FORMATS["sk- api key (OpenAI, Anthropic, others)"][0][0][1])  # github_pat_…, AWS's, sk-proj-…
 TOOLS = ("--tools", "tests.serving.vault_tools:TOOLS")
 
 
@@ -37,7 +40,9 @@ def test_values_reach_the_turn_and_the_tool_and_nothing_stored(server: Server, t
     args = ("--redact", "mask", "--vault-key", key, *TOOLS)
     url = server.start(script, *args, env={"FLOWSTATE_TEST_TOOL_LOG": str(log)})
     api = openai.OpenAI(base_url=url, api_key="k", max_retries=0)
-    history: list[Any] = [{"role": "user", "content": f"[t1] my e-mail is {EMAIL}, card {CARD}"}]
+    pat, aws, sk = SECRETS  # written as people write them: a token, an unquoted assignment, a key in prose
+    said = f"[t1] my e-mail is {EMAIL}, card {CARD}; token {pat}, AWS_SECRET_ACCESS_KEY={aws} and my key {sk}"
+    history: list[Any] = [{"role": "user", "content": said}]
     first = api.chat.completions.create(model="flowstate", messages=history, user="alice")
     assert first.choices[0].message.content == f"Noted {EMAIL}."  # the turn that received it answers with it
     history += [{"role": "assistant", "content": first.choices[0].message.content},
@@ -48,13 +53,17 @@ def test_values_reach_the_turn_and_the_tool_and_nothing_stored(server: Server, t
 
     shown = httpx.get(f"{url}/sessions/alice", timeout=30).text
     assert EMAIL not in shown and CARD not in shown and ph in shown
+    assert not any(secret in shown for secret in SECRETS)
     record = httpx.get(f"{url}/sessions/alice/requests/1", timeout=30).json()
     assert record["record"]["redactions"]["email"] >= 3 and record["record"]["redactions"]["card"] >= 1
+    assert record["record"]["redactions"]["secret"] >= 3 and not any(secret in json.dumps(record) for secret in SECRETS)
     assert httpx.get(f"{url}/memory/search", params={"q": "example"}, timeout=30).json()["data"] == []
-    assert EMAIL not in httpx.get(f"{url}/sessions/alice/export", timeout=30).text
+    exported = httpx.get(f"{url}/sessions/alice/export", timeout=30).text
+    assert EMAIL not in exported and not any(secret in exported for secret in SECRETS)
     db = Path(str(server.db))
     stored = b"".join(p.read_bytes() for p in (db, Path(f"{db}-wal")) if p.exists())
     assert EMAIL.encode() not in stored and b"4111" not in stored
+    assert not any(secret.encode() in stored for secret in SECRETS)
 
     server.stop()  # a restart: the session comes back from the database, redacted
     url = server.start(lines("[t3]", [output(content="You are welcome.")]), *args)
