@@ -62,6 +62,17 @@ def header_timeout_protocol(seconds: float) -> type[asyncio.Protocol]:
     return HeaderTimeout
 
 
+class PathOnly(logging.Filter):
+    """uvicorn's access log lines with each request's path only: a query string (a search's words, a cursor, an
+    e-mail address a client filters by) is data, which the log would keep beyond redaction and erasure."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str) and "?" in args[2]:
+            record.args = (*args[:2], args[2].split("?", 1)[0] + "?…", *args[3:])
+        return True
+
+
 def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
           header_timeout_s: float = HEADER_TIMEOUT_S) -> None:
     """Serve until interrupted."""
@@ -77,6 +88,7 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, log_l
     print(f"FlowState serving {config.model_id!r} ({config.engine.name}) at {where} — {note}", file=sys.stderr,
           flush=True)
     _log_to_stderr(log_level)
+    logging.getLogger("uvicorn.access").addFilter(PathOnly())
     uvicorn.run(app, host=host, port=port, log_level=log_level,
                 http=header_timeout_protocol(header_timeout_s))
 

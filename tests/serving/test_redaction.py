@@ -83,3 +83,16 @@ def test_redaction_without_a_vault_key_refuses_to_start(server: Server) -> None:
         assert "redaction needs a vault key" in str(exc)
     else:
         raise AssertionError("a server that redacts without a vault key started")
+
+
+def test_the_access_log_names_each_route_without_its_query_string(server: Server) -> None:
+    """A search's words (an e-mail address here) are data: the access log keeps the route and the status, never the
+    query string, which no redaction or erasure would reach there."""
+    url = server.start(None, "--log-level", "info")
+    found = httpx.get(f"{url}/memory/search", params={"q": "alice.smith+billing@example.com"}, timeout=30)
+    assert found.status_code == 200
+    assert httpx.get(f"{url}/sessions", params={"limit": 7}, timeout=30).status_code == 200
+    server.stop()
+    log = server.log.read_text()
+    assert "GET /v1/memory/search?… HTTP/1.1\" 200" in log and "GET /v1/sessions?… HTTP/1.1\" 200" in log
+    assert "alice" not in log and "billing" not in log and "limit" not in log
