@@ -115,11 +115,15 @@ def _no_prefix_reuse(engine: Engine) -> None:
         "the count; hybrid-attention models such as Qwen3.5: see docs/deployment.md)", engine.name)
 
 
-def _repeated(history: Sequence[ToolCallRecord], call: ToolCallRecord) -> ToolCallRecord | None:
-    """The earlier call that ``call`` repeats: one with the same tool and arguments after which no other call was
-    made (a call after a different one may see a changed world: a reservation read again after its update)."""
+def _repeated(history: Sequence[ToolCallRecord], call: ToolCallRecord,
+              reads: Callable[[str], bool] = lambda _: False) -> ToolCallRecord | None:
+    """The earlier call that ``call`` repeats: one with the same tool and arguments after which only calls of
+    tools declared read-only (``reads``) were made, or none — a call after one that may change the world may see
+    it changed (a reservation read again after its update), while a cycle of reads (A B C A) sees nothing new."""
     for earlier in reversed(history):
         if earlier.key != call.key:
+            if reads(earlier.name):
+                continue
             return None
         if earlier.repeat_of is None:
             return earlier
@@ -263,7 +267,7 @@ class RequestRun:
                    for i, c in enumerate(self.pending)]
         again = _same_step_again(self.steps[:-1], records)
         for i, (call, record) in enumerate(zip(self.pending, records, strict=True)):
-            first = again.get(record.key) if again else _repeated(history, record)
+            first = again.get(record.key) if again else _repeated(history, record, self.agent.tools.read_only)
             history.append(record)
             if first is not None:  # the same call again: refused, its earlier outcome shown once more
                 done[i] = replace(record, result=first.result, error=first.error, repeat_of=first.observation_id)

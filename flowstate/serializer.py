@@ -106,10 +106,11 @@ _EXAMPLE_STEPS = (
 )
 
 
-def example_steps(blocks: Sequence[str] = BLOCKS, optional: Sequence[str] = (), facts: bool = False) -> str:
+def example_steps(blocks: Sequence[str] = BLOCKS, optional: Sequence[str] = (), facts: bool = False,
+                  with_answer: bool = False) -> str:
     """The protocol's worked example in ``blocks``: the three steps of another task, from its start to its answer;
     ``optional`` blocks left out where empty; with ``facts`` (the system records results) the model records only
-    the requirement."""
+    the requirement — ``with_answer``: in the step that answers."""
     states = "state_delta" in blocks
     first, then, last = ((" records the requirement and", " records what the order needs, citing the result, and",
                           " records the order and") if states else ("", "", ""))
@@ -117,6 +118,9 @@ def example_steps(blocks: Sequence[str] = BLOCKS, optional: Sequence[str] = (), 
     if facts:
         then = last = ""
         steps[1:] = [{**step, "state_delta": "[]"} for step in steps[1:]]
+    if facts and with_answer and states:
+        first, last = "", " records the requirement and"
+        steps = [{**steps[0], "state_delta": "[]"}, steps[1], {**steps[2], "state_delta": steps[0]["state_delta"]}]
     step1, step2, step3 = ("\n".join(f"<{b}>\n{step[b]}\n</{b}>" for b in blocks
                                       if b not in optional or step[b] != "[]") for step in steps)
     return (f"Example (another task; its tools are not yours). Asked to order two boxes of green tea for the office, "
@@ -127,13 +131,15 @@ def example_steps(blocks: Sequence[str] = BLOCKS, optional: Sequence[str] = (), 
 
 
 def output_protocol(blocks: Sequence[str] = BLOCKS, limits: Limits = STANDARD, optional: Sequence[str] = (),
-                    facts: bool = False) -> str:
+                    facts: bool = False, with_answer: bool = False) -> str:
     """How to write one output in the protocol of ``blocks`` under ``limits``; ``optional`` blocks are written only
-    when they hold something (the lean protocol)."""
+    when they hold something, ``with_answer``: state_delta only in the step that answers (the lean protocol)."""
     examples = "\n".join(f"<{b}>\n{_BLOCK_EXAMPLES[b]}\n</{b}>" for b in blocks)
-    example = f"\n{example_steps(blocks, optional, facts)}" if limits.examples else ""
+    example = f"\n{example_steps(blocks, optional, facts, with_answer)}" if limits.examples else ""
     if optional:  # the lean protocol: memory blocks only when they hold something
         left = " and ".join(f"<{b}>" for b in blocks if b in optional)
+        if with_answer and "state_delta" in optional and "state_delta" in blocks:
+            left = f"{left} only in the step that answers, and"
         required = "\n".join(f"<{b}>\n{_BLOCK_EXAMPLES[b]}\n</{b}>" for b in blocks if b not in optional)
         shapes = "" if limits.examples else "".join(f"<{b}>\n{_BLOCK_EXAMPLES[b]}\n</{b}>\n" for b in blocks
                                                      if b in optional)
@@ -176,7 +182,7 @@ def memory_rules(blocks: Sequence[str] = BLOCKS, *, trajectory: bool = False) ->
 def system_prompt(
     tools: Sequence[dict[str, Any]], task_policy: str = "", blocks: Sequence[str] = BLOCKS,
     memory: str = FLOWSTATE_RULES,
-    limits: Limits = STANDARD, optional: Sequence[str] = (), facts: bool = False,
+    limits: Limits = STANDARD, optional: Sequence[str] = (), facts: bool = False, with_answer: bool = False,
 ) -> str:
     """The static system message: identical for every call of one agent configuration."""
     tool_lines = "\n".join(canonical_json(t) for t in tools) or "(no tools)"
@@ -184,7 +190,7 @@ def system_prompt(
         f"<instructions>\n{REACT_RULES}\n\n{memory}\n</instructions>\n"
         f"<policy>\n{task_policy.strip() or '(none)'}\n</policy>\n"
         f"<tools>\n{tool_lines}\n</tools>\n"
-        f"<output_protocol>\n{output_protocol(blocks, limits, optional, facts)}\n</output_protocol>"
+        f"<output_protocol>\n{output_protocol(blocks, limits, optional, facts, with_answer)}\n</output_protocol>"
     )
 
 

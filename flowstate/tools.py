@@ -34,6 +34,7 @@ class Tool:
     args_model: type[BaseModel]
     fn: Callable[..., Any]
     unpack: bool = True  # call fn(**args) (functions) or fn(model_instance)
+    read_only: bool = False  # changes nothing (MCP readOnlyHint): called again with only reads between, it repeats
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -179,6 +180,11 @@ class ToolSet(Mapping[str, Tool]):
 
     def specs(self) -> list[dict[str, Any]]:
         return [t.spec() for t in self._tools.values()]
+
+    def read_only(self, name: str) -> bool:
+        """Whether the tool ``name`` is declared to change nothing (an unknown tool is not)."""
+        tool = self._tools.get(name)
+        return tool is not None and tool.read_only
 
     def call(self, name: str, arguments: Mapping[str, Any], session: str = "") -> tuple[Any, str | None]:
         tool = self._tools.get(name)

@@ -203,21 +203,24 @@ _TAGS = {
 
 def _alternatives(b: Mapping[str, dict[str, Any]], rules: dict[str, dict[str, Any]], blocks: Sequence[str],
                   require_tools: bool, final: bool = False, hold: bool = False,
-                  optional: Sequence[str] = ()) -> list[list[str]]:
+                  optional: Sequence[str] = (), states_with_answer: bool = False) -> list[list[str]]:
     """The outputs a step may take (act, answer, wait on focus or delta), each a list of parts; adds the JSON
     rules of non-empty blocks to ``rules``. A ``final`` step decides: it answers, or (tools required) calls; a
     ``hold`` step calls nothing (unless tools are required). A block of ``optional`` is written only when it holds
-    something: left out, or non-empty."""
+    something: left out, or non-empty. ``states_with_answer``: state_delta only in the step that answers (a step
+    that calls or only asks for state writes none), unless tools are required (no step answers then)."""
     has_focus, has_delta = "state_focus" in blocks, "state_delta" in blocks
     focus_some, delta_some, calls_some = (_nonempty(b[k]) for k in ("state_focus", "state_delta", "tool_calls"))
     alternatives = [] if require_tools else [["focus", "delta", "answer"]]
+    once = states_with_answer and not require_tools
+    acting = [] if once else ["delta"]
     if calls_some is not None:
         rules["calls_json"] = calls_some
-        alternatives.insert(0, ["focus", "delta", "act"])
+        alternatives.insert(0, ["focus", *acting, "act"])
     if focus_some is not None and has_focus:
         rules["focus_some_json"] = focus_some
-        alternatives.append(["focus_some", "delta", "wait"])
-    if delta_some is not None and has_delta:
+        alternatives.append(["focus_some", *acting, "wait"])
+    if delta_some is not None and has_delta and not once:
         rules["delta_some_json"] = delta_some
         alternatives.append(["focus_none", "delta_some", "wait"])
     absent = ({"focus", "focus_some", "focus_none"} if not has_focus else set()) | (
@@ -244,7 +247,7 @@ def protocol_grammar(
     schemas: Mapping[str, dict[str, Any]], tools: Sequence[Mapping[str, Any]], ids: StepIds | None = None,
     blocks: Sequence[str] = ALL_BLOCKS, bounds: ToolBounds = ToolBounds(), *, require_tools: bool = False,
     max_calls: int | None = None, answer_schema: dict[str, Any] | None = None, final: bool = False,
-    hold: bool = False, optional: Sequence[str] = (),
+    hold: bool = False, optional: Sequence[str] = (), states_with_answer: bool = False,
 ) -> str:
     """The Lark grammar (llguidance dialect) of one model output.
 
@@ -253,8 +256,9 @@ def protocol_grammar(
     arrays that a tool's own schema leaves unbounded (tiny models need it to terminate).
     ``require_tools`` drops the final-answer alternative (a step calls tools or only updates/accesses
     state), ``optional``: state_focus and/or state_delta written only when they hold something (left out, never
-    ``[]``: the lean protocol), ``max_calls`` caps tool calls per step, ``answer_schema`` makes the answer's
-    content that JSON.
+    ``[]``: the lean protocol), ``states_with_answer``: state_delta written only in the step that answers (the
+    lean protocol's states, written once a request), ``max_calls`` caps tool calls per step, ``answer_schema``
+    makes the answer's content that JSON.
     ``final``: the request's last allowed step, which must decide — a final answer, or where tools are
     required the calls (no step that only updates or accesses state).
     ``hold``: the step after one whose every call was refused as a repeat: it answers or only updates/accesses
@@ -279,7 +283,7 @@ def protocol_grammar(
                       "additionalProperties": False},
         "empty_json": {"type": "array", "maxItems": 0},
     }
-    alternatives = _alternatives(b, rules, blocks, require_tools, final, hold, optional)
+    alternatives = _alternatives(b, rules, blocks, require_tools, final, hold, optional, states_with_answer)
     used = {name for alt in alternatives for name in alt}
     used |= {_STRUCTURE[name].rstrip("?") for name in used if _STRUCTURE[name].endswith("?")}
     needed = {part for name in used for part in _STRUCTURE[name].split()}

@@ -46,6 +46,7 @@ class McpSource:
         self.max_sessions = max_sessions
         self.busy: Callable[[str], bool] = lambda _: False  # a session a running turn holds (the server sets it)
         self.specs: list[dict[str, Any]] = []
+        self.reads: frozenset[str] = frozenset()  # the tools the server declares read-only (readOnlyHint)
         self.restarts = 0  # connections started after the first of their key (a server that died or hung)
         self.released = 0  # per-session connections ended to keep within max_sessions
         self._live: OrderedDict[str, Connection] = OrderedDict()  # least recently used first
@@ -67,6 +68,7 @@ class McpSource:
             raise ToolLoadError(str(exc)) from None
         self.specs = [{"name": t.name, "description": (t.description or getattr(t, "title", None) or "").strip(),
                        "parameters": dict(t.input_schema or {"type": "object"})} for t in tools]
+        self.reads = frozenset(t.name for t in tools if t.annotations is not None and t.annotations.read_only_hint)
         if self.scope == "server":
             with self._lock:
                 self._live[""], self._opened = connection, {""}
@@ -75,8 +77,8 @@ class McpSource:
         return self
 
     def tools(self) -> list[Tool]:
-        return [SchemaTool(s["name"], s["description"], fn=self._dispatcher(s["name"]), schema=s["parameters"])
-                for s in self.specs]
+        return [SchemaTool(s["name"], s["description"], fn=self._dispatcher(s["name"]), schema=s["parameters"],
+                           read_only=s["name"] in self.reads) for s in self.specs]
 
     def _dispatcher(self, tool: str) -> Any:
         return lambda arguments, session: self.call(tool, arguments, session)

@@ -8,8 +8,9 @@ decodes and carries (each difference argued in docs/memory-methods.md, measured 
   ids citing the result, as ``flowstate-facts``); the model writes only what only it knows — preferences,
   judgements, attributes, artifacts — and their relations, under ISU's rules;
 - **memory blocks only when they say something**: ``state_focus`` and ``state_delta`` are left out of an output
-  that has nothing in them (the grammar admits them absent or non-empty, never ``[]``), so a step that only acts
-  decodes what full context's step decodes;
+  that has nothing in them (the grammar admits them absent or non-empty, never ``[]``), and the model's states are
+  written once, in the step that answers (a step that calls writes none), so a step that acts decodes what full
+  context's step decodes;
 - **below the crossover the history is the chat**: a session of fewer than ``crossover`` earlier requests sends
   them as full context does (each query, call, result and response, as they happened), so a short session never
   carries more than full context; its states are kept all the same (the index, search, export);
@@ -59,10 +60,10 @@ FACT_MARK = "flowstate-facts.fact"
 RULES = f"""\
 ## memory
 The chat holds the session as it happened; the system records each tool result as a knowledge state (a fact_ id \
-citing its obs_ id). Write <state_delta> only for what no result says and later requests need — the user's \
-preferences, your judgements, attributes, artifacts: add a new id, a one-line summary, a few scalar values (a note, \
-never a copy of a result: cite its fact_ id), refs (supports, derives, follows, supersedes) to the ids it rests on; \
-update or remove only this request's states (in <active_state>).
+citing its obs_ id). Write <state_delta> once, in the step that answers, and only for what no result says and \
+later requests need — the user's preferences, your judgements, attributes, artifacts: add a new id, a one-line \
+summary, a few scalar values (a note, never a copy of a result: cite its fact_ id), refs (supports, derives, \
+follows, supersedes) to the ids it rests on; update or remove only this request's states (in <active_state>).
 {FEEDBACK_RULE}"""
 """The memory rules of the system message: the one a session below the crossover needs. A session past it gets
 ``ACCESS_RULES`` at the head of its request, where a prefix cache holds it for the session."""
@@ -135,13 +136,15 @@ class LeanStrategy(Strategy):
     name: str = "flowstate-lean"
     blocks: tuple[str, ...] = BLOCKS
     optional: tuple[str, ...] = OPTIONAL
+    states_with_answer: bool = True
     facts: bool = True
     crossover: int = CROSSOVER
     found: int = 3  # states the query's words disclose in a request's first call, at most
     rules: ClassVar[str] = RULES
 
     def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
-        return system_prompt(tools, policy, DESCRIBED, self.rules, limits, self.optional, self.facts)
+        return system_prompt(tools, policy, DESCRIBED, self.rules, limits, self.optional, self.facts,
+                             self.states_with_answer)
 
     def output_limits(self, limits: Limits) -> Limits:
         """``limits`` with the states the model writes held to ``NOTE`` (the system's facts keep ``limits``)."""

@@ -177,3 +177,40 @@ def test_a_state_the_model_writes_is_a_note_while_the_systems_facts_keep_the_pro
     fact = next(n for n in repo.nodes("s") if n.id.startswith("fact_"))
     assert fact.value["result"] == nested  # the system's fact: the profile's bounds, the whole result
     assert "pref_a" not in {n.id for n in repo.nodes("s")}
+
+
+def test_the_models_states_are_written_once_in_the_step_that_answers() -> None:
+    """A step that calls decodes no state_delta (the system has recorded each result as a fact already); the step
+    that answers writes the request's states; with tools required (no step answers) an acting step still may. The
+    paper's grammar and the system prompt of every other method are unchanged."""
+    from flowstate.config import AgentConfig
+    from flowstate.tools import ToolSet
+
+    tools = [{"name": "echo", "description": "e", "parameters": {
+        "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}]
+    note = add("pref_a", "preference", x=1)
+    grammar = protocol_grammar(block_schemas(), tools, optional=OPTIONAL, states_with_answer=True)
+    assert accepts(grammar, lean(tool_calls=[CALL]))
+    assert not accepts(grammar, lean(state_delta=[note], tool_calls=[CALL]))  # the acting step writes no state
+    assert accepts(grammar, lean(state_delta=[note], assistant_message={"content": "done"}))
+    assert accepts(grammar, lean(assistant_message={"content": "done"}))
+    assert not accepts(grammar, lean(state_delta=[note]))  # nor a step that only records
+    assert accepts(grammar, lean(state_focus=[{"target_id": "fact_r1_s1_1", "reason": "r"}]))  # asking stays a step
+    required = protocol_grammar(block_schemas(), tools, optional=OPTIONAL, states_with_answer=True,
+                                require_tools=True)
+    assert accepts(required, lean(state_delta=[note], tool_calls=[CALL]))
+    config = AgentConfig(ScriptedEngine([], grammar=True), FLOWSTATE_LEAN, tools=ToolSet([echo]))
+    grammars = config.grammars(config.specs())
+    assert grammars is not None and grammars.states_with_answer
+    system = config.system_prompt()
+    assert "<state_delta> only in the step that answers" in system and "once, in the step that answers" in system
+    first_step = system.split("the first step calls a tool:\n")[1].split("Its result")[0]
+    assert "<state_delta>" not in first_step and "last step records the requirement and answers" in system
+    paper = AgentConfig(ScriptedEngine([], grammar=True), get("flowstate"), tools=ToolSet([echo]))
+    assert "only in the step that answers" not in paper.system_prompt()
+    assert not (paper.grammars(paper.specs()) or grammars).states_with_answer
+
+
+def echo(text: str) -> str:
+    """Echo the text."""
+    return text

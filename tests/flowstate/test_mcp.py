@@ -51,6 +51,7 @@ def test_a_servers_tools_reach_the_prompt_and_the_grammar_as_python_tools_do(sha
     assert "Add two whole numbers." in system and '"lookup"' in system
     grammars = config.grammars(config.specs(), validate=True)
     assert grammars is not None  # the input schemas compile, closed to their properties
+    assert [n for n in shared if shared.read_only(n)] == ["lookup"]  # its readOnlyHint; the rest may change things
     assert shared.call("add", {"a": 2, "b": 3, "c": 1})[1] == \
         "invalid arguments for add: arguments: Additional properties are not allowed ('c' was unexpected)"
     assert shared.call("add", {"a": "two", "b": 3})[1] == "invalid arguments for add: a: 'two' is not of type 'integer'"

@@ -4,6 +4,7 @@ that reason persisted — in every strategy, through the one driver."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -54,6 +55,42 @@ def test_a_call_after_a_different_call_runs_again(make_agent: AgentFactory) -> N
                            output(content="done")], tools=[book])
     record = agent.run("q")
     assert RUNS == [{"hotel": "A"}, {"hotel": "B"}, {"hotel": "A"}] and record.steps[2].repeated == 0
+
+
+def read(reservation: str) -> dict[str, Any]:
+    """Read a reservation (changes nothing)."""
+    RUNS.append({"read": reservation})
+    return {"reservation": reservation}
+
+
+def lookups(*names: str) -> list[dict[str, Any]]:
+    return [output(tools=[{"name": "read", "arguments": {"reservation": n}}]) for n in names]
+
+
+def test_a_cycle_of_reads_is_refused_where_the_tool_is_declared_read_only(make_agent: AgentFactory) -> None:
+    """A B C A with read-only tools: nothing between could have changed A, so the second A is a repeat (a model
+    that reads its reservations round and round); the same cycle of a tool not so declared runs every call."""
+    from flowstate.tools import Tool
+
+    reads = replace(Tool.from_function(read), read_only=True)
+    agent, _ = make_agent([*lookups("A", "B", "C", "A", "B"), output(content="done")], tools=[reads])
+    record = agent.run("q")
+    assert RUNS == [{"read": "A"}, {"read": "B"}, {"read": "C"}]
+    assert [s.repeated for s in record.steps] == [0, 0, 0, 1, 1, 0]
+    assert [c.repeat_of for c in record.steps[3].tool_calls] == ["obs_r1_s1_1"]
+    RUNS.clear()
+    agent, _ = make_agent([*lookups("A", "B", "A"), output(content="done")], tools=[read])  # not declared
+    assert sum(s.repeated for s in agent.run("q").steps) == 0 and len(RUNS) == 3
+
+
+def test_a_read_after_a_write_between_runs_again(make_agent: AgentFactory) -> None:
+    """A, book, A: the write may have changed what A reads, so A runs again though its tool is read-only."""
+    from flowstate.tools import Tool
+
+    reads = replace(Tool.from_function(read), read_only=True)
+    agent, _ = make_agent([*lookups("A"), output(tools=[call("X")]), *lookups("A"), output(content="done")],
+                          tools=[reads, book])
+    assert sum(s.repeated for s in agent.run("q").steps) == 0 and RUNS == [{"read": "A"}, {"hotel": "X"}, {"read": "A"}]
 
 
 def test_a_loop_of_parallel_calls_is_refused(make_agent: AgentFactory) -> None:

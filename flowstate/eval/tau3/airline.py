@@ -338,4 +338,4 @@ class AirlineTools:
                  "list_all_airports", "search_direct_flight", "search_onestop_flight", "send_certificate",
                  "transfer_to_human_agents", "update_reservation_baggages", "update_reservation_flights",
                  "update_reservation_passengers", "get_flight_status"]
-        return toolset(self, names)
+        return toolset(self, names, READ)

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -113,11 +113,13 @@ def snapshot(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def toolset(kit: Any, names: Sequence[str]) -> ToolSet:
-    """A domain's tools in τ³'s order: the kit's methods (returning copies), the shared calculator and transfer."""
+def toolset(kit: Any, names: Sequence[str], reads: frozenset[str]) -> ToolSet:
+    """A domain's tools in τ³'s order: the kit's methods (returning copies), the shared calculator and transfer;
+    those named in ``reads`` (and the calculator) declared read-only."""
     shared = {"calculate": calculator, "transfer_to_human_agents": transfer}
-    return ToolSet([Tool.from_function(shared[n]) if n in shared else Tool.from_function(snapshot(getattr(kit, n)))
-                    for n in names])
+    tools = [Tool.from_function(shared[n]) if n in shared else Tool.from_function(snapshot(getattr(kit, n)))
+             for n in names]
+    return ToolSet([replace(t, read_only=t.name in reads or t.name == "calculate") for t in tools])
 
 
 def calculator(

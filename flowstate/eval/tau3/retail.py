@@ -281,5 +281,5 @@ class RetailTools:
                  "get_user_details", "list_all_product_types", "modify_pending_order_address",
                  "modify_pending_order_items", "modify_pending_order_payment", "modify_user_address",
                  "return_delivered_order_items", "transfer_to_human_agents"]
-        return toolset(self, names)
+        return toolset(self, names, READ)
 

@@ -593,3 +593,11 @@ def test_the_gold_replay_keeps_its_reward_with_redaction_on_and_stores_no_email(
         stored = " ".join(str(row) for table in ("requests", "nodes", "transcripts")
                           for row in db.execute(f"SELECT * FROM {table}"))
     assert sum(c.get("email", 0) for c in counts) > 0 and "@example.com" not in stored
+
+
+def test_tau3s_reads_and_the_calculator_are_declared_read_only_its_writes_not() -> None:
+    from flowstate.eval.tau3 import airline as domain
+
+    tools = airline().toolset()
+    assert {n for n in tools if tools.read_only(n)} == domain.READ | {"calculate"}
+    assert not any(tools.read_only(n) for n in domain.WRITE | {"transfer_to_human_agents"})
