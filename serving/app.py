@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
+from flowstate.store.serving import Serving
 from serving import admin, console, erasure, feedback, sessions
 from serving.bodies import JSONBodies, json_object, read_body
 from serving.chat import IDEMPOTENCY_HEADER, ChatService
@@ -43,11 +44,13 @@ def create_app(config: ServerConfig) -> FastAPI:
     """The app for one engine and one repository."""
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        serving = Serving(app.state.services.config.repo.path)  # a SQLite database: the shell sees it is in use
         app.state.responses.background.keep()  # background responses' leases: a stopped server's are failed
         app.state.services.sweeper.start()  # what outlived its retention policy goes
         yield
         app.state.services.sweeper.stop()
         app.state.responses.background.stop()
+        serving.release()
 
     app = FastAPI(title="FlowState", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.services = build(config)

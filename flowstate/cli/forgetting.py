@@ -15,6 +15,7 @@ from flowstate.cli.options import default_db, errors
 from flowstate.store.audit import Entry
 from flowstate.store.repository import Repository
 from flowstate.store.retention import Policy, PolicyError, parse_policy
+from flowstate.store.serving import in_use
 
 
 class PolicyParam(click.ParamType[Policy, Any]):
@@ -63,10 +64,14 @@ def retention(db: str | None, policy: Policy, dry_run: bool) -> None:
 def erase(subject: str, db: str | None, tenant: str | None, api_key: str | None, vacuum_full: bool) -> None:
     """Erase SUBJECT — a session name or an end-user id (a `user`, a value of a conversation's metadata) — with
     every fork, response, conversation, transcript and search row that names it; print the receipt (JSON). On
-    SQLite, erase through the server (POST /v1/erasure) while one runs: it holds sessions in memory."""
+    SQLite, erase through the server (POST /v1/erasure) while one runs: it holds sessions in memory, and this
+    command refuses while a server holds the database."""
     if tenant and api_key:
         raise click.UsageError("give --tenant or --api-key, not both")
     with errors(), Repository.open(db or default_db(), create=False) as repo, ExitStack() as held:
+        if not repo.shared and in_use(repo.path):
+            raise click.ClickException(f"a running server uses {repo.path} and holds its sessions in memory: erase "
+                                       "through it (POST /v1/erasure), or stop it first; nothing was erased")
         if tenant:
             repo.tenants.tenant(tenant)
         ns = f"{tenant}/" if tenant else repo.tenants.namespace_of(api_key) if api_key else ""

@@ -127,3 +127,25 @@ def test_an_erasure_racing_a_running_turn_waits_for_it_or_refuses_whole(server: 
     assert call(url, "k", "GET", "/sessions/alice").status_code == 404
     bad = call(url, "k", "POST", "/erasure", json={"subject": "", "wait_s": 1000})
     assert bad.status_code == 422 and bad.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_the_shell_refuses_to_erase_on_a_sqlite_database_a_server_uses(server: Server) -> None:
+    """`flowstate erase` beside a running SQLite server would change rows whose sessions the server holds in memory:
+    it refuses, names the API, and erases nothing; once the server is stopped (or killed: the lock is the operating
+    system's), it erases."""
+    import subprocess
+    import sys
+
+    url = server.start(lines("[n]", [output(content="noted")]))
+    api = openai.OpenAI(base_url=url, api_key="k", max_retries=0)
+    api.chat.completions.create(model="flowstate", messages=[{"role": "user", "content": "[n] hi"}], user="alice")
+    erase = [sys.executable, "-m", "flowstate.cli", "erase", "alice", "--db", str(server.db)]
+    refused = subprocess.run(erase, capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and "POST /v1/erasure" in refused.stderr and "nothing was erased" in refused.stderr
+    assert [s["id"] for s in httpx.get(f"{url}/sessions", timeout=30).json()["data"]] == ["alice"]
+    assert server.proc is not None
+    server.proc.kill()  # not a clean stop: the lock goes with the process
+    server.proc.wait()
+    done = subprocess.run(erase, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert '"object": "erasure"' in done.stdout
