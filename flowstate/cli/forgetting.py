@@ -42,12 +42,15 @@ POLICY = PolicyParam()
 @click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
 def retention(db: str | None, policy: Policy, dry_run: bool) -> None:
     """Remove (or with --dry-run, list) the sessions, stored responses and conversations that outlived their
-    retention policy; print them as JSON lines (kind, name, tenant), then a count per kind on stderr."""
+    retention policy; print them as JSON lines (kind, name, tenant, why: the policy and the time past it; a session's
+    stored responses, which go with it), then a count per kind on stderr."""
     now = time.time()
     with errors(), Repository.open(db or default_db(), create=False) as repo:
         found = repo.retention.sweep(policy, now, actor="shell", dry_run=dry_run)
     for e in found:
-        click.echo(json.dumps({"kind": e.kind, "name": e.name, "tenant": e.tenant}, ensure_ascii=False))
+        with_it = {"responses": e.responses} if e.kind == "session" else {}
+        click.echo(json.dumps({"kind": e.kind, "name": e.name, "tenant": e.tenant, "why": e.why, **with_it},
+                              ensure_ascii=False))
     counts = {k: sum(e.kind == k for e in found) for k in ("session", "response", "conversation")}
     click.echo(f"{'would remove' if dry_run else 'removed'}: " + ", ".join(f"{n} {k}(s)" for k, n in counts.items()),
                err=True)

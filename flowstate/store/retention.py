@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flowstate.store import forget
 from flowstate.store.audit import Entry, write
@@ -114,6 +115,34 @@ class Expired:
     kind: str  # one of KINDS
     name: str
     tenant: str | None  # whose (None on an open server)
+    why: str = field(default="", compare=False)  # which policy, and the time past it (its last activity, its age)
+    responses: int = field(default=0, compare=False)  # a session's stored responses, which go with it
+
+
+def _ago(seconds: float) -> str:
+    """A time past, in the largest whole unit it holds (rounded down: 40 days and 3 hours is 40d)."""
+    for unit in ("d", "h", "m"):
+        if seconds >= UNITS[unit]:
+            return f"{int(seconds // UNITS[unit])}{unit}"
+    return f"{int(seconds)}s"
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _why(rule: _Rule, now: float, active: float | None, created: float) -> str:
+    """Why something went: the policy (the tenant's or the server's) and each bound it is past."""
+    policy, whose = rule.policy, "the tenant's" if rule.prefix else "the server's"
+    past = []
+    if policy.idle_s is not None and active is not None and active < now - policy.idle_s:
+        past.append(f"idle {_ago(now - active)} (last active {_when(active)}) > idle={_show(policy.idle_s)}")
+    if policy.age_s is not None and created < now - policy.age_s:
+        past.append(f"{_ago(now - created)} old (created {_when(created)}) > age={_show(policy.age_s)}")
+    if not past:  # a response or conversation: past the longer of the two bounds since it was made
+        bound = max(b for b in (policy.idle_s, policy.age_s) if b is not None)
+        past.append(f"{_ago(now - created)} old (created {_when(created)}) > {_show(bound)}")
+    return f"{whose} policy {policy}: " + "; ".join(past)
 
 
 @dataclass(frozen=True)
@@ -189,23 +218,25 @@ class RetentionStore:
             idle, age = rule.policy.cutoffs(now)
             where, args = rule.where("s.name")
             rows = conn.execute(
-                f"SELECT s.name FROM sessions s WHERE {where} AND ({_CLOCK} < ? OR s.created_at < ?)"
+                f"SELECT s.name, {_CLOCK}, s.created_at, (SELECT count(*) FROM responses r WHERE r.session = s.name)"
+                f" FROM sessions s WHERE {where} AND ({_CLOCK} < ? OR s.created_at < ?)"
                 " AND NOT EXISTS (SELECT 1 FROM pending_requests p WHERE p.name = s.name)"
                 " AND NOT EXISTS (SELECT 1 FROM sessions c WHERE c.parent_id = s.id) ORDER BY s.id DESC LIMIT ?",
                 (*args, idle, age, limit)).fetchall()
-            out += [Expired("session", r[0], _tenant_of(r[0])) for r in rows]
+            out += [Expired("session", r[0], _tenant_of(r[0]), _why(rule, now, r[1], r[2]), r[3]) for r in rows]
             cutoff = max(idle, age)
             where, args = rule.where("namespace")
-            rows = conn.execute(f"SELECT id, namespace FROM responses WHERE {where} AND lease_at IS NULL"
+            rows = conn.execute(f"SELECT id, namespace, created_at FROM responses WHERE {where} AND lease_at IS NULL"
                                 " AND created_at < ? ORDER BY created_at, id LIMIT ?",
                                 (*args, cutoff, limit)).fetchall()
-            out += [Expired("response", r[0], r[1][:-1] or None) for r in rows]
+            out += [Expired("response", r[0], r[1][:-1] or None, _why(rule, now, None, r[2])) for r in rows]
             where, args = rule.where("c.session")
-            rows = conn.execute(f"SELECT c.session FROM conversations c WHERE {where} AND c.created_at < ?"
-                                " AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.name = c.session)"
+            rows = conn.execute(f"SELECT c.session, c.created_at FROM conversations c WHERE {where}"
+                                " AND c.created_at < ? AND NOT EXISTS"
+                                " (SELECT 1 FROM sessions s WHERE s.name = c.session)"
                                 " AND NOT EXISTS (SELECT 1 FROM pending_requests p WHERE p.name = c.session)"
                                 " ORDER BY c.created_at, c.session LIMIT ?", (*args, cutoff, limit)).fetchall()
-            out += [Expired("conversation", r[0], _tenant_of(r[0])) for r in rows]
+            out += [Expired("conversation", r[0], _tenant_of(r[0]), _why(rule, now, None, r[1])) for r in rows]
         order = {kind: i for i, kind in enumerate(KINDS)}
         return sorted(out, key=lambda e: order[e.kind])[:limit]
 

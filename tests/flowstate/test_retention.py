@@ -5,6 +5,7 @@ PostgreSQL, and a dry run that lists exactly what the sweep then removes."""
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -72,6 +73,15 @@ def test_what_is_due_and_the_sweep_removes_it_all(any_repo: Repository, db_targe
     assert [(e.kind, e.name) for e in due] == [
         ("session", "child"), ("session", "idle"), ("session", "aged"), ("response", "resp_old"),
         ("conversation", "conv_unused")]  # a parent with a fork, a waiting session: not yet due
+    why = {e.name: e.why for e in due}  # which policy, and the time past it
+    def when(t: int) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+    assert why["idle"] == f"the server's policy idle=30d,age=180d: idle 40d (last active {when(idle)}) > idle=30d"
+    assert why["aged"] == f"the server's policy idle=30d,age=180d: 200d old (created {when(old)}) > age=180d"
+    assert why["resp_old"].endswith(f"31d old (created {when(NOW - 31 * DAY_S)}) > 180d")
+    _response(repo, "resp_of_idle", "idle", NOW - DAY_S)  # goes with its session
+    assert {e.name: e.responses for e in repo.retention.due(POLICY, NOW) if e.kind == "session"}["idle"] == 1
     before = repo.sessions()
     planned = repo.retention.sweep(POLICY, NOW, batch=2, dry_run=True)  # the sweep, rolled back
     assert repo.sessions() == before and repo.audit.entries()[0] == [] and repo.responses.get("resp_old", "")
