@@ -143,7 +143,7 @@ class AgentConfig:
             grammars = self._grammars.pop(key, None)
         if grammars is None:
             grammars = Grammars(specs, self.loop.grammar, self.strategy.blocks, self.output_limits, options,
-                                self.strategy.optional, self.strategy.states_with_answer)
+                                self.strategy.optional)
         if validate:  # a cached configuration too: another caller may have cached it without validating
             grammars.validate()
         with self._lock:

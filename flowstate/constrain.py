@@ -46,12 +46,10 @@ class Grammars:
     def __init__(
         self, tools: Sequence[Mapping[str, Any]], mode: GrammarMode = GrammarMode.STEP, blocks: Sequence[str] = BLOCKS,
         limits: Limits = STANDARD, options: RequestOptions | None = None, optional: Sequence[str] = (),
-        states_with_answer: bool = False,
     ) -> None:
         self.mode = mode
         self.blocks = tuple(blocks)
         self.optional = tuple(optional)  # blocks written only when they hold something
-        self.states_with_answer = states_with_answer  # state_delta only in the step that answers
         self.limits = limits
         self.options = options or RequestOptions()
         self._tools = self.options.tools([dict(t) for t in tools])
@@ -74,8 +72,7 @@ class Grammars:
         o = self.options
         return protocol_grammar(self._schemas, self._tools, ids, self.blocks, self._bounds, require_tools=o.required,
                                 max_calls=None if o.parallel_tool_calls else 1, answer_schema=o.answer_schema,
-                                final=final, hold=hold, optional=self.optional,
-                                states_with_answer=self.states_with_answer)
+                                final=final, hold=hold, optional=self.optional)
 
     def for_step(self, state: ActiveState, final: bool = False, hold: bool = False) -> str | None:
         """The grammar of the next step; ``final``: the request's last allowed step, which must decide (answer,

@@ -20,6 +20,7 @@ from flowstate.limits import STANDARD, Limits
 from flowstate.nodes import Node, canonical_json
 from flowstate.pages import PAGE_MARK
 from flowstate.protocol import BLOCKS
+from grammars.four_blocks import decides_first
 
 # What a final answer means: without it, instruct models answer with a plan ("I will search …") at the first step.
 ANSWER_RULE = ("A final answer ends the request: give it when the request is done (its actions taken, its question "
@@ -106,11 +107,11 @@ _EXAMPLE_STEPS = (
 )
 
 
-def example_steps(blocks: Sequence[str] = BLOCKS, optional: Sequence[str] = (), facts: bool = False,
-                  with_answer: bool = False) -> str:
+def example_steps(blocks: Sequence[str] = BLOCKS, optional: Sequence[str] = (), facts: bool = False) -> str:
     """The protocol's worked example in ``blocks``: the three steps of another task, from its start to its answer;
     ``optional`` blocks left out where empty; with ``facts`` (the system records results) the model records only
-    the requirement — ``with_answer``: in the step that answers."""
+    the requirement — where ``blocks`` decide first, in the step that answers."""
+    with_answer = decides_first(blocks)
     states = "state_delta" in blocks
     first, then, last = ((" records the requirement and", " records what the order needs, citing the result, and",
                           " records the order and") if states else ("", "", ""))
@@ -131,15 +132,23 @@ def example_steps(blocks: Sequence[str] = BLOCKS, optional: Sequence[str] = (), 
 
 
 def output_protocol(blocks: Sequence[str] = BLOCKS, limits: Limits = STANDARD, optional: Sequence[str] = (),
-                    facts: bool = False, with_answer: bool = False) -> str:
+                    facts: bool = False) -> str:
     """How to write one output in the protocol of ``blocks`` under ``limits``; ``optional`` blocks are written only
-    when they hold something, ``with_answer``: state_delta only in the step that answers (the lean protocol)."""
+    when they hold something (the lean protocol, whose blocks decide first: state_delta only with the answer)."""
     examples = "\n".join(f"<{b}>\n{_BLOCK_EXAMPLES[b]}\n</{b}>" for b in blocks)
-    example = f"\n{example_steps(blocks, optional, facts, with_answer)}" if limits.examples else ""
+    example = f"\n{example_steps(blocks, optional, facts)}" if limits.examples else ""
+    if optional and decides_first(blocks):
+        return (
+            "Return, in order, JSON inside each, nothing outside: first the decision,\n"
+            + "\n".join(f"<{b}>\n{_BLOCK_EXAMPLES[b]}\n</{b}>" for b in blocks if b == "tool_calls")
+            + "\nthen, only in the step that answers and only when you record something:\n"
+            + "\n".join(f"<{b}>\n{_BLOCK_EXAMPLES[b]}\n</{b}>" for b in blocks if b == "state_delta")
+            + '\nthen always <assistant_message>{"content": …}</assistant_message>.\n'
+            'Use [] for no tool calls and "content": null unless you answer the user. Never tool calls and a final '
+            f"answer in one step; never <state_delta> with tool calls.\n{limits.describe(blocks)}{example}"
+        )
     if optional:  # the lean protocol: memory blocks only when they hold something
         left = " and ".join(f"<{b}>" for b in blocks if b in optional)
-        if with_answer and "state_delta" in optional and "state_delta" in blocks:
-            left = f"{left} only in the step that answers, and"
         required = "\n".join(f"<{b}>\n{_BLOCK_EXAMPLES[b]}\n</{b}>" for b in blocks if b not in optional)
         shapes = "" if limits.examples else "".join(f"<{b}>\n{_BLOCK_EXAMPLES[b]}\n</{b}>\n" for b in blocks
                                                      if b in optional)
@@ -182,7 +191,7 @@ def memory_rules(blocks: Sequence[str] = BLOCKS, *, trajectory: bool = False) ->
 def system_prompt(
     tools: Sequence[dict[str, Any]], task_policy: str = "", blocks: Sequence[str] = BLOCKS,
     memory: str = FLOWSTATE_RULES,
-    limits: Limits = STANDARD, optional: Sequence[str] = (), facts: bool = False, with_answer: bool = False,
+    limits: Limits = STANDARD, optional: Sequence[str] = (), facts: bool = False,
 ) -> str:
     """The static system message: identical for every call of one agent configuration."""
     tool_lines = "\n".join(canonical_json(t) for t in tools) or "(no tools)"
@@ -190,7 +199,7 @@ def system_prompt(
         f"<instructions>\n{REACT_RULES}\n\n{memory}\n</instructions>\n"
         f"<policy>\n{task_policy.strip() or '(none)'}\n</policy>\n"
         f"<tools>\n{tool_lines}\n</tools>\n"
-        f"<output_protocol>\n{output_protocol(blocks, limits, optional, facts, with_answer)}\n</output_protocol>"
+        f"<output_protocol>\n{output_protocol(blocks, limits, optional, facts)}\n</output_protocol>"
     )
 
 

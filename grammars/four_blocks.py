@@ -191,6 +191,10 @@ _STRUCTURE = {
     "delta_some": "DELTA delta_some_json END_DELTA",
     "act": "TOOLS calls_json END_TOOLS MESSAGE null_json END_MESSAGE",
     "answer": "TOOLS empty_json END_TOOLS MESSAGE answer_json END_MESSAGE",
+    "answer_noted": "TOOLS empty_json END_TOOLS delta MESSAGE answer_json END_MESSAGE",  # decides first, then records
+    "answer_noted_opt": "TOOLS empty_json END_TOOLS delta_opt MESSAGE answer_json END_MESSAGE",
+    "act_noted": "TOOLS calls_json END_TOOLS delta MESSAGE null_json END_MESSAGE",  # (tools required)
+    "act_noted_opt": "TOOLS calls_json END_TOOLS delta_opt MESSAGE null_json END_MESSAGE",
     "wait": "TOOLS empty_json END_TOOLS MESSAGE null_json END_MESSAGE",
 }
 _TAGS = {
@@ -201,35 +205,50 @@ _TAGS = {
 }
 
 
+def decides_first(blocks: Sequence[str]) -> bool:
+    """Whether ``blocks`` put tool_calls before state_delta: the step decides (calls, or answers) before it records,
+    and records only with its answer (the lean protocol: a model that began a record is never forced to answer)."""
+    return "state_delta" in blocks and "tool_calls" in blocks and blocks.index("tool_calls") < blocks.index(
+        "state_delta")
+
+
+_ANSWERS = frozenset({"answer", "answer_noted", "answer_noted_opt"})
+_ACTS = frozenset({"act", "act_noted", "act_noted_opt"})
+
+
 def _alternatives(b: Mapping[str, dict[str, Any]], rules: dict[str, dict[str, Any]], blocks: Sequence[str],
                   require_tools: bool, final: bool = False, hold: bool = False,
-                  optional: Sequence[str] = (), states_with_answer: bool = False) -> list[list[str]]:
+                  optional: Sequence[str] = ()) -> list[list[str]]:
     """The outputs a step may take (act, answer, wait on focus or delta), each a list of parts; adds the JSON
     rules of non-empty blocks to ``rules``. A ``final`` step decides: it answers, or (tools required) calls; a
     ``hold`` step calls nothing (unless tools are required). A block of ``optional`` is written only when it holds
-    something: left out, or non-empty. ``states_with_answer``: state_delta only in the step that answers (a step
-    that calls or only asks for state writes none), unless tools are required (no step answers then)."""
+    something: left out, or non-empty. Where ``blocks`` decide first (``decides_first``), state_delta comes after
+    tool_calls and only in the step that answers — or, with tools required (no step answers), with the calls."""
     has_focus, has_delta = "state_focus" in blocks, "state_delta" in blocks
     focus_some, delta_some, calls_some = (_nonempty(b[k]) for k in ("state_focus", "state_delta", "tool_calls"))
-    alternatives = [] if require_tools else [["focus", "delta", "answer"]]
-    once = states_with_answer and not require_tools
-    acting = [] if once else ["delta"]
+    first = decides_first(blocks)
+    noted = "_noted_opt" if "state_delta" in optional else "_noted"
+    if first and delta_some is not None:
+        rules["delta_some_json"] = delta_some
+    answer, act = (f"answer{noted}", f"act{noted}" if require_tools else "act") if first else ("answer", "act")
+    before = [] if first else ["delta"]  # the parts of a step before its decision
+    alternatives = [] if require_tools else [["focus", *before, answer]]
     if calls_some is not None:
         rules["calls_json"] = calls_some
-        alternatives.insert(0, ["focus", *acting, "act"])
+        alternatives.insert(0, ["focus", *before, act])
     if focus_some is not None and has_focus:
         rules["focus_some_json"] = focus_some
-        alternatives.append(["focus_some", *acting, "wait"])
-    if delta_some is not None and has_delta and not once:
+        alternatives.append(["focus_some", *before, "wait"])
+    if delta_some is not None and has_delta and not first:
         rules["delta_some_json"] = delta_some
         alternatives.append(["focus_none", "delta_some", "wait"])
     absent = ({"focus", "focus_some", "focus_none"} if not has_focus else set()) | (
         {"delta", "delta_some"} if not has_delta else set())
     if final:
-        decided = [alt for alt in alternatives if alt[-1] == ("act" if require_tools else "answer")]
+        decided = [alt for alt in alternatives if alt[-1] in (_ACTS if require_tools else _ANSWERS)]
         alternatives = decided or alternatives
     if hold and not require_tools:
-        alternatives = [alt for alt in alternatives if alt[-1] != "act"]
+        alternatives = [alt for alt in alternatives if alt[-1] not in _ACTS]
     lean: dict[str, str | None] = {}  # an optional block's parts: left out, or holding something
     if "state_focus" in optional and has_focus:
         lean |= {"focus": "focus_opt" if focus_some is not None else None, "focus_none": None}
@@ -239,6 +258,8 @@ def _alternatives(b: Mapping[str, dict[str, Any]], rules: dict[str, dict[str, An
         lean |= {"delta": "delta_opt" if delta_some is not None else None}
         if delta_some is not None:
             rules["delta_some_json"] = delta_some
+        if first and delta_some is None:  # nothing a record could hold: the decision alone
+            lean |= {answer: "answer", act: "act"}
     parts = [[lean.get(part, part) for part in alt if part not in absent] for alt in alternatives]
     return [[part for part in alt if part is not None] for alt in parts]
 
@@ -247,7 +268,7 @@ def protocol_grammar(
     schemas: Mapping[str, dict[str, Any]], tools: Sequence[Mapping[str, Any]], ids: StepIds | None = None,
     blocks: Sequence[str] = ALL_BLOCKS, bounds: ToolBounds = ToolBounds(), *, require_tools: bool = False,
     max_calls: int | None = None, answer_schema: dict[str, Any] | None = None, final: bool = False,
-    hold: bool = False, optional: Sequence[str] = (), states_with_answer: bool = False,
+    hold: bool = False, optional: Sequence[str] = (),
 ) -> str:
     """The Lark grammar (llguidance dialect) of one model output.
 
@@ -256,9 +277,8 @@ def protocol_grammar(
     arrays that a tool's own schema leaves unbounded (tiny models need it to terminate).
     ``require_tools`` drops the final-answer alternative (a step calls tools or only updates/accesses
     state), ``optional``: state_focus and/or state_delta written only when they hold something (left out, never
-    ``[]``: the lean protocol), ``states_with_answer``: state_delta written only in the step that answers (the
-    lean protocol's states, written once a request), ``max_calls`` caps tool calls per step, ``answer_schema``
-    makes the answer's content that JSON.
+    ``[]``: the lean protocol; with ``blocks`` that decide first, state_delta only with the answer),
+    ``max_calls`` caps tool calls per step, ``answer_schema`` makes the answer's content that JSON.
     ``final``: the request's last allowed step, which must decide — a final answer, or where tools are
     required the calls (no step that only updates or accesses state).
     ``hold``: the step after one whose every call was refused as a repeat: it answers or only updates/accesses
@@ -283,10 +303,15 @@ def protocol_grammar(
                       "additionalProperties": False},
         "empty_json": {"type": "array", "maxItems": 0},
     }
-    alternatives = _alternatives(b, rules, blocks, require_tools, final, hold, optional, states_with_answer)
-    used = {name for alt in alternatives for name in alt}
-    used |= {_STRUCTURE[name].rstrip("?") for name in used if _STRUCTURE[name].endswith("?")}
-    needed = {part for name in used for part in _STRUCTURE[name].split()}
+    alternatives = _alternatives(b, rules, blocks, require_tools, final, hold, optional)
+    used: set[str] = set()
+    todo = [name for alt in alternatives for name in alt]
+    while todo:  # the structures the alternatives name, and those they name in turn
+        name = todo.pop()
+        if name not in used:
+            used.add(name)
+            todo += [part.rstrip("?") for part in _STRUCTURE[name].split() if part.rstrip("?") in _STRUCTURE]
+    needed = {part.rstrip("?") for name in used for part in _STRUCTURE[name].split()}
     lines = ["start: " + " | ".join(" ".join(alt) for alt in alternatives)]
     lines += [f"{name}: {body}" for name, body in _STRUCTURE.items() if name in used]
     lines += [f"{name}: {literal}" for name, literal in _TAGS.items() if name in needed]

@@ -121,7 +121,6 @@ class Strategy(ABC):
     rules: ClassVar[str] = ""  # the method's section of the system prompt (what its memory shows and how)
     facts: bool = False  # the system records each tool result as a knowledge state (the model need not)
     optional: tuple[str, ...] = ()  # blocks the model writes only when they hold something (left out when empty)
-    states_with_answer: bool = False  # the model writes state_delta only in the step that answers (once a request)
 
     def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
         """The system message: the protocol of ``blocks``, the method's ``rules``, the policy, the tools."""

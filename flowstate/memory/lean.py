@@ -9,8 +9,8 @@ decodes and carries (each difference argued in docs/memory-methods.md, measured 
   judgements, attributes, artifacts — and their relations, under ISU's rules;
 - **memory blocks only when they say something**: ``state_focus`` and ``state_delta`` are left out of an output
   that has nothing in them (the grammar admits them absent or non-empty, never ``[]``), and the model's states are
-  written once, in the step that answers (a step that calls writes none), so a step that acts decodes what full
-  context's step decodes;
+  written once, after it decides to answer (``tool_calls`` comes before ``state_delta``; a step that calls writes
+  none), so a step that acts decodes what full context's step decodes;
 - **below the crossover the history is the chat**: a session of fewer than ``crossover`` earlier requests sends
   them as full context does (each query, call, result and response, as they happened), so a short session never
   carries more than full context; its states are kept all the same (the index, search, export);
@@ -40,7 +40,7 @@ from flowstate.memory.base import MemoryContext, Observed, Start, StepInput, Str
 from flowstate.memory.chat import calls_message, results_text, steps
 from flowstate.memory.state import fact_id, fact_node
 from flowstate.nodes import Node, canonical_json
-from flowstate.protocol import BLOCKS, AddOp, MessageBlock, ModelOutput, render_output
+from flowstate.protocol import AddOp, MessageBlock, ModelOutput, render_output
 from flowstate.serializer import FEEDBACK_RULE, render_entry, system_prompt
 from flowstate.store.repository import RequestRow, SessionView
 
@@ -50,6 +50,11 @@ tokens meet full context's on the recorded conversations (docs/results/crossover
 another."""
 
 OPTIONAL = ("state_focus", "state_delta")
+LEAN_BLOCKS = ("state_focus", "tool_calls", "state_delta", "assistant_message")
+"""The lean protocol's order: a step decides (calls, or answers) before it records, and records only with its
+answer (``grammars.four_blocks.decides_first``) — a model that began a record in the paper's order, where the record
+comes first, would be held to answering by the grammar (the 1.5B model then answered every request without a call,
+docs/results/lean.md)."""
 NOTE = {"ops": 2, "refs": 4, "text": 120, "value_depth": 0, "value_items": 4, "value_text": 64}
 """The most a state the model writes may hold (each bound the lower of this and the profile's): a note — a summary
 of a line, a few scalar members, refs to the evidence — never a copy of a tool result, which the system has already
@@ -75,7 +80,7 @@ summaries); <active_state> shows earlier states your request's words found. To s
 <state_focus>[{{"target_id": "<id>", "reason": "<what is missing>"}}]</state_focus> with an index id or an obs_ id a \
 shown state references: it appears next step. A summary is not content: never infer facts from it.
 """
-DESCRIBED = ("state_delta", "tool_calls", "assistant_message")
+DESCRIBED = ("tool_calls", "state_delta", "assistant_message")
 """The blocks the system message describes (state_focus: ``ACCESS_RULES``, where there is something to ask for)."""
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -116,7 +121,7 @@ def answer_message(request: RequestRow, states: Sequence[Node], optional: Sequen
     ops = [AddOp(operation="add", state_set=n.type, state_id=n.id, summary=n.summary, value=n.value, refs=n.refs)
            for n in states]
     output = ModelOutput.model_construct(state_delta=tuple(ops), assistant_message=MessageBlock(content=content))
-    return Message("assistant", render_output(output, BLOCKS, optional))
+    return Message("assistant", render_output(output, LEAN_BLOCKS, optional))
 
 
 def request_messages(head: str, observations: Sequence[Node]) -> list[Message]:
@@ -134,17 +139,15 @@ def _entries(entries: Sequence[Node | Disclosed], request: int) -> str:
 @dataclass(frozen=True)
 class LeanStrategy(Strategy):
     name: str = "flowstate-lean"
-    blocks: tuple[str, ...] = BLOCKS
+    blocks: tuple[str, ...] = LEAN_BLOCKS
     optional: tuple[str, ...] = OPTIONAL
-    states_with_answer: bool = True
     facts: bool = True
     crossover: int = CROSSOVER
     found: int = 3  # states the query's words disclose in a request's first call, at most
     rules: ClassVar[str] = RULES
 
     def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
-        return system_prompt(tools, policy, DESCRIBED, self.rules, limits, self.optional, self.facts,
-                             self.states_with_answer)
+        return system_prompt(tools, policy, DESCRIBED, self.rules, limits, self.optional, self.facts)
 
     def output_limits(self, limits: Limits) -> Limits:
         """``limits`` with the states the model writes held to ``NOTE`` (the system's facts keep ``limits``)."""

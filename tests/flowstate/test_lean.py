@@ -16,7 +16,7 @@ from flowstate.history import HistoricalIndex, IndexEntry
 from flowstate.limits import STANDARD
 from flowstate.memory import get
 from flowstate.memory.chat import FULL_CONTEXT
-from flowstate.memory.lean import ACCESS, FLOWSTATE_LEAN, OPTIONAL, found
+from flowstate.memory.lean import ACCESS, FLOWSTATE_LEAN, LEAN_BLOCKS, OPTIONAL, found
 from flowstate.parse import ProtocolError, parse_output
 from flowstate.protocol import BLOCKS, ModelOutput, block_schemas, render_output
 from grammars.check import accepts
@@ -29,37 +29,38 @@ CALL = {"name": "echo", "arguments": {"text": "hi"}}
 
 def lean(**blocks: Any) -> str:
     """An output as the lean protocol renders it (empty memory blocks left out)."""
-    return render_output(ModelOutput.model_validate(blocks), BLOCKS, OPTIONAL)
+    return render_output(ModelOutput.model_validate(blocks), LEAN_BLOCKS, OPTIONAL)
 
 
 def test_memory_blocks_are_left_out_when_empty_and_read_as_empty() -> None:
     acting = lean(tool_calls=[CALL])
     assert acting.startswith("<tool_calls>") and "state_" not in acting
     assert acting == render_output(ModelOutput.model_validate({"tool_calls": [CALL]}), FULL_CONTEXT.blocks)
-    out = parse_output(acting, BLOCKS, optional=OPTIONAL)
+    out = parse_output(acting, LEAN_BLOCKS, optional=OPTIONAL)
     assert out.tool_calls[0].name == "echo" and not out.state_delta and not out.state_focus
     recording = lean(state_delta=[add("pref_a", "preference", x=1)], assistant_message={"content": "ok"})
-    assert recording.startswith("<state_delta>") and "<state_focus>" not in recording
-    assert parse_output(recording, BLOCKS, optional=OPTIONAL).state_delta[0].state_id == "pref_a"
+    assert recording.startswith("<tool_calls>") and "<state_focus>" not in recording  # the decision, then the record
+    assert parse_output(recording, LEAN_BLOCKS, optional=OPTIONAL).state_delta[0].state_id == "pref_a"
     with pytest.raises(ProtocolError, match="missing <state_focus>"):  # the paper's protocol still needs all four
         parse_output(acting, BLOCKS)
     out_of_order = acting + "\n<state_delta>\n[]\n</state_delta>"
-    with pytest.raises(ProtocolError, match="unexpected text after"):  # a memory block after the decision
-        parse_output(out_of_order, BLOCKS, optional=OPTIONAL)
+    with pytest.raises(ProtocolError, match="unexpected text after"):  # a memory block after the message
+        parse_output(out_of_order, LEAN_BLOCKS, optional=OPTIONAL)
 
 
 def test_the_grammar_admits_a_memory_block_absent_or_holding_something_never_empty() -> None:
     tools = [{"name": "echo", "description": "e", "parameters": {
         "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}]
-    grammar = protocol_grammar(block_schemas(), tools, optional=OPTIONAL)
+    grammar = protocol_grammar(block_schemas(), tools, blocks=LEAN_BLOCKS, optional=OPTIONAL)
     assert accepts(grammar, lean(tool_calls=[CALL]))
-    assert accepts(grammar, lean(state_delta=[add("pref_a", "preference", x=1)], tool_calls=[CALL]))
+    assert accepts(grammar, lean(state_delta=[add("pref_a", "preference", x=1)], assistant_message={"content": "ok"}))
     assert accepts(grammar, lean(state_focus=[{"target_id": "fact_r1_s1_1", "reason": "r"}]))  # a wait
     assert accepts(grammar, lean(assistant_message={"content": "done"}))
-    four = render_output(ModelOutput.model_validate({"tool_calls": [CALL]}), BLOCKS)  # "[]" written out
+    four = render_output(ModelOutput.model_validate({"tool_calls": [CALL]}), LEAN_BLOCKS)  # "[]" written out
     assert not accepts(grammar, four)
     assert not accepts(grammar, lean())  # nothing decided: no output at all
-    assert accepts(protocol_grammar(block_schemas(), tools), four)  # the paper's grammar: unchanged
+    paper = render_output(ModelOutput.model_validate({"tool_calls": [CALL]}), BLOCKS)
+    assert accepts(protocol_grammar(block_schemas(), tools), paper)  # the paper's grammar: unchanged
 
 
 def test_below_the_crossover_its_prompts_are_full_contexts_but_the_system_message(tmp_path: Path) -> None:
@@ -145,23 +146,24 @@ def test_a_state_the_model_writes_is_a_note_while_the_systems_facts_keep_the_pro
     assert FULL_CONTEXT.output_limits(STANDARD) is STANDARD  # every other method: the profile as it is
     tools = [{"name": "echo", "description": "e", "parameters": {
         "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}]
-    grammar = Grammars(tools, GrammarMode.STATIC, BLOCKS, bounds, optional=OPTIONAL).static
+    grammar = Grammars(tools, GrammarMode.STATIC, LEAN_BLOCKS, bounds, optional=OPTIONAL).static
     assert grammar is not None
     note = add("pref_a", "preference", refs=[("derives", "fact_r1_s1_1")], seat="aisle", bags=1)
-    assert accepts(grammar, lean(state_delta=[note], tool_calls=[CALL]))
+    done = {"content": "done"}
+    assert accepts(grammar, lean(state_delta=[note], assistant_message=done))
     copies = {
         "nested": add("pref_a", "preference", reservation={"id": "ABC123", "flights": [{"n": "HAT001"}]}),
         "long": add("pref_a", "preference", text="x" * 65),
         "many": add("pref_a", "preference", a=1, b=2, c=3, d=4, e=5),
     }
     for kind, op in copies.items():
-        assert not accepts(grammar, lean(state_delta=[op], tool_calls=[CALL])), kind
-        out = parse_output(lean(state_delta=[op], tool_calls=[CALL]), BLOCKS, bounds, optional=OPTIONAL)
-        assert not out.state_delta and out.malformed[0].id == "pref_a", kind  # excluded, the step's call kept
+        assert not accepts(grammar, lean(state_delta=[op], assistant_message=done)), kind
+        out = parse_output(lean(state_delta=[op], assistant_message=done), LEAN_BLOCKS, bounds, optional=OPTIONAL)
+        assert not out.state_delta and out.malformed[0].id == "pref_a", kind  # excluded, the step's answer kept
     three = [add(f"pref_{c}", "preference", x=1) for c in "abc"]
-    assert not accepts(grammar, lean(state_delta=three, tool_calls=[CALL]))
-    assert accepts(protocol_grammar(block_schemas(), tools, optional=OPTIONAL),
-                   lean(state_delta=[copies["nested"]], tool_calls=[CALL]))  # the profile alone admits it
+    assert not accepts(grammar, lean(state_delta=three, assistant_message=done))
+    assert accepts(protocol_grammar(block_schemas(), tools, blocks=LEAN_BLOCKS, optional=OPTIONAL),
+                   lean(state_delta=[copies["nested"]], assistant_message=done))  # the profile alone admits it
 
     nested = {"reservation": {"id": "ABC123", "flights": [{"number": "HAT001", "date": "2024-05-15"}]}}
     engine = ScriptedEngine([lean(tool_calls=[{"name": "lookup", "arguments": {}}]),
@@ -179,36 +181,43 @@ def test_a_state_the_model_writes_is_a_note_while_the_systems_facts_keep_the_pro
     assert "pref_a" not in {n.id for n in repo.nodes("s")}
 
 
-def test_the_models_states_are_written_once_in_the_step_that_answers() -> None:
-    """A step that calls decodes no state_delta (the system has recorded each result as a fact already); the step
-    that answers writes the request's states; with tools required (no step answers) an acting step still may. The
-    paper's grammar and the system prompt of every other method are unchanged."""
+def test_a_step_decides_before_it_records_and_records_only_with_its_answer() -> None:
+    """The lean order puts tool_calls before state_delta: a step that calls decodes no state (the system has
+    recorded each result as a fact already), the step that answers may write the request's states, and a model is
+    never held to answering because it began a record. With tools required (no step answers) the calls may carry
+    states. The paper's grammar and every other method's system prompt are unchanged."""
     from flowstate.config import AgentConfig
     from flowstate.tools import ToolSet
+    from grammars.four_blocks import decides_first
 
     tools = [{"name": "echo", "description": "e", "parameters": {
         "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}]
     note = add("pref_a", "preference", x=1)
-    grammar = protocol_grammar(block_schemas(), tools, optional=OPTIONAL, states_with_answer=True)
+    assert decides_first(LEAN_BLOCKS) and not decides_first(BLOCKS)
+    grammar = protocol_grammar(block_schemas(), tools, blocks=LEAN_BLOCKS, optional=OPTIONAL)
     assert accepts(grammar, lean(tool_calls=[CALL]))
     assert not accepts(grammar, lean(state_delta=[note], tool_calls=[CALL]))  # the acting step writes no state
-    assert accepts(grammar, lean(state_delta=[note], assistant_message={"content": "done"}))
+    answer = lean(state_delta=[note], assistant_message={"content": "done"})
+    assert answer.index("<tool_calls>") < answer.index("<state_delta>") and accepts(grammar, answer)
     assert accepts(grammar, lean(assistant_message={"content": "done"}))
     assert not accepts(grammar, lean(state_delta=[note]))  # nor a step that only records
     assert accepts(grammar, lean(state_focus=[{"target_id": "fact_r1_s1_1", "reason": "r"}]))  # asking stays a step
-    required = protocol_grammar(block_schemas(), tools, optional=OPTIONAL, states_with_answer=True,
-                                require_tools=True)
+    paper_order = render_output(ModelOutput.model_validate({"state_delta": [note], "assistant_message": {
+        "content": "done"}}), BLOCKS, OPTIONAL)
+    assert not accepts(grammar, paper_order)  # the record first: not this protocol
+    parsed = parse_output(answer, LEAN_BLOCKS, optional=OPTIONAL)
+    assert parsed.state_delta[0].state_id == "pref_a" and parsed.assistant_message.content == "done"
+    required = protocol_grammar(block_schemas(), tools, blocks=LEAN_BLOCKS, optional=OPTIONAL, require_tools=True)
     assert accepts(required, lean(state_delta=[note], tool_calls=[CALL]))
+    assert not accepts(required, lean(assistant_message={"content": "done"}))
     config = AgentConfig(ScriptedEngine([], grammar=True), FLOWSTATE_LEAN, tools=ToolSet([echo]))
-    grammars = config.grammars(config.specs())
-    assert grammars is not None and grammars.states_with_answer
+    assert config.grammars(config.specs(), validate=True) is not None  # llguidance compiles it
     system = config.system_prompt()
-    assert "<state_delta> only in the step that answers" in system and "once, in the step that answers" in system
+    assert "only in the step that answers" in system and "never <state_delta> with tool calls" in system
     first_step = system.split("the first step calls a tool:\n")[1].split("Its result")[0]
     assert "<state_delta>" not in first_step and "last step records the requirement and answers" in system
     paper = AgentConfig(ScriptedEngine([], grammar=True), get("flowstate"), tools=ToolSet([echo]))
     assert "only in the step that answers" not in paper.system_prompt()
-    assert not (paper.grammars(paper.specs()) or grammars).states_with_answer
 
 
 def echo(text: str) -> str:
