@@ -57,9 +57,12 @@ class Receipt:
     items_sha256: str  # sha256 over the sorted identifiers of what went (session names, response ids)
     digest: str  # sha256 over everything above: the receipt as kept
     storage: list[str] = field(default_factory=list)  # what the database's bytes still hold, and what is outside
+    # what the erasure did not remove: the tenant's other sessions whose text names the subject (or its placeholders),
+    # each with how many requests and states do — for the operator to review; None on a receipt made before it
+    mentions: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"object": "erasure", **asdict(self)}
+        return {"object": "erasure", **{k: v for k, v in asdict(self).items() if k != "mentions" or v is not None}}
 
 
 def subject_digest(subject: str, salt: str) -> str:
@@ -119,7 +122,9 @@ class ErasureStore:
             items = hashlib.sha256(canonical_json(sorted(gone) + responses).encode()).hexdigest()
             body: dict[str, Any] = {"id": new_id("era_"), "tenant": tenant,
                                     "subject_sha256": subject_digest(subject, salt), "salt": salt, "at": time.time(),
-                                    "removed": counts, "items_sha256": items}
+                                    "removed": counts, "items_sha256": items,
+                                    "mentions": self._mentions(conn, namespace, [subject, *self.aliases(namespace,
+                                                                                                        subject)])}
             receipt = Receipt(**body, digest=hashlib.sha256(canonical_json(body).encode()).hexdigest())
             conn.execute("INSERT INTO erasures (id, tenant, at, receipt) VALUES (?, ?, ?, ?)",
                          (receipt.id, tenant or "", receipt.at, canonical_json(asdict(receipt))))
@@ -127,6 +132,25 @@ class ErasureStore:
                 write(conn, Entry("subject.erase", "sha256:" + receipt.subject_sha256[:16], actor.actor, actor.key,
                                   tenant, detail={"receipt": receipt.id, "removed": counts}))
         return receipt
+
+    @staticmethod
+    def _mentions(conn: Conn, namespace: str, names: Sequence[str]) -> list[dict[str, Any]]:
+        """The namespace's sessions left whose queries, answers, state summaries or values hold one of ``names``
+        (case-insensitive), with how many requests and nodes do: names only, never what they say."""
+        found: dict[str, dict[str, int]] = {}
+        for table, columns, kind in (("requests", ("query", "response"), "requests"),
+                                     ("nodes", ("summary", "value"), "nodes")):
+            for name in names:
+                where = " OR ".join(f"lower(t.{c}) LIKE ? ESCAPE '\\'" for c in columns)
+                like = f"%{_like(name.lower())}%"
+                for session, n in conn.execute(
+                        f"SELECT s.name, COUNT(*) FROM {table} t JOIN sessions s ON s.id = t.session_id"
+                        f" WHERE substr(s.name, 1, ?) = ? AND ({where}) GROUP BY s.name",
+                        (len(namespace), namespace, *[like] * len(columns))):
+                    counts = found.setdefault(session, {"requests": 0, "nodes": 0})
+                    counts[kind] = max(counts[kind], int(n))  # the most any one name is found in
+        return [{"session": name[len(namespace):], **counts} for name, counts in sorted(found.items())
+                if "/" not in name[len(namespace):]]  # the open namespace's own: never a tenant's
 
     @staticmethod
     def _count(conn: Conn, sessions: Sequence[str]) -> tuple[dict[str, int], set[str]]:

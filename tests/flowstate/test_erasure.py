@@ -87,6 +87,26 @@ def test_a_subject_and_everything_that_names_it_goes_and_nothing_else(any_repo: 
     assert any("secure_delete" in note for note in storage)  # the other tenant's alice keeps the text on disk here
 
 
+def test_the_receipt_lists_the_sessions_left_that_mention_the_subject(any_repo: Repository) -> None:
+    """A support agent's session that names Alice stays (it is not hers), and the receipt says so: which session,
+    how many requests and states name her — never what they say; another tenant's are not looked at."""
+    repo = any_repo
+    tenant = repo.tenants.create_tenant("other").id
+    _subject(repo)
+    _said(repo, "support-7", "ALICE asked for a refund")  # any case
+    _said(repo, "support-7", "nothing about her")
+    _said(repo, f"{tenant}/support-9", "alice again")
+    _said(repo, "bob", "bob stays")
+    receipt = repo.erasure.erase("", "alice")
+    assert receipt.mentions == [{"session": "support-7", "requests": 1, "nodes": 1}]
+    assert "support-7" in repo.sessions()  # reported, not removed
+    shown = receipt.to_dict()
+    assert shown["mentions"] == receipt.mentions and "refund" not in str(shown)
+    body = {k: v for k, v in shown.items() if k not in ("object", "digest", "storage")}
+    assert receipt.digest == hashlib.sha256(canonical_json(body).encode()).hexdigest()  # the digest covers them
+    assert repo.erasure.erase("", "nobody").mentions == []
+
+
 def test_on_sqlite_the_file_holds_no_erased_text(repo: Repository, db_path: Path) -> None:
     _subject(repo)
     _said(repo, "bob", "bob stays")
