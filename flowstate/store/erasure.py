@@ -116,15 +116,18 @@ class ErasureStore:
             responses = sorted(r[0] for name in sessions for r in
                                conn.execute("SELECT id FROM responses WHERE session = ?", (name,)))
             counts["responses"] = len(responses)
+            values = sorted({r[0] for name in sessions  # the placeholders of the values redaction took from them
+                             for r in conn.execute("SELECT placeholder FROM vault WHERE session = ?", (name,))})
             gone = [name for name in sessions if forget.delete_session(conn, name, self._shared)]
             counts["sessions"] = sum(1 for name in gone if name in stored)
+            counts["vault_values_elsewhere"] = self._unseal_elsewhere(conn, namespace, values)
             salt = secrets.token_hex(16)
             items = hashlib.sha256(canonical_json(sorted(gone) + responses).encode()).hexdigest()
             body: dict[str, Any] = {"id": new_id("era_"), "tenant": tenant,
                                     "subject_sha256": subject_digest(subject, salt), "salt": salt, "at": time.time(),
                                     "removed": counts, "items_sha256": items,
-                                    "mentions": self._mentions(conn, namespace, [subject, *self.aliases(namespace,
-                                                                                                        subject)])}
+                                    "mentions": self._mentions(
+                                        conn, namespace, [subject, *self.aliases(namespace, subject), *values])}
             receipt = Receipt(**body, digest=hashlib.sha256(canonical_json(body).encode()).hexdigest())
             conn.execute("INSERT INTO erasures (id, tenant, at, receipt) VALUES (?, ?, ?, ?)",
                          (receipt.id, tenant or "", receipt.at, canonical_json(asdict(receipt))))
@@ -132,6 +135,19 @@ class ErasureStore:
                 write(conn, Entry("subject.erase", "sha256:" + receipt.subject_sha256[:16], actor.actor, actor.key,
                                   tenant, detail={"receipt": receipt.id, "removed": counts}))
         return receipt
+
+    @staticmethod
+    def _unseal_elsewhere(conn: Conn, namespace: str, placeholders: Sequence[str]) -> int:
+        """The vault's copies of the subject's redacted values in the namespace's other sessions, deleted: the
+        placeholder stays in their text, and no one can turn it back into the value. How many went."""
+        removed = 0
+        for placeholder in placeholders:
+            for (session,) in conn.execute("SELECT session FROM vault WHERE placeholder = ? AND substr(session, 1, ?)"
+                                           " = ?", (placeholder, len(namespace), namespace)).fetchall():
+                if "/" not in session[len(namespace):]:  # the open namespace's own: never a tenant's
+                    conn.execute("DELETE FROM vault WHERE session = ? AND placeholder = ?", (session, placeholder))
+                    removed += 1
+        return removed
 
     @staticmethod
     def _mentions(conn: Conn, namespace: str, names: Sequence[str]) -> list[dict[str, Any]]:

@@ -62,7 +62,7 @@ def test_a_subject_and_everything_that_names_it_goes_and_nothing_else(any_repo: 
     receipt = repo.erasure.erase("", "alice", Entry("subject.erase", "", "shell"))
     assert receipt.removed == {"sessions": 4, "requests": 5, "states": 5, "observations": 0, "relations": 0,
                                "transcripts": 5, "idempotency_keys": 5, "conversations": 1, "waiting_requests": 1,
-                               "responses": 1}
+                               "responses": 1, "vault_values_elsewhere": 0}
     assert repo.sessions() == [f"{tenant}/{n}" for n in ("alice", "alice-branch", "conv_1", "trip-9")] + ["bob"]
     assert repo.responses.get("resp_a", "") is None and repo.responses.get(f"resp_a{tenant}", f"{tenant}/") is not None
     assert repo.pending("alice") is None and repo.pending(f"{tenant}/alice") is not None

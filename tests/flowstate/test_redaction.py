@@ -102,6 +102,27 @@ def test_a_redacting_repository_stores_no_value_and_restores_it_for_a_tool(any_r
     assert raw(db_target, "SELECT COUNT(*) FROM vault")[0][0] == 0
 
 
+def test_erasure_empties_the_vault_of_the_subjects_values_across_its_tenant(any_repo: Repository,
+                                                                            db_target: str) -> None:
+    """Alice's e-mail and card also sit, redacted, in a support agent's session of her tenant: the session stays
+    (it is the agent's; the receipt lists it, found by the values' placeholders), but the vault's copies of her
+    values go everywhere in the tenant, so no placeholder of hers turns back into her value; another tenant's copy
+    of the same e-mail stays restorable."""
+    repo = any_repo
+    redaction = repo.redact(new_key(), ("email", "card"))
+    for session in ("t1/alice", "t1/support-7", "t2/support-9"):
+        _remember(repo, session)
+    mine, theirs = (redaction.redactor.placeholder(ns, "email", EMAIL) for ns in ("t1/", "t2/"))
+    assert redaction.restore("t1/support-7", {"to": mine}) == {"to": EMAIL}
+    receipt = repo.erasure.erase("t1/", "alice")
+    assert receipt.removed["sessions"] == 1 and receipt.removed["vault_values_elsewhere"] == 2  # e-mail and card
+    assert receipt.mentions == [{"session": "support-7", "requests": 1, "nodes": 1}]
+    assert "t1/support-7" in repo.sessions()
+    assert redaction.restore("t1/support-7", {"to": mine}) == {"to": mine}  # the placeholder stays a placeholder
+    assert redaction.restore("t2/support-9", {"to": theirs}) == {"to": EMAIL}
+    assert raw(db_target, "SELECT COUNT(*) FROM vault WHERE session LIKE 't1/%'")[0][0] == 0
+
+
 def test_a_vault_key_that_is_not_one_is_refused(repo: Repository) -> None:
     with pytest.raises(VaultKeyError, match="Fernet key"):
         repo.redact("not-a-key", ("email",))
