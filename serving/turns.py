@@ -29,6 +29,7 @@ from serving.messages import AssistantMessage, Delta, FunctionCallOut, FunctionD
 from serving.wire import loads_or_none
 
 RETRY_AFTER_S = 5
+_SEAM = 8  # tokens of slack before a streamed answer is counted whole against its budget
 OnDelta = Callable[[Delta], None]  # one streamed chunk's delta: the answer's text, or the client's tool calls
 
 
@@ -191,9 +192,11 @@ class Turns:
 
         hold = max((len(x) - 1 for x in run.options.stop if x), default=0)  # a stop sequence may span pieces
         held, sent, stopped = "", "", False
+        used: int | None = None  # the tokens sent, at most (exact where last counted; None: not counted yet)
+        budget = run.options.answer_tokens
 
         def on_text(text: str) -> None:  # the answer as decoded, never past a stop sequence or its budget
-            nonlocal held, sent, stopped
+            nonlocal held, sent, stopped, used
             if stopped:
                 return
             held += text
@@ -202,9 +205,13 @@ class Turns:
                 stopped, ready, held = True, cut, ""
             else:
                 ready, held = held[: len(held) - hold], held[len(held) - hold:]
-            if ready:
-                fitted, over = run.options.fit(sent + ready, count)
-                stopped, ready = stopped or over, fitted[len(sent):]
+            if ready and budget is not None and len((sent + ready).encode()) > budget:
+                guess = None if used is None else used + count(ready) + 1  # a piece's tokens, and one at the seam
+                if guess is None or guess + _SEAM > budget:  # near the budget: the longest prefix that fits, counted
+                    fitted, over = run.options.fit(sent + ready, count)
+                    stopped, ready, used = stopped or over, fitted[len(sent):], count(fitted)
+                else:  # far from it: no recount of the whole answer per piece (that was quadratic)
+                    used = guess
             if ready:
                 sent += ready
                 on_delta(Delta(content=ready))

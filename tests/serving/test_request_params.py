@@ -133,3 +133,31 @@ def test_a_json_schema_answer_arrives_as_json() -> None:
                 response_format={"type": "json_schema", "json_schema": {"name": "pick", "schema": schema}})
     assert json.loads(r.choices[0].message.content or "") == {"hotel": "A"}
     assert "matching this JSON Schema" in engine.prompts[-1][0].content  # the model is told the format
+
+
+@pytest.mark.parametrize("budget", [3, 40, 400, 5000])
+def test_a_streamed_answer_under_max_tokens_is_counted_in_linear_work_and_cut_exactly(budget: int) -> None:
+    """The answer streams in pieces; each piece is no longer checked by counting the whole answer so far (quadratic
+    in its length), only near the budget — and what the client receives is still exactly the longest prefix that
+    fits, as the final answer is cut."""
+    from types import SimpleNamespace
+
+    from flowstate.protocol import ModelOutput, render_output
+    from serving.turns import Turns
+
+    engine = ScriptedEngine([])
+    answer = " ".join(f"word{i} costs {i * 7} a night," for i in range(400))  # ~2,400 tokens, 12,000 characters
+    counted: list[int] = []
+
+    def count(text: str) -> int:
+        counted.append(len(text))
+        return engine.count_tokens(text)
+
+    run = SimpleNamespace(client_tools=set(), options=RequestOptions(answer_tokens=budget))
+    got: list[str] = []
+    feed = Turns._live_output(run, 1, lambda d: got.append(d.content or ""), count)  # type: ignore[arg-type]
+    raw = render_output(ModelOutput.model_validate({"assistant_message": {"content": answer}}))
+    for i in range(0, len(raw), 5):
+        feed(raw[i:i + 5])
+    assert "".join(got) == RequestOptions(answer_tokens=budget).fit(answer, engine.count_tokens)[0]
+    assert sum(counted) < 12 * len(answer)  # linear (the whole answer re-counted per piece: ~700 times its length)
