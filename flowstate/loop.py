@@ -117,16 +117,20 @@ def _no_prefix_reuse(engine: Engine) -> None:
 
 def _repeated(history: Sequence[ToolCallRecord], call: ToolCallRecord,
               reads: Callable[[str], bool] = lambda _: False) -> ToolCallRecord | None:
-    """The earlier call that ``call`` repeats: one with the same tool and arguments after which only calls of
-    tools declared read-only (``reads``) were made, or none — a call after one that may change the world may see
-    it changed (a reservation read again after its update), while a cycle of reads (A B C A) sees nothing new."""
+    """The earlier call that ``call`` repeats: one with the same tool and arguments after which no other call was
+    made, or — made twice already — only calls of tools declared read-only (``reads``). A call after one that may
+    change the world may see it changed (a reservation read again after its update); a read made once more after
+    other reads is an agent checking again (τ³'s gold does), a third time a cycle (A B C A B C A) that sees nothing
+    new."""
+    between = False
     for earlier in reversed(history):
         if earlier.key != call.key:
             if reads(earlier.name):
+                between = True
                 continue
             return None
         if earlier.repeat_of is None:
-            return earlier
+            return earlier if not between or sum(c.key == call.key for c in history) >= 2 else None
     return None
 
 

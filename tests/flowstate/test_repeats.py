@@ -68,19 +68,20 @@ def lookups(*names: str) -> list[dict[str, Any]]:
 
 
 def test_a_cycle_of_reads_is_refused_where_the_tool_is_declared_read_only(make_agent: AgentFactory) -> None:
-    """A B C A with read-only tools: nothing between could have changed A, so the second A is a repeat (a model
-    that reads its reservations round and round); the same cycle of a tool not so declared runs every call."""
+    """A B C A B C A with read-only tools: a read made once more after other reads runs (an agent checking again, as
+    τ³'s gold does), a third time it is a repeat (a model reading its reservations round and round: nothing between
+    could have changed them); the same cycle of a tool not so declared runs every call."""
     from flowstate.tools import Tool
 
     reads = replace(Tool.from_function(read), read_only=True)
-    agent, _ = make_agent([*lookups("A", "B", "C", "A", "B"), output(content="done")], tools=[reads])
+    agent, _ = make_agent([*lookups("A", "B", "C", "A", "B", "C", "A"), output(content="done")], tools=[reads])
     record = agent.run("q")
-    assert RUNS == [{"read": "A"}, {"read": "B"}, {"read": "C"}]
-    assert [s.repeated for s in record.steps] == [0, 0, 0, 1, 1, 0]
-    assert [c.repeat_of for c in record.steps[3].tool_calls] == ["obs_r1_s1_1"]
+    assert RUNS == [{"read": n} for n in "ABCABC"]
+    assert [s.repeated for s in record.steps] == [0, 0, 0, 0, 0, 0, 1, 0]
+    assert [c.repeat_of for c in record.steps[6].tool_calls] == ["obs_r1_s4_1"]
     RUNS.clear()
-    agent, _ = make_agent([*lookups("A", "B", "A"), output(content="done")], tools=[read])  # not declared
-    assert sum(s.repeated for s in agent.run("q").steps) == 0 and len(RUNS) == 3
+    agent, _ = make_agent([*lookups("A", "B", "A", "B", "A"), output(content="done")], tools=[read])  # not declared
+    assert sum(s.repeated for s in agent.run("q").steps) == 0 and len(RUNS) == 5
 
 
 def test_a_read_after_a_write_between_runs_again(make_agent: AgentFactory) -> None:

@@ -145,7 +145,7 @@ def test_the_shell_refuses_to_erase_on_a_sqlite_database_a_server_uses(server: S
     assert [s["id"] for s in httpx.get(f"{url}/sessions", timeout=30).json()["data"]] == ["alice"]
     assert server.proc is not None
     server.proc.kill()  # not a clean stop: the lock goes with the process
-    server.proc.wait()
+    server.proc.wait(30)
     done = subprocess.run(erase, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert '"object": "erasure"' in done.stdout
