@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from flowstate.store.audit import ACTIONS, MAX_PAGE, Entry
 from flowstate.store.quotas import Quota
 from flowstate.store.repository import Repository
-from flowstate.store.retention import Policy, PolicyError, parse_policy
+from flowstate.store.retention import PolicyError, RetentionPolicy, parse_policy
 from flowstate.store.tenants import Key, Tenant, TenantError, TenantStore
 from serving.errors import APIError, bad_request, conflict
 from serving.naming import MAX_NAME, check_name
@@ -124,7 +124,7 @@ class Listed(BaseModel):
     data: list[TenantObject] | list[KeyObject]
 
 
-def _tenant(t: Tenant, q: Quota, retention: Policy | None) -> TenantObject:
+def _tenant(t: Tenant, q: Quota, retention: RetentionPolicy | None) -> TenantObject:
     return TenantObject(id=t.id, name=t.name, created_at=t.created_at, quota=QuotaIn(**asdict(q)),
                         retention=None if retention is None else str(retention))
 
@@ -203,7 +203,7 @@ async def change_tenant(request: Request, tenant_id: str, body: TenantChange) ->
     repo = _repo(request)
     retention = "retention" in body.model_fields_set
 
-    def change() -> tuple[Tenant, Quota, Policy | None]:
+    def change() -> tuple[Tenant, Quota, RetentionPolicy | None]:
         tenant = repo.tenants.tenant(tenant_id)
         if body.quota is not None:  # merged: a limit left out stays, an explicit null clears it
             before, given = asdict(repo.quotas.quota(tenant_id)), asdict(body.quota.quota())

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from flowstate.store.quotas import QuotaStore, Verdict
+from flowstate.store.quotas import QuotaStore, QuotaVerdict
 from serving.errors import APIError
 
 
@@ -25,7 +25,7 @@ def _duration(seconds: float) -> str:
     return (f"{hours}h" if hours else "") + (f"{minutes}m" if hours or minutes else "") + f"{secs}s"
 
 
-def headers(verdict: Verdict, now: float) -> dict[str, str]:
+def headers(verdict: QuotaVerdict, now: float) -> dict[str, str]:
     """OpenAI's rate-limit headers for the limits the tenant has."""
     q, u = verdict.quota, verdict.usage
     out: dict[str, str] = {}
@@ -40,7 +40,7 @@ def headers(verdict: Verdict, now: float) -> dict[str, str]:
     return out
 
 
-def refusal(verdict: Verdict) -> APIError:
+def refusal(verdict: QuotaVerdict) -> APIError:
     now = time.time()
     q, u = verdict.quota, verdict.usage
     retry = {"Retry-After": str(max(1, math.ceil(verdict.retry_after_s)))}

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import anyio
 
-from flowstate.store.retention import Expired, Policy
+from flowstate.store.retention import Expired, RetentionPolicy
 from serving.metrics import Metrics
 from serving.registry import Registry
 
@@ -23,7 +23,7 @@ BATCH = 20  # rows a transaction removes at most: a sweep never holds the writer
 
 
 class Sweeper:
-    def __init__(self, sessions: Registry, policy: Policy, every_s: float, metrics: Metrics,
+    def __init__(self, sessions: Registry, policy: RetentionPolicy, every_s: float, metrics: Metrics,
                  clock: Callable[[], float] = time.time) -> None:
         self.sessions, self.policy, self.every_s, self.metrics, self.clock = sessions, policy, every_s, metrics, clock
         self.store = sessions.repo.retention

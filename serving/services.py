@@ -23,7 +23,7 @@ from flowstate.memory.base import Strategy
 from flowstate.memory.state import FLOWSTATE
 from flowstate.store.audit import Entry
 from flowstate.store.repository import Repository
-from flowstate.store.retention import Policy
+from flowstate.store.retention import RetentionPolicy
 from flowstate.store.transfer import SessionFile
 from flowstate.tools import ToolSet
 from serving.errors import conflict
@@ -61,7 +61,7 @@ class ServerConfig:
     session_memory_mb: float = 1024.0  # ... and the memory they may hold together (their transcripts), in MiB
     stream_answers: str = "auto"  # token streaming of answers (STREAM_ANSWERS): auto (under a grammar), always, never
     ingress: IngressLimits = field(default_factory=IngressLimits)
-    retention: Policy = field(default_factory=Policy)  # the server's retention policy (a tenant's own replaces it)
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)  # the server's (a tenant's own replaces it)
     retention_every_s: float = 60.0  # how often the server sweeps what outlived its policy
     clock: Callable[[], float] = time.time  # what retention takes as now (a test moves it)
     redact: tuple[str, ...] = ()  # the kinds redacted before anything is stored (flowstate/store/redaction.py); () none

@@ -140,25 +140,25 @@ class IndexState(BaseModel):
     summary: str
 
 
-class IndexEntry(BaseModel):
+class IndexEntryOut(BaseModel):
     query_id: int
     user_query: str
     states: list[IndexState]
 
 
-class Relation(BaseModel):
+class RelationOut(BaseModel):
     rel: str
     target: str
 
 
-class Node(BaseModel):
+class NodeOut(BaseModel):
     id: str
     kind: str
     type: str
     summary: str
     value: Any
     request: int
-    relations: list[Relation]
+    relations: list[RelationOut]
 
 
 class Pending(BaseModel):
@@ -207,15 +207,15 @@ class GraphLayout(BaseModel):
     edges: list[Edge]
 
 
-class SessionView(BaseModel):
+class SessionViewOut(BaseModel):
     id: str
     object: Literal["session"] = "session"
     session: str
     forked_from: ForkPoint | None
     forks: list[ForkPoint]
     requests: list[RequestSummary]
-    index: list[IndexEntry]
-    nodes: list[Node]
+    index: list[IndexEntryOut]
+    nodes: list[NodeOut]
     pending: Pending | None
     running: Running | None
     layout: GraphLayout | None = None
@@ -325,7 +325,7 @@ class SessionsService:
 
     async def view(self, key: SessionKey, with_layout: bool) -> Response:
         """The session as JSON: its stored memory, the request a turn runs in it now (as it will be stored) or that
-        waits on tool results, and, asked, its graph's layout — read, laid out, checked against ``SessionView`` and
+        waits on tool results, and, asked, its graph's layout — read, laid out, checked against ``SessionViewOut`` and
         written in a worker thread (a session of thousands of states takes a large part of a second: never on the
         event loop, and checked once)."""
         live = await self.s.sessions.view(key.full)  # memory, else the database
@@ -344,7 +344,7 @@ class SessionsService:
             dump["running"] = running if repo.redaction is None or running is None else \
                 repo.redaction.value(key.full, running)
             dump["pending"], dump["layout"] = pending, layout(dump) if with_layout else None
-            return SessionView.model_validate({"id": key.name, **dump}).model_dump_json().encode()
+            return SessionViewOut.model_validate({"id": key.name, **dump}).model_dump_json().encode()
 
         return Response(await anyio.to_thread.run_sync(written), media_type="application/json")
 
@@ -445,7 +445,7 @@ async def search_memory(request: Request, query: Annotated[SearchQuery, Query()]
     return await _service(request).search(request, query)
 
 
-@router.get("/v1/sessions/{session_id}", response_model=SessionView)
+@router.get("/v1/sessions/{session_id}", response_model=SessionViewOut)
 async def get_session(session_id: str, request: Request, query: Annotated[SessionQuery, Query()]) -> Response:
     only(request, "layout")
     service = _service(request)

@@ -219,3 +219,15 @@ def test_no_function_is_longer_than_60_lines() -> None:
                 if (lines := node.end_lineno - node.lineno + 1) > 60:
                     long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
     assert sources and long == []
+
+
+def test_no_two_source_classes_share_a_name() -> None:
+    """One name for one thing: a reader who meets a class name meets one class (a wire model is suffixed ``Out``, a
+    retention policy is a ``RetentionPolicy``, a tenant's counters ``TenantUsage``)."""
+    where: dict[str, list[str]] = {}
+    for path in (p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    shared = {name: paths for name, paths in where.items() if len(paths) > 1}
+    assert where and shared == {}

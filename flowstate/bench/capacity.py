@@ -41,7 +41,7 @@ PLACEHOLDER = 7
 """The token every simulated step 'samples' (its value does not matter: outputs end at their recorded length)."""
 
 
-class Call(NamedTuple):
+class ScheduledCall(NamedTuple):
     """One call as the scheduler gets it: its prompt's token ids, its output's length and how many of those tokens
     its grammar forced, (to replay drafting) the output's token ids, and the cache salt and priority it is sent
     with."""
@@ -117,7 +117,7 @@ MARKER = 1000
 """Copy k of a session carries token ``MARKER + k`` after its system message (any id: only block hashes see it)."""
 
 
-def copies(sessions: list[list[Call]], shared: list[list[int]], n: int) -> list[list[Call]]:
+def copies(sessions: list[list[ScheduledCall]], shared: list[list[int]], n: int) -> list[list[ScheduledCall]]:
     """``n`` sessions from fewer recorded ones, reused in turn: copy k (k ≥ 1) of a session carries one token of its
     own right after the system message in every call, so copies share the system prompt, as different
     conversations do, and nothing after it, while a copy's calls share their prefixes with each other as the
@@ -131,7 +131,7 @@ def copies(sessions: list[list[Call]], shared: list[list[int]], n: int) -> list[
     return out
 
 
-class Timing:
+class SimulatedTiming:
     """The simulated clock of one run: each step's roofline time, and every request's submit, first token and end."""
 
     def __init__(self) -> None:
@@ -227,7 +227,7 @@ class Simulation:
         return Scheduler(vllm_config=config, kv_cache_config=kv, block_size=self.budget.block_size,
                          structured_output_manager=StructuredOutputManager(config), log_stats=True)
 
-    def _check_fits(self, sessions: Sequence[Sequence[Call]]) -> None:
+    def _check_fits(self, sessions: Sequence[Sequence[ScheduledCall]]) -> None:
         longest = max((len(c.ids) + c.output for calls in sessions for c in calls), default=0)
         if longest > self.budget.blocks * self.budget.block_size:
             raise ValueError(f"a call needs {longest} tokens of KV cache; the budget holds "
@@ -238,7 +238,7 @@ class Simulation:
         return bool(sched.waiting) and scheduled < self.budget.max_num_batched_tokens \
             and len(sched.running) < self.budget.max_num_seqs
 
-    def run(self, sessions: Sequence[Sequence[Call]], clock: StepTime | None = None,
+    def run(self, sessions: Sequence[Sequence[ScheduledCall]], clock: StepTime | None = None,
             fast_forward: bool = False, speculation: Speculation | None = None) -> dict[str, Any]:
         """Sessions (each its calls in order) all at once; what the scheduler did, and with ``clock`` how long it
         took (each step's roofline time, summed). ``fast_forward``: forced tokens are appended, not decoded.
@@ -250,7 +250,7 @@ class Simulation:
                              "--fast-forward, not both")
         sched = self.scheduler(speculation)
         self._check_fits(sessions)
-        timing = Timing()
+        timing = SimulatedTiming()
         feed = _Feed(sched, [list(calls) for calls in sessions], self.hasher, fast_forward, timing,
                      vllm_ngram(speculation) if speculation else None, speculation.k if speculation else 0)
         live = feed.live
@@ -304,10 +304,10 @@ class _Feed:
     """Each session's calls fed to the scheduler in turn: its next call once the one before has finished."""
 
     sched: Any
-    queues: list[list[Call]]
+    queues: list[list[ScheduledCall]]
     hasher: Any
     fast_forward: bool
-    timing: Timing
+    timing: SimulatedTiming
     propose: Propose | None = None  # drafting replayed (``drafting``), drafts of up to ``k`` tokens
     k: int = 0
     live: dict[str, tuple[int, Any]] = field(default_factory=dict)  # request id -> (session, request)
@@ -395,15 +395,15 @@ def bench_capacity(traces: dict[str, dict[str, list[TracedCall]]], tokenize: Tok
     return rows
 
 
-def _call(call: TracedCall, tokenize: Tokenizer, outputs: bool) -> Call:
+def _call(call: TracedCall, tokenize: Tokenizer, outputs: bool) -> ScheduledCall:
     """A traced call as the scheduler gets it; with ``outputs`` its output's token ids too (its length theirs)."""
     if not outputs:
-        return Call(tokenize(call), call.completion_tokens, call.forced_tokens)
+        return ScheduledCall(tokenize(call), call.completion_tokens, call.forced_tokens)
     if call.output is None:
         raise ValueError("the trace keeps no outputs (recorded before they were kept): record it again with "
                          "flowstate eval --trace to replay drafting")
     ids = tuple(tokenize.text(call.output)) or (PLACEHOLDER,)
-    return Call(tokenize(call), len(ids), min(call.forced_tokens, len(ids)), ids)
+    return ScheduledCall(tokenize(call), len(ids), min(call.forced_tokens, len(ids)), ids)
 
 
 def sustained(rows: list[dict[str, Any]]) -> dict[str, int]:

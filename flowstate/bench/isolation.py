@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.base import Capabilities, Engine, Generation, Message
-from flowstate.bench.capacity import Budget, Call, Simulation, Tokenizer
+from flowstate.bench.capacity import Budget, ScheduledCall, Simulation, Tokenizer
 from flowstate.bench.table import table
 
 MODES = ("off", "tenant", "session")
@@ -49,7 +49,7 @@ class _Constraining(Engine):
 
 
 def sessions(system: list[int], tenants: int, per_tenant: int, turns: int, growth: int, output: int,
-             vocab: int, mode: str, seed: int = 0) -> list[list[Call]]:
+             vocab: int, mode: str, seed: int = 0) -> list[list[ScheduledCall]]:
     """Each tenant's sessions, their calls salted as ``mode`` says; session content drawn from ``vocab`` token ids
     (distinct per session, the same in every mode: only the salts differ)."""
     out = []
@@ -60,7 +60,7 @@ def sessions(system: list[int], tenants: int, per_tenant: int, turns: int, growt
             ids, calls = list(system), []
             for _ in range(turns):
                 ids = ids + [rng.randrange(1000, vocab) for _ in range(growth)]
-                calls.append(Call(list(ids), output, salt=salt))
+                calls.append(ScheduledCall(list(ids), output, salt=salt))
             out.append(calls)
     return out
 

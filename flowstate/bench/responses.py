@@ -78,7 +78,7 @@ def _forks(client: Any, earlier: list[str], n: int) -> list[float]:
     return times
 
 
-def bench_stored(chain: int, reads: int, databases: Sequence[tuple[str, str]],
+def bench_responses(chain: int, reads: int, databases: Sequence[tuple[str, str]],
                  progress: Callable[[str], None], forks: int = 0) -> list[dict[str, Any]]:
     """Each database in turn; ``databases``: (label, postgresql:// URL, or "" for a fresh SQLite file)."""
     return [measure(db, label, chain, reads, forks, progress) for label, db in databases]

@@ -14,17 +14,17 @@ import click
 from flowstate.cli.options import default_db, errors
 from flowstate.store.audit import Entry
 from flowstate.store.repository import Repository
-from flowstate.store.retention import Policy, PolicyError, parse_policy
+from flowstate.store.retention import PolicyError, RetentionPolicy, parse_policy
 from flowstate.store.serving import in_use
 
 
-class PolicyParam(click.ParamType[Policy, Any]):
+class PolicyParam(click.ParamType[RetentionPolicy, Any]):
     """A retention policy on the command line: ``idle=30d,age=180d``, either bound alone, or ``off``."""
 
     name = "policy"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Policy:
-        if isinstance(value, Policy):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> RetentionPolicy:
+        if isinstance(value, RetentionPolicy):
             return value
         try:
             return parse_policy(str(value))
@@ -40,7 +40,7 @@ POLICY = PolicyParam()
 @click.option("--policy", type=POLICY, default="off", show_default=True,
               help="The server's policy (idle=30d,age=180d; off): tenants with a policy of their own keep theirs.")
 @click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
-def retention(db: str | None, policy: Policy, dry_run: bool) -> None:
+def retention(db: str | None, policy: RetentionPolicy, dry_run: bool) -> None:
     """Remove (or with --dry-run, list) the sessions, stored responses and conversations that outlived their
     retention policy; print them as JSON lines (kind, name, tenant, why: the policy and the time past it; a session's
     stored responses, which go with it), then a count per kind on stderr."""

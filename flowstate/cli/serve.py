@@ -16,7 +16,7 @@ from flowstate.cli.settings import announce, config_options, in_force
 from flowstate.store import chain
 from flowstate.store.redaction import KINDS, parse_kinds
 from flowstate.store.repository import Repository
-from flowstate.store.retention import Policy
+from flowstate.store.retention import RetentionPolicy
 from serving.server import HEADER_TIMEOUT_S
 from serving.services import STREAM_ANSWERS, ServerConfig
 from serving.wire import IngressLimits
@@ -132,7 +132,7 @@ def serve(
     body_timeout: float, header_timeout: float, stream_answers: str, strategy_name: str, layout: str,
     mcp: options.McpOptions,
     embed_spec: str | None, background_lease_s: float, turn_lease_s: float, otlp_endpoint: str | None,
-    retention: Policy | None, retention_every_s: float, redact: str, redact_kinds: str, vault_key: str | None,
+    retention: RetentionPolicy | None, retention_every_s: float, redact: str, redact_kinds: str, vault_key: str | None,
     cache_isolation: str, priorities: Priorities, config_file: str | None, print_config: bool, **engine_opts: Any,
 ) -> None:
     """Serve an OpenAI-compatible endpoint whose model remembers — Chat Completions, the Responses API and

@@ -566,11 +566,11 @@ def bench_sessions_cmd(sessions: int, result_mb: float, budgets: str, out: Path 
 @OUT
 def bench_responses_cmd(chain: int, reads: int, forks: int, pg_url: str | None, out: Path | None) -> None:
     """A chain of stored responses through the openai client: create, GET, input_items and fork latency p50/p99."""
-    from flowstate.bench.stored import bench_stored, render_table
+    from flowstate.bench.responses import bench_responses, render_table
 
     with errors():
         databases = side_by_side(pg_url)
-        rows = bench_stored(chain, reads, databases, progress=progress, forks=forks)
+        rows = bench_responses(chain, reads, databases, progress=progress, forks=forks)
         emit(render_table(rows), out, {"rows": rows})
 
 

@@ -148,10 +148,10 @@ def memory_reply(purpose: Purpose, user: str, remember: Callable[[str], str | No
     keeps of a tool result in its world (by the result's id; None: it keeps nothing)."""
     if purpose.kind == STEP.kind:
         return None
-    return answer(purpose, user, _Given(remember, keep))
+    return answer(purpose, user, _Replaying(remember, keep))
 
 
-class _Given:
+class _Replaying:
     """What a replaying policy knows of its request: the memory it writes, what a tracker keeps of each result
     (by its id), and that every request it replays answers."""
 
@@ -185,7 +185,7 @@ def answer(purpose: Purpose, user: str, ref: Reference) -> str:
 
 
 @dataclass(frozen=True)
-class Step:
+class PolicyStep:
     """What the policy saw and did at one step, for checking that no step could have been merged."""
 
     k: int
@@ -210,7 +210,7 @@ class Policy:
                  realistic: bool = False) -> None:
         self.task, self.strategy, self.memory, self.limits = task, strategy, memory, limits
         self.realistic = realistic and memory
-        self.trace: list[Step] = []
+        self.trace: list[PolicyStep] = []
         self._seen: set[str] = set()
         self._looked = 0  # disclosure steps of its own in this request (realistic)
 
@@ -383,7 +383,7 @@ class Policy:
                 focus = self.focus(missing, parts)
         shown = decision if not isinstance(decision, Need) or focus else self.task.guess(k, facts)
         listed, ids, related = self.visible(parts)
-        self.trace.append(Step(k, t, facts, frozenset(new), frozenset([s["state_id"] for s in listed] + related),
+        self.trace.append(PolicyStep(k, t, facts, frozenset(new), frozenset([s["state_id"] for s in listed] + related),
                                tuple(focus), shown))
         self._seen = ids
         output: dict[str, Any] = {

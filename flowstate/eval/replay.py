@@ -52,18 +52,18 @@ THINK = {"name": "think", "description": "Use the tool to think about something.
 
 
 @dataclass(frozen=True)
-class Call:
+class RecordedCall:
     name: str
     arguments: dict[str, Any]
     result: Any
 
 
 @dataclass(frozen=True)
-class Turn:
+class RecordedTurn:
     """One request of a recorded conversation: the user's message, the agent's steps of calls, its answer."""
 
     query: str
-    steps: tuple[tuple[Call, ...], ...]
+    steps: tuple[tuple[RecordedCall, ...], ...]
     answer: str
 
 
@@ -74,22 +74,22 @@ def _result(content: Any) -> Any:
         return content
 
 
-def parse(conversation: Sequence[dict[str, Any]]) -> tuple[str, list[Turn]]:
+def parse(conversation: Sequence[dict[str, Any]]) -> tuple[str, list[RecordedTurn]]:
     """A recorded conversation as (policy, turns)."""
     policy, turns = "", []
     query: str | None = None
-    steps: list[tuple[Call, ...]] = []
+    steps: list[tuple[RecordedCall, ...]] = []
     answer: list[str] = []
     results: dict[str, Any] = {}
     pending: list[tuple[str, str, dict[str, Any]]] = []
 
     def close() -> None:
         if query is not None:
-            turns.append(Turn(query, tuple(steps), "\n".join(answer)))
+            turns.append(RecordedTurn(query, tuple(steps), "\n".join(answer)))
 
     def flush() -> None:
         if pending:
-            steps.append(tuple(Call(n, a, results.get(i)) for i, n, a in pending))
+            steps.append(tuple(RecordedCall(n, a, results.get(i)) for i, n, a in pending))
             pending.clear()
 
     for m in conversation:
@@ -134,7 +134,7 @@ def load(path: str | Path) -> list[dict[str, Any]]:
 class ReplayTask(Task):
     suite = "tau-replay"
 
-    def __init__(self, task_id: str, policy: str, turns: list[Turn]) -> None:
+    def __init__(self, task_id: str, policy: str, turns: list[RecordedTurn]) -> None:
         super().__init__(task_id, [t.query for t in turns])
         self.policy_text, self.turns = policy, turns
         self.expected = [c for t in turns for s in t.steps for c in s]
@@ -275,12 +275,13 @@ def generate(path: str | Path | None, tasks: int, sessions: int = OPTIONS["sessi
     return out
 
 
-def enlarge(turn: Turn, copies: int) -> Turn:
+def enlarge(turn: RecordedTurn, copies: int) -> RecordedTurn:
     """A turn whose results' lists of objects hold ``copies`` of each item (as a search page with more rows)."""
     if copies == 1:
         return turn
-    steps = tuple(tuple(Call(c.name, c.arguments, _copies(c.result, copies)) for c in step) for step in turn.steps)
-    return Turn(turn.query, steps, turn.answer)
+    steps = tuple(tuple(RecordedCall(c.name, c.arguments, _copies(c.result, copies)) for c in step)
+                  for step in turn.steps)
+    return RecordedTurn(turn.query, steps, turn.answer)
 
 
 def _copies(value: Any, copies: int) -> Any:
@@ -313,10 +314,10 @@ class ReplayPolicy:
     def __init__(self, task: ReplayTask, strategy: Strategy, limits: Limits = STANDARD) -> None:
         self.task, self.strategy, self.limits = task, strategy, limits
         self.request = -1  # the request being replayed (0-based)
-        self.left: list[tuple[Call, ...]] = []
+        self.left: list[tuple[RecordedCall, ...]] = []
         self.asked = 0  # disclosure steps taken for the next action
         self.answered = True
-        self.made: list[Call] = []  # the calls made so far in this request
+        self.made: list[RecordedCall] = []  # the calls made so far in this request
         self.cites = "state_focus" in strategy.blocks and "state_delta" in strategy.blocks
         self._op = bounded(limits).items["state_delta"]
 

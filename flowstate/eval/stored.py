@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.base import Engine, Message
-from flowstate.eval.replay import Call, ReplayTask, Turn
+from flowstate.eval.replay import RecordedCall, RecordedTurn, ReplayTask
 from flowstate.eval.task import Score
 from flowstate.nodes import canonical_json
 from flowstate.store.repository import Repository
@@ -104,7 +104,7 @@ def _is_session_file(path: Path) -> bool:
         return b'"flowstate-session"' in f.readline(4096)
 
 
-def stored_turns(repo: Repository, name: str) -> tuple[str, list[Turn], list[int], dict[str, dict[str, Any]]]:
+def stored_turns(repo: Repository, name: str) -> tuple[str, list[RecordedTurn], list[int], dict[str, dict[str, Any]]]:
     """A stored session as (its client's policy, its requests as turns, the tokens each request took, the tools its
     requests offered by name — the latest spec of each; none for requests stored before specs were kept): each
     request's query, its steps' tool calls with their recorded results (an error as ``ToolError``), its stored
@@ -119,18 +119,18 @@ def stored_turns(repo: Repository, name: str) -> tuple[str, list[Turn], list[int
         policy = str(record.get("policy") or policy)  # the policy the request ran under (the last one's counts)
         offered.update({str(t["name"]): dict(t) for t in record.get("tools") or []
                         if isinstance(t, dict) and "name" in t})
-        steps = tuple(tuple(Call(c["name"], dict(c.get("arguments") or {}),
-                                 ToolError(c["error"]) if "error" in c else c.get("result"))
+        steps = tuple(tuple(RecordedCall(c["name"], dict(c.get("arguments") or {}),
+                                 RecordedFailure(c["error"]) if "error" in c else c.get("result"))
                             for c in s.get("tool_calls") or [] if not c.get("repeat_of"))
                       for s in record.get("steps") or [])
-        turns.append(Turn(row.query, tuple(s for s in steps if s), row.response or ""))
+        turns.append(RecordedTurn(row.query, tuple(s for s in steps if s), row.response or ""))
         usage = record.get("usage") or {}
         tokens.append(int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0)))
     return policy, turns, tokens, offered
 
 
 @dataclass(frozen=True)
-class ToolError:
+class RecordedFailure:
     """A recorded call that failed: replayed as the same failure."""
 
     message: str
@@ -144,7 +144,7 @@ def _json_type(value: Any) -> str | None:
     return None
 
 
-def inferred_schema(calls: Sequence[Call]) -> dict[str, Any]:
+def inferred_schema(calls: Sequence[RecordedCall]) -> dict[str, Any]:
     """A tool's parameters as its recorded calls show them: every key given, typed as first seen, those every call
     gave required."""
     props: dict[str, dict[str, Any]] = {}
@@ -161,7 +161,7 @@ class StoredTask(ReplayTask):
 
     suite = SUITE
 
-    def __init__(self, task_id: str, policy: str, turns: list[Turn], judge: Engine | None = None,
+    def __init__(self, task_id: str, policy: str, turns: list[RecordedTurn], judge: Engine | None = None,
                  feedback: dict[int, float] | None = None, tokens: Sequence[int] = (),
                  offered: dict[str, dict[str, Any]] | None = None) -> None:
         super().__init__(task_id, policy, turns)
@@ -174,7 +174,7 @@ class StoredTask(ReplayTask):
 
     def tools(self, env: dict[str, Any]) -> ToolSet:
         recorded: dict[tuple[str, str], list[Any]] = {}
-        by_name: dict[str, list[Call]] = {}
+        by_name: dict[str, list[RecordedCall]] = {}
         for c in self.expected:
             recorded.setdefault((c.name, canonical_json(c.arguments)), []).append(c.result)
             by_name.setdefault(c.name, []).append(c)
@@ -191,7 +191,7 @@ class StoredTask(ReplayTask):
                 i = env["used"].get(key, 0)
                 env["used"][key] = i + 1
                 result = results[min(i, len(results) - 1)]
-                if isinstance(result, ToolError):
+                if isinstance(result, RecordedFailure):
                     raise ValueError(result.message)
                 return result
             return run

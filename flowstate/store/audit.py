@@ -77,7 +77,7 @@ class AuditLog:
         with self._db.write(f"cannot record {entry.action} in the audit trail") as conn:
             return write(conn, entry)
 
-    def verify(self, expect: str | None = None) -> chain.Verdict:
+    def verify(self, expect: str | None = None) -> chain.ChainVerdict:
         """The hash chain walked under ``$FLOWSTATE_AUDIT_KEY`` (and ``expect``, a head recorded earlier)."""
         return chain.verify(self._db, chain.key(), expect)
 

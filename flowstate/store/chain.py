@@ -86,7 +86,7 @@ def fill(conn: Any, postgres: bool) -> None:
 
 
 @dataclass
-class Verdict:
+class ChainVerdict:
     """What ``verify`` found: the entries chained, the head (``SEQ:DIGEST``, to record elsewhere), the schemes the
     links use and each problem, the first of a kind with where it is."""
 
@@ -114,10 +114,10 @@ def _links(db: Any) -> Iterator[tuple[Any, ...]]:
         after = int(page[-1][0])
 
 
-def verify(db: Any, secret: str = "", expect: str | None = None) -> Verdict:
+def verify(db: Any, secret: str = "", expect: str | None = None) -> ChainVerdict:
     """Walk the chain: every position in order, every entry present and as linked, no link weaker than one before
     it, no entry outside the chain; and, given ``expect`` (a head recorded earlier), that link still there."""
-    found, prev, keyed, wanted = Verdict(), GENESIS, False, scheme(secret)
+    found, prev, keyed, wanted = ChainVerdict(), GENESIS, False, scheme(secret)
     for seq, kind, link, *row in _links(db):
         found.schemes[kind] = found.schemes.get(kind, 0) + 1
         where = f"position {seq}"

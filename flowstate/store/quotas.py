@@ -29,7 +29,7 @@ class Quota:
 
 
 @dataclass(frozen=True)
-class Usage:
+class TenantUsage:
     """Where a tenant stands now: this minute's requests, running turns, today's tokens."""
 
     requests: int
@@ -40,11 +40,11 @@ class Usage:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class QuotaVerdict:
     """Admission: a turn's slot id (None if refused or unlimited), or which limit refused it and when to retry."""
 
     quota: Quota
-    usage: Usage  # as it stands after this admission
+    usage: TenantUsage  # as it stands after this admission
     turn: str | None = None
     refused: str | None = None  # "requests", "turns" or "tokens"
     retry_after_s: float = 0.0
@@ -72,45 +72,45 @@ class QuotaStore:
                 write(conn, audit)
         return row is not None
 
-    def _usage(self, conn: Conn, tenant: str, now: float) -> Usage:
+    def _usage(self, conn: Conn, tenant: str, now: float) -> TenantUsage:
         minute, day = int(now // 60), int(now // DAY_S)
         conn.execute("DELETE FROM quota_turns WHERE tenant_id = ? AND lease_at < ?", (tenant, now - self.lease_s))
         requests = conn.execute("SELECT requests FROM quota_minutes WHERE tenant_id = ? AND minute = ?",
                                 (tenant, minute)).fetchone()
         turns = conn.execute("SELECT COUNT(*) FROM quota_turns WHERE tenant_id = ?", (tenant,)).fetchone()
         tokens = conn.execute("SELECT tokens FROM quota_days WHERE tenant_id = ? AND day = ?", (tenant, day)).fetchone()
-        return Usage(requests[0] if requests else 0, turns[0], tokens[0] if tokens else 0, (minute + 1) * 60.0,
+        return TenantUsage(requests[0] if requests else 0, turns[0], tokens[0] if tokens else 0, (minute + 1) * 60.0,
                      (day + 1) * float(DAY_S))
 
-    def usage(self, tenant: str) -> Usage:
+    def usage(self, tenant: str) -> TenantUsage:
         with self._db.write("cannot read a tenant's usage") as conn:  # it drops lapsed turns
             return self._usage(conn, tenant, time.time())
 
-    def admit(self, tenant: str) -> Verdict:
+    def admit(self, tenant: str) -> QuotaVerdict:
         """Admit one request of ``tenant`` against its limits, counting it, or say which limit refuses it. A tenant
         without limits is admitted without a write."""
         quota = self.quota(tenant)
         now = time.time()
         if not quota:
-            return Verdict(quota, Usage(0, 0, 0, (now // 60 + 1) * 60, (now // DAY_S + 1) * DAY_S))
+            return QuotaVerdict(quota, TenantUsage(0, 0, 0, (now // 60 + 1) * 60, (now // DAY_S + 1) * DAY_S))
         with self._db.write(f"cannot admit a request of tenant {tenant!r}") as conn:
             if self._pg:  # one admission of a tenant at a time, across every server
                 conn.execute("SELECT id FROM tenants WHERE id = ? FOR UPDATE", (tenant,))
             usage = self._usage(conn, tenant, now)
             if quota.tokens_per_day is not None and usage.tokens >= quota.tokens_per_day:
-                return Verdict(quota, usage, refused="tokens", retry_after_s=usage.day_ends - now)
+                return QuotaVerdict(quota, usage, refused="tokens", retry_after_s=usage.day_ends - now)
             if quota.requests_per_minute is not None and usage.requests >= quota.requests_per_minute:
-                return Verdict(quota, usage, refused="requests", retry_after_s=usage.minute_ends - now)
+                return QuotaVerdict(quota, usage, refused="requests", retry_after_s=usage.minute_ends - now)
             if quota.concurrent_turns is not None and usage.turns >= quota.concurrent_turns:
-                return Verdict(quota, usage, refused="turns", retry_after_s=1.0)
+                return QuotaVerdict(quota, usage, refused="turns", retry_after_s=1.0)
             conn.execute("INSERT INTO quota_minutes (tenant_id, minute, requests) VALUES (?, ?, 1) "
                          "ON CONFLICT (tenant_id, minute) DO UPDATE SET requests = quota_minutes.requests + 1",
                          (tenant, int(now // 60)))
             conn.execute("DELETE FROM quota_minutes WHERE tenant_id = ? AND minute < ?", (tenant, int(now // 60) - 1))
             turn = "turn_" + secrets.token_hex(8)
             conn.execute("INSERT INTO quota_turns (id, tenant_id, lease_at) VALUES (?, ?, ?)", (turn, tenant, now))
-        after = Usage(usage.requests + 1, usage.turns + 1, usage.tokens, usage.minute_ends, usage.day_ends)
-        return Verdict(quota, after, turn=turn)
+        after = TenantUsage(usage.requests + 1, usage.turns + 1, usage.tokens, usage.minute_ends, usage.day_ends)
+        return QuotaVerdict(quota, after, turn=turn)
 
     def renew(self, turns: list[str]) -> None:
         """Renew the leases of turns this server runs (called every few seconds while any runs)."""

@@ -73,7 +73,7 @@ def _show(seconds: int) -> str:
 
 
 @dataclass(frozen=True)
-class Policy:
+class RetentionPolicy:
     """How long memory is kept: removed once idle longer than ``idle_s`` or older than ``age_s`` (None: no bound)."""
 
     idle_s: int | None = None
@@ -92,11 +92,11 @@ class Policy:
                 NEVER if self.age_s is None else int(now) - self.age_s)
 
 
-def parse_policy(text: str) -> Policy:
+def parse_policy(text: str) -> RetentionPolicy:
     """``idle=30d,age=180d``, either bound alone, or ``off``."""
     text = text.strip()
     if text == "off":
-        return Policy()
+        return RetentionPolicy()
     found: dict[str, int] = {}
     for part in text.split(","):
         name, _, value = part.partition("=")
@@ -105,7 +105,7 @@ def parse_policy(text: str) -> Policy:
             raise PolicyError(f"invalid retention policy {text[:100]!r}: idle=DURATION and/or age=DURATION, "
                               "comma-separated (e.g. idle=30d,age=180d), or off")
         found[name] = duration(value)
-    return Policy(found.get("idle"), found.get("age"))
+    return RetentionPolicy(found.get("idle"), found.get("age"))
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ class _Rule:
     """One policy over one namespace (``prefix``), or the server's over every namespace but ``others``."""
 
     prefix: str
-    policy: Policy
+    policy: RetentionPolicy
     others: tuple[str, ...] = ()
 
     def where(self, column: str) -> tuple[str, list[object]]:
@@ -173,13 +173,13 @@ class RetentionStore:
         self._shared = isinstance(backend, PostgresBackend)
         self.unreadable: set[str] = set()  # tenants whose stored policy no sweep could read (their memory is kept)
 
-    def policy(self, tenant: str) -> Policy | None:
+    def policy(self, tenant: str) -> RetentionPolicy | None:
         """The tenant's own policy (None: the server's)."""
         with self._db.read() as conn:
             row = conn.execute("SELECT retention FROM tenants WHERE id = ?", (tenant,)).fetchone()
         return None if row is None or row[0] is None else parse_policy(row[0])
 
-    def set_policy(self, tenant: str, policy: Policy | None, audit: Entry | None = None) -> bool:
+    def set_policy(self, tenant: str, policy: RetentionPolicy | None, audit: Entry | None = None) -> bool:
         """Give the tenant its own policy, or (None) the server's; False if there is no such tenant."""
         with self._db.write(f"cannot change the retention of tenant {tenant!r}") as conn:
             row = conn.execute("UPDATE tenants SET retention = ? WHERE id = ? RETURNING id",
@@ -188,16 +188,16 @@ class RetentionStore:
                 write(conn, audit)
         return row is not None
 
-    def _rules(self, conn: Conn, default: Policy) -> list[_Rule]:
+    def _rules(self, conn: Conn, default: RetentionPolicy) -> list[_Rule]:
         """Each tenant's own policy, then the server's over the rest. A stored policy that does not parse (written
         before its bounds were checked) is passed over — that tenant's memory is kept, never swept by another
         policy — and counted in ``unreadable``: one tenant's row never stops the sweep for all."""
-        own: list[tuple[str, Policy]] = []
+        own: list[tuple[str, RetentionPolicy]] = []
         for tenant, text in conn.execute("SELECT id, retention FROM tenants WHERE retention IS NOT NULL ORDER BY id"):
             try:
                 own.append((tenant + "/", parse_policy(text)))
             except PolicyError as exc:
-                own.append((tenant + "/", Policy()))  # kept from every rule, the server's included
+                own.append((tenant + "/", RetentionPolicy()))  # kept from every rule, the server's included
                 if tenant not in self.unreadable:
                     log.warning("retention: tenant %s's policy cannot be read, its memory is kept: %s", tenant, exc)
                 self.unreadable.add(tenant)
@@ -206,13 +206,13 @@ class RetentionStore:
             rules.append(_Rule("", default, tuple(prefix for prefix, _ in own)))
         return rules
 
-    def due(self, default: Policy, now: float, limit: int = 100) -> list[Expired]:
+    def due(self, default: RetentionPolicy, now: float, limit: int = 100) -> list[Expired]:
         """Up to ``limit`` expired things at ``now``: sessions first (forks before the sessions they were forked
         from), then responses, then unused conversations."""
         with self._db.read() as conn:
             return self._due(conn, default, now, limit)
 
-    def _due(self, conn: Conn, default: Policy, now: float, limit: int) -> list[Expired]:
+    def _due(self, conn: Conn, default: RetentionPolicy, now: float, limit: int) -> list[Expired]:
         out: list[Expired] = []
         for rule in self._rules(conn, default):
             idle, age = rule.policy.cutoffs(now)
@@ -240,13 +240,15 @@ class RetentionStore:
         order = {kind: i for i, kind in enumerate(KINDS)}
         return sorted(out, key=lambda e: order[e.kind])[:limit]
 
-    def expire(self, items: Sequence[Expired], default: Policy, now: float, actor: str = "server") -> list[Expired]:
+    def expire(self, items: Sequence[Expired], default: RetentionPolicy, now: float,
+               actor: str = "server") -> list[Expired]:
         """Remove ``items`` that are still expired, in one transaction (a session a turn holds, or that came back
         to life, stays); each removed session recorded in the audit trail (``session.expire``). What was removed."""
         with self._db.write("cannot remove expired memory") as conn:
             return self._expire(conn, items, default, now, actor)
 
-    def _expire(self, conn: Conn, items: Sequence[Expired], default: Policy, now: float, actor: str) -> list[Expired]:
+    def _expire(self, conn: Conn, items: Sequence[Expired], default: RetentionPolicy, now: float,
+                actor: str) -> list[Expired]:
         removed: list[Expired] = []
         policies = {r.prefix: r.policy for r in self._rules(conn, default)}
         for item in items:
@@ -258,7 +260,7 @@ class RetentionStore:
                                       actor, tenant=item.tenant, detail={"policy": str(policy)}))
         return removed
 
-    def _drop(self, conn: Conn, item: Expired, policy: Policy, now: float) -> bool:
+    def _drop(self, conn: Conn, item: Expired, policy: RetentionPolicy, now: float) -> bool:
         if not policy:
             return False
         idle, age = policy.cutoffs(now)
@@ -277,7 +279,7 @@ class RetentionStore:
                              (item.name, idle, age)).fetchone()
         return still is not None and forget.delete_session(conn, item.name, self._shared)
 
-    def sweep(self, default: Policy, now: float, batch: int = 20, keep: Iterable[str] = (),
+    def sweep(self, default: RetentionPolicy, now: float, batch: int = 20, keep: Iterable[str] = (),
               actor: str = "shell", dry_run: bool = False) -> list[Expired]:
         """Remove everything expired at ``now``, ``batch`` at a time (a transaction each), but the sessions in
         ``keep``; what was removed. ``dry_run``: the same sweep in one transaction, rolled back — what it would

@@ -218,7 +218,7 @@ def test_vllms_own_scheduler_decides_how_many_sessions_fit_a_kv_budget(model_dir
     prompts wait for KV (one fits at a time) or are preempted in a budget where as many sessions of short prompts
     fit; outputs keep their recorded lengths; a session's second call finds its first call's prompt in the prefix
     cache when it has the cache to itself, and computes it again when the others' prompts evicted it."""
-    from flowstate.bench.capacity import FF, Budget, Call, Simulation, bench_capacity, sustained, tokenizer
+    from flowstate.bench.capacity import FF, Budget, ScheduledCall, Simulation, bench_capacity, sustained, tokenizer
     from flowstate.eval.trace import TracedCall
 
     def session(name: str, words: int) -> list[TracedCall]:
@@ -258,7 +258,7 @@ def test_vllms_own_scheduler_decides_how_many_sessions_fit_a_kv_budget(model_dir
     assert best(timed)["short"] == (4, by[("short", 4)]["sessions_per_hour"])
     assert best(timed, slo_s=1e-9) == {"long": (0, 0.0), "short": (0, 0.0)}  # no call meets a nanosecond
     with pytest.raises(ValueError, match="raise --kv-tokens"):
-        Simulation(model_dir, Budget(kv_tokens=256)).run([[Call(tokenize(traces["long"]["l0"][0]), 40)]])
+        Simulation(model_dir, Budget(kv_tokens=256)).run([[ScheduledCall(tokenize(traces["long"]["l0"][0]), 40)]])
     # forced tokens fast-forwarded: the same outputs in fewer steps (one per sampled token, 64 - 32 a session), the
     # forced ones computed as chunks, and less time
     ff = bench_capacity({"short": traces["short"]}, tokenize, simulation, [4], clock=clock, fast_forward=(False, True))

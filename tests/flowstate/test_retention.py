@@ -14,17 +14,17 @@ import pytest
 from flowstate import Repository
 from flowstate.store.repository import Transcript
 from flowstate.store.responses import StoredResponse
-from flowstate.store.retention import DAY_S, Expired, Policy, PolicyError, duration, parse_policy
+from flowstate.store.retention import DAY_S, Expired, PolicyError, RetentionPolicy, duration, parse_policy
 from tests.flowstate.test_repository import raw, state
 
 NOW = 1_800_000_000
-POLICY = Policy(idle_s=30 * DAY_S, age_s=180 * DAY_S)
+POLICY = RetentionPolicy(idle_s=30 * DAY_S, age_s=180 * DAY_S)
 
 
 def test_policies_parse_and_show() -> None:
     assert parse_policy("idle=30d,age=180d") == POLICY
     assert str(POLICY) == "idle=30d,age=180d" and str(parse_policy("age=2w")) == "age=14d"
-    assert parse_policy("off") == Policy() and not Policy() and str(Policy()) == "off"
+    assert parse_policy("off") == RetentionPolicy() and not RetentionPolicy() and str(RetentionPolicy()) == "off"
     assert duration("90m") == 5400 and duration(" 45s ") == 45
     for bad in ("idle=30", "idle=0d", "keep=3d", "idle=1d,idle=2d", "idle=-1d", "30d"):
         with pytest.raises(PolicyError):
@@ -113,8 +113,8 @@ def test_tenants_policies_replace_the_servers(repo: Repository, db_path: Path) -
     short = repo.tenants.create_tenant("short").id
     never = repo.tenants.create_tenant("never").id
     assert repo.retention.set_policy(short, parse_policy("idle=7d"))
-    assert repo.retention.set_policy(never, Policy()) and repo.retention.policy(never) == Policy()
-    assert not repo.retention.set_policy("nobody", Policy())
+    assert repo.retention.set_policy(never, RetentionPolicy()) and repo.retention.policy(never) == RetentionPolicy()
+    assert not repo.retention.set_policy("nobody", RetentionPolicy())
     for ns in (f"{short}/", f"{never}/", ""):
         _session(repo, str(db_path), ns + "ten_days", NOW - 10 * DAY_S)
         _session(repo, str(db_path), ns + "forty_days", NOW - 40 * DAY_S)
@@ -126,7 +126,7 @@ def test_tenants_policies_replace_the_servers(repo: Repository, db_path: Path) -
 
 def test_no_policy_removes_nothing(repo: Repository, db_path: Path) -> None:
     _session(repo, str(db_path), "ancient", 1000)
-    assert repo.retention.due(Policy(), NOW) == [] and repo.retention.sweep(Policy(), NOW) == []
+    assert repo.retention.due(RetentionPolicy(), NOW) == [] and repo.retention.sweep(RetentionPolicy(), NOW) == []
     assert repo.sessions() == ["ancient"]
 
 

@@ -53,9 +53,9 @@ def test_bench_responses_stores_a_chain_and_reads_it_back() -> None:
     """``flowstate bench responses`` on SQLite: a chain of stored responses, each read back by GET and input_items
     (the bench asserts every read returns what it asked for), forks of earlier responses (each numbered after what
     it shares, in a session of its own), latencies ordered."""
-    from flowstate.bench.stored import bench_stored, render_table
+    from flowstate.bench.responses import bench_responses, render_table
 
-    (row,) = bench_stored(12, 20, [("sqlite", "")], progress=lambda _: None, forks=3)
+    (row,) = bench_responses(12, 20, [("sqlite", "")], progress=lambda _: None, forks=3)
     assert (row["database"], row["chain"], row["reads"], row["forks"]) == ("sqlite", 12, 20, 3)
     for kind in ("create", "get", "input_items", "fork"):
         assert 0 < row[f"{kind}_p50_ms"] <= row[f"{kind}_p99_ms"]

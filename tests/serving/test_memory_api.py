@@ -146,7 +146,7 @@ def test_a_session_with_its_graph_layout_and_typed_parameters(served: tuple[Serv
     ops = {path: schema["paths"][path]["get"] for path in paths}
     returns = {path: op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
                for path, op in ops.items()}
-    assert returns == {"/v1/sessions": "SessionList", "/v1/sessions/{session_id}": "SessionView",
+    assert returns == {"/v1/sessions": "SessionList", "/v1/sessions/{session_id}": "SessionViewOut",
                        "/v1/memory/search": "HitPage", "/v1/sessions/{session_id}/requests/{index}": "RequestView"}
     assert {p["name"] for p in ops["/v1/memory/search"]["parameters"]} == {
         "q", "type", "session", "since", "until", "limit", "after", "in"}

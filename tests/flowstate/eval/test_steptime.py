@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from flowstate.bench.capacity import MARKER, Call, Timing, appended, copies
+from flowstate.bench.capacity import MARKER, ScheduledCall, SimulatedTiming, appended, copies
 from flowstate.eval import steptime
 from flowstate.eval.steptime import Step, StepTime
 
@@ -56,7 +56,7 @@ def test_the_shipped_models_on_an_h200() -> None:
 
 
 def test_the_clock_reads_the_schedulers_numbers_into_work_and_latency() -> None:
-    timing = Timing()
+    timing = SimulatedTiming()
     timing.submitted("a")
     timing.submitted("b")
     a = SimpleNamespace(num_computed_tokens=512, num_prompt_tokens=1000)  # a prefill chunk of 512, from 0
@@ -106,8 +106,8 @@ def test_forced_tokens_are_spread_over_a_calls_sampled_tokens() -> None:
 def test_reused_sessions_are_distinct_copies_after_the_system_prompt() -> None:
     """Past what a trace holds, sessions are reused in turn; copy k carries its own token after the system
     message in every call, so copies share the system prompt and a copy's calls share their prefixes."""
-    a = [Call([1, 2, 3, 10, 11], 5, 2), Call([1, 2, 3, 10, 11, 12], 4)]
-    b = [Call([1, 2, 3, 20], 3)]
+    a = [ScheduledCall([1, 2, 3, 10, 11], 5, 2), ScheduledCall([1, 2, 3, 10, 11, 12], 4)]
+    b = [ScheduledCall([1, 2, 3, 20], 3)]
     made = copies([a, b], [[3, 3], [3]], 5)
     assert made[0] == a and made[1] == b
     assert [c.ids for c in made[2]] == [[1, 2, 3, MARKER + 1, 10, 11], [1, 2, 3, MARKER + 1, 10, 11, 12]]

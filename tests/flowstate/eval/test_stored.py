@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from engine.scripted import ScriptedEngine
 from flowstate import Repository
 from flowstate.cli import main
-from flowstate.eval.replay import Call
+from flowstate.eval.replay import RecordedCall
 from flowstate.eval.runner import EvalConfig, run_eval, source_label
 from flowstate.eval.stored import Selection, choose, f1, generate, inferred_schema, normalize, parse_since
 from flowstate.store.feedback import Feedback
@@ -118,7 +118,7 @@ def test_agreement_and_inferred_schemas() -> None:
     assert normalize("Hotel  Avenida, 95 EUR!") == "hotel avenida 95 eur" and f1("a b c",
                                                                                  "a b d") == pytest.approx(2 / 3)
     assert f1("", "") == 1.0 and f1("x", "") == 0.0
-    schema = inferred_schema([Call("t", {"a": 1, "b": "x"}, None), Call("t", {"a": 2, "c": [1]}, None)])
+    schema = inferred_schema([RecordedCall("t", {"a": 1, "b": "x"}, None), RecordedCall("t", {"a": 2, "c": [1]}, None)])
     assert schema == {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"},
                                                        "c": {"type": "array"}}, "required": ["a"]}
     assert abs(parse_since("1d", now=86_400 * 10) - 86_400 * 9) == 0 and parse_since("2026-12-01") == 1796083200
