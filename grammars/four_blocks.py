@@ -228,8 +228,6 @@ def _alternatives(b: Mapping[str, dict[str, Any]], rules: dict[str, dict[str, An
     focus_some, delta_some, calls_some = (_nonempty(b[k]) for k in ("state_focus", "state_delta", "tool_calls"))
     first = decides_first(blocks)
     noted = "_noted_opt" if "state_delta" in optional else "_noted"
-    if first and delta_some is not None:
-        rules["delta_some_json"] = delta_some
     answer, act = (f"answer{noted}", f"act{noted}" if require_tools else "act") if first else ("answer", "act")
     before = [] if first else ["delta"]  # the parts of a step before its decision
     alternatives = [] if require_tools else [["focus", *before, answer]]

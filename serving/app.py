@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
-from flowstate.store.serving import Serving
+from flowstate.store.server_lock import Serving
 from serving import admin, console, erasure, feedback, sessions
 from serving.bodies import JSONBodies, json_object, read_body
 from serving.chat import IDEMPOTENCY_HEADER, ChatService

@@ -15,7 +15,7 @@ from flowstate.cli.options import default_db, errors
 from flowstate.store.audit import Entry
 from flowstate.store.repository import Repository
 from flowstate.store.retention import PolicyError, RetentionPolicy, parse_policy
-from flowstate.store.serving import in_use
+from flowstate.store.server_lock import in_use
 
 
 class PolicyParam(click.ParamType[RetentionPolicy, Any]):
