@@ -412,7 +412,8 @@ class RequestRun:
         hold = last is not None and bool(last.tool_calls) and last.repeated == len(last.tool_calls)
         final = t == self.config.max_steps or (self.repeated() >= self.config.max_repeats > 0 and (
             hold or self.repeated() > self.config.max_repeats))
-        grammar = grammars.for_step(p.state, final=final, hold=hold) if grammars is not None else None
+        record = self.strategy.records(self.index_k)  # whether this request writes states (lean: a block's last)
+        grammar = grammars.for_step(p.state, final=final, hold=hold, record=record) if grammars is not None else None
         grammar_ms = (time.perf_counter() - started) * 1000
         try:
             generation = self._generate(messages, grammar, on_text)

@@ -7,6 +7,7 @@ import re
 
 # sections of a step's user message, in the order the serializer lays them out
 USER_QUERY = "user_query"
+STATE_RECORD = "state_record"  # flowstate-lean: this request records what later requests need of the chat
 ACTIVE_STATE = "active_state"
 TRAJECTORY = "trajectory"
 FEEDBACK = "feedback"

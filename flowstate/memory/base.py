@@ -143,6 +143,11 @@ class Strategy(ABC):
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
         ...
 
+    def records(self, k: int) -> bool:
+        """Whether request ``k``'s model writes states (the grammar admits ``state_delta``); every request by
+        default."""
+        return True
+
     def tools(self) -> list[dict[str, Any]]:
         """Tools the method itself gives the agent (their specs), run by ``call_tool``; none by default."""
         return []

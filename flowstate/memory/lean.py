@@ -9,8 +9,10 @@ decodes and carries (each difference argued in docs/memory-methods.md, measured 
   judgements, attributes, artifacts — and their relations, under ISU's rules;
 - **memory blocks only when they say something**: ``state_focus`` and ``state_delta`` are left out of an output
   that has nothing in them (the grammar admits them absent or non-empty, never ``[]``), and the model's states are
-  written once, after it decides to answer (``tool_calls`` comes before ``state_delta``; a step that calls writes
-  none), so a step that acts decodes what full context's step decodes;
+  written after it decides to answer (``tool_calls`` comes before ``state_delta``; a step that calls writes none),
+  once a block of ``crossover`` requests, by its last request, when the next one will fold the block into the index
+  (``records``): a step that acts decodes what full context's step decodes, and a session that ends within its
+  first block decodes no state;
 - **below the crossover the history is the chat**: a session of fewer than ``crossover`` earlier requests sends
   them as full context does (each query, call, result and response, as they happened), so a short session never
   carries more than full context; its states are kept all the same (the index, search, export);
@@ -55,23 +57,29 @@ LEAN_BLOCKS = ("state_focus", "tool_calls", "state_delta", "assistant_message")
 answer (``grammars.four_blocks.decides_first``) — a model that began a record in the paper's order, where the record
 comes first, would be held to answering by the grammar (the 1.5B model then answered every request without a call,
 docs/results/lean.md)."""
-NOTE = {"ops": 2, "refs": 4, "text": 120, "value_depth": 0, "value_items": 4, "value_text": 64}
+NOTE = {"ops": 4, "refs": 4, "text": 120, "value_depth": 0, "value_items": 4, "value_text": 64}
 """The most a state the model writes may hold (each bound the lower of this and the profile's): a note — a summary
 of a line, a few scalar members, refs to the evidence — never a copy of a tool result, which the system has already
 recorded as a fact (the 1.5B model copied whole reservations into states of its own at every step without it,
-docs/results/lean.md); two operations a step. The grammar admits nothing longer, so nothing longer is decoded."""
+docs/results/lean.md); four operations a record (one a block of requests, ``LeanStrategy.records``). The grammar
+admits nothing longer, so nothing longer is decoded."""
 FACT_MARK = "flowstate-facts.fact"
 
 RULES = f"""\
 ## memory
 The chat holds the session as it happened; the system records each tool result as a knowledge state (a fact_ id \
-citing its obs_ id). Write <state_delta> once, in the step that answers, and only for what no result says and \
-later requests need — the user's preferences, your judgements, attributes, artifacts: add a new id, a one-line \
-summary, a few scalar values (a note, never a copy of a result: cite its fact_ id), refs (supports, derives, \
-follows, supersedes) to the ids it rests on; update or remove only this request's states (in <active_state>).
+citing its obs_ id). Write <state_delta> only in a request that asks for it (<{tags.STATE_RECORD}>), in the step \
+that answers, and only for what no result says and later requests need of the requests in the chat (this one \
+included) — the user's preferences, your judgements, attributes, artifacts: add a new id, a one-line summary, a few \
+scalar values (a note, never a copy of a result: cite its fact_ id), refs (supports, derives, follows, supersedes) \
+to the ids it rests on; update or remove only this request's states (in <active_state>).
 {FEEDBACK_RULE}"""
 """The memory rules of the system message: the one a session below the crossover needs. A session past it gets
 ``ACCESS_RULES`` at the head of its request, where a prefix cache holds it for the session."""
+
+RECORD_ASK = "With your answer, record what later requests need of this one and those above (they leave the chat).\n"
+"""The head of a request that records (``LeanStrategy.records``): the last of a block of ``crossover`` requests,
+which the next request folds into the index."""
 
 ACCESS = "state_access"
 ACCESS_RULES = f"""\
@@ -159,6 +167,14 @@ class LeanStrategy(Strategy):
         extends the previous one's, as full context's does."""
         return earlier if self.crossover == 0 else earlier // self.crossover * self.crossover
 
+    def records(self, k: int) -> bool:
+        """Whether request ``k``'s model writes states: only the last of a block of ``crossover`` requests (every
+        one with ``crossover`` 0 or 1). Below the crossover the chat is what later requests read, and the block's
+        states are read only once the next request folds it into the index: they are written then, once for the
+        block, by the request whose chat holds it whole — a session that ends within its first block decodes no
+        state at all (the system's facts are kept, as every result and message is)."""
+        return self.crossover <= 1 or k % self.crossover == 0
+
     @staticmethod
     def head(session: SessionView, query: str, request: int, found_ids: Sequence[str]) -> str:
         """A request's first user message: the earlier states its words found (past the crossover), its query."""
@@ -210,6 +226,8 @@ class LeanStrategy(Strategy):
         by_steps = {i for record in step.steps for i in record.disclosed}
         found_first = [d for d in state.disclosed if d.node.id not in by_steps]  # disclosed before the first call
         head = [tags.block(tags.ACTIVE_STATE, _entries(found_first, state.request))] if found_first else []
+        if self.records(state.request):
+            head.append(tags.block(tags.STATE_RECORD, RECORD_ASK))
         head.append(tags.block(tags.USER_QUERY, step.query + "\n"))
         messages = [Message("system", step.system), *step.start.data["history"], Message("user", "".join(head)[:-1])]
         for record in step.steps:

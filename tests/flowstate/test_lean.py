@@ -142,7 +142,7 @@ def test_a_state_the_model_writes_is_a_note_while_the_systems_facts_keep_the_pro
     decoded), the parser excludes it alike (a model decoding freely: fed back as malformed), and the fact the system
     writes from the same result keeps the whole of it."""
     bounds = FLOWSTATE_LEAN.output_limits(STANDARD)
-    assert (bounds.ops, bounds.value_depth, bounds.value_text) == (2, 0, 64) and STANDARD.value_depth == 4
+    assert (bounds.ops, bounds.value_depth, bounds.value_text) == (4, 0, 64) and STANDARD.value_depth == 4
     assert FULL_CONTEXT.output_limits(STANDARD) is STANDARD  # every other method: the profile as it is
     tools = [{"name": "echo", "description": "e", "parameters": {
         "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}]
@@ -160,8 +160,8 @@ def test_a_state_the_model_writes_is_a_note_while_the_systems_facts_keep_the_pro
         assert not accepts(grammar, lean(state_delta=[op], assistant_message=done)), kind
         out = parse_output(lean(state_delta=[op], assistant_message=done), LEAN_BLOCKS, bounds, optional=OPTIONAL)
         assert not out.state_delta and out.malformed[0].id == "pref_a", kind  # excluded, the step's answer kept
-    three = [add(f"pref_{c}", "preference", x=1) for c in "abc"]
-    assert not accepts(grammar, lean(state_delta=three, assistant_message=done))
+    five = [add(f"pref_{c}", "preference", x=1) for c in "abcde"]
+    assert not accepts(grammar, lean(state_delta=five, assistant_message=done))
     assert accepts(protocol_grammar(block_schemas(), tools, blocks=LEAN_BLOCKS, optional=OPTIONAL),
                    lean(state_delta=[copies["nested"]], assistant_message=done))  # the profile alone admits it
 
@@ -223,3 +223,40 @@ def test_a_step_decides_before_it_records_and_records_only_with_its_answer() -> 
 def echo(text: str) -> str:
     """Echo the text."""
     return text
+
+
+def test_a_block_of_requests_records_once_in_its_last_request(tmp_path: Path) -> None:
+    """Below the crossover the chat is what later requests read: a request records states only when it is the last
+    of a block (the next request folds the block into the index), asked for it at its head, and the grammar of
+    every other request admits no state_delta at all — a session that ends within its first block decodes no
+    state. The records the block's last request writes are what the index shows past the fold."""
+    from flowstate import tags
+    from flowstate.tools import ToolSet
+
+    two = get("flowstate-lean:2")
+    assert [FLOWSTATE_LEAN.records(k) for k in (1, 9, 10, 11, 20)] == [False, False, True, False, True]
+    assert all(two.records(k) == (k % 2 == 0) for k in range(1, 7))
+    assert all(get("flowstate-lean:0").records(k) for k in (1, 2, 3)) and get("flowstate").records(1)
+    note = add("pref_a", "preference", refs=[("derives", "fact_r2_s1_1")], seat="aisle")
+    engine = ScriptedEngine([
+        lean(assistant_message={"content": "hello"}),  # request 1: no record admitted
+        lean(tool_calls=[CALL]),  # request 2 acts, then records the block with its answer
+        lean(state_delta=[note], assistant_message={"content": "aisle noted"}),
+        lean(assistant_message={"content": "you like the aisle"}),  # request 3: past the fold
+    ], grammar=True)
+    repo = Repository.open(tmp_path / "m.db")
+    agent = Agent(engine, repository=repo, session="s", tools=ToolSet([echo]), strategy=two)
+    for query in ("hi", "I like aisle seats ABC123", "what do I like on ABC123"):
+        agent.run(query)
+    grammars = [c["grammar"] for c in engine.calls]
+    answer = lean(state_delta=[add("pref_b", "preference", x=1)], assistant_message={"content": "ok"})
+    assert not accepts(grammars[0], answer) and accepts(grammars[0], lean(assistant_message={"content": "ok"}))
+    assert "<state_delta>" not in grammars[0] and '"<state_delta>\\n"' not in grammars[0]
+    assert accepts(grammars[2], answer) and not accepts(grammars[3], answer)
+    heads = [p[-1].content for p in engine.prompts]
+    ask = f"<{tags.STATE_RECORD}>"
+    assert ask not in heads[0] and ask in heads[1] and ask not in heads[3]
+    assert heads[1].index(ask) < heads[1].index("<user_query>")
+    assert "pref_a" in {n.id for n in repo.nodes("s") if n.request == 2}
+    first = engine.prompts[3][1].content  # request 3's head: the folded block's index, the note's summary in it
+    assert "<historical_state_index>" in first and "pref_a" in first
