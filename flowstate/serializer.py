@@ -131,7 +131,7 @@ def example_steps(blocks: Sequence[str] = BLOCKS, optional: Sequence[str] = (), 
             f"calling nothing again:\n{step3}")
 
 
-def _shape(block: str) -> str:
+def shape(block: str) -> str:
     """A block as the protocol shows it: its tags around an example of its JSON."""
     return f"<{block}>\n{_BLOCK_EXAMPLES[block]}\n</{block}>"
 
@@ -140,20 +140,20 @@ def output_protocol(blocks: Sequence[str] = BLOCKS, limits: Limits = STANDARD, o
                     facts: bool = False) -> str:
     """How to write one output in the protocol of ``blocks`` under ``limits``; ``optional`` blocks are written only
     when they hold something (the lean protocol, whose blocks decide first: state_delta only with the answer)."""
-    examples = "\n".join(_shape(b) for b in blocks)
+    examples = "\n".join(shape(b) for b in blocks)
     example = f"\n{example_steps(blocks, optional, facts)}" if limits.examples else ""
     if optional and decides_first(blocks):
         return (
-            f"Return, in order, JSON inside each, nothing outside: first the decision,\n{_shape('tool_calls')}\n"
-            f"then, only in the step that answers and only when you record something:\n{_shape('state_delta')}\n"
+            f"Return, in order, JSON inside each, nothing outside: first the decision,\n{shape('tool_calls')}\n"
+            f"then, only in the step that answers and only when you record something:\n{shape('state_delta')}\n"
             'then always <assistant_message>{"content": …}</assistant_message>.\n'
             'Use [] for no tool calls and "content": null unless you answer the user. Never tool calls and a final '
             f"answer in one step; never <state_delta> with tool calls.\n{limits.describe(blocks)}{example}"
         )
     if optional:  # the lean protocol: memory blocks only when they hold something
         left = " and ".join(f"<{b}>" for b in blocks if b in optional)
-        required = "\n".join(_shape(b) for b in blocks if b not in optional)
-        shapes = "" if limits.examples else "".join(f"{_shape(b)}\n" for b in blocks
+        required = "\n".join(shape(b) for b in blocks if b not in optional)
+        shapes = "" if limits.examples else "".join(f"{shape(b)}\n" for b in blocks
                                                      if b in optional)
         return (
             f"Return, in order, JSON inside each, nothing outside: {left} only when you record something, then "

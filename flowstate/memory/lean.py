@@ -39,11 +39,12 @@ from flowstate.history import HistoricalIndex, build_index
 from flowstate.limits import STANDARD, Limits
 from flowstate.memory.append import brought
 from flowstate.memory.base import MemoryContext, Observed, Start, StepInput, Strategy
-from flowstate.memory.chat import calls_message, results_text, steps
+from flowstate.memory.chat import RULES as CHAT_RULES
+from flowstate.memory.chat import TWO_BLOCKS, calls_message, results_text, steps
 from flowstate.memory.state import fact_id, fact_node
 from flowstate.nodes import Node, canonical_json
 from flowstate.protocol import AddOp, MessageBlock, ModelOutput, render_output
-from flowstate.serializer import FEEDBACK_RULE, render_entry, system_prompt
+from flowstate.serializer import FEEDBACK_RULE, render_entry, shape, system_prompt
 from flowstate.store.repository import RequestRow, SessionView
 
 CROSSOVER = 10
@@ -65,21 +66,21 @@ docs/results/lean.md); four operations a record (one a block of requests, ``Lean
 admits nothing longer, so nothing longer is decoded."""
 FACT_MARK = "flowstate-facts.fact"
 
-RULES = f"""\
-## memory
-The chat holds the session as it happened; the system records each tool result as a knowledge state (a fact_ id \
-citing its obs_ id). Write <state_delta> only in a request that asks for it (<{tags.STATE_RECORD}>), in the step \
-that answers, and only for what no result says and later requests need of the requests in the chat (this one \
-included) — the user's preferences, your judgements, attributes, artifacts: add a new id, a one-line summary, a few \
-scalar values (a note, never a copy of a result: cite its fact_ id), refs (supports, derives, follows, supersedes) \
-to the ids it rests on; update or remove only this request's states (in <active_state>).
-{FEEDBACK_RULE}"""
-"""The memory rules of the system message: the one a session below the crossover needs. A session past it gets
-``ACCESS_RULES`` at the head of its request, where a prefix cache holds it for the session."""
-
-RECORD_ASK = "With your answer, record what later requests need of this one and those above (they leave the chat).\n"
-"""The head of a request that records (``LeanStrategy.records``): the last of a block of ``crossover`` requests,
-which the next request folds into the index."""
+RECORD_ASK = f"""\
+The requests above, this one included, leave the chat after this request: with your answer, record what later \
+requests will need of them and no tool result says (the system keeps each result). Between <tool_calls>[]\
+</tool_calls> and <assistant_message>, write
+{shape("state_delta")}
+with the user's preferences, your judgements, attributes and artifacts (state_set preference, judgement, attribute, \
+artifact): each a new id, a one-line summary (at most {NOTE["text"]} characters), at most {NOTE["value_items"]} \
+scalar values (strings at most {NOTE["value_text"]} characters; a note, never a copy of a result), refs (supports, \
+derives, follows, supersedes) to the obs_ ids it rests on; at most {NOTE["ops"]} operations. Nothing to record: \
+leave <state_delta> out.
+{FEEDBACK_RULE}
+"""
+"""The head of a request that records (``LeanStrategy.records``: the last of a block of ``crossover`` requests,
+which the next request folds into the index): ISU's rule and the record's shape, where the paper's method has them
+in the system message. Every other request's grammar admits no record, so the system message is full context's."""
 
 ACCESS = "state_access"
 ACCESS_RULES = f"""\
@@ -87,9 +88,8 @@ This long session's older requests have left the chat: <{tags.HISTORICAL_INDEX}>
 summaries); <active_state> shows earlier states your request's words found. To see another, write first \
 <state_focus>[{{"target_id": "<id>", "reason": "<what is missing>"}}]</state_focus> with an index id or an obs_ id a \
 shown state references: it appears next step. A summary is not content: never infer facts from it.
+{FEEDBACK_RULE}
 """
-DESCRIBED = ("tool_calls", "state_delta", "assistant_message")
-"""The blocks the system message describes (state_focus: ``ACCESS_RULES``, where there is something to ask for)."""
 
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset("a an and are as at be but by can do for from have i if in is it me my no not of on or please so "
@@ -152,10 +152,12 @@ class LeanStrategy(Strategy):
     facts: bool = True
     crossover: int = CROSSOVER
     found: int = 3  # states the query's words disclose in a request's first call, at most
-    rules: ClassVar[str] = RULES
+    rules: ClassVar[str] = CHAT_RULES
 
     def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
-        return system_prompt(tools, policy, DESCRIBED, self.rules, limits, self.optional, self.facts)
+        """Full context's system message, byte for byte: what a request below the crossover that records nothing
+        needs (the record's rules come with the request that records, the access rules with the index)."""
+        return system_prompt(tools, policy, TWO_BLOCKS, CHAT_RULES, limits)
 
     def output_limits(self, limits: Limits) -> Limits:
         """``limits`` with the states the model writes held to ``NOTE`` (the system's facts keep ``limits``)."""

@@ -16,7 +16,7 @@ from flowstate.history import HistoricalIndex, IndexEntry
 from flowstate.limits import STANDARD
 from flowstate.memory import get
 from flowstate.memory.chat import FULL_CONTEXT
-from flowstate.memory.lean import ACCESS, FLOWSTATE_LEAN, LEAN_BLOCKS, OPTIONAL, found
+from flowstate.memory.lean import ACCESS, FLOWSTATE_LEAN, LEAN_BLOCKS, OPTIONAL, RECORD_ASK, found
 from flowstate.parse import ProtocolError, parse_output
 from flowstate.protocol import BLOCKS, ModelOutput, block_schemas, render_output
 from grammars.check import accepts
@@ -63,15 +63,16 @@ def test_the_grammar_admits_a_memory_block_absent_or_holding_something_never_emp
     assert accepts(protocol_grammar(block_schemas(), tools), paper)  # the paper's grammar: unchanged
 
 
-def test_below_the_crossover_its_prompts_are_full_contexts_but_the_system_message(tmp_path: Path) -> None:
-    """The chat below the crossover: every call's messages after the system message are full context's, byte for
-    byte (so a prefix cache serves them alike), while the system records a knowledge state per tool result."""
+def test_below_the_crossover_its_prompts_are_full_contexts(tmp_path: Path) -> None:
+    """The chat below the crossover: every call's messages are full context's, the system message included, byte
+    for byte (so a prefix cache serves them alike and a model writes what it writes under full context), while the
+    system records a knowledge state per tool result."""
     repo = Repository.open(tmp_path / "m.db")
     _, mine, _ = run_oracle(repo, "chain", FLOWSTATE_LEAN, 4)
     _, theirs, _ = run_oracle(repo, "chain", FULL_CONTEXT, 4)
     assert len(mine.calls) == len(theirs.calls)
     for (m, _, a), (t, _, b) in zip(mine.calls, theirs.calls, strict=True):
-        assert m[1:] == t[1:] and a.text == b.text
+        assert m == t and a.text == b.text
     facts = [n for n in repo.nodes("chain/flowstate-lean") if n.id.startswith("fact_")]
     assert facts and all(n.refs[0].state_id.startswith("obs_") for n in facts)
 
@@ -212,12 +213,9 @@ def test_a_step_decides_before_it_records_and_records_only_with_its_answer() -> 
     assert not accepts(required, lean(assistant_message={"content": "done"}))
     config = AgentConfig(ScriptedEngine([], grammar=True), FLOWSTATE_LEAN, tools=ToolSet([echo]))
     assert config.grammars(config.specs(), validate=True) is not None  # llguidance compiles it
-    system = config.system_prompt()
-    assert "only in the step that answers" in system and "never <state_delta> with tool calls" in system
-    first_step = system.split("the first step calls a tool:\n")[1].split("Its result")[0]
-    assert "<state_delta>" not in first_step and "last step records the requirement and answers" in system
-    paper = AgentConfig(ScriptedEngine([], grammar=True), get("flowstate"), tools=ToolSet([echo]))
-    assert "only in the step that answers" not in paper.system_prompt()
+    full = AgentConfig(ScriptedEngine([], grammar=True), FULL_CONTEXT, tools=ToolSet([echo]))
+    assert config.system_prompt() == full.system_prompt()  # the record's rules come with the request that records
+    assert "<state_delta>" in RECORD_ASK and "Between <tool_calls>[]</tool_calls> and <assistant_message>" in RECORD_ASK
 
 
 def echo(text: str) -> str:

@@ -72,7 +72,8 @@ def test_each_strategys_grammar_admits_its_protocol_and_the_oracles_outputs(repo
                 assert (f"<{block}>" in gen.text) == (block in strategy.blocks)
             told = "\n".join(m.content for m in messages if m.role != "assistant")  # the protocol it is told
             assert (f"<{block}>" in told) == (block in strategy.blocks) or (
-                block == "state_focus" and block in strategy.optional and "<historical_state_index>" not in told)
+                block == "state_focus" and block in strategy.optional and "<historical_state_index>" not in told) or (
+                block == "state_delta" and block in strategy.optional and "<state_record>" not in told)  # lean
     four = output(tools=[{"name": "buy", "arguments": {"item": "x"}}])
     assert accepts(engine.calls[0][1] or "", four) == (strategy.blocks == FLOWSTATE.blocks and not strategy.optional)
 
