@@ -20,7 +20,6 @@ from flowstate.limits import STANDARD, Limits
 from flowstate.nodes import Node, canonical_json
 from flowstate.pages import PAGE_MARK
 from flowstate.protocol import BLOCKS
-from grammars.four_blocks import decides_first
 
 # What a final answer means: without it, instruct models answer with a plan ("I will search …") at the first step.
 ANSWER_RULE = ("A final answer ends the request: give it when the request is done (its actions taken, its question "
@@ -107,23 +106,13 @@ _EXAMPLE_STEPS = (
 )
 
 
-def example_steps(blocks: Sequence[str] = BLOCKS, optional: Sequence[str] = (), facts: bool = False) -> str:
-    """The protocol's worked example in ``blocks``: the three steps of another task, from its start to its answer;
-    ``optional`` blocks left out where empty; with ``facts`` (the system records results) the model records only
-    the requirement — where ``blocks`` decide first, in the step that answers."""
-    with_answer = decides_first(blocks)
+def example_steps(blocks: Sequence[str] = BLOCKS) -> str:
+    """The protocol's worked example in ``blocks``: the three steps of another task, from its start to its answer."""
     states = "state_delta" in blocks
     first, then, last = ((" records the requirement and", " records what the order needs, citing the result, and",
                           " records the order and") if states else ("", "", ""))
     steps = list(_EXAMPLE_STEPS)
-    if facts:
-        then = last = ""
-        steps[1:] = [{**step, "state_delta": "[]"} for step in steps[1:]]
-    if facts and with_answer and states:
-        first, last = "", " records the requirement and"
-        steps = [{**steps[0], "state_delta": "[]"}, steps[1], {**steps[2], "state_delta": steps[0]["state_delta"]}]
-    step1, step2, step3 = ("\n".join(f"<{b}>\n{step[b]}\n</{b}>" for b in blocks
-                                      if b not in optional or step[b] != "[]") for step in steps)
+    step1, step2, step3 = ("\n".join(f"<{b}>\n{step[b]}\n</{b}>" for b in blocks) for step in steps)
     return (f"Example (another task; its tools are not yours). Asked to order two boxes of green tea for the office, "
             f"with nothing known yet, the first step{first} calls a tool:\n{step1}\n"
             f"Its result comes as obs_r1_s1_1; the next step{then} acts on it:\n{step2}\n"
@@ -136,31 +125,10 @@ def shape(block: str) -> str:
     return f"<{block}>\n{_BLOCK_EXAMPLES[block]}\n</{block}>"
 
 
-def output_protocol(blocks: Sequence[str] = BLOCKS, limits: Limits = STANDARD, optional: Sequence[str] = (),
-                    facts: bool = False) -> str:
-    """How to write one output in the protocol of ``blocks`` under ``limits``; ``optional`` blocks are written only
-    when they hold something (the lean protocol, whose blocks decide first: state_delta only with the answer)."""
+def output_protocol(blocks: Sequence[str] = BLOCKS, limits: Limits = STANDARD) -> str:
+    """How to write one output in the protocol of ``blocks`` under ``limits``."""
     examples = "\n".join(shape(b) for b in blocks)
-    example = f"\n{example_steps(blocks, optional, facts)}" if limits.examples else ""
-    if optional and decides_first(blocks):
-        return (
-            f"Return, in order, JSON inside each, nothing outside: first the decision,\n{shape('tool_calls')}\n"
-            f"then, only in the step that answers and only when you record something:\n{shape('state_delta')}\n"
-            'then always <assistant_message>{"content": …}</assistant_message>.\n'
-            'Use [] for no tool calls and "content": null unless you answer the user. Never tool calls and a final '
-            f"answer in one step; never <state_delta> with tool calls.\n{limits.describe(blocks)}{example}"
-        )
-    if optional:  # the lean protocol: memory blocks only when they hold something
-        left = " and ".join(f"<{b}>" for b in blocks if b in optional)
-        required = "\n".join(shape(b) for b in blocks if b not in optional)
-        shapes = "" if limits.examples else "".join(f"{shape(b)}\n" for b in blocks
-                                                     if b in optional)
-        return (
-            f"Return, in order, JSON inside each, nothing outside: {left} only when you record something, then "
-            f"always:\n{shapes}{required}\n"
-            'Use [] for no tool calls and "content": null unless you answer the user. Never tool calls and a final '
-            f"answer in one step.\n{limits.describe(blocks)}{example}"
-        )
+    example = f"\n{example_steps(blocks)}" if limits.examples else ""
     together = {
         ("state_delta", "state_focus"): "state updates, history requests and independent actions",
         ("state_delta",): "state updates and independent actions",
@@ -194,7 +162,7 @@ def memory_rules(blocks: Sequence[str] = BLOCKS, *, trajectory: bool = False) ->
 def system_prompt(
     tools: Sequence[dict[str, Any]], task_policy: str = "", blocks: Sequence[str] = BLOCKS,
     memory: str = FLOWSTATE_RULES,
-    limits: Limits = STANDARD, optional: Sequence[str] = (), facts: bool = False,
+    limits: Limits = STANDARD,
 ) -> str:
     """The static system message: identical for every call of one agent configuration."""
     tool_lines = "\n".join(canonical_json(t) for t in tools) or "(no tools)"
@@ -202,7 +170,7 @@ def system_prompt(
         f"<instructions>\n{REACT_RULES}\n\n{memory}\n</instructions>\n"
         f"<policy>\n{task_policy.strip() or '(none)'}\n</policy>\n"
         f"<tools>\n{tool_lines}\n</tools>\n"
-        f"<output_protocol>\n{output_protocol(blocks, limits, optional, facts)}\n</output_protocol>"
+        f"<output_protocol>\n{output_protocol(blocks, limits)}\n</output_protocol>"
     )
 
 
