@@ -15,7 +15,7 @@ from flowstate.cli.options import default_db, errors
 from flowstate.store.audit import Entry
 from flowstate.store.repository import Repository
 from flowstate.store.retention import PolicyError, RetentionPolicy, parse_policy
-from flowstate.store.server_lock import in_use
+from flowstate.store.server_lock import InUse, unserved
 
 
 class PolicyParam(click.ParamType[RetentionPolicy, Any]):
@@ -72,9 +72,13 @@ def erase(subject: str, db: str | None, tenant: str | None, api_key: str | None,
     if tenant and api_key:
         raise click.UsageError("give --tenant or --api-key, not both")
     with errors(), Repository.open(db or default_db(), create=False) as repo, ExitStack() as held:
-        if not repo.shared and in_use(repo.path):
-            raise click.ClickException(f"a running server uses {repo.path} and holds its sessions in memory: erase "
-                                       "through it (POST /v1/erasure), or stop it first; nothing was erased")
+        if not repo.shared:  # held to the end: no server starts on the database while it is erased
+            try:
+                held.enter_context(unserved(repo.path))
+            except InUse:
+                raise click.ClickException(f"a running server uses {repo.path} and holds its sessions in memory: "
+                                           "erase through it (POST /v1/erasure), or stop it first; nothing was "
+                                           "erased") from None
         if tenant:
             repo.tenants.tenant(tenant)
         ns = f"{tenant}/" if tenant else repo.tenants.namespace_of(api_key) if api_key else ""

@@ -1,11 +1,14 @@
 """Whether a server is using a SQLite database: a running ``flowstate serve`` holds a shared lock on ``<db>.serving``
-beside the file (``hold``); a shell command that must not change what a server holds in memory (``flowstate
-erase``) asks for it exclusively (``in_use``) and is refused while any server holds it. A lock the operating system
+beside the file (``Serving``); a shell command that must not change what a server holds in memory (``flowstate
+erase``) holds it exclusively while it works (``unserved``): refused while any server holds it, and a server that
+starts meanwhile waits until the command is done. A lock the operating system
 takes, so a server killed without stopping holds nothing. PostgreSQL needs none of this: its servers share the
 database's session locks, which the shell takes too."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -35,16 +38,22 @@ class Serving:
             self._file = None
 
 
-def in_use(path: str) -> bool:
-    """Whether a running server holds the SQLite database at ``path`` (never for PostgreSQL or memory)."""
+class InUse(Exception):
+    """A running server holds the database."""
+
+
+@contextmanager
+def unserved(path: str) -> Iterator[None]:
+    """Hold the SQLite database at ``path`` against servers for the block (nothing for PostgreSQL or memory);
+    ``InUse`` when a running server holds it. The check and the work are one hold, so no server starts between
+    them: one that starts meanwhile waits for the block's end."""
     marker = _marker(path)
-    if marker is None or fcntl is None or not marker.exists():
-        return False
+    if marker is None or fcntl is None or not marker.parent.is_dir():
+        yield
+        return
     with marker.open("a") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-    return False
-
+            raise InUse(path) from None
+        yield  # the lock goes with the file
