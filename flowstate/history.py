@@ -7,11 +7,21 @@ Raw tool observations are not listed; they are reached through the relations of 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flowstate.nodes import Node, canonical_json
 from flowstate.store.repository import Repository, RequestRow
+
+STOPWORDS = frozenset("a an and are as at be but by can do for from have i if in is it me my no not of on or please "
+                      "so that the this to was we what with you your yes ok okay".split())
+
+
+def words(text: str) -> set[str]:
+    """The content words of a text (lowercase, no stopwords, longer than one character): what a lookup of the
+    index by a query's words matches on (lean's disclosure, the reference policies' requests for states)."""
+    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in STOPWORDS and len(w) > 1}
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from engine.purpose import STEP, Purpose
 from engine.text import common_prefix, flatten, tokenize
 from flowstate import tags
 from flowstate.eval.task import Answer, Call, Decision, Need, Task
+from flowstate.history import words
 from flowstate.limits import STANDARD, Limits, clip, fit
 from flowstate.memory.base import Strategy
 from flowstate.memory.reference import Reference, read_interaction, sections
@@ -96,15 +97,6 @@ def written_states(output: str) -> list[dict[str, Any]]:
 def memory_text(query: str, facts: dict[str, Any]) -> str:
     """A memory as the reference policies write it: the request it came from, then its facts as JSON."""
     return f"{query} | {json.dumps(facts)}"
-
-
-STOPWORDS = frozenset("a an and are as at be but by can do for from have i if in is it me my no not of on or please "
-                      "so that the this to was we what with you your yes ok okay".split())
-
-
-def words(text: str) -> set[str]:
-    """The content words of a text (lowercase, no stopwords): what a lookup by words matches on."""
-    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in STOPWORDS and len(w) > 1}
 
 
 def strings(value: Any) -> list[str]:

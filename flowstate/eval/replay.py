@@ -35,8 +35,9 @@ from typing import Any
 from engine.base import Message
 from engine.purpose import STEP, Purpose
 from flowstate import tags
-from flowstate.eval.policies import Policy, memory_reply, memory_text, read_prompt, words
+from flowstate.eval.policies import Policy, memory_reply, memory_text, read_prompt
 from flowstate.eval.task import Score, Task
+from flowstate.history import words
 from flowstate.limits import STANDARD, Limits, fit
 from flowstate.memory.base import Strategy
 from flowstate.memory.reference import read_interaction

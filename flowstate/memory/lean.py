@@ -26,7 +26,6 @@ decodes and carries (each difference argued in docs/memory-methods.md, measured 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
@@ -35,7 +34,7 @@ from engine.base import Message
 from flowstate import tags
 from flowstate.access import disclose
 from flowstate.active import ActiveState, Disclosed
-from flowstate.history import HistoricalIndex, build_index
+from flowstate.history import HistoricalIndex, build_index, words
 from flowstate.limits import STANDARD, Limits
 from flowstate.memory.append import brought
 from flowstate.memory.base import MemoryContext, Observed, Start, StepInput, Strategy
@@ -90,16 +89,6 @@ summaries); <active_state> shows earlier states your request's words found. To s
 shown state references: it appears next step. A summary is not content: never infer facts from it.
 {FEEDBACK_RULE}
 """
-
-_WORD = re.compile(r"[a-z0-9]+")
-_STOP = frozenset("a an and are as at be but by can do for from have i if in is it me my no not of on or please so "
-                  "that the this to was we what with you your yes ok okay".split())
-
-
-def words(text: str) -> set[str]:
-    """The content words of a text (lowercase, no stopwords, longer than one character)."""
-    return {w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1}
-
 
 def found(index: HistoricalIndex, query: str, limit: int) -> tuple[str, ...]:
     """The index's states whose summaries name an identifier of ``query`` (a word with a digit: an id, a code, a

@@ -230,8 +230,9 @@ def test_the_realistic_policy_records_every_result_and_asks_for_history_in_a_ste
     from collections.abc import Sequence
 
     from flowstate.config import LoopConfig
-    from flowstate.eval.policies import Policy, PolicyEngine, sections, words
+    from flowstate.eval.policies import Policy, PolicyEngine, sections
     from flowstate.eval.runner import run_task
+    from flowstate.history import words
     from flowstate.store.repository import Repository
 
     task = generate("shopping", 1, Spec(4, 0))[0]
