@@ -56,7 +56,7 @@ class Grammars:
         self._schemas = block_schemas(limits)
         self._bounds = ToolBounds(limits.tool_text, limits.tool_items)
         self.static = self._build(None) if mode is GrammarMode.STATIC else None
-        self._static: dict[tuple[bool, bool, bool], str] = {}  # the static grammar of a final, holding or silent step
+        self._static: dict[tuple[bool, bool, tuple[str, ...]], str] = {}  # a final, holding or narrower step's
         self.validated = False
 
     def validate(self) -> None:
@@ -68,25 +68,27 @@ class Grammars:
             validate(self.static or self._build(None))
             self.validated = True
 
-    def _build(self, ids: StepIds | None, final: bool = False, hold: bool = False, record: bool = True) -> str:
+    def _build(self, ids: StepIds | None, final: bool = False, hold: bool = False,
+               blocks: tuple[str, ...] | None = None) -> str:
         o = self.options
-        blocks = self.blocks if record else tuple(b for b in self.blocks if b != "state_delta")
+        blocks = self.blocks if blocks is None else blocks
         return protocol_grammar(self._schemas, self._tools, ids, blocks, self._bounds, require_tools=o.required,
                                 max_calls=None if o.parallel_tool_calls else 1, answer_schema=o.answer_schema,
                                 final=final, hold=hold, optional=self.optional)
 
     def for_step(self, state: ActiveState, final: bool = False, hold: bool = False,
-                 record: bool = True) -> str | None:
+                 blocks: tuple[str, ...] | None = None) -> str | None:
         """The grammar of the next step; ``final``: the request's last allowed step, which must decide (answer,
         or where tools are required call them); ``hold``: the step after one whose calls were all refused as
         repeats, which calls nothing (it answers, or records and asks for state) unless tools are required;
-        ``record``: False where the request records no state (``Strategy.records``), so state_delta is left out."""
+        ``blocks``: the request's own, where it admits fewer than the configuration's (``Strategy.step_blocks``)."""
         if self.mode is GrammarMode.NONE:
             return None
         if self.mode is GrammarMode.STATIC:
-            if not final and not hold and record:
+            blocks = self.blocks if blocks is None else blocks
+            if not final and not hold and blocks == self.blocks:
                 return self.static
-            if (final, hold, record) not in self._static:
-                self._static[(final, hold, record)] = self._build(None, final, hold, record)
-            return self._static[(final, hold, record)]
-        return self._build(step_ids(state), final, hold, record)
+            if (final, hold, blocks) not in self._static:
+                self._static[(final, hold, blocks)] = self._build(None, final, hold, blocks)
+            return self._static[(final, hold, blocks)]
+        return self._build(step_ids(state), final, hold, blocks)

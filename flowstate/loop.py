@@ -412,8 +412,8 @@ class RequestRun:
         hold = last is not None and bool(last.tool_calls) and last.repeated == len(last.tool_calls)
         final = t == self.config.max_steps or (self.repeated() >= self.config.max_repeats > 0 and (
             hold or self.repeated() > self.config.max_repeats))
-        record = self.strategy.records(self.index_k)  # whether this request writes states (lean: a block's last)
-        grammar = grammars.for_step(p.state, final=final, hold=hold, record=record) if grammars is not None else None
+        blocks = self.strategy.step_blocks(self.index_k)  # what this request may write (lean: a record a block)
+        grammar = grammars.for_step(p.state, final=final, hold=hold, blocks=blocks) if grammars is not None else None
         grammar_ms = (time.perf_counter() - started) * 1000
         try:
             generation = self._generate(messages, grammar, on_text)

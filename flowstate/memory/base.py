@@ -143,10 +143,10 @@ class Strategy(ABC):
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
         ...
 
-    def records(self, k: int) -> bool:
-        """Whether request ``k``'s model writes states (the grammar admits ``state_delta``); every request by
-        default."""
-        return True
+    def step_blocks(self, k: int) -> tuple[str, ...]:
+        """The blocks request ``k``'s grammar admits (a method may leave a memory block out of a request that has no
+        use for it); ``blocks`` by default."""
+        return self.blocks
 
     def tools(self) -> list[dict[str, Any]]:
         """Tools the method itself gives the agent (their specs), run by ``call_tool``; none by default."""

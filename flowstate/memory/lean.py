@@ -166,6 +166,15 @@ class LeanStrategy(Strategy):
         state at all (the system's facts are kept, as every result and message is)."""
         return self.crossover <= 1 or k % self.crossover == 0
 
+    def step_blocks(self, k: int) -> tuple[str, ...]:
+        """Request ``k``'s blocks: ``state_delta`` only where it records, ``state_focus`` only where an index holds
+        something to ask for (past the crossover). Below it a request that records nothing is decoded under full
+        context's grammar, byte for byte, as its prompt is full context's: the grammar forces what full context's
+        forces, so a model decodes the same tokens."""
+        past = self.crossover == 0 or k - 1 >= self.crossover
+        return tuple(b for b in self.blocks
+                     if (b != "state_delta" or self.records(k)) and (b != "state_focus" or past))
+
     @staticmethod
     def head(session: SessionView, query: str, request: int, found_ids: Sequence[str]) -> str:
         """A request's first user message: the earlier states its words found (past the crossover), its query."""

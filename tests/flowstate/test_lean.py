@@ -234,7 +234,11 @@ def test_a_block_of_requests_records_once_in_its_last_request(tmp_path: Path) ->
     two = get("flowstate-lean:2")
     assert [FLOWSTATE_LEAN.records(k) for k in (1, 9, 10, 11, 20)] == [False, False, True, False, True]
     assert all(two.records(k) == (k % 2 == 0) for k in range(1, 7))
-    assert all(get("flowstate-lean:0").records(k) for k in (1, 2, 3)) and get("flowstate").records(1)
+    assert all(get("flowstate-lean:0").records(k) for k in (1, 2, 3)) and get("flowstate").step_blocks(1) == BLOCKS
+    assert FLOWSTATE_LEAN.step_blocks(1) == FULL_CONTEXT.blocks  # below the crossover: full context's grammar
+    assert FLOWSTATE_LEAN.step_blocks(10) == ("tool_calls", "state_delta", "assistant_message")
+    assert two.step_blocks(3) == ("state_focus", "tool_calls", "assistant_message")
+    assert two.step_blocks(4) == LEAN_BLOCKS
     note = add("pref_a", "preference", refs=[("derives", "fact_r2_s1_1")], seat="aisle")
     engine = ScriptedEngine([
         lean(assistant_message={"content": "hello"}),  # request 1: no record admitted
@@ -258,3 +262,24 @@ def test_a_block_of_requests_records_once_in_its_last_request(tmp_path: Path) ->
     assert "pref_a" in {n.id for n in repo.nodes("s") if n.request == 2}
     first = engine.prompts[3][1].content  # request 3's head: the folded block's index, the note's summary in it
     assert "<historical_state_index>" in first and "pref_a" in first
+
+
+def test_a_request_that_records_nothing_below_the_crossover_is_decoded_under_full_contexts_grammar() -> None:
+    """Not only the prompt: the grammar too, so it forces what full context's forces and a model decodes the same
+    tokens (a grammar that also admitted state_focus left `<tool_calls>` unforced, and the 1.5B model's own
+    tokenization of it led it elsewhere)."""
+    from flowstate.active import ActiveState
+    from flowstate.config import AgentConfig
+    from flowstate.tools import ToolSet
+
+    mine = AgentConfig(ScriptedEngine([], grammar=True), FLOWSTATE_LEAN, tools=ToolSet([echo]))
+    theirs = AgentConfig(ScriptedEngine([], grammar=True), FULL_CONTEXT, tools=ToolSet([echo]))
+    lean_grammars, full = mine.grammars(mine.specs()), theirs.grammars(theirs.specs())
+    assert lean_grammars is not None and full is not None
+    for k in (1, 9):
+        state = ActiveState(request=k)
+        assert lean_grammars.for_step(state, blocks=FLOWSTATE_LEAN.step_blocks(k)) == full.for_step(state)
+        final = lean_grammars.for_step(state, final=True, blocks=FLOWSTATE_LEAN.step_blocks(k))
+        assert final == full.for_step(state, final=True)
+    assert lean_grammars.for_step(ActiveState(request=10), blocks=FLOWSTATE_LEAN.step_blocks(10)) != full.for_step(
+        ActiveState(request=10))
