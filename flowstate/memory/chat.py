@@ -11,9 +11,9 @@ a broken output is the one transient part: it is appended to the last user messa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from engine.base import Message
 from flowstate import tags
@@ -72,6 +72,16 @@ def request_messages(query: str, observations: Sequence[Node]) -> list[Message]:
     return out
 
 
+def with_feedback(messages: list[Message], feedback: Sequence[Mapping[str, Any]]) -> list[Message]:
+    """``messages`` with the feedback on the previous step at the end of the last one: transient, shown to the next
+    call only (a step whose calls were all refused leaves nothing else in the chat)."""
+    if feedback:
+        last = messages[-1]
+        messages[-1] = Message(last.role, last.content + "\n" + tags.block(
+            tags.FEEDBACK, "".join(canonical_json(f) + "\n" for f in feedback))[:-1])
+    return messages
+
+
 @dataclass(frozen=True)
 class ChatHistory(Strategy):
     name: str = "full-context"
@@ -88,13 +98,8 @@ class ChatHistory(Strategy):
         return Start(k, HistoricalIndex(), ActiveState(request=k), None, data={"history": tuple(history)})
 
     def prompt(self, step: StepInput) -> list[Message]:
-        messages = [Message("system", step.system), *step.start.data["history"],
-                    *request_messages(step.query, step.state.observations)]
-        if step.feedback:  # transient: shown to the next call only, at the end
-            last = messages[-1]
-            messages[-1] = Message(last.role, last.content + "\n" + tags.block(
-                tags.FEEDBACK, "".join(canonical_json(f) + "\n" for f in step.feedback))[:-1])
-        return messages
+        return with_feedback([Message("system", step.system), *step.start.data["history"],
+                              *request_messages(step.query, step.state.observations)], step.feedback)
 
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:
         return list(state.observations)  # the tool results, for the next requests' history

@@ -39,7 +39,7 @@ from flowstate.limits import STANDARD, Limits
 from flowstate.memory.append import brought
 from flowstate.memory.base import MemoryContext, Observed, Start, StepInput, Strategy
 from flowstate.memory.chat import RULES as CHAT_RULES
-from flowstate.memory.chat import TWO_BLOCKS, calls_message, results_text, steps
+from flowstate.memory.chat import TWO_BLOCKS, calls_message, results_text, steps, with_feedback
 from flowstate.memory.state import fact_id, fact_node
 from flowstate.nodes import Node, canonical_json
 from flowstate.protocol import AddOp, MessageBlock, ModelOutput, render_output
@@ -221,7 +221,8 @@ class LeanStrategy(Strategy):
         """System; past the crossover the access rules and the index (fixed for a block of requests); the chat since
         the index's last block; the request's head (the states its words found, its query); then per step its output
         as written and what it brought — states it disclosed, feedback, tool results (``memory.append``). Nothing
-        already sent changes."""
+        already sent changes. Below the crossover the steps are full context's (each step's calls and results, the
+        feedback on the last one shown once), so a request that records nothing is full context's prompt."""
         state = step.state
         by_steps = {i for record in step.steps for i in record.disclosed}
         found_first = [d for d in state.disclosed if d.node.id not in by_steps]  # disclosed before the first call
@@ -230,11 +231,14 @@ class LeanStrategy(Strategy):
             head.append(tags.block(tags.STATE_RECORD, RECORD_ASK))
         head.append(tags.block(tags.USER_QUERY, step.query + "\n"))
         messages = [Message("system", step.system), *step.start.data["history"], Message("user", "".join(head)[:-1])]
+        if step.start.memory is None:  # below the crossover: the request's steps as full context renders them
+            for group in steps(state.observations):
+                messages += [calls_message(group), Message("user", results_text(group))]
+            return with_feedback(messages, step.feedback)
         for record in step.steps:
             messages += [Message("assistant", record.raw), Message("user", brought(record, state))]
-        if step.start.memory is not None:  # at the head of the chat: the first user message
-            prefix = tags.block(ACCESS, ACCESS_RULES) + tags.block(*step.start.memory)
-            messages[1] = Message("user", prefix + messages[1].content)
+        prefix = tags.block(ACCESS, ACCESS_RULES) + tags.block(*step.start.memory)  # at the head of the chat
+        messages[1] = Message("user", prefix + messages[1].content)
         return messages
 
     def persisted(self, state: ActiveState, response: str | None) -> list[Node]:

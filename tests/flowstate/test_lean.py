@@ -283,3 +283,21 @@ def test_a_request_that_records_nothing_below_the_crossover_is_decoded_under_ful
         assert final == full.for_step(state, final=True)
     assert lean_grammars.for_step(ActiveState(request=10), blocks=FLOWSTATE_LEAN.step_blocks(10)) != full.for_step(
         ActiveState(request=10))
+
+
+def test_below_the_crossover_the_step_after_a_refused_repeat_reads_as_under_full_context(tmp_path: Path) -> None:
+    """Full context renders a request's steps from their results and shows the feedback on a refused repeat once,
+    at the end of the next call; lean below the crossover does the same, byte for byte. (An output that breaks the
+    protocol is parsed by lean's own blocks, so its feedback names them: the grammar admits no such output.)"""
+    from flowstate.tools import ToolSet
+
+    script = [lean(tool_calls=[CALL]), lean(tool_calls=[CALL]), lean(assistant_message={"content": "done"})]
+    prompts = []
+    for i, strategy in enumerate((FULL_CONTEXT, FLOWSTATE_LEAN)):
+        engine = ScriptedEngine(script)
+        repo = Repository.open(tmp_path / f"m{i}.db")
+        record = Agent(engine, repository=repo, session="s", tools=ToolSet([echo]), strategy=strategy).run("echo hi")
+        assert record.response == "done" and record.steps[1].tool_calls[0].repeat_of  # refused as a repeat
+        prompts.append(engine.prompts)
+    assert len(prompts[0]) == 3 and prompts[0] == prompts[1]
+    assert "<feedback>" in prompts[0][2][-1].content and "<feedback>" not in prompts[1][1][-1].content
