@@ -400,7 +400,8 @@ class RequestRun:
                 raise self._fail(f"engine error before step 1: {exc}") from exc
         try:  # a method's prompt may call an engine of its own (an embedding server ranking what it shows)
             messages = self.strategy.prompt(StepInput(self.system, self.query, self.start, p.state, tuple(p.feedback),
-                                                      p.observation, dict(p.scratch), tuple(p.steps)))
+                                                      p.observation, dict(p.scratch), tuple(p.steps),
+                                                      self.agent.output_limits))
         except EngineError as exc:
             raise self._fail(f"engine error in the memory method's prompt at step {t}: {exc}") from exc
         started = time.perf_counter()

@@ -49,6 +49,7 @@ class StepInput:
     observation: tuple[Node, ...] = ()  # O_k,t: the latest tool results
     scratch: Mapping[str, Any] = field(default_factory=dict)  # the method's own data of this request (JSON)
     steps: tuple[StepRecord, ...] = ()  # this request's earlier steps, their outputs as the model wrote them
+    limits: Limits = STANDARD  # the bounds the model's outputs are decoded under (``Strategy.output_limits``)
 
     @property
     def trajectory(self) -> tuple[Node, ...]:

@@ -65,21 +65,24 @@ docs/results/lean.md); four operations a record (one a block of requests, ``Lean
 admits nothing longer, so nothing longer is decoded."""
 FACT_MARK = "flowstate-facts.fact"
 
-RECORD_ASK = f"""\
+def record_ask(limits: Limits) -> str:
+    """The head of a request that records (``LeanStrategy.records``: the last of a block of ``crossover`` requests,
+    which the next request folds into the index): ISU's rule and the record's shape under ``limits`` (the bounds the
+    grammar holds the record to), where the paper's method has them in the system message. Every other request's
+    grammar admits no record, so the system message is full context's."""
+    return f"""\
 The requests above, this one included, leave the chat after this request: with your answer, record what later \
 requests will need of them and no tool result says (the system keeps each result). Between <tool_calls>[]\
 </tool_calls> and <assistant_message>, write
 {shape("state_delta")}
 with the user's preferences, your judgements, attributes and artifacts (state_set preference, judgement, attribute, \
-artifact): each a new id, a one-line summary (at most {NOTE["text"]} characters), at most {NOTE["value_items"]} \
-scalar values (strings at most {NOTE["value_text"]} characters; a note, never a copy of a result), refs (supports, \
-derives, follows, supersedes) to the obs_ ids it rests on; at most {NOTE["ops"]} operations. Nothing to record: \
+artifact): each a new id, a one-line summary (at most {limits.text} characters), at most {limits.value_items} \
+scalar values (strings at most {limits.value_text} characters; a note, never a copy of a result), refs (supports, \
+derives, follows, supersedes) to the obs_ ids it rests on; at most {limits.ops} operations. Nothing to record: \
 leave <state_delta> out.
 {FEEDBACK_RULE}
 """
-"""The head of a request that records (``LeanStrategy.records``: the last of a block of ``crossover`` requests,
-which the next request folds into the index): ISU's rule and the record's shape, where the paper's method has them
-in the system message. Every other request's grammar admits no record, so the system message is full context's."""
+
 
 ACCESS = "state_access"
 ACCESS_RULES = f"""\
@@ -228,7 +231,7 @@ class LeanStrategy(Strategy):
         found_first = [d for d in state.disclosed if d.node.id not in by_steps]  # disclosed before the first call
         head = [tags.block(tags.ACTIVE_STATE, _entries(found_first, state.request))] if found_first else []
         if self.records(state.request):
-            head.append(tags.block(tags.STATE_RECORD, RECORD_ASK))
+            head.append(tags.block(tags.STATE_RECORD, record_ask(step.limits)))
         head.append(tags.block(tags.USER_QUERY, step.query + "\n"))
         messages = [Message("system", step.system), *step.start.data["history"], Message("user", "".join(head)[:-1])]
         if step.start.memory is None:  # below the crossover: the request's steps as full context renders them

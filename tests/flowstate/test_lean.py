@@ -13,10 +13,10 @@ from engine.scripted import ScriptedEngine
 from flowstate import Agent, Repository
 from flowstate.constrain import GrammarMode, Grammars
 from flowstate.history import HistoricalIndex, IndexEntry
-from flowstate.limits import STANDARD
+from flowstate.limits import COMPACT, STANDARD
 from flowstate.memory import get
 from flowstate.memory.chat import FULL_CONTEXT
-from flowstate.memory.lean import ACCESS, FLOWSTATE_LEAN, LEAN_BLOCKS, OPTIONAL, RECORD_ASK, found
+from flowstate.memory.lean import ACCESS, FLOWSTATE_LEAN, LEAN_BLOCKS, OPTIONAL, found, record_ask
 from flowstate.parse import ProtocolError, parse_output
 from flowstate.protocol import BLOCKS, ModelOutput, block_schemas, render_output
 from grammars.check import accepts
@@ -215,7 +215,9 @@ def test_a_step_decides_before_it_records_and_records_only_with_its_answer() -> 
     assert config.grammars(config.specs(), validate=True) is not None  # llguidance compiles it
     full = AgentConfig(ScriptedEngine([], grammar=True), FULL_CONTEXT, tools=ToolSet([echo]))
     assert config.system_prompt() == full.system_prompt()  # the record's rules come with the request that records
-    assert "<state_delta>" in RECORD_ASK and "Between <tool_calls>[]</tool_calls> and <assistant_message>" in RECORD_ASK
+    ask = record_ask(FLOWSTATE_LEAN.output_limits(STANDARD))
+    assert "<state_delta>" in ask and "Between <tool_calls>[]</tool_calls> and <assistant_message>" in ask
+    assert "at most 96 characters" in record_ask(FLOWSTATE_LEAN.output_limits(COMPACT))  # the grammar's bound
 
 
 def echo(text: str) -> str:
