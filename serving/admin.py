@@ -93,6 +93,14 @@ class Rotation(BaseModel):
     grace_s: int = Field(DEFAULT_GRACE_S, ge=0, le=MAX_GRACE_S, description="seconds the old key goes on working")
 
 
+class UsageObject(BaseModel):
+    """Where a tenant stands against its quota now (counted only while it has a limit of some kind)."""
+
+    requests_this_minute: int
+    running_turns: int
+    tokens_today: int = Field(description="model tokens since 00:00 UTC")
+
+
 class TenantObject(BaseModel):
     id: str
     object: Literal["tenant"] = "tenant"
@@ -100,6 +108,9 @@ class TenantObject(BaseModel):
     created_at: int
     quota: QuotaIn
     retention: str | None = Field(None, description="the tenant's own retention policy; null: the server's")
+    usage: UsageObject | None = Field(default=None, description="in the list of tenants: its usage now")
+    sessions: int | None = Field(default=None, description="in the list of tenants: how many sessions it has")
+    keys: int | None = Field(default=None, description="in the list of tenants: how many of its keys work now")
 
 
 class KeyObject(BaseModel):
@@ -110,6 +121,9 @@ class KeyObject(BaseModel):
     expires_at: int | None
     revoked_at: int | None
     replaces: str | None
+    state: Literal["active", "expired", "revoked"]
+    hint: str | None = Field(None, description="fs-…WXYZ: the secret's last four characters (none: a static key)")
+    last_used_at: int | None = Field(None, description="to the minute; null: not used since it was made")
     secret: str | None = Field(None, description="only in the response that made the key")
 
 
@@ -131,7 +145,8 @@ def _tenant(t: Tenant, q: Quota, retention: RetentionPolicy | None) -> TenantObj
 
 def _key(k: Key, secret: str | None = None) -> KeyObject:
     return KeyObject(id=k.id, tenant=k.tenant, created_at=k.created_at, expires_at=k.expires_at,
-                     revoked_at=k.revoked_at, replaces=k.replaces, secret=secret)
+                     revoked_at=k.revoked_at, replaces=k.replaces, state=k.state, hint=k.hint,
+                     last_used_at=k.last_used_at, secret=secret)
 
 
 async def _store(request: Request, call: Any, *args: Any, refused: Entry | None = None) -> Any:
@@ -190,10 +205,24 @@ async def create_tenant(request: Request, body: NewTenant) -> TenantObject:
 
 @router.get("/tenants")
 async def list_tenants(request: Request) -> Listed:
+    """Every tenant, oldest first, with its usage now, its number of sessions and of keys that work."""
     repo = _repo(request)
-    found = await _store(request, lambda: [(t, repo.quotas.quota(t.id), repo.retention.policy(t.id))
-                                           for t in repo.tenants.tenants()])
-    return Listed(data=[_tenant(*row) for row in found])
+
+    def overview() -> list[TenantObject]:
+        tenants = repo.tenants.tenants()
+        sessions = repo.tenants.sessions([t.id for t in tenants])
+        out = []
+        for t in tenants:
+            row = _tenant(t, repo.quotas.quota(t.id), repo.retention.policy(t.id))
+            used = repo.quotas.usage(t.id)
+            row.usage = UsageObject(requests_this_minute=used.requests, running_turns=used.turns,
+                                    tokens_today=used.tokens)
+            row.sessions = sessions[t.id]
+            row.keys = sum(k.state == "active" for k in repo.tenants.keys(t.id))
+            out.append(row)
+        return out
+
+    return Listed(data=await _store(request, overview))
 
 
 @router.patch("/tenants/{tenant_id}")

@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flowstate.store.audit import AuditLog, Entry
-from flowstate.store.tenants import Key, TenantError, TenantStore, digest
+from flowstate.store.tenants import USE_RESOLUTION_S, Key, TenantError, TenantStore, digest
 from serving.errors import APIError
 
 KEY_CACHE_S = 2.0
@@ -62,6 +62,7 @@ class Authenticator:
                 store.adopt(key)
         self.open = not self.admin_keys and not store.any_keys()
         self._cache: OrderedDict[str, tuple[float, Key | None]] = OrderedDict()
+        self._noted: dict[str, float] = {}  # key id -> when this server last wrote its use (unix seconds)
 
     async def caller(self, authorization: str | None) -> Caller:
         if self.open:
@@ -75,7 +76,18 @@ class Authenticator:
         if key is None or not key.valid(time.time()):
             return Caller(error=unauthorized("invalid API key" if key is None or key.revoked_at is not None
                                              else "expired API key"))
+        await self._note(key)
         return Caller(namespace=key.tenant + "/", key=key.id)
+
+    async def _note(self, key: Key) -> None:
+        """The key's last use, written at most once a ``USE_RESOLUTION_S`` a key by this server."""
+        now = time.time()
+        if now - max(key.last_used_at or 0, self._noted.get(key.id, 0)) < USE_RESOLUTION_S:
+            return
+        if len(self._noted) >= CACHE_SIZE:
+            self._noted.clear()
+        self._noted[key.id] = now
+        await anyio.to_thread.run_sync(self.store.used, key, now)
 
     async def _key(self, key_digest: str) -> Key | None:
         now = time.monotonic()

@@ -197,6 +197,14 @@ _TENANTS = """
         CREATE INDEX api_keys_tenant ON api_keys(tenant_id);
 """
 
+_KEY_USE = """
+        -- What an operator sees of a key without its secret: a hint (a managed key's last four characters, fs-…WXYZ;
+        -- none for a static key, whose secret an operator chose and may be short) and when it was last used (to the
+        -- minute: a server writes it at most once a minute a key).
+        ALTER TABLE api_keys ADD COLUMN hint TEXT;
+        ALTER TABLE api_keys ADD COLUMN last_used_at {id_type};
+"""
+
 _QUOTAS = """
         -- A tenant's limits (NULL: none), and what counts against them where every server sees it: requests per
         -- minute, running turns (each with a lease its server renews; a lapsed lease no longer counts) and model
@@ -426,6 +434,7 @@ MIGRATIONS: list[tuple[str, str]] = [
             WHEN EXISTS (SELECT 1 FROM audit_chain WHERE seq = NEW.seq OR entry = NEW.entry)
             BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
         """),
+    ("0022_key_use", _KEY_USE.format(id_type="INTEGER")),
 ]
 
 
@@ -553,6 +562,7 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
         CREATE TRIGGER audit_chain_no_truncate BEFORE TRUNCATE ON audit_chain
             FOR EACH STATEMENT EXECUTE FUNCTION flowstate_immutable('the audit trail is append-only');
         """),
+    ("0022_key_use", _KEY_USE.format(id_type="BIGINT")),
 ]
 FILLS: dict[str, Callable[[Any, bool], None]] = {"0011_search": search.fill, "0021_audit_chain": chain.fill}
 """Migrations whose data Python computes: run after the migration's SQL, in its transaction (conn, postgres)."""

@@ -9,8 +9,8 @@ import math
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from flowstate.errors import StorageError
 from flowstate.store.audit import new_id, write
@@ -45,6 +45,15 @@ class Key:
     expires_at: int | None  # unix seconds; None: until revoked
     revoked_at: int | None
     replaces: str | None  # the key this one was rotated from
+    hint: str | None = None  # fs-…WXYZ: a managed key's last four characters (None: a static key, or made before)
+    last_used_at: int | None = None  # to the minute (``USE_RESOLUTION_S``); None: never used since it was kept
+
+    @property
+    def state(self) -> Literal["active", "expired", "revoked"]:
+        """``active``, ``revoked`` or ``expired`` (now); a rotated key in its grace is active, with an expiry."""
+        if self.revoked_at is not None:
+            return "revoked"
+        return "active" if self.valid(time.time()) else "expired"
 
     def valid(self, now: float) -> bool:
         return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
@@ -71,7 +80,12 @@ def _audit(conn: Conn, audit: Audited, made: str, tenant: str) -> None:
         write(conn, audit(made, tenant))
 
 
-_KEY = "SELECT id, tenant_id, created_at, expires_at, revoked_at, replaces FROM api_keys"
+_KEY = "SELECT id, tenant_id, created_at, expires_at, revoked_at, replaces, hint, last_used_at FROM api_keys"
+USE_RESOLUTION_S = 60  # a key's last use is written at most once this often (a write per request would not pay)
+
+
+def hint(secret: str) -> str:
+    return SECRET_PREFIX + "…" + secret[-4:]
 
 
 class TenantStore:
@@ -115,11 +129,13 @@ class TenantStore:
                     secret: str | None = None) -> tuple[Key, str]:
         if conn.execute("SELECT 1 FROM tenants WHERE id = ?", (tenant_id,)).fetchone() is None:
             raise TenantError(f"no tenant {tenant_id!r}", "not_found")
+        managed = secret is None  # a static key's secret is the operator's: no part of it is shown
         secret = secret or SECRET_PREFIX + secrets.token_urlsafe(32)
-        key = Key(new_id("key_"), tenant_id, int(time.time()), expires_at, None, replaces)
-        conn.execute("INSERT INTO api_keys (id, tenant_id, digest, created_at, expires_at, replaces) "
-                     "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",
-                     (key.id, tenant_id, digest(secret), key.created_at, expires_at, replaces))
+        key = Key(new_id("key_"), tenant_id, int(time.time()), expires_at, None, replaces,
+                  hint(secret) if managed else None)
+        conn.execute("INSERT INTO api_keys (id, tenant_id, digest, created_at, expires_at, replaces, hint) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",
+                     (key.id, tenant_id, digest(secret), key.created_at, expires_at, replaces, key.hint))
         return key, secret
 
     def keys(self, tenant_id: str) -> list[Key]:
@@ -148,7 +164,7 @@ class TenantStore:
             key, secret = self._insert_key(conn, old.tenant, None if lifetime is None else now + lifetime, old.id)
             conn.execute("UPDATE api_keys SET expires_at = ? WHERE id = ?", (ends, old.id))
             _audit(conn, audit, key.id, old.tenant)
-        return Key(old.id, old.tenant, old.created_at, ends, None, old.replaces), key, secret
+        return replace(old, expires_at=ends), key, secret
 
     def revoke(self, key_id: str, audit: Audited = None) -> Key:
         with self._db.write(f"cannot revoke key {key_id!r}") as conn:
@@ -165,6 +181,22 @@ class TenantStore:
         with self._db.read() as conn:
             row = conn.execute(_KEY + " WHERE digest = ?", (key_digest,)).fetchone()
         return None if row is None else Key(*row)
+
+    def used(self, key: Key, now: float) -> None:
+        """Note that ``key`` was used now, unless a use under ``USE_RESOLUTION_S`` ago is noted. A database too busy
+        to take it loses the note, never the request."""
+        try:
+            with self._db.write("cannot note a key's use") as conn:
+                conn.execute("UPDATE api_keys SET last_used_at = ? WHERE id = ? AND (last_used_at IS NULL OR "
+                             "last_used_at < ?)", (int(now), key.id, int(now) - USE_RESOLUTION_S))
+        except StorageError:
+            pass
+
+    def sessions(self, tenant_ids: list[str]) -> dict[str, int]:
+        """How many sessions each tenant has (its namespace's), in one read."""
+        with self._db.read() as conn:
+            return {t: conn.execute("SELECT COUNT(*) FROM sessions WHERE substr(name, 1, ?) = ?",
+                                    (len(t) + 1, t + "/")).fetchone()[0] for t in tenant_ids}
 
     def adopt(self, secret: str) -> Key:
         """A static key (``--api-key``) as a managed one, once: its tenant is the namespace its sessions already

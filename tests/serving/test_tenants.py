@@ -273,3 +273,32 @@ def test_a_json_body_is_read_whatever_content_type_it_declares(server: Server) -
     done = subprocess.run(["curl", "-s", "-H", f"Authorization: Bearer {ADMIN}", f"{url}/admin/tenants",
                            "-d", '{"name": "by-curl"}'], capture_output=True, text=True, timeout=30)
     assert json.loads(done.stdout)["name"] == "by-curl", done.stdout
+
+
+@BOTH_DATABASES
+def test_the_list_of_tenants_says_what_an_operator_watches_and_a_key_shows_only_its_hint(server: Server) -> None:
+    url = server.start(notes("[acme]", 2), "--admin-key", ADMIN, "--api-key", "static-key-of-before")
+    acme, key_id, secret = tenant_with_key(url, "acme")
+    assert admin(url, "PATCH", f"/tenants/{acme}", quota={"requests_per_minute": 50}).status_code == 200
+    made = admin(url, "GET", f"/tenants/{acme}/keys").json()["data"][0]
+    assert made["hint"] == "fs-…" + secret[-4:] and made["state"] == "active" and made["last_used_at"] is None
+    assert secret not in json.dumps(admin(url, "GET", "/tenants").json())
+
+    before = int(time.time())
+    remember(url, secret, "trip", "[acme] remember")
+    remember(url, secret, "plans", "[acme] again")
+    listed = {t["id"]: t for t in admin(url, "GET", "/tenants").json()["data"]}
+    row = listed[acme]
+    assert row["sessions"] == 2 and row["keys"] == 1
+    assert row["usage"]["requests_this_minute"] in (1, 2)  # two requests, unless a minute turned between them
+    assert row["usage"]["tokens_today"] > 0 and row["usage"]["running_turns"] == 0
+    static = next(t for t in listed.values() if t["id"] != acme)  # the static key's tenant, adopted at start
+    assert static["sessions"] == 0 and static["keys"] == 1
+    static_key = admin(url, "GET", f"/tenants/{static['id']}/keys").json()["data"][0]
+    assert static_key["hint"] is None  # an operator's own secret: no part of it shown
+
+    used = admin(url, "GET", f"/tenants/{acme}/keys").json()["data"][0]
+    assert before - 1 <= used["last_used_at"] <= time.time() + 1  # written once, on the first use
+    assert admin(url, "DELETE", f"/keys/{key_id}").json()["state"] == "revoked"
+    row = next(t for t in admin(url, "GET", "/tenants").json()["data"] if t["id"] == acme)
+    assert row["keys"] == 0
