@@ -12,7 +12,7 @@ import anyio
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from flowstate.store.audit import ACTIONS, MAX_PAGE, Entry
+from flowstate.store.audit import ACTIONS, ACTORS, MAX_PAGE, Entry
 from flowstate.store.quotas import Quota
 from flowstate.store.repository import Repository
 from flowstate.store.retention import PolicyError, RetentionPolicy, parse_policy
@@ -300,15 +300,20 @@ class AuditPage(BaseModel):
 
 
 @router.get("/audit")
-async def audit(request: Request, since: float | None = None, tenant: str | None = None, action: str | None = None,
-                limit: int = 100, after: str | None = None) -> AuditPage:
-    """The audit trail, oldest first: from ``since`` (unix seconds), of one ``tenant``, of one ``action``, a page of
-    ``limit`` (1–1000) after the entry ``after``."""
+async def audit(request: Request, since: float | None = None, until: float | None = None, tenant: str | None = None,
+                action: str | None = None, actor: str | None = None, limit: int = 100,
+                after: str | None = None) -> AuditPage:
+    """The audit trail, oldest first: from ``since`` until before ``until`` (unix seconds), of one ``tenant``, of one
+    ``action``, of one ``actor`` (admin, tenant, shell, server), a page of ``limit`` (1–1000) after the entry
+    ``after``."""
     if not 1 <= limit <= MAX_PAGE:
         raise bad_request(f"limit is {limit}: 1 to {MAX_PAGE}", "limit", "invalid_limit")
     if action is not None and action not in ACTIONS:
         raise bad_request(f"unknown action {action!r}: {', '.join(ACTIONS)}", "action", "invalid_action")
-    found, more = await anyio.to_thread.run_sync(_repo(request).audit.entries, since, tenant, action, limit, after)
+    if actor is not None and actor not in ACTORS:
+        raise bad_request(f"unknown actor {actor!r}: {', '.join(ACTORS)}", "actor", "invalid_actor")
+    found, more = await anyio.to_thread.run_sync(
+        lambda: _repo(request).audit.entries(since, tenant, action, limit, after, actor=actor, until=until))
     data = [AuditObject(id=e.id, at=e.at, tenant=e.tenant, key=e.key, actor=e.actor, action=e.action, target=e.target,
                         result=e.result, detail=dict(e.detail)) for e in found]
     return AuditPage(data=data, has_more=more, last_id=data[-1].id if data else None)

@@ -31,6 +31,7 @@ def new_id(prefix: str) -> str:
     return f"{prefix}{time.time_ns():016x}{secrets.token_hex(4)}"
 
 
+ACTORS = ("admin", "tenant", "shell", "server")
 ACTIONS = ("tenant.create", "tenant.quota", "key.create", "key.rotate", "key.revoke", "session.export",
            "session.import", "session.delete", "memory.search", "session.read",  # session.read: by an admin key
            "session.expire", "tenant.retention",  # session.expire: by retention's sweep
@@ -82,11 +83,13 @@ class AuditLog:
         return chain.verify(self._db, chain.key(), expect)
 
     def entries(self, since: float | None = None, tenant: str | None = None, action: str | None = None,
-                limit: int = 100, after: str | None = None) -> tuple[list[Entry], bool]:
-        """A page of entries, oldest first, from ``since`` (unix seconds) and after the entry ``after``; and
-        whether more follow."""
+                limit: int = 100, after: str | None = None, *, actor: str | None = None,
+                until: float | None = None) -> tuple[list[Entry], bool]:
+        """A page of entries, oldest first, from ``since`` until before ``until`` (unix seconds), of one ``tenant``,
+        ``action`` or ``actor``, after the entry ``after``; and whether more follow."""
         where, args = ["1 = 1"], []
-        for clause, value in (("at >= ?", since), ("tenant = ?", tenant), ("action = ?", action), ("id > ?", after)):
+        for clause, value in (("at >= ?", since), ("at < ?", until), ("tenant = ?", tenant), ("action = ?", action),
+                              ("actor = ?", actor), ("id > ?", after)):
             if value is not None:
                 where.append(clause)
                 args.append(value)

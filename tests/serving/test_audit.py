@@ -75,11 +75,15 @@ def test_every_admin_and_data_action_is_in_the_trail_with_who_and_how_it_ended(s
     second = trail(url, limit=5, after=first["last_id"])
     assert first["has_more"] and [e["id"] for e in first["data"] + second] == [e["id"] for e in entries[:10]]
     assert trail(url, since=entries[-1]["at"]) == entries[-1:]
+    assert trail(url, until=entries[1]["at"]) == [e for e in entries if e["at"] < entries[1]["at"]]
+    assert {e["actor"] for e in trail(url, actor="tenant")} == {"tenant"}
+    assert len(trail(url, actor="admin")) + len(trail(url, actor="tenant")) == len(entries)
     # who may read it, and bad parameters
     assert as_tenant(url, key.replace("fs-", "fs-x"), "GET", "/admin/audit").status_code == 401
     fresh = admin(url, "POST", f"/tenants/{tenant_id}/keys").json()["secret"]
     assert as_tenant(url, fresh, "GET", "/admin/audit").status_code == 403
-    for params, status in (({"limit": 0}, 400), ({"action": "steal"}, 400), ({"since": "yesterday"}, 422)):
+    for params, status in (({"limit": 0}, 400), ({"action": "steal"}, 400), ({"actor": "root"}, 400),
+                           ({"since": "yesterday"}, 422)):
         bad = httpx.get(f"{url}/admin/audit", headers={"Authorization": f"Bearer {ADMIN}"}, params=params, timeout=30)
         assert bad.status_code == status, (params, bad.text)
     # it stays with the server: a session file carries none of it
