@@ -17,7 +17,8 @@ from fastapi.responses import RedirectResponse, Response
 from serving.errors import APIError
 
 FILES = {"": ("index.html", "text/html; charset=utf-8"), "console.js": ("console.js", "text/javascript; charset=utf-8"),
-         "console.css": ("console.css", "text/css; charset=utf-8")}
+         "console.css": ("console.css", "text/css; charset=utf-8"),
+         "admin.js": ("admin.js", "text/javascript; charset=utf-8")}
 HEADERS = {
     # its own script and style files only: no inline script or style, nothing from elsewhere, no frames, no forms
     # that post anywhere; fetch() to this server only

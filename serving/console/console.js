@@ -1,9 +1,12 @@
 // FlowState's console: a view of the public routes (/v1/sessions, a session and its requests, /v1/memory/search),
-// read with the key the user signed in with. Every value from a model, a tool or a user is set as text (never as
+// read with the key the user signed in with; with an admin key, the operator's pages (admin.js) and any tenant's
+// memory read-only (X-FlowState-Tenant). Every value from a model, a tool or a user is set as text (never as
 // HTML), the key stays in this tab's session storage and travels only as a bearer token.
 "use strict";
 (() => {
   const KEY = "flowstate.console.key";
+  const ROLE = "flowstate.console.role";  // "admin" for an admin key, else a tenant's key
+  const TENANT_HEADER = "X-FlowState-Tenant";
   const SVG = "http://www.w3.org/2000/svg";
   const TYPES = ["preference", "knowledge", "attribute", "judgement", "artifact"];
   const RELATIONS = ["supports", "derives", "follows", "supersedes"];
@@ -16,6 +19,9 @@
   const POLL_MS = 1500;
   const main = document.getElementById("main");
   let poll = null;
+  let viewing = null;  // the tenant an admin key reads (#/t/ID/…), or null
+  const pages = {};  // further pages by their first path part (admin.js adds "admin")
+  const tenantNames = new Map();  // tenant id -> name, as the admin pages last read them
 
   class SignInNeeded extends Error {}
 
@@ -39,14 +45,26 @@
   const s = (tag, attrs, ...children) => build(document, SVG, tag, attrs, children);
 
   function show(...nodes) {
-    main.replaceChildren(...nodes);
+    main.replaceChildren(...(viewing ? [viewingBanner()] : []), ...nodes);
+  }
+
+  // on every page of a tenant an admin key reads: whose memory it is, and that it is read-only and audited
+  function viewingBanner() {
+    const name = tenantNames.get(viewing);
+    return h("p", { id: "viewing", class: "banner", role: "status" }, "Tenant ",
+      h("strong", { id: "viewing-name" }, name || viewing), name ? " (" + viewing + ")" : null,
+      " — read with the admin key, read-only; every read is in the audit trail. ",
+      h("a", { href: "#/admin/tenant/" + encodeURIComponent(viewing) }, "Back to the tenant"));
   }
 
   const clip = (text, n) => (text.length <= n ? text : text.slice(0, n - 1) + "…");
   const when = (sec) => (sec ? new Date(sec * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "—");
   const json = (value) => JSON.stringify(value, null, 2);
+  // a page's address, in the tenant an admin key reads when it reads one
+  const at = (path) => (viewing ? "#/t/" + encodeURIComponent(viewing) : "#") + path;
+  const isAdmin = () => sessionStorage.getItem(ROLE) === "admin";
   const sessionHref = (name, state) =>
-    "#/session/" + encodeURIComponent(name) + (state ? "?state=" + encodeURIComponent(state) : "");
+    at("/session/") + encodeURIComponent(name) + (state ? "?state=" + encodeURIComponent(state) : "");
   const kindOf = (node) => (node.kind === "observation" ? "observation" : node.type);
   const badge = (text, cls) => h("span", { class: "badge " + (cls || "") }, text);
   const typeBadge = (kind) => h("span", { class: "badge t-" + kind }, kind);
@@ -57,6 +75,8 @@
     const headers = {};
     const key = sessionStorage.getItem(KEY);
     if (key) headers.Authorization = "Bearer " + key;
+    if (viewing && !path.startsWith("/v1/admin/")) headers[TENANT_HEADER] = viewing;
+    if (options && options.body !== undefined) headers["Content-Type"] = "application/json";
     const res = await fetch(path, Object.assign({ cache: "no-store" }, options || {}, { headers }));
     let body = null;
     try { body = await res.json(); } catch (e) { body = null; }
@@ -84,21 +104,33 @@
       event.preventDefault();
       const key = form.querySelector("#api-key").value;
       sessionStorage.setItem(KEY, key);
+      sessionStorage.removeItem(ROLE);
       try {
         await api("/v1/sessions?limit=1");
       } catch (e) {
-        sessionStorage.removeItem(KEY);
-        error.textContent = e instanceof SignInNeeded ? "That key is not one this server takes." : e.message;
-        return;
+        let admin = false;
+        if (e.status === 403) {  // an admin key reads no memory of its own: the admin routes say it is one
+          try { await api("/v1/admin/tenants"); admin = true; } catch (e2) { admin = false; }
+        }
+        if (!admin) {
+          sessionStorage.removeItem(KEY);
+          error.textContent = e instanceof SignInNeeded || e.status === 403
+            ? "That key is not one this server takes." : e.message;
+          return;
+        }
+        sessionStorage.setItem(ROLE, "admin");
       }
       form.querySelector("#api-key").value = "";
       document.getElementById("sign-out").hidden = false;
+      if (isAdmin() && !location.hash.startsWith("#/admin")) location.hash = "#/admin";
       route();
     });
   }
 
   document.getElementById("sign-out").addEventListener("click", () => {
     sessionStorage.removeItem(KEY);
+    sessionStorage.removeItem(ROLE);
+    tenantNames.clear();
     location.hash = "#/";
     signIn("Signed out.");
   });
@@ -128,7 +160,7 @@
     const filter = h("input", { type: "search", id: "session-filter", placeholder: "filter by name", value: name });
     const form = h("form", { class: "toolbar", onsubmit: (e) => {
       e.preventDefault();
-      location.hash = "#/" + (filter.value ? "?name=" + encodeURIComponent(filter.value) : "");
+      location.hash = at("/") + (filter.value ? "?name=" + encodeURIComponent(filter.value) : "");
     } }, filter, h("button", { type: "submit" }, "Filter"));
     const status = h("p", { class: "error", role: "alert", id: "sessions-error" });
     const rows = list.data.map((row) => h("tr", { "data-session": row.id },
@@ -138,14 +170,14 @@
       h("td", {}, when(row.created_at)), h("td", {}, row.strategy || "—"),
       h("td", {}, row.forked_from ? h("a", { href: sessionHref(row.forked_from.session) },
         row.forked_from.session + " @" + row.forked_from.requests) : "—"),
-      h("td", {}, h("button", { type: "button", class: "danger delete", onclick: () => remove(row.id, status) },
-        "Delete"))));
+      h("td", {}, viewing ? null : h("button", { type: "button", class: "danger delete",
+        onclick: () => remove(row.id, status) }, "Delete"))));
     const more = [];
-    if (after) more.push(h("a", { href: "#/" + (name ? "?name=" + encodeURIComponent(name) : "") }, "First page"));
+    if (after) more.push(h("a", { href: at("/") + (name ? "?name=" + encodeURIComponent(name) : "") }, "First page"));
     if (list.has_more) {
       const next = new URLSearchParams({ after: list.last_id });
       if (name) next.set("name", name);
-      more.push(h("a", { href: "#/?" + next, id: "next-page" }, "Next page"));
+      more.push(h("a", { href: at("/?") + next, id: "next-page" }, "Next page"));
     }
     show(h("h1", {}, "Sessions"), quota, form, status,
       list.data.length ? h("table", { id: "sessions" },
@@ -514,7 +546,7 @@
       if (type.value) next.set("type", type.value);
       if (obs.checked) next.set("in", "states,observations");
       if (session.value) next.set("session", session.value);
-      location.hash = "#/search?" + next;
+      location.hash = at("/search?") + next;
     } }, q, type, h("label", {}, obs, " observations too"), session, h("button", { type: "submit" }, "Search"));
     const results = h("div", { id: "hits" });
     const status = h("p", { class: "error", role: "alert", id: "search-error" });
@@ -559,19 +591,50 @@
     stopPolling();
     const [path, qs] = (location.hash.slice(1) || "/").split("?");
     const params = new URLSearchParams(qs || "");
-    const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+    let parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+    viewing = null;
+    if (parts[0] === "t" && parts[1] && isAdmin()) {
+      viewing = parts[1];
+      parts = parts.slice(2);
+      if (!tenantNames.has(viewing)) await readTenantNames();
+    }
+    navFor();
     try {
       if (parts[0] === "session" && parts[1]) await sessionPage(parts[1], params);
       else if (parts[0] === "search") await searchPage(params);
+      else if (pages[parts[0]]) await pages[parts[0]](parts.slice(1), params);
+      else if (isAdmin() && !viewing) await pages.admin([], params);
       else await sessionsPage(params);
       document.getElementById("sign-out").hidden = !sessionStorage.getItem(KEY);
     } catch (e) {
       if (e instanceof SignInNeeded) signIn(sessionStorage.getItem(KEY) ? e.message : "");
       else show(h("h1", {}, "Something went wrong"), h("p", { class: "error", role: "alert" }, e.message),
-        h("p", {}, h("a", { href: "#/" }, "Back to the sessions")));
+        h("p", {}, h("a", { href: isAdmin() && !viewing ? "#/admin" : at("/") }, "Back")));
     }
   }
 
+  async function readTenantNames() {
+    try {
+      for (const t of (await api("/v1/admin/tenants")).data) tenantNames.set(t.id, t.name);
+    } catch (e) { /* the banner names the tenant by its id */ }
+  }
+
+  // the header's links: an admin key's pages, and a tenant's memory pages where there is one to read
+  function navFor() {
+    const admin = isAdmin();
+    document.getElementById("nav-tenants").hidden = !admin;
+    document.getElementById("nav-audit").hidden = !admin;
+    const memory = !admin || viewing;
+    for (const [id, path] of [["nav-sessions", "/"], ["nav-search", "/search"]]) {
+      const link = document.getElementById(id);
+      link.hidden = !memory;
+      link.setAttribute("href", at(path));
+    }
+  }
+
+  // what admin.js builds its pages with
+  window.FlowStateConsole = { h, api, show, when, badge, json, clip, at, pages, tenantNames, SignInNeeded,
+    tenantHeader: TENANT_HEADER };
   window.addEventListener("hashchange", route);
-  route();
+  document.addEventListener("DOMContentLoaded", route);  // once admin.js (loaded after this file) has added its pages
 })();
