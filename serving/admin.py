@@ -17,6 +17,7 @@ from flowstate.store.quotas import Quota
 from flowstate.store.repository import Repository
 from flowstate.store.retention import PolicyError, RetentionPolicy, parse_policy
 from flowstate.store.tenants import Key, Tenant, TenantError, TenantStore
+from serving.erasure import ErasureIn, erase_subject
 from serving.errors import APIError, bad_request, conflict
 from serving.naming import MAX_NAME, check_name
 from serving.services import Services
@@ -277,6 +278,14 @@ async def revoke_key(request: Request, key_id: str) -> KeyObject:
         raise bad_request(f"{key_id!r} is not a key id (key_…)", "key_id", "invalid_key_id")
     return _key(await _store(request, _tenants(request).revoke, key_id, _audited(request, "key.revoke"),
                              refused=_did(request, "key.revoke", key_id)))
+
+
+@router.post("/tenants/{tenant_id}/erasure")
+async def erase_for_tenant(request: Request, tenant_id: str, body: ErasureIn) -> dict[str, Any]:
+    """``POST /v1/erasure`` in the tenant's memory, by an admin (a person's request that reached the operator); the
+    audit trail names the admin key. ``dry_run`` says what would go."""
+    await _store(request, _tenants(request).tenant, tenant_id)
+    return await erase_subject(request, tenant_id + "/", body, tenant_id)
 
 
 class AuditObject(BaseModel):

@@ -12,6 +12,7 @@ import anyio
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from flowstate.store.audit import text_digest
 from flowstate.store.erasure import Receipt
 from serving.errors import APIError, conflict
 from serving.services import Services
@@ -26,13 +27,24 @@ class ErasureIn(BaseModel):
     subject: str = Field(min_length=1, max_length=512, description="a session name, or an end-user id: the `user` "
                          "of chat completions and responses, or a value of a conversation's metadata")
     wait_s: float = Field(30.0, ge=0, le=MAX_WAIT_S, description="how long to wait for a running turn of the subject")
+    dry_run: bool = Field(False, description="say what would be erased (sessions, counts per kind) and erase nothing")
 
 
 @router.post("/v1/erasure")
 async def erase(request: Request, body: ErasureIn) -> dict[str, Any]:
     s: Services = request.app.state.services
-    ns = s.namespace(request)
+    return await erase_subject(request, s.namespace(request), body)
+
+
+async def erase_subject(request: Request, ns: str, body: ErasureIn, tenant: str | None = None) -> dict[str, Any]:
+    """Erase ``body.subject`` in the namespace ``ns`` (the caller's own, or ``tenant``'s for an admin), or with
+    ``dry_run`` say what would go and remove nothing (recorded in the audit trail by the subject's digest)."""
+    s: Services = request.app.state.services
     repo = s.config.repo
+    if body.dry_run:
+        preview = await anyio.to_thread.run_sync(repo.erasure.preview, ns, body.subject)
+        await s.record(entry(request.state.caller, "subject.erase", text_digest(body.subject), tenant, dry_run=True))
+        return preview
     names = sorted(await anyio.to_thread.run_sync(repo.erasure.sessions_of, ns, body.subject))
     entered: list[str] = []
     try:
@@ -46,7 +58,7 @@ async def erase(request: Request, body: ErasureIn) -> dict[str, Any]:
             raise conflict(f"a turn runs in session {busy!r} of this subject beyond wait_s ({body.wait_s:g} s): "
                            "nothing was erased; try again", "subject_busy") from None
         receipt: Receipt = await anyio.to_thread.run_sync(
-            repo.erasure.erase, ns, body.subject, entry(request.state.caller, "subject.erase", ""))
+            repo.erasure.erase, ns, body.subject, entry(request.state.caller, "subject.erase", "", tenant))
         background = request.app.state.responses.background
         for name in names:
             s.sessions.forget(name)  # the live copy: its transcript, waiting request, replies by Idempotency-Key

@@ -106,6 +106,18 @@ class ErasureStore:
         depth = {name: int(d) for name, d in tree}
         return sorted(roots | set(depth), key=lambda n: (-depth.get(n, 0), n))
 
+    def preview(self, namespace: str, subject: str) -> dict[str, Any]:
+        """What ``erase`` would remove now, removing nothing: the sessions (names in the namespace) and the counts
+        its receipt would give."""
+        with self._db.read() as conn:
+            sessions = self._sessions(conn, namespace, subject)
+            counts, stored = self._count(conn, sessions)
+            counts["responses"] = sum(conn.execute("SELECT COUNT(*) FROM responses WHERE session = ?",
+                                                   (name,)).fetchone()[0] for name in sessions)
+        counts["sessions"] = len(stored)
+        return {"object": "erasure.preview", "sessions": [n[len(namespace):] for n in sessions if n in stored],
+                "removed": counts}
+
     def erase(self, namespace: str, subject: str, actor: Entry | None = None) -> Receipt:
         """Remove everything the subject names in the namespace, in one transaction, with its receipt (and
         ``actor``'s audit entry, its target the subject's digest) kept in it."""

@@ -174,6 +174,44 @@
         : h("p", { class: "muted" }, "No keys: issue one for the tenant's clients."));
   }
 
+  // erase a subject in the tenant's memory: what would go first (a dry run), then the erasure after a confirmation
+  // naming it, then its receipt
+  function erasureCard(tenant, status) {
+    const path = "/v1/admin/tenants/" + encodeURIComponent(tenant.id) + "/erasure";
+    const subject = h("input", { id: "erasure-subject", required: true, maxlength: 512,
+      placeholder: "a session name or an end-user id" });
+    const out = h("div", { id: "erasure-out" });
+    const counts = (removed) => h("ul", { class: "counts" }, Object.entries(removed).filter(([, n]) => n)
+      .map(([kind, n]) => h("li", {}, number(n) + " " + kind.replaceAll("_", " "))));
+    const erase = async (who, seen) => {
+      if (!window.confirm("Erase everything tenant " + tenant.name + " stores about " + JSON.stringify(who) + ": " +
+        seen.sessions.length + " sessions and all they hold? This cannot be undone.")) return;
+      const receipt = await act(status, () => api(path, { method: "POST", body: JSON.stringify({ subject: who }) }));
+      if (!receipt) return;
+      out.replaceChildren(h("div", { id: "erasure-receipt" }, h("h3", {}, "Erased: receipt ",
+        h("span", { class: "mono", id: "receipt-id" }, receipt.id)), counts(receipt.removed),
+      h("p", { class: "muted" }, "At " + when(Math.floor(receipt.at)) + "; the subject kept only as a salted digest (" +
+        receipt.subject_sha256.slice(0, 16) + "…); receipt digest " + receipt.digest.slice(0, 16) + "…"),
+      (receipt.mentions || []).length ? [h("p", {}, "Other sessions that still mention it (not erased; review them):"),
+        h("ul", { id: "erasure-mentions" }, receipt.mentions.map((m) => h("li", {}, m.session + ": " + m.requests +
+          " requests, " + m.nodes + " states")))] : null,
+      h("ul", { class: "muted" }, receipt.storage.map((note) => h("li", {}, note)))));
+    };
+    return h("form", { class: "card", id: "erasure-form", onsubmit: async (e) => {
+      e.preventDefault();
+      const who = subject.value;
+      const seen = await act(status, () => api(path, { method: "POST", body: JSON.stringify({ subject: who, dry_run: true }) }));
+      if (!seen) return;
+      out.replaceChildren(h("div", { id: "erasure-preview" },
+        h("p", {}, "An erasure of ", h("strong", {}, who), " would remove " + seen.sessions.length + " sessions:"),
+        h("ul", { id: "erasure-sessions" }, seen.sessions.map((n) => h("li", { class: "mono" }, n))), counts(seen.removed),
+        seen.sessions.length ? h("button", { type: "button", class: "danger", id: "erase", onclick: () => erase(who, seen) },
+          "Erase") : h("p", { class: "muted" }, "Nothing is stored about it.")));
+    } }, h("h2", {}, "Erase a subject"), h("p", { class: "muted" }, "Everything the tenant stores about a person or " +
+      "a session, gone from the database with a receipt (forgetting.md)."),
+    h("label", {}, "Subject ", subject), h("button", { type: "submit" }, "Show what would go"), out);
+  }
+
   async function tenantPage(id, note, made) {
     const tenant = (await tenants()).find((t) => t.id === id);
     if (!tenant) {
@@ -198,7 +236,8 @@
       note ? h("p", { class: "notice", id: "admin-notice", role: "status" }, note) : null, status,
       made && made.secret ? secretCard(made, tenant) : null,
       keysTable(tenant, keys, status, reload),
-      h("div", { class: "forms" }, quotaForm(tenant, status, reload), retentionForm(tenant, status, reload)));
+      h("div", { class: "forms" }, quotaForm(tenant, status, reload), retentionForm(tenant, status, reload)),
+      erasureCard(tenant, status));
   }
 
   // -- the audit trail ------------------------------------------------------------------------------------------------

@@ -33,6 +33,11 @@ def sign_in(browser: Any, root: str, key: str) -> None:
     browser.find_element(By.CSS_SELECTOR, "#sign-in button[type=submit]").click()
 
 
+def sessions_of(url: str, key: str) -> list[str]:
+    return [s["id"] for s in httpx.get(url + "/sessions", headers={"Authorization": f"Bearer {key}"},
+                                       timeout=30).json()["data"]]
+
+
 def text(browser: Any, css: str) -> str:
     from selenium.webdriver.common.by import By
 
@@ -43,7 +48,7 @@ def test_an_operators_day_in_the_console(server: Server, browser: Any, shots: An
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
-    url = server.start(notes("[acme]", 3), "--admin-key", ADMIN)
+    url = server.start(notes("[acme]", 6), "--admin-key", ADMIN)
     root = url.removesuffix("/v1")
     sign_in(browser, root, ADMIN)
     wait_until(browser, lambda: "No tenants yet." in text(browser, "main"))  # the admin's first page: tenants
@@ -144,6 +149,28 @@ def test_an_operators_day_in_the_console(server: Server, browser: Any, shots: An
     wait_until(browser, lambda: "unknown action" in text(browser, "#audit-error"))
     assert XSS in text(browser, "#audit-error")
     assert browser.execute_script("return window.__pwned === undefined && !document.querySelector('main img')")
+
+    # erase a subject: what would go, then (confirmed) the erasure and its receipt
+    remember(url, secret, "alice", "[acme] alice's own words")
+    browser.get(root + "/ui/#/admin/tenant/" + tenant["id"])
+    wait_for(browser, "#erasure-subject").send_keys("alice")
+    browser.find_element(By.CSS_SELECTOR, "#erasure-form button[type=submit]").click()
+    wait_until(browser, lambda: [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#erasure-sessions li")]
+               == ["alice"])
+    assert "1 requests" in text(browser, "#erasure-preview")
+    browser.find_element(By.ID, "erase").click()
+    alert = browser.switch_to.alert
+    assert '"alice"' in alert.text and "acme" in alert.text and "1 sessions" in alert.text
+    alert.dismiss()
+    assert sorted(sessions_of(url, secret)) == ["alice", "trip"]  # not confirmed: nothing erased
+    browser.find_element(By.ID, "erase").click()
+    browser.switch_to.alert.accept()
+    receipt_id = wait_for(browser, "#receipt-id").text
+    assert receipt_id.startswith("era_") and sessions_of(url, secret) == ["trip"]
+    assert "1 sessions" in text(browser, "#erasure-receipt") and "alice" not in text(browser, "#erasure-receipt")
+    receipt = httpx.get(f"{url}/erasure/{receipt_id}", headers={"Authorization": f"Bearer {secret}"}, timeout=30)
+    assert receipt.json()["removed"]["sessions"] == 1  # the tenant's receipt
+    shots(browser, "admin-erasure")
 
     # revoke the old key: asked first, naming it
     browser.get(root + "/ui/#/admin/tenant/" + tenant["id"])

@@ -149,3 +149,38 @@ def test_the_shell_refuses_to_erase_on_a_sqlite_database_a_server_uses(server: S
     done = subprocess.run(erase, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert '"object": "erasure"' in done.stdout
+
+
+def test_a_dry_run_says_what_would_go_and_an_admin_erases_for_a_tenant(server: Server) -> None:
+    url = server.start(notes("[n]", 40), "--admin-key", ADMIN)
+    acme, _, key = tenant_with_key(url, "acme")
+    _, _, other = tenant_with_key(url, "beta")
+    _remember(url, key, SECRET)
+    _remember(url, other, OTHER)
+    sessions = sorted(s["id"] for s in call(url, key, "GET", "/sessions").json()["data"])
+
+    preview = call(url, key, "POST", "/erasure", json={"subject": "alice", "dry_run": True})
+    assert preview.status_code == 200, preview.text
+    seen = preview.json()
+    assert seen["object"] == "erasure.preview" and sorted(seen["sessions"]) == sessions and len(sessions) == 4
+    assert seen["removed"]["sessions"] == 4 and seen["removed"]["responses"] == 5
+    assert sorted(s["id"] for s in call(url, key, "GET", "/sessions").json()["data"]) == sessions  # nothing went
+    by_admin = call(url, ADMIN, "POST", f"/admin/tenants/{acme}/erasure", json={"subject": "alice", "dry_run": True})
+    assert by_admin.json() == seen
+
+    # an admin erases in the tenant's memory; the receipt is the tenant's, the trail names the admin key
+    for bad, status in ((f"/admin/tenants/{acme}/erasure", 403), ("/admin/tenants/t-nobody/erasure", 404)):
+        refused = call(url, key if status == 403 else ADMIN, "POST", bad, json={"subject": "alice"})
+        assert refused.status_code == status, refused.text
+    erased = call(url, ADMIN, "POST", f"/admin/tenants/{acme}/erasure", json={"subject": "alice"})
+    assert erased.status_code == 200, erased.text
+    receipt = erased.json()
+    assert receipt["tenant"] == acme and receipt["removed"] == {**seen["removed"], "vault_values_elsewhere": 0}
+    assert call(url, key, "GET", "/sessions").json()["data"] == [] and _text_anywhere(url, key, SECRET) == []
+    assert call(url, key, "GET", f"/erasure/{receipt['id']}").json() == receipt
+    assert call(url, ADMIN, "GET", f"/erasure/{receipt['id']}", headers={"X-FlowState-Tenant": acme}).json() == receipt
+    assert len(_text_anywhere(url, other, OTHER)) >= 4  # another tenant's alice: all there
+    trail = call(url, ADMIN, "GET", "/admin/audit", params={"action": "subject.erase"}).json()["data"]
+    assert [(e["actor"], e["tenant"], e["detail"].get("dry_run", False)) for e in trail] == [
+        ("tenant", acme, True), ("admin", acme, True), ("admin", acme, False)]
+    assert "alice" not in str(trail)
