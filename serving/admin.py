@@ -288,6 +288,37 @@ async def erase_for_tenant(request: Request, tenant_id: str, body: ErasureIn) ->
     return await erase_subject(request, tenant_id + "/", body, tenant_id)
 
 
+class UsagePoint(BaseModel):
+    start: int = Field(description="the hour's or day's start, unix seconds (UTC)")
+    requests: int = Field(description="requests that ended in it")
+    tokens: int = Field(description="model tokens they spent")
+    refused: int = Field(description="requests its quota refused (429)")
+
+
+class UsageHistory(BaseModel):
+    object: Literal["list"] = "list"
+    tenant: str
+    bucket: Literal["hour", "day"]
+    data: list[UsagePoint]
+
+
+@router.get("/tenants/{tenant_id}/usage")
+async def usage_history(request: Request, tenant_id: str, bucket: Literal["hour", "day"] = "hour",
+                        since: float | None = None, until: float | None = None) -> UsageHistory:
+    """The tenant's use over time, a point an hour or a day, every one from ``since`` to before ``until`` (unix
+    seconds; by default the last 48 hours or 30 days, this one the last), at most 1000."""
+    size = 3600 if bucket == "hour" else DAY
+    end = time.time() if until is None else until
+    start = (end // size - (47 if bucket == "hour" else 29)) * size if since is None else since  # now's, and before
+    repo = _repo(request)
+    await _store(request, repo.tenants.tenant, tenant_id)
+    try:
+        points = await anyio.to_thread.run_sync(repo.quotas.history, tenant_id, start, end, size)
+    except ValueError as exc:
+        raise bad_request(f"since {start:g} to until {end:g} by {bucket}: {exc}", "since", "invalid_range") from None
+    return UsageHistory(tenant=tenant_id, bucket=bucket, data=[UsagePoint(**asdict(p)) for p in points])
+
+
 class AuditObject(BaseModel):
     id: str
     object: Literal["audit.entry"] = "audit.entry"

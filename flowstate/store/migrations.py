@@ -205,6 +205,19 @@ _KEY_USE = """
         ALTER TABLE api_keys ADD COLUMN last_used_at {id_type};
 """
 
+_USAGE_HOURS = """
+        -- Each tenant's use over time, an hour a row (hour: unix seconds // 3600): requests that ended, the model
+        -- tokens they spent and the requests its quota refused (429). What the console plots; never what was said.
+        CREATE TABLE usage_hours (
+            tenant_id TEXT NOT NULL,
+            hour {id_type} NOT NULL,
+            requests {id_type} NOT NULL DEFAULT 0,
+            tokens {id_type} NOT NULL DEFAULT 0,
+            refused {id_type} NOT NULL DEFAULT 0,
+            PRIMARY KEY (tenant_id, hour)
+        );
+"""
+
 _QUOTAS = """
         -- A tenant's limits (NULL: none), and what counts against them where every server sees it: requests per
         -- minute, running turns (each with a lease its server renews; a lapsed lease no longer counts) and model
@@ -435,6 +448,7 @@ MIGRATIONS: list[tuple[str, str]] = [
             BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
         """),
     ("0022_key_use", _KEY_USE.format(id_type="INTEGER")),
+    ("0023_usage_hours", _USAGE_HOURS.format(id_type="INTEGER")),
 ]
 
 
@@ -563,6 +577,7 @@ POSTGRES_MIGRATIONS: list[tuple[str, str]] = [
             FOR EACH STATEMENT EXECUTE FUNCTION flowstate_immutable('the audit trail is append-only');
         """),
     ("0022_key_use", _KEY_USE.format(id_type="BIGINT")),
+    ("0023_usage_hours", _USAGE_HOURS.format(id_type="BIGINT")),
 ]
 FILLS: dict[str, Callable[[Any, bool], None]] = {"0011_search": search.fill, "0021_audit_chain": chain.fill}
 """Migrations whose data Python computes: run after the migration's SQL, in its transaction (conn, postgres)."""

@@ -1,11 +1,13 @@
 """Tenants' quotas, counted in the database every server shares, so that two servers never admit twice a limit:
 requests per minute (a row per tenant and minute), concurrent turns (a row per running turn, with a lease its server
 renews: a killed server's turns stop counting when their lease runs out) and model tokens per day (a row per tenant
-and UTC day). Admission is one write transaction, serialized per tenant (PostgreSQL: the tenant's row locked;
+and UTC day); and each tenant's use over time, an hour a row, for the operator (``history``). Admission is one write
+transaction, serialized per tenant (PostgreSQL: the tenant's row locked;
 SQLite: its one writer), and decided before anything of the request is stored."""
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from dataclasses import dataclass
@@ -14,6 +16,8 @@ from flowstate.store.audit import Entry, write
 from flowstate.store.backends import Backend, Conn, PostgresBackend
 
 DAY_S = 86_400
+HOUR_S = 3600
+MAX_BUCKETS = 1000  # hours or days in one read of the history
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,35 @@ class QuotaVerdict:
     turn: str | None = None
     refused: str | None = None  # "requests", "turns" or "tokens"
     retry_after_s: float = 0.0
+
+
+def _refused(quota: Quota, usage: TenantUsage, now: float) -> QuotaVerdict | None:
+    """Which limit refuses one more request now, if one does."""
+    if quota.tokens_per_day is not None and usage.tokens >= quota.tokens_per_day:
+        return QuotaVerdict(quota, usage, refused="tokens", retry_after_s=usage.day_ends - now)
+    if quota.requests_per_minute is not None and usage.requests >= quota.requests_per_minute:
+        return QuotaVerdict(quota, usage, refused="requests", retry_after_s=usage.minute_ends - now)
+    if quota.concurrent_turns is not None and usage.turns >= quota.concurrent_turns:
+        return QuotaVerdict(quota, usage, refused="turns", retry_after_s=1.0)
+    return None
+
+
+def _hour(conn: Conn, tenant: str, now: float, requests: int = 0, tokens: int = 0, refused: int = 0) -> None:
+    """Add to the tenant's use in this hour (``usage_hours``)."""
+    conn.execute("INSERT INTO usage_hours (tenant_id, hour, requests, tokens, refused) VALUES (?, ?, ?, ?, ?) "
+                 "ON CONFLICT (tenant_id, hour) DO UPDATE SET requests = usage_hours.requests + ?, "
+                 "tokens = usage_hours.tokens + ?, refused = usage_hours.refused + ?",
+                 (tenant, int(now // HOUR_S), requests, tokens, refused, requests, tokens, refused))
+
+
+@dataclass(frozen=True)
+class UsageBucket:
+    """A tenant's use in one hour or day: ``start`` in unix seconds."""
+
+    start: int
+    requests: int
+    tokens: int
+    refused: int
 
 
 class QuotaStore:
@@ -97,12 +130,10 @@ class QuotaStore:
             if self._pg:  # one admission of a tenant at a time, across every server
                 conn.execute("SELECT id FROM tenants WHERE id = ? FOR UPDATE", (tenant,))
             usage = self._usage(conn, tenant, now)
-            if quota.tokens_per_day is not None and usage.tokens >= quota.tokens_per_day:
-                return QuotaVerdict(quota, usage, refused="tokens", retry_after_s=usage.day_ends - now)
-            if quota.requests_per_minute is not None and usage.requests >= quota.requests_per_minute:
-                return QuotaVerdict(quota, usage, refused="requests", retry_after_s=usage.minute_ends - now)
-            if quota.concurrent_turns is not None and usage.turns >= quota.concurrent_turns:
-                return QuotaVerdict(quota, usage, refused="turns", retry_after_s=1.0)
+            refused = _refused(quota, usage, now)
+            if refused is not None:
+                _hour(conn, tenant, now, refused=1)
+                return refused
             conn.execute("INSERT INTO quota_minutes (tenant_id, minute, requests) VALUES (?, ?, 1) "
                          "ON CONFLICT (tenant_id, minute) DO UPDATE SET requests = quota_minutes.requests + 1",
                          (tenant, int(now // 60)))
@@ -121,8 +152,10 @@ class QuotaStore:
     def end(self, turn: str | None, tenant: str, tokens: int, refund_minute: int | None = None) -> None:
         """A turn ended: its slot (if it held one) is free, and the model tokens it spent count in its tenant's day;
         with ``refund_minute``, its request no longer counts in that minute."""
-        day = int(time.time() // DAY_S)
+        now = time.time()
+        day = int(now // DAY_S)
         with self._db.write("cannot end a turn's quota") as conn:
+            _hour(conn, tenant, now, requests=1, tokens=tokens)
             if turn is not None:
                 conn.execute("DELETE FROM quota_turns WHERE id = ?", (turn,))
             if refund_minute is not None:
@@ -132,3 +165,21 @@ class QuotaStore:
                 conn.execute("INSERT INTO quota_days (tenant_id, day, tokens) VALUES (?, ?, ?) ON CONFLICT "
                              "(tenant_id, day) DO UPDATE SET tokens = quota_days.tokens + ?",
                              (tenant, day, tokens, tokens))
+
+    def history(self, tenant: str, since: float, until: float, bucket_s: int = HOUR_S) -> list[UsageBucket]:
+        """The tenant's use from ``since`` to before ``until``, a bucket an hour or a day (``bucket_s`` 3600 or
+        86400), every bucket of the range (none used: zeros), oldest first; at most ``MAX_BUCKETS``."""
+        if bucket_s not in (HOUR_S, DAY_S):
+            raise ValueError(f"a bucket is an hour or a day, not {bucket_s} s")
+        if until <= since:
+            raise ValueError("until is not after since")
+        first, end = int(since // bucket_s), math.ceil(until / bucket_s)
+        if not 0 < end - first <= MAX_BUCKETS:
+            raise ValueError(f"{end - first} buckets: 1 to {MAX_BUCKETS}")
+        per = bucket_s // HOUR_S
+        with self._db.read() as conn:
+            rows = conn.execute(
+                f"SELECT hour / {per}, SUM(requests), SUM(tokens), SUM(refused) FROM usage_hours WHERE tenant_id = ? "
+                f"AND hour >= ? AND hour < ? GROUP BY hour / {per}", (tenant, first * per, end * per)).fetchall()
+        found = {int(b): (int(r), int(t), int(x)) for b, r, t, x in rows}
+        return [UsageBucket(b * bucket_s, *found.get(b, (0, 0, 0))) for b in range(first, end)]

@@ -3,7 +3,7 @@
 // secret is shown once, in the page that made it, and kept nowhere: not in storage, not in the address.
 "use strict";
 (() => {
-  const { h, api, show, when, badge, json, pages, tenantNames, SignInNeeded } = window.FlowStateConsole;
+  const { h, s, api, show, when, badge, json, pages, tenantNames, SignInNeeded } = window.FlowStateConsole;
   const PAGE = 50;  // tenants and audit entries a page
   const GRACES = [[0, "ends now"], [600, "works 10 more minutes"], [3600, "works 1 more hour"],
     [86400, "works 1 more day"]];
@@ -174,6 +174,60 @@
         : h("p", { class: "muted" }, "No keys: issue one for the tenant's clients."));
   }
 
+  // -- use over time: the server's hourly counts, as bars ------------------------------------------------------------
+
+  const CHART = { width: 880, height: 150, left: 64, bottom: 22, top: 18 };
+
+  // one series as bars (with `over` stacked on top in the refusal colour), its peak and the time at both ends
+  function bars(points, value, over, title, cls, label) {
+    const { width, height, left, bottom, top } = CHART;
+    const peak = Math.max(1, ...points.map((p) => value(p) + (over ? over(p) : 0)));
+    const step = (width - left) / points.length, inner = height - bottom - top;
+    const y = (v) => top + inner - (v / peak) * inner;
+    const svg = s("svg", { width, height, class: "chart " + cls, role: "img", "aria-label": title + ", peak " + number(peak) },
+      s("text", { x: 0, y: 12, "font-weight": "bold" }, title),
+      s("text", { x: left - 6, y: top + 10, "text-anchor": "end" }, number(peak)),
+      s("text", { x: left - 6, y: top + inner, "text-anchor": "end" }, "0"),
+      s("line", { x1: left, x2: width, y1: top + inner, y2: top + inner, stroke: "#b8bfca" }));
+    points.forEach((p, i) => {
+      const x = left + i * step, v = value(p), o = over ? over(p) : 0;
+      const tip = label(p) + ": " + number(v) + (over ? ", " + number(o) + " refused" : "");
+      if (v) svg.append(s("rect", { x: x + 1, y: y(v), width: Math.max(1, step - 2), height: y(0) - y(v),
+        class: "bar", "data-start": p.start, "data-value": v }, s("title", {}, tip)));
+      if (o) svg.append(s("rect", { x: x + 1, y: y(v + o), width: Math.max(1, step - 2), height: y(v) - y(v + o),
+        class: "bar refused", "data-start": p.start, "data-value": o }, s("title", {}, tip)));
+    });
+    const marks = [[0, "start"], [Math.floor(points.length / 2), "middle"], [points.length - 1, "end"]];
+    for (const [i, anchor] of marks) {
+      const x = anchor === "end" ? width : left + i * step + (anchor === "middle" ? step / 2 : 0);
+      svg.append(s("text", { x, y: height - 6, "text-anchor": anchor }, label(points[i])));
+    }
+    return svg;
+  }
+
+  async function usageCard(tenant, bucket) {
+    const found = await api("/v1/admin/tenants/" + encodeURIComponent(tenant.id) + "/usage?bucket=" + bucket);
+    const points = found.data;
+    const label = (p) => new Date(p.start * 1000).toISOString().slice(bucket === "hour" ? 5 : 0, bucket === "hour" ? 13 : 10)
+      .replace("T", " ") + (bucket === "hour" ? "h" : "");
+    const used = points.filter((p) => p.requests || p.tokens || p.refused);
+    const other = bucket === "hour" ? "day" : "hour";
+    const total = (k) => number(points.reduce((n, p) => n + p[k], 0));
+    return h("div", { class: "card", id: "usage" },
+      h("h2", {}, "Use over time"),
+      h("p", { class: "muted" }, (bucket === "hour" ? "The last 48 hours" : "The last 30 days") + " (UTC): " +
+        total("requests") + " requests, " + total("tokens") + " model tokens, " + total("refused") + " refused (429). ",
+      h("a", { href: tenantHref(tenant.id) + "?usage=" + other, id: "usage-other" }, "By " + other)),
+      h("div", { id: "usage-charts", "data-bucket": bucket },
+        bars(points, (p) => p.requests, (p) => p.refused, "Requests (refused on top)", "requests", label),
+        bars(points, (p) => p.tokens, null, "Model tokens", "tokens", label)),
+      h("details", {}, h("summary", {}, "As a table (" + used.length + " " + bucket + "s with use)"),
+        h("table", { id: "usage-table" }, h("thead", {}, h("tr", {}, [bucket === "hour" ? "Hour" : "Day", "Requests",
+          "Model tokens", "Refused"].map((t) => h("th", {}, t)))),
+        h("tbody", {}, used.map((p) => h("tr", {}, h("td", {}, label(p)), h("td", {}, number(p.requests)),
+          h("td", {}, number(p.tokens)), h("td", {}, number(p.refused))))))));
+  }
+
   // erase a subject in the tenant's memory: what would go first (a dry run), then the erasure after a confirmation
   // naming it, then its receipt
   function erasureCard(tenant, status) {
@@ -212,7 +266,7 @@
     h("label", {}, "Subject ", subject), h("button", { type: "submit" }, "Show what would go"), out);
   }
 
-  async function tenantPage(id, note, made) {
+  async function tenantPage(id, note, made, params) {
     const tenant = (await tenants()).find((t) => t.id === id);
     if (!tenant) {
       show(h("h1", {}, "No such tenant"), h("p", { class: "error", role: "alert" }, "This server has no tenant " + id + "."),
@@ -221,7 +275,9 @@
     }
     const keys = (await api("/v1/admin/tenants/" + encodeURIComponent(id) + "/keys")).data;
     const status = h("p", { class: "error", role: "alert", id: "admin-error" });
-    const reload = (text, key) => tenantPage(id, text, key);
+    const bucket = params && params.get("usage") === "day" ? "day" : "hour";
+    const usage = await usageCard(tenant, bucket);
+    const reload = (text, key) => tenantPage(id, text, key, params);
     const reading = "#/t/" + encodeURIComponent(id);
     show(h("h1", {}, "Tenant ", h("span", { id: "tenant-name" }, tenant.name)),
       h("p", { class: "muted" }, h("span", { class: "mono" }, tenant.id), " · created " + when(tenant.created_at) +
@@ -235,7 +291,7 @@
         of(tenant.usage.tokens_today, tenant.quota.tokens_per_day)),
       note ? h("p", { class: "notice", id: "admin-notice", role: "status" }, note) : null, status,
       made && made.secret ? secretCard(made, tenant) : null,
-      keysTable(tenant, keys, status, reload),
+      keysTable(tenant, keys, status, reload), usage,
       h("div", { class: "forms" }, quotaForm(tenant, status, reload), retentionForm(tenant, status, reload)),
       erasureCard(tenant, status));
   }
@@ -323,7 +379,7 @@
   }
 
   pages.admin = async (parts, params) => {
-    if (parts[0] === "tenant" && parts[1]) await tenantPage(parts[1]);
+    if (parts[0] === "tenant" && parts[1]) await tenantPage(parts[1], null, null, params);
     else if (parts[0] === "audit") await auditPage(params);
     else await tenantsPage(params);
   };

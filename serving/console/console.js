@@ -633,7 +633,7 @@
   }
 
   // what admin.js builds its pages with
-  window.FlowStateConsole = { h, api, show, when, badge, json, clip, at, pages, tenantNames, SignInNeeded,
+  window.FlowStateConsole = { h, s, api, show, when, badge, json, clip, at, pages, tenantNames, SignInNeeded,
     tenantHeader: TENANT_HEADER };
   window.addEventListener("hashchange", route);
   document.addEventListener("DOMContentLoaded", route);  // once admin.js (loaded after this file) has added its pages

@@ -108,8 +108,21 @@ def test_an_operators_day_in_the_console(server: Server, browser: Any, shots: An
     assert not acme.find_element(By.CSS_SELECTOR, ".tokens").text.startswith("0 ")
     shots(browser, "admin-tenants")
 
-    # read its sessions as admin: named on every page, read-only
+    # its use over time, from the server's own hourly counts, plotted
     acme.find_element(By.CSS_SELECTOR, ".tenant-link").click()
+    charts = wait_for(browser, "#usage-charts")
+    values = {kind: [int(b.get_attribute("data-value")) for b in charts.find_elements(
+        By.CSS_SELECTOR, f".{kind} .bar:not(.refused)")] for kind in ("requests", "tokens")}
+    history = admin(url, "GET", f"/tenants/{tenant['id']}/usage").json()["data"]
+    assert sum(values["requests"]) == 2 == sum(p["requests"] for p in history)
+    assert sum(values["tokens"]) == sum(p["tokens"] for p in history) > 0
+    browser.execute_script("document.getElementById('usage').scrollIntoView()")
+    shots(browser, "admin-usage")
+    browser.find_element(By.ID, "usage-other").click()
+    wait_until(browser, lambda: browser.find_element(By.ID, "usage-charts").get_attribute("data-bucket") == "day")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#usage-charts .requests .bar")) == 1  # today's
+
+    # read its sessions as admin: named on every page, read-only
     wait_for(browser, "#read-sessions").click()
     wait_for(browser, "tr[data-session='trip']")
     assert "Tenant acme" in text(browser, "#viewing") and "read-only" in text(browser, "#viewing")

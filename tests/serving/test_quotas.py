@@ -211,3 +211,41 @@ def test_a_turn_the_model_breaks_is_not_charged_to_the_tenants_minute(server: Se
     assert usage["requests_this_minute"] == 0 and usage["tokens_today"] > 0  # the tokens were spent all the same
     assert ask(url, key, "[ok] and this", "b").choices[0].message.content == "noted 0"  # the one request a minute
     assert raw(url, key, "[ok] one more", "c").status_code == 429
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_a_tenants_use_over_time_counts_what_ended_and_what_was_refused(db: str, server: Server,
+                                                                        request: pytest.FixtureRequest) -> None:
+    if db == "postgres":
+        server.db = request.getfixturevalue("pg_server").new_database()  # type: ignore[assignment]
+    url = server.start(notes("[use]", 6), "--admin-key", ADMIN)
+    if time.time() % 3600 > 3590:  # the requests in one hour
+        time.sleep(3600 - time.time() % 3600 + 0.5)
+    limited, key = tenant(url, "limited", tokens_per_day=1)
+    free, free_key = tenant(url, "free")
+    assert raw(url, key, "[use] one").status_code == 200
+    for _ in range(2):
+        assert raw(url, key, "[use] two").status_code == 429  # the day's tokens are spent
+    for i in range(3):
+        assert raw(url, free_key, f"[use] {i}").status_code == 200  # no limit: counted all the same
+
+    def points(tenant_id: str, **params: Any) -> list[dict[str, Any]]:
+        got = admin(url, "GET", f"/tenants/{tenant_id}/usage?" + "&".join(f"{k}={v}" for k, v in params.items()))
+        assert got.status_code == 200, got.text
+        return list(got.json()["data"])
+
+    hours = points(limited)
+    assert len(hours) == 48 and hours[-1]["start"] == int(time.time() // 3600) * 3600
+    assert [(p["requests"], p["refused"]) for p in hours if p["requests"] or p["refused"]] == [(1, 2)]
+    assert hours[-1]["tokens"] > 0 and sum(p["tokens"] for p in hours[:-1]) == 0
+    days = points(free, bucket="day")
+    assert len(days) == 30 and days[-1]["requests"] == 3 and days[-1]["refused"] == 0
+    assert days[-1]["tokens"] == sum(p["tokens"] for p in points(free))  # a day is its hours
+    now = time.time()
+    assert points(free, since=int(now) - 7200, until=int(now) - 3600)[-1]["requests"] == 0  # before them
+    for query, status in (("bucket=week", 422), (f"since={now}&until={now - 10}", 400),
+                          ("since=0", 400), ("since=soon", 422)):
+        bad = admin(url, "GET", f"/tenants/{free}/usage?{query}")
+        assert bad.status_code == status, (query, bad.text)
+    assert admin(url, "GET", "/tenants/t-nobody/usage").status_code == 404
+    assert admin(url, "GET", f"/tenants/{free}/usage", key=free_key).status_code == 403
