@@ -7,6 +7,9 @@ route reads and writes only the caller's namespace. A parameter a route does not
 
 from __future__ import annotations
 
+import hashlib
+import json
+import secrets
 import unicodedata
 from dataclasses import asdict, replace
 from typing import Annotated, Any, Literal
@@ -261,6 +264,15 @@ def only(request: Request, *names: str) -> None:
                           "unknown_parameter")
 
 
+_EPOCH = secrets.token_hex(8)  # this process's: a restarted server (perhaps a newer layout) tags every session anew
+
+
+def etag(session: str, with_layout: bool, stored: tuple[int, ...] | None, running: Any, pending: Any) -> str:
+    """A session view's entity tag: its name, stored version and what runs in it now, as a digest."""
+    what = json.dumps([_EPOCH, session, with_layout, stored, running, pending], sort_keys=True, default=str)
+    return '"' + hashlib.sha256(what.encode("utf-8", "surrogatepass")).hexdigest()[:32] + '"'
+
+
 def stored_dump(repo: Repository, key: SessionKey, live: bool) -> dict[str, Any]:
     """The session's stored memory as its key knows it; a session whose first request still runs shows as empty."""
     try:
@@ -323,11 +335,12 @@ class SessionsService:
         return HitPage(data=[MemoryHit(**{**asdict(h), "session": h.session[len(ns):]}) for h in hits], has_more=more,
                        next=search.cursor(search.offset + search.limit) if more else None)
 
-    async def view(self, key: SessionKey, with_layout: bool) -> Response:
+    async def view(self, key: SessionKey, with_layout: bool, if_none_match: str | None = None) -> Response:
         """The session as JSON: its stored memory, the request a turn runs in it now (as it will be stored) or that
         waits on tool results, and, asked, its graph's layout — read, laid out, checked against ``SessionViewOut`` and
         written in a worker thread (a session of thousands of states takes a large part of a second: never on the
-        event loop, and checked once)."""
+        event loop, and checked once). Its ``ETag`` is the session's version (``Repository.version``, one query of
+        counts) and what runs in it now: a poll that sends it back in ``If-None-Match`` gets a 304, nothing read."""
         live = await self.s.sessions.view(key.full)  # memory, else the database
         waiting = live is not None and live.calls is not None
         # a turn runs in this server's memory (on a shared database, view reads anew)
@@ -336,6 +349,10 @@ class SessionsService:
         running = None if run is None else {"index": run.index_k, "query": run.query, "waiting": waiting,
                                             "steps": [st.to_dict() for st in list(run.steps)]}
         pending = {"tool_call_ids": live.calls} if waiting and live and live.calls else None
+        stored = await anyio.to_thread.run_sync(self.s.config.repo.version, key.full)
+        tag = etag(key.full, with_layout, stored, running, pending)
+        if if_none_match is not None and tag in [t.strip() for t in if_none_match.split(",")]:
+            return Response(status_code=304, headers={"ETag": tag})
 
         def written() -> bytes:
             repo = self.s.config.repo
@@ -346,7 +363,8 @@ class SessionsService:
             dump["pending"], dump["layout"] = pending, layout(dump) if with_layout else None
             return SessionViewOut.model_validate({"id": key.name, **dump}).model_dump_json().encode()
 
-        return Response(await anyio.to_thread.run_sync(written), media_type="application/json")
+        return Response(await anyio.to_thread.run_sync(written), media_type="application/json",
+                        headers={"ETag": tag, "Cache-Control": "private, no-cache"})
 
     async def finished(self, key: SessionKey, index: int) -> RequestView:
         """One finished request with its run record: every step's output and what became of it."""
@@ -449,7 +467,7 @@ async def search_memory(request: Request, query: Annotated[SearchQuery, Query()]
 async def get_session(session_id: str, request: Request, query: Annotated[SessionQuery, Query()]) -> Response:
     only(request, "layout")
     service = _service(request)
-    return await service.view(service.key(request, session_id), query.layout)
+    return await service.view(service.key(request, session_id), query.layout, request.headers.get("if-none-match"))
 
 
 @router.get("/v1/sessions/{session_id}/requests/{index}")

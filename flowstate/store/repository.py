@@ -243,6 +243,21 @@ class Repository:
             conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
         return True
 
+    def version(self, session: str) -> tuple[int, ...] | None:
+        """What changes whenever what ``session_dump`` shows of the session changes — its requests, nodes, forks and
+        feedback (stored history is never rewritten, only added to or deleted whole) — read in one query of
+        counts; None if there is no such session. A poll compares it instead of reading the whole session."""
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT s.id, (SELECT COUNT(*) FROM requests r WHERE r.session_id = s.id),"
+                " (SELECT COUNT(*) FROM nodes n WHERE n.session_id = s.id),"
+                " (SELECT COUNT(*) FROM sessions c WHERE c.parent_id = s.id),"
+                " (SELECT COALESCE(SUM(c.id), 0) FROM sessions c WHERE c.parent_id = s.id),"
+                " (SELECT COUNT(*) FROM feedback f WHERE f.session = s.name),"
+                " (SELECT COALESCE(MAX(f.id), 0) FROM feedback f WHERE f.session = s.name)"
+                " FROM sessions s WHERE s.name = ?", (session,)).fetchone()
+        return None if row is None else tuple(int(v) for v in row)
+
     def forked_from(self, session: str) -> tuple[str, int] | None:
         """The session a fork shares its first requests with, and how many (None for a session that is no fork)."""
         with self._read() as conn:

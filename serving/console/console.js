@@ -71,13 +71,14 @@
 
   // -- the API, with the signed-in key ---------------------------------------------------------------------------
 
-  async function api(path, options) {
-    const headers = {};
+  async function call(path, options) {
+    const headers = Object.assign({}, (options && options.headers) || {});
     const key = sessionStorage.getItem(KEY);
     if (key) headers.Authorization = "Bearer " + key;
     if (viewing && !path.startsWith("/v1/admin/")) headers[TENANT_HEADER] = viewing;
     if (options && options.body !== undefined) headers["Content-Type"] = "application/json";
     const res = await fetch(path, Object.assign({ cache: "no-store" }, options || {}, { headers }));
+    if (res.status === 304) return { res, body: null };
     let body = null;
     try { body = await res.json(); } catch (e) { body = null; }
     if (res.status === 401) throw new SignInNeeded(body && body.error ? body.error.message : "sign in");
@@ -86,7 +87,17 @@
       err.status = res.status;
       throw err;
     }
-    return body;
+    return { res, body };
+  }
+
+  async function api(path, options) {
+    return (await call(path, options)).body;
+  }
+
+  // a read that a poll repeats: with the entity tag of the last answer, null when nothing changed (a 304)
+  async function changed(path, last) {
+    const { res, body } = await call(path, last && last.tag ? { headers: { "If-None-Match": last.tag } } : {});
+    return res.status === 304 ? null : { body, tag: res.headers.get("ETag") };
   }
 
   const sessionPath = (name) => "/v1/sessions/" + encodeURIComponent(name);
@@ -434,8 +445,9 @@
 
   async function sessionPage(name, params) {
     const records = new Map(), open = new Set();
-    const withLayout = () => api(sessionPath(name) + "?layout=true");
-    let dump = await withLayout();
+    const withLayout = (last) => changed(sessionPath(name) + "?layout=true", last);
+    let last = await withLayout(null);
+    let dump = last.body;
     let selected = params.get("state") || null;
     let up = await lineage(dump);
     // the page's parts that live updates change, each replaced in place (the rest of the page stays as it is)
@@ -510,13 +522,15 @@
       d.requests.map((r) => (r.feedback || []).length)]);
     let seen = shape(dump);
     const tick = async () => {  // one poll at a time: the next is set once this one is done
-      let next;
-      try { next = await withLayout(); } catch (e) {
+      let fresh;
+      try { fresh = await withLayout(last); } catch (e) {
         stopPolling();
         if (e instanceof SignInNeeded) signIn(e.message);
         return;
       }
       if (poll === null) return;  // the page was left while this poll ran
+      if (fresh) last = fresh;  // null: a 304, the session as it was
+      const next = last.body;
       const now = shape(next);
       if (now !== seen) {
         seen = now;
