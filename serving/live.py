@@ -147,8 +147,7 @@ class Live:
         """The ids of the client's tool calls the unfinished request waits on; None when none wait."""
         if self.run is not None:
             return None if self.run.waiting is None else list(self.run.waiting.client)
-        waiting = None if self.suspended is None else self.suspended["run"].get("waiting")
-        return None if waiting is None else list(waiting["client"])
+        return waiting_calls(self.suspended)
 
     def unsettled(self) -> dict[str, Any]:
         """What the server holds of the waiting request besides the run itself, as JSON."""
@@ -169,6 +168,12 @@ def _text_bytes(value: Any) -> int:
     if isinstance(value, list | tuple):
         return 56 + sum(_text_bytes(v) for v in value)
     return 16
+
+
+def waiting_calls(suspended: dict[str, Any] | None) -> list[str] | None:
+    """The client's tool calls a stored waiting request (``Repository.pending``) waits on; None when none wait."""
+    waiting = None if suspended is None else suspended["run"].get("waiting")
+    return None if waiting is None else list(waiting["client"])
 
 
 def load_live(repo: Repository, name: str) -> Live:

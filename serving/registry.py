@@ -25,7 +25,7 @@ import anyio
 
 from flowstate.store.repository import Repository
 from serving.history import match
-from serving.live import Live, load_live
+from serving.live import Live, load_live, waiting_calls
 
 log = logging.getLogger("flowstate.serving")
 
@@ -213,6 +213,14 @@ class Registry:
         (read only)."""
         live = None if self.repo.shared else self._live.get(name)
         return live if live is not None else await anyio.to_thread.run_sync(load_live, self.repo, name)
+
+    async def waiting(self, name: str) -> list[str] | None:
+        """The client's tool calls the session's unfinished request waits on (None: none), from memory or the
+        database's waiting request alone — never its transcripts (a poll asks it every second and a half)."""
+        live = None if self.repo.shared else self._live.get(name)
+        if live is not None:
+            return live.calls
+        return waiting_calls(await anyio.to_thread.run_sync(self.repo.pending, name))
 
     def forget(self, name: str) -> None:
         if self._live.pop(name, None) is not None:

@@ -341,14 +341,14 @@ class SessionsService:
         written in a worker thread (a session of thousands of states takes a large part of a second: never on the
         event loop, and checked once). Its ``ETag`` is the session's version (``Repository.version``, one query of
         counts) and what runs in it now: a poll that sends it back in ``If-None-Match`` gets a 304, nothing read."""
-        live = await self.s.sessions.view(key.full)  # memory, else the database
-        waiting = live is not None and live.calls is not None
+        calls = await self.s.sessions.waiting(key.full)  # memory, else the database's waiting request
+        waiting = calls is not None
         # a turn runs in this server's memory (on a shared database, view reads anew)
         held = self.s.sessions.peek(key.full)
         run = held.run if held is not None else None
         running = None if run is None else {"index": run.index_k, "query": run.query, "waiting": waiting,
                                             "steps": [st.to_dict() for st in list(run.steps)]}
-        pending = {"tool_call_ids": live.calls} if waiting and live and live.calls else None
+        pending = {"tool_call_ids": calls} if calls else None
         stored = await anyio.to_thread.run_sync(self.s.config.repo.version, key.full)
         tag = etag(key.full, with_layout, stored, running, pending)
         if if_none_match is not None and tag in [t.strip() for t in if_none_match.split(",")]:

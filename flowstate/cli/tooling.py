@@ -553,6 +553,20 @@ def bench_sessions_cmd(sessions: int, result_mb: float, budgets: str, out: Path 
         emit(render_table(rows), out, {"rows": rows})
 
 
+@bench.command("console")
+@click.option("--requests", default=500, show_default=True, type=click.IntRange(min=1), help="The session's requests.")
+@click.option("--states", default=10, show_default=True, type=click.IntRange(min=1), help="States a request.")
+@click.option("--polls", default=40, show_default=True, type=click.IntRange(min=4), help="Polls timed (304s).")
+@OUT
+def bench_console_cmd(requests: int, states: int, polls: int, out: Path | None) -> None:
+    """A large session through the console's route: a full read against a poll's 304, and the console's open time."""
+    from flowstate.bench.console import bench_console, render_table
+
+    with errors():
+        row = bench_console(requests, states, polls, progress=progress)
+        emit(render_table(row), out, {"rows": [row]})
+
+
 @bench.command("responses")
 @click.option("--chain", default=1000, show_default=True, type=click.IntRange(min=1),
               help="Stored responses, each continuing the one before.")

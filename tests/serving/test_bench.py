@@ -89,3 +89,15 @@ def test_bench_retention_sweeps_the_seeded_backlog_and_nothing_of_the_traffic(tm
     for row in (off, on):
         assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["max_ms"]
     assert render_table([off, on]).count("\n") == 3
+
+
+def test_bench_console_times_a_full_read_a_304_poll_and_the_console_opening() -> None:
+    """``flowstate bench console`` on a small session: the route answers it whole and then 304 to its tag (the
+    bench asserts the 304), each figure measured; the console's open time where a browser is installed."""
+    from flowstate.bench.console import bench_console, render_table
+
+    row = bench_console(6, 3, 4, progress=lambda _: None)
+    assert (row["requests"], row["states"]) == (6, 18) and row["answer_mb"] > 0
+    assert row["full_read_ms"] > 0 and row["poll_304_ms"] > 0
+    assert row["console_open_s"] == "no browser" or 0 < row["console_open_s"] < 60
+    assert render_table(row).count("\n") == 2
