@@ -20,6 +20,56 @@ COL_W, COL_GAP, NODE_H, ROW_GAP, TOP, LEFT = 210, 80, 40, 18, 56, 16
 BEND = 40  # how far an arrow between two nodes of one column bows out to the right
 
 
+LABEL_H, CHAR_W = 12, 6.5  # a relation label's box: its height, and its width a character (11 px text)
+SPOTS = (0.5, 0.35, 0.65, 0.2, 0.8, 0.1, 0.9)  # where along its arrow a label may go, the middle first
+_CELL = 60  # the grid that finds the labels already placed near a spot
+
+
+def _point(t: float, p0: tuple[float, float], p1: tuple[float, float], p2: tuple[float, float],
+           p3: tuple[float, float]) -> tuple[float, float]:
+    """The cubic Bézier's point at ``t``."""
+    a, b, c, d = (1 - t) ** 3, 3 * (1 - t) ** 2 * t, 3 * (1 - t) * t * t, t ** 3
+    return (round(a * p0[0] + b * p1[0] + c * p2[0] + d * p3[0], 1),
+            round(a * p0[1] + b * p1[1] + c * p2[1] + d * p3[1], 1))
+
+
+class _Labels:
+    """Relation labels placed on their arrows, each at the first spot along it that no label placed before covers
+    (else the spot least covered): labels between two columns spread along their arrows instead of stacking."""
+
+    def __init__(self) -> None:
+        self._grid: dict[tuple[int, int], list[tuple[float, float, float]]] = {}
+
+    def _overlap(self, x: float, y: float, w: float) -> float:
+        area = 0.0
+        for gx in range(int(x // _CELL) - 2, int((x + w) // _CELL) + 2):
+            for gy in range(int(y // _CELL) - 1, int(y // _CELL) + 2):
+                for ox, oy, ow in self._grid.get((gx, gy), ()):
+                    dx = min(x + w, ox + ow) - max(x, ox)
+                    dy = min(y, oy) - max(y - LABEL_H, oy - LABEL_H)
+                    if dx > 0 and dy > 0:
+                        area += dx * dy
+        return area
+
+    def place(self, text: str, curve: tuple[tuple[float, float], ...]) -> tuple[float, float]:
+        """Where ``text``'s label goes on the arrow ``curve`` (its start, two controls, its end): the label's
+        left end at the text's baseline, centred on the point."""
+        w = len(text) * CHAR_W
+        best: tuple[float, float, float] | None = None
+        for t in SPOTS:
+            px, py = _point(t, *curve)
+            x, y = round(px - w / 2, 1), round(py + LABEL_H / 2 - 2, 1)
+            covered = self._overlap(x, y, w)
+            if best is None or covered < best[0]:
+                best = (covered, x, y)
+            if covered == 0:
+                break
+        assert best is not None
+        _, x, y = best
+        self._grid.setdefault((int(x // _CELL), int(y // _CELL)), []).append((x, y, w))
+        return x, y
+
+
 def layout(dump: dict[str, Any]) -> dict[str, Any]:
     """Where each part of the graph of ``session_dump``'s data goes, in pixels: ``columns`` (one a request: its
     ``x``), ``nodes`` (each id's ``x``, ``y``; a node of no listed request is left out), ``edges`` (an arrow's
@@ -34,7 +84,7 @@ def layout(dump: dict[str, Any]) -> dict[str, Any]:
         columns.append({"index": req["index"], "x": x})
         for row, node_id in enumerate(by_request.get(req["index"], [])):
             at[node_id] = (x, TOP + row * (NODE_H + ROW_GAP))
-    edges = []
+    edges, labels = [], _Labels()
     for node in dump["nodes"]:
         for rel in node["relations"]:
             if node["id"] not in at or rel["target"] not in at:
@@ -43,9 +93,10 @@ def layout(dump: dict[str, Any]) -> dict[str, Any]:
             sx, ex = (x1, x2 + COL_W) if x2 < x1 else (x1 + COL_W, x2) if x2 > x1 else (x1 + COL_W, x2 + COL_W)
             sy, ey = y1 + NODE_H / 2, y2 + NODE_H / 2
             bend = BEND if x1 == x2 else 0
+            lx, ly = labels.place(rel["rel"], ((sx, sy), (sx + bend, sy), (ex + bend, ey), (ex, ey)))
             edges.append({"source": node["id"], "target": rel["target"], "rel": rel["rel"],
                           "path": f"M {sx} {sy} C {sx + bend} {sy}, {ex + bend} {ey}, {ex} {ey}",
-                          "label_x": (sx + ex) / 2 + bend, "label_y": (sy + ey) / 2 - 4})
+                          "label_x": lx, "label_y": ly})
     bottom = max((y + NODE_H for _, y in at.values()), default=TOP)
     return {"width": 2 * LEFT + max(1, len(columns)) * (COL_W + COL_GAP), "height": bottom + 24,
             "node_width": COL_W, "node_height": NODE_H, "columns": columns,

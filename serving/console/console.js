@@ -256,14 +256,25 @@
         "data-type": kind, tabindex: 0, role: "button", "aria-pressed": node.id === selected ? "true" : "false",
         "aria-label": node.id + ", " + kind + ", request " + node.request + ": " + node.summary,
         onclick: () => select(node.id),
-        onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); select(node.id); } } },
+        onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); select(node.id); } },
+        onmouseenter: () => tipAt(node, x, y), onfocus: () => tipAt(node, x, y), onmouseleave: hideTip, onblur: hideTip },
         s("title", {}, node.id + " (" + kind + ")\n" + node.summary),
         s("rect", { x, y, width: w, height: nh, rx: 6, fill: TYPE_COLOURS[kind] || "#ddd" }),
         s("text", { x: x + 8, y: y + 16, "font-weight": "bold" }, clip(node.id, 30)),
         s("text", { x: x + 8, y: y + 32 }, clip(node.summary, 32)));
       svg.append(g);
     }
-    return h("div", { class: "graph", id: "graph-scroll" }, svg);
+    // a state's whole summary, under its box while the pointer or the focus is on it (the box shows 32 characters)
+    const tip = h("div", { class: "graph-tip", id: "graph-tip", role: "tooltip", hidden: true });
+    function tipAt(node, x, y) {
+      tip.replaceChildren(h("strong", {}, node.id), " ", node.summary);
+      tip.style.left = x + "px";
+      tip.style.top = (y + nh + 4) + "px";
+      tip.style.maxWidth = Math.max(w, 320) + "px";
+      tip.hidden = false;
+    }
+    function hideTip() { tip.hidden = true; }
+    return h("div", { class: "graph", id: "graph-scroll" }, svg, tip);
   }
 
   function statePanel(dump, id, select) {

@@ -146,6 +146,17 @@ def test_the_console_as_an_operator_uses_it(db: str, server: Server, browser: An
     kinds = {n.get_attribute("data-id"): n.get_attribute("data-type")
              for n in browser.find_elements(By.CSS_SELECTOR, "#state-graph .node")}
     assert kinds == {"pref_quiet": "preference", "dec_hotel": "judgement"}
+    whole = client(url, "key-one").get("/sessions/trip", cast_to=object)["nodes"]
+    summary = next(n["summary"] for n in whole if n["id"] == "dec_hotel")
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(browser).move_to_element(browser.find_element(By.ID, "session-name")).perform()  # off the graph
+    wait_until(browser, lambda: not browser.find_element(By.ID, "graph-tip").is_displayed())
+    browser.execute_script("document.querySelector(\"#state-graph .node[data-id='dec_hotel']\").focus()")
+    wait_until(browser, lambda: browser.find_element(By.ID, "graph-tip").is_displayed())
+    assert browser.find_element(By.ID, "graph-tip").text == "dec_hotel " + summary  # whole, on focus
+    browser.execute_script("document.activeElement.blur()")
+    wait_until(browser, lambda: not browser.find_element(By.ID, "graph-tip").is_displayed())
     assert [e.get_attribute("data-rel")
             for e in browser.find_elements(By.CSS_SELECTOR, "#state-graph .edge")] == ["supports"]
     # one layout: the console draws each node and arrow where the server's graph page does

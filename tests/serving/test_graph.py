@@ -45,3 +45,29 @@ def test_the_page_draws_the_layout_and_escapes_what_it_shows() -> None:
     assert {i: (float(x), float(y)) for i, x, y in rects} == {n["id"]: (n["x"], n["y"]) for n in placed["nodes"]}
     assert re.findall(r'<path class="edge" d="([^"]+)"', page) == [e["path"] for e in placed["edges"]]
     assert "<b>" not in page and "&lt;b&gt;" in page and "t&lt;1&gt;" in page and "<c>" not in page
+
+
+def test_labels_sit_on_their_arrows_and_never_on_each_other() -> None:
+    """Arrows that cross in one gutter (their middles at one point) and several from one node: each label on its
+    own arrow, no two overlapping — where the middle of each arrow would have stacked them."""
+    from serving.graph import CHAR_W, LABEL_H, SPOTS, _point
+
+    crossing = {"requests": [{"index": 1, "query": "q"}, {"index": 2, "query": "r"}, {"index": 3, "query": "s"}],
+                "nodes": [node("a", 1), node("b", 1), node("c", 1),
+                          node("d", 2, ("derives", "b"), ("supports", "c")), node("e", 2, ("supports", "a")),
+                          node("f", 2, ("follows", "a"), ("supersedes", "b")),
+                          node("g", 3, ("derives", "a"), ("supports", "b"), ("follows", "d"))]}
+    placed = layout(crossing)
+    assert len(placed["edges"]) == 8
+    boxes = []
+    for edge in placed["edges"]:
+        nums = [float(v) for v in re.findall(r"-?[\d.]+", edge["path"])]
+        curve = ((nums[0], nums[1]), (nums[2], nums[3]), (nums[4], nums[5]), (nums[6], nums[7]))
+        w = len(edge["rel"]) * CHAR_W
+        centre = (edge["label_x"] + w / 2, edge["label_y"] - LABEL_H / 2 + 2)
+        assert any(abs(centre[0] - px) < 0.2 and abs(centre[1] - py) < 0.2
+                   for px, py in (_point(t, *curve) for t in SPOTS)), edge  # on its own arrow
+        boxes.append((edge["label_x"], edge["label_y"] - LABEL_H, w))
+    for i, (x, y, w) in enumerate(boxes):
+        for ox, oy, ow in boxes[:i]:
+            assert min(x + w, ox + ow) <= max(x, ox) or min(y, oy) + LABEL_H <= max(y, oy), (boxes[i], (ox, oy))
