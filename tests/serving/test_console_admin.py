@@ -26,11 +26,17 @@ def sign_in(browser: Any, root: str, key: str) -> None:
     browser.get(root + "/ui/")
     browser.execute_script("sessionStorage.clear()")
     browser.get(root + "/ui/#/")
-    wait_until(browser, lambda: browser.find_element(By.CSS_SELECTOR, "#sign-in #api-key").is_displayed())
-    field = browser.find_element(By.ID, "api-key")
-    field.clear()
-    field.send_keys(key)
-    browser.find_element(By.CSS_SELECTOR, "#sign-in button[type=submit]").click()
+    for _ in range(3):  # the page may draw the form again as it starts: type into the one that stays
+        wait_until(browser, lambda: browser.find_element(By.CSS_SELECTOR, "#sign-in #api-key").is_displayed(), 30)
+        field = browser.find_element(By.ID, "api-key")
+        field.clear()
+        field.send_keys(key)
+        browser.find_element(By.CSS_SELECTOR, "#sign-in button[type=submit]").click()
+        try:
+            wait_until(browser, lambda: not browser.find_elements(By.ID, "sign-in"), 15)
+            return
+        except Exception:  # the form was drawn anew under the click: sign in again
+            continue
 
 
 def sessions_of(url: str, key: str) -> list[str]:
@@ -51,7 +57,7 @@ def test_an_operators_day_in_the_console(server: Server, browser: Any, shots: An
     url = server.start(notes("[acme]", 6), "--admin-key", ADMIN)
     root = url.removesuffix("/v1")
     sign_in(browser, root, ADMIN)
-    wait_until(browser, lambda: "No tenants yet." in text(browser, "main"))  # the admin's first page: tenants
+    wait_until(browser, lambda: "No tenants yet." in text(browser, "main"), 30)  # the admin's first page: tenants
     assert browser.current_url.endswith("#/admin")
     assert browser.find_element(By.ID, "nav-audit").is_displayed()
     assert not browser.find_element(By.ID, "nav-sessions").is_displayed()  # an admin key has no memory of its own
