@@ -48,24 +48,33 @@ def _median_ms(call: Callable[[], Any], n: int) -> float:
     return round(1000 * statistics.median(times), 1)
 
 
-def _browser_open_s(root: str, timeout_s: float = 120) -> float | None:
-    """Seconds from asking the console for the session to its graph being in the page; None without a browser."""
-    chromium, driver = shutil.which("chromium") or shutil.which("chromium-browser"), shutil.which("chromedriver")
+def chromium() -> tuple[Any | None, str]:
+    """A headless Chromium driven by Selenium (Debian's chromium and chromium-driver), or None and why not — the one
+    place the console's browser is made (its tests use it too)."""
+    binary, driver = shutil.which("chromium") or shutil.which("chromium-browser"), shutil.which("chromedriver")
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
-        from selenium.webdriver.common.by import By
-        from selenium.webdriver.support import expected_conditions as ec
-        from selenium.webdriver.support.ui import WebDriverWait
-    except ImportError:
-        return None
-    if not (chromium and driver):
-        return None
+    except ImportError as exc:
+        return None, f"selenium is not installed ({exc}): pip install -e '.[test]'"
+    if not (binary and driver):
+        return None, "chromium and chromedriver are not on PATH: apt-get install chromium chromium-driver"
     options = webdriver.ChromeOptions()
-    options.binary_location = chromium
+    options.binary_location = binary
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
         options.add_argument(arg)
-    browser = webdriver.Chrome(options=options, service=Service(driver))
+    return webdriver.Chrome(options=options, service=Service(driver)), ""
+
+
+def _browser_open_s(root: str, timeout_s: float = 120) -> float | None:
+    """Seconds from asking the console for the session to its graph being in the page; None without a browser."""
+    browser, _ = chromium()
+    if browser is None:
+        return None
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
     try:
         browser.get(root + "/ui/")
         browser.execute_script("sessionStorage.setItem('flowstate.console.key', arguments[0])", KEY)

@@ -3,14 +3,12 @@
 // secret is shown once, in the page that made it, and kept nowhere: not in storage, not in the address.
 "use strict";
 (() => {
-  const { h, s, api, show, when, badge, json, pages, tenantNames, SignInNeeded } = window.FlowStateConsole;
+  const { h, s, api, show, when, badge, json, number, of, pages, tenantNames, SignInNeeded } = window.FlowStateConsole;
   const PAGE = 50;  // tenants and audit entries a page
   const GRACES = [[0, "ends now"], [600, "works 10 more minutes"], [3600, "works 1 more hour"],
     [86400, "works 1 more day"]];
   const ACTORS = ["admin", "tenant", "shell", "server"];
   const tenantHref = (id) => "#/admin/tenant/" + encodeURIComponent(id);
-  const number = (n) => (n === null || n === undefined ? "—" : Number(n).toLocaleString("en"));
-  const of = (used, limit) => number(used) + " / " + (limit === null || limit === undefined ? "no limit" : number(limit));
   // the times an operator types, in UTC (the audit trail's): datetime-local values <-> unix seconds
   const toUnix = (v) => (v ? Date.parse(v.length === 16 ? v + ":00Z" : v + "Z") / 1000 : null);
   const fromUnix = (sec) => (sec ? new Date(sec * 1000).toISOString().slice(0, 16) : "");

@@ -57,6 +57,9 @@
       h("a", { href: "#/admin/tenant/" + encodeURIComponent(viewing) }, "Back to the tenant"));
   }
 
+  const number = (n) => (n === null || n === undefined ? "—" : Number(n).toLocaleString("en"));
+  // a figure against its limit: "2 / 100", "0 / no limit"
+  const of = (used, limit) => number(used) + " / " + (limit === null || limit === undefined ? "no limit" : number(limit));
   const clip = (text, n) => (text.length <= n ? text : text.slice(0, n - 1) + "…");
   const when = (sec) => (sec ? new Date(sec * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "—");
   const json = (value) => JSON.stringify(value, null, 2);
@@ -153,7 +156,6 @@
     let u;
     try { u = await api("/v1/usage"); } catch (e) { return null; }
     if (!u.tenant) return null;
-    const of = (used, limit) => used.toLocaleString("en") + " / " + (limit == null ? "no limit" : limit.toLocaleString("en"));
     return h("p", { id: "quota", class: "muted", "aria-label": "usage against quota" },
       "Requests this minute: ", of(u.usage.requests_this_minute, u.quota.requests_per_minute),
       " · Running turns: ", of(u.usage.running_turns, u.quota.concurrent_turns),
@@ -658,7 +660,7 @@
   }
 
   // what admin.js builds its pages with
-  window.FlowStateConsole = { h, s, api, show, when, badge, json, clip, at, pages, tenantNames, SignInNeeded,
+  window.FlowStateConsole = { h, s, api, show, when, badge, json, clip, at, number, of, pages, tenantNames, SignInNeeded,
     tenantHeader: TENANT_HEADER };
   window.addEventListener("hashchange", route);
   document.addEventListener("DOMContentLoaded", route);  // once admin.js (loaded after this file) has added its pages

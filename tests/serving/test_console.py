@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ import httpx
 import pytest
 
 from flowstate import Repository
+from flowstate.bench.console import chromium
 from flowstate.store.quotas import Quota
 from flowstate.store.tenants import legacy_tenant
 from tests.helpers import add, output
@@ -30,21 +30,9 @@ XSS = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
 
 
 def _browser() -> Any:
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError as exc:
-        reason = f"selenium is not installed ({exc}): pip install -e '.[test]'"
-    else:
-        if chromium and driver:
-            options = webdriver.ChromeOptions()
-            options.binary_location = chromium
-            for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-                options.add_argument(arg)
-            return webdriver.Chrome(options=options, service=Service(driver))
-        reason = "chromium and chromedriver are not on PATH: apt-get install chromium chromium-driver"
+    browser, reason = chromium()
+    if browser is not None:
+        return browser
     if os.environ.get(REQUIRE_ENV):
         pytest.fail(reason)
     pytest.skip(reason)
