@@ -66,22 +66,40 @@ def chromium() -> tuple[Any | None, str]:
     return webdriver.Chrome(options=options, service=Service(driver)), ""
 
 
-def _browser_open_s(root: str, timeout_s: float = 120) -> float | None:
-    """Seconds from asking the console for the session to its graph being in the page; None without a browser."""
+def _browser_figures(root: str, last: str, timeout_s: float = 120) -> dict[str, Any]:
+    """In a real Chromium: seconds from asking the console for the session to its graph being in the page, the
+    states it drew then (only those in view are), and seconds to find the state ``last`` by its id (typed, the view
+    scrolled to it and it selected) and to zoom out to a quarter; "no browser" without one."""
     browser, _ = chromium()
     if browser is None:
-        return None
+        return dict.fromkeys(BROWSER, "no browser")
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
+    wait = WebDriverWait(browser, timeout_s)
+
+    def timed(act: Callable[[], Any], css: str, text: str | None = None) -> float:
+        started = time.perf_counter()
+        act()
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, css)) if text is None
+                   else ec.text_to_be_present_in_element((By.CSS_SELECTOR, css), text))
+        return round(time.perf_counter() - started, 2)
+
     try:
         browser.get(root + "/ui/")
         browser.execute_script("sessionStorage.setItem('flowstate.console.key', arguments[0])", KEY)
-        started = time.perf_counter()
-        browser.get(root + f"/ui/#/session/{SESSION}")
-        WebDriverWait(browser, timeout_s).until(ec.presence_of_element_located((By.CSS_SELECTOR, "#state-graph .node")))
-        return round(time.perf_counter() - started, 2)
+        opened = timed(lambda: browser.get(root + f"/ui/#/session/{SESSION}"), "#state-graph .node")
+        drawn = len(browser.find_elements(By.CSS_SELECTOR, "#state-graph .node"))
+
+        def find() -> None:
+            browser.find_element(By.ID, "graph-find-id").send_keys(last)
+            browser.find_element(By.CSS_SELECTOR, "#graph-find button").click()
+
+        found = timed(find, f"#state-graph .node.selected[data-id='{last}']")
+        zoom = browser.find_element(By.ID, "zoom-out")
+        zoomed = timed(lambda: [zoom.click() for _ in range(3)], "#graph-zoom", "25%")
+        return {"console_open_s": opened, "drawn_states": drawn, "find_s": found, "zoom_out_s": zoomed}
     finally:
         browser.quit()
 
@@ -112,15 +130,16 @@ def bench_console(requests: int, states: int, polls: int, progress: Callable[[st
             poll_ms = _median_ms(lambda: httpx.get(route, headers={**headers, "If-None-Match": tag}, timeout=600),
                                  polls)
             progress("timed the route; opening the console")
-            opened = _browser_open_s(url)
+            browser = _browser_figures(url, f"s{requests}_{states - 1}")
         finally:
             stop(proc)
     return {"requests": requests, "states": requests * states, "answer_mb": round(len(first.content) / 2**20, 2),
             "full_read_ms": full_ms, "poll_304_ms": poll_ms, "poll_speedup": round(full_ms / max(poll_ms, 0.01), 1),
-            "console_open_s": opened if opened is not None else "no browser"}
+            **browser}
 
 
-HEAD = ["requests", "states", "answer_mb", "full_read_ms", "poll_304_ms", "poll_speedup", "console_open_s"]
+BROWSER = ["console_open_s", "drawn_states", "find_s", "zoom_out_s"]
+HEAD = ["requests", "states", "answer_mb", "full_read_ms", "poll_304_ms", "poll_speedup", *BROWSER]
 
 
 def render_table(row: dict[str, Any]) -> str:

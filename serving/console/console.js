@@ -226,35 +226,44 @@
     return incoming;
   }
 
+  // What the graph shows, kept across a page's repaints (a poll redraws the page): the zoom, the state types,
+  // relations and requests shown.
+  function graphView() {
+    return { zoom: 1, types: new Set([...TYPES, "observation"]), relations: new Set(RELATIONS), from: null, to: null };
+  }
+  const ZOOMS = [0.25, 0.5, 0.75, 1, 1.5, 2];
+  const DRAWN_MARGIN = 200;  // pixels of the drawing drawn past each edge of the view, so a scroll shows no gap
+  const shownBy = (view, node) => view.types.has(kindOf(node)) &&
+    (view.from === null || node.request >= view.from) && (view.to === null || node.request <= view.to);
+
   // the graph as the server lays it out (serving/graph.py's layout, the session's `layout` with ?layout=true): the
-  // graph page draws the same one
-  function graph(dump, selected, select) {
+  // graph page draws the same one. Only what is in view is drawn (a session of thousands of states is a few hundred
+  // elements at a time), again as the view is scrolled, dragged, zoomed or filtered.
+  function graph(dump, selected, select, view) {
     const lay = dump.layout, w = lay.node_width, nh = lay.node_height;
     const nodes = new Map(dump.nodes.map((n) => [n.id, n]));
     const queries = new Map(dump.requests.map((r) => [r.index, r.query]));
-    const svg = s("svg", { width: lay.width, height: lay.height, id: "state-graph", role: "group",
+    const at = new Map(lay.nodes.map((spot) => [spot.id, spot]));
+    const column = new Map();  // a column's x -> the spots in it
+    for (const spot of lay.nodes) {
+      if (!column.has(spot.x)) column.set(spot.x, []);
+      column.get(spot.x).push(spot);
+    }
+    const svg = s("svg", { id: "state-graph", role: "group", viewBox: "0 0 " + lay.width + " " + lay.height,
       "aria-label": "state graph: " + dump.nodes.length + " nodes over " + dump.requests.length + " requests" });
     const defs = s("defs", {});
     for (const [rel, colour] of Object.entries(RELATION_COLOURS)) {
       defs.append(s("marker", { id: "arrow-" + rel, viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7,
         markerHeight: 7, orient: "auto-start-reverse" }, s("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: colour })));
     }
-    svg.append(defs);
-    for (const col of lay.columns) {
-      const query = queries.get(col.index) || "";
-      svg.append(s("text", { x: col.x, y: 22, "font-weight": "bold" }, "request " + col.index),
-        s("text", { x: col.x, y: 40 }, s("title", {}, query), clip(query, 34)));
-    }
-    for (const edge of lay.edges) {
-      const colour = RELATION_COLOURS[edge.rel] || "#555";
-      svg.append(s("path", { class: "edge", "data-rel": edge.rel, d: edge.path, fill: "none", stroke: colour,
-        "stroke-width": 1.5, "marker-end": "url(#arrow-" + edge.rel + ")" }),
-        s("text", { x: edge.label_x, y: edge.label_y, fill: colour }, edge.rel));
-    }
-    for (const spot of lay.nodes) {
-      const node = nodes.get(spot.id), { x, y } = spot;
+    const drawn = s("g", { id: "graph-drawn" });
+    svg.append(defs, drawn);
+    const scroller = h("div", { class: "graph", id: "graph-scroll" }, svg);
+    const count = h("span", { class: "muted", id: "graph-shown" });
+
+    function nodeBox(node, x, y) {
       const kind = kindOf(node);
-      const g = s("g", { class: "node" + (node.id === selected ? " selected" : ""), "data-id": node.id,
+      return s("g", { class: "node" + (node.id === selected ? " selected" : ""), "data-id": node.id,
         "data-type": kind, tabindex: 0, role: "button", "aria-pressed": node.id === selected ? "true" : "false",
         "aria-label": node.id + ", " + kind + ", request " + node.request + ": " + node.summary,
         onclick: () => select(node.id),
@@ -264,19 +273,160 @@
         s("rect", { x, y, width: w, height: nh, rx: 6, fill: TYPE_COLOURS[kind] || "#ddd" }),
         s("text", { x: x + 8, y: y + 16, "font-weight": "bold" }, clip(node.id, 30)),
         s("text", { x: x + 8, y: y + 32 }, clip(node.summary, 32)));
-      svg.append(g);
     }
+    // the part of the drawing in view (and a margin around it), in the layout's pixels
+    function inView() {
+      const z = view.zoom, vw = scroller.clientWidth || 1400, vh = scroller.clientHeight || 560;
+      return { x0: (scroller.scrollLeft - DRAWN_MARGIN) / z, y0: (scroller.scrollTop - DRAWN_MARGIN) / z,
+        x1: (scroller.scrollLeft + vw + DRAWN_MARGIN) / z, y1: (scroller.scrollTop + vh + DRAWN_MARGIN) / z };
+    }
+    const visible = (id) => at.has(id) && shownBy(view, nodes.get(id));
+    // each part drawn is kept while it stays in view (a scroll adds and removes only what enters and leaves it, so
+    // the state under the pointer or with the focus stays the same element)
+    const layers = [s("g", {}), s("g", {}), s("g", {})].map((g) => ({ g, drawn: new Map() }));
+    drawn.append(...layers.map((l) => l.g));
+    function keep(layer, wanted) {
+      for (const [key, el] of layer.drawn) if (!wanted.has(key)) { el.remove(); layer.drawn.delete(key); }
+      for (const [key, make] of wanted) {
+        if (layer.drawn.has(key)) continue;
+        const el = make();
+        layer.g.append(el);
+        layer.drawn.set(key, el);
+      }
+    }
+    function draw() {
+      const r = inView(), cols = new Map(), edges = new Map(), boxes = new Map();
+      for (const col of lay.columns) {
+        if (col.x + w < r.x0 || col.x > r.x1) continue;
+        if (view.from !== null && col.index < view.from || view.to !== null && col.index > view.to) continue;
+        const query = queries.get(col.index) || "";
+        cols.set(col.index, () => s("g", {}, s("text", { x: col.x, y: 22, "font-weight": "bold" }, "request " + col.index),
+          s("text", { x: col.x, y: 40 }, s("title", {}, query), clip(query, 34))));
+      }
+      lay.edges.forEach((edge, i) => {
+        if (!view.relations.has(edge.rel) || !visible(edge.source) || !visible(edge.target)) return;
+        const a = at.get(edge.source), b = at.get(edge.target);
+        if (Math.max(a.x, b.x) + 2 * w < r.x0 || Math.min(a.x, b.x) > r.x1 ||
+          Math.max(a.y, b.y) + nh < r.y0 || Math.min(a.y, b.y) > r.y1) return;
+        const colour = RELATION_COLOURS[edge.rel] || "#555";
+        edges.set(i, () => s("g", {}, s("path", { class: "edge", "data-rel": edge.rel, d: edge.path, fill: "none",
+          stroke: colour, "stroke-width": 1.5, "marker-end": "url(#arrow-" + edge.rel + ")" }),
+        s("text", { x: edge.label_x, y: edge.label_y, fill: colour }, edge.rel)));
+      });
+      for (const [x, spots] of column) {
+        if (x + w < r.x0 || x > r.x1) continue;
+        for (const spot of spots) {
+          if (spot.y + nh < r.y0 || spot.y > r.y1 || !visible(spot.id)) continue;
+          boxes.set(spot.id, () => nodeBox(nodes.get(spot.id), x, spot.y));
+        }
+      }
+      [cols, edges, boxes].forEach((wanted, i) => keep(layers[i], wanted));
+    }
+    function sized() {
+      svg.setAttribute("width", Math.round(lay.width * view.zoom));
+      svg.setAttribute("height", Math.round(lay.height * view.zoom));
+      zoomLabel.textContent = Math.round(view.zoom * 100) + "%";
+    }
+    function counted() {
+      const n = dump.nodes.filter((node) => at.has(node.id) && shownBy(view, node)).length;
+      count.textContent = n === at.size ? number(n) + " states" : "showing " + number(n) + " of " + number(at.size);
+    }
+    // zoom about the middle of the view
+    function zoomTo(z) {
+      const vw = scroller.clientWidth, vh = scroller.clientHeight;
+      const cx = (scroller.scrollLeft + vw / 2) / view.zoom, cy = (scroller.scrollTop + vh / 2) / view.zoom;
+      view.zoom = z;
+      sized();
+      scroller.scrollLeft = cx * z - vw / 2;
+      scroller.scrollTop = cy * z - vh / 2;
+      draw();
+    }
+    const step = (by) => () => {
+      const i = ZOOMS.indexOf(view.zoom);
+      zoomTo(ZOOMS[Math.max(0, Math.min(ZOOMS.length - 1, (i < 0 ? 3 : i) + by))]);
+    };
+    const zoomLabel = h("span", { id: "graph-zoom", class: "muted" });
+    // the view's middle on a state (scrolled only if it is out of view)
+    function reveal(id) {
+      const spot = at.get(id);
+      if (!spot) return;
+      const z = view.zoom, vw = scroller.clientWidth, vh = scroller.clientHeight;
+      const x = spot.x * z, y = spot.y * z;
+      if (x < scroller.scrollLeft || x + w * z > scroller.scrollLeft + vw) scroller.scrollLeft = x + w * z / 2 - vw / 2;
+      if (y < scroller.scrollTop || y + nh * z > scroller.scrollTop + vh) scroller.scrollTop = y + nh * z / 2 - vh / 2;
+      draw();
+    }
+    scroller.reveal = reveal;
+    const changedFilter = () => { counted(); draw(); };
+    const box = (set, name, label) => h("label", { class: "check" }, h("input", { type: "checkbox", id: "graph-" + name,
+      checked: set.has(name), onchange: (e) => { if (e.target.checked) set.add(name); else set.delete(name); changedFilter(); } }),
+    label || name);
+    const bound = (which, label) => h("label", { class: "check" }, label, h("input", { type: "number", min: 1,
+      id: "graph-" + which, class: "short", value: view[which] === null ? "" : view[which], onchange: (e) => {
+        view[which] = e.target.value === "" ? null : Number(e.target.value);
+        changedFilter();
+        const first = lay.columns.find((c) => view.from === null || c.index >= view.from);
+        if (which === "from" && first) { scroller.scrollLeft = Math.max(0, first.x * view.zoom - 20); draw(); }
+      } }));
+    const note = h("span", { id: "graph-find-note", class: "muted", role: "status" });
+    const find = h("form", { id: "graph-find", class: "check", onsubmit: (e) => {
+      e.preventDefault();
+      const id = find.querySelector("input").value.trim();
+      if (!at.has(id)) {
+        const like = id ? dump.nodes.filter((n) => n.id.includes(id)).slice(0, 5).map((n) => n.id) : [];
+        note.textContent = id ? "No state " + id + " in this session." + (like.length ? " Like it: " + like.join(", ") : "")
+          : "Type a state's id.";
+        return;
+      }
+      if (!visible(id)) {  // shown again: the filters that hid it are lifted
+        Object.assign(view, graphView(), { zoom: view.zoom });
+        note.textContent = "The filters hid " + id + "; they are cleared.";
+      } else note.textContent = "";
+      select(id);
+    } }, h("input", { type: "search", id: "graph-find-id", placeholder: "state id", "aria-label": "find a state by id" }),
+    h("button", { type: "submit" }, "Find"));
+    const tools = h("div", { class: "toolbar graph-tools", id: "graph-tools" },
+      h("span", { class: "group" }, h("button", { type: "button", id: "zoom-out", "aria-label": "zoom out", onclick: step(-1) }, "−"),
+        zoomLabel, h("button", { type: "button", id: "zoom-in", "aria-label": "zoom in", onclick: step(1) }, "+")),
+      h("span", { class: "group" }, "Types:", [...TYPES, "observation"].map((t) => box(view.types, t))),
+      h("span", { class: "group" }, "Relations:", RELATIONS.map((r) => box(view.relations, r))),
+      h("span", { class: "group" }, bound("from", "Requests from "), bound("to", " to ")), find, note, count);
+    // dragging the background pans (the scroll bars and the wheel do too)
+    let drag = null;
+    svg.addEventListener("pointerdown", (e) => {
+      if (e.button !== 0 || e.target.closest(".node")) return;
+      drag = { x: e.clientX, y: e.clientY, left: scroller.scrollLeft, top: scroller.scrollTop };
+      svg.setPointerCapture(e.pointerId);
+    });
+    svg.addEventListener("pointermove", (e) => {
+      if (!drag) return;
+      scroller.scrollLeft = drag.left - (e.clientX - drag.x);
+      scroller.scrollTop = drag.top - (e.clientY - drag.y);
+    });
+    const drop = () => { drag = null; };
+    svg.addEventListener("pointerup", drop);
+    svg.addEventListener("pointercancel", drop);
+    scroller.addEventListener("scroll", draw);
+    scroller.addEventListener("keydown", (e) => {
+      if (e.key === "+" || e.key === "=") step(1)(); else if (e.key === "-") step(-1)(); else return;
+      e.preventDefault();
+    });
     // a state's whole summary, under its box while the pointer or the focus is on it (the box shows 32 characters)
     const tip = h("div", { class: "graph-tip", id: "graph-tip", role: "tooltip", hidden: true });
+    scroller.append(tip);
     function tipAt(node, x, y) {
       tip.replaceChildren(h("strong", {}, node.id), " ", node.summary);
-      tip.style.left = x + "px";
-      tip.style.top = (y + nh + 4) + "px";
+      tip.style.left = x * view.zoom + "px";
+      tip.style.top = (y + nh) * view.zoom + 4 + "px";
       tip.style.maxWidth = Math.max(w, 320) + "px";
       tip.hidden = false;
     }
     function hideTip() { tip.hidden = true; }
-    return h("div", { class: "graph", id: "graph-scroll" }, svg, tip);
+    sized();
+    counted();
+    draw();
+    requestAnimationFrame(draw);  // once in the page, with the view's real size
+    return h("div", { id: "graph-view" }, tools, scroller);
   }
 
   function statePanel(dump, id, select) {
@@ -448,7 +598,7 @@
     for (const where of open) main.querySelector(where)?.setAttribute("open", "");
     for (const [id, left, top] of scrolled) {
       const g = id && document.getElementById(id);
-      if (g) { g.scrollLeft = left; g.scrollTop = top; }
+      if (g) { g.scrollLeft = left; g.scrollTop = top; g.dispatchEvent(new Event("scroll")); }  // drawn there now
     }
     if (focused) main.querySelector(focused)?.focus({ preventScroll: true });
     const [from, to] = chosen ? chosen.map(pointAt) : [null, null];
@@ -463,6 +613,7 @@
     let dump = last.body;
     let selected = params.get("state") || null;
     let up = await lineage(dump);
+    const view = graphView();
     // the page's parts that live updates change, each replaced in place (the rest of the page stays as it is)
     const counts = h("p", { class: "muted", id: "session-counts" });
     const graphBox = h("div", { id: "graph-box" }), forks = h("div", { id: "fork-box" });
@@ -471,6 +622,7 @@
       selected = id;
       history.replaceState(null, "", sessionHref(name, id));
       kept(paint);
+      document.getElementById("graph-scroll").reveal(id);
       document.getElementById("state").scrollIntoView({ block: "nearest" });
     };
     // what redaction replaced in the request, counted per kind (never a value: the server stored placeholders)
@@ -519,7 +671,7 @@
         (dump.nodes.length - states) + " observations", ...[dump.forked_from ? [" · forked from ",
         h("a", { href: sessionHref(dump.forked_from.session) }, dump.forked_from.session),
         " after request " + dump.forked_from.requests] : []].flat());
-      graphBox.replaceChildren(graph(dump, selected, select));
+      graphBox.replaceChildren(graph(dump, selected, select, view));
       forks.replaceChildren(...(forkTree(name, dump, up) || []));
       timelineBox.replaceChildren(...timeline, ...(running ? [running] : []));
       panelBox.replaceChildren(statePanel(dump, selected, select));

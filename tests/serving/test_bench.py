@@ -93,11 +93,14 @@ def test_bench_retention_sweeps_the_seeded_backlog_and_nothing_of_the_traffic(tm
 
 def test_bench_console_times_a_full_read_a_304_poll_and_the_console_opening() -> None:
     """``flowstate bench console`` on a small session: the route answers it whole and then 304 to its tag (the
-    bench asserts the 304), each figure measured; the console's open time where a browser is installed."""
+    bench asserts the 304), each figure measured; where a browser is installed, the console's open time, the states
+    it drew, a find by id and a zoom out."""
     from flowstate.bench.console import bench_console, render_table
 
     row = bench_console(6, 3, 4, progress=lambda _: None)
     assert (row["requests"], row["states"]) == (6, 18) and row["answer_mb"] > 0
     assert row["full_read_ms"] > 0 and row["poll_304_ms"] > 0
-    assert row["console_open_s"] == "no browser" or 0 < row["console_open_s"] < 60
+    if row["console_open_s"] != "no browser":  # what is in view of 24 boxes drawn, the last state found
+        assert 0 < row["console_open_s"] < 60 and 0 < row["drawn_states"] <= 6 * 4
+        assert 0 < row["find_s"] < 60 and 0 < row["zoom_out_s"] < 60
     assert render_table(row).count("\n") == 2
