@@ -149,6 +149,9 @@ def entry(caller: Caller, action: str, target: str, tenant: str | None = None, *
 
 
 UNKEYED = ("/health", "/ui", "/metrics")  # no key (the console signs in from its page), or a metrics key of its own
+READ_AGAIN_S = 60.0
+"""An admin key's read of a tenant's path is in the audit trail once a minute at most: the console's page polls
+its session every 1.5 s, which would write 2,400 entries an hour of an open tab, each saying the same."""
 
 
 class Authenticated:
@@ -156,6 +159,18 @@ class Authenticated:
 
     def __init__(self, app: ASGIApp, auth: Authenticator) -> None:
         self.app, self.auth = app, auth
+        self._read: OrderedDict[tuple[str | None, str, str], float] = OrderedDict()  # (key, tenant, path) -> when
+
+    def _read_again(self, key: str | None, tenant: str, path: str) -> bool:
+        """Whether this key's read of this tenant's path was recorded within ``READ_AGAIN_S``; if not, it is noted as
+        recorded now (so a path polled for an hour is in the trail once a minute)."""
+        now, what = time.monotonic(), (key, tenant, path)
+        while self._read and now - next(iter(self._read.values())) > READ_AGAIN_S:
+            self._read.popitem(last=False)  # oldest first: what is left was recorded within the window
+        if what in self._read:
+            return True
+        self._read[what] = now
+        return False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -177,7 +192,8 @@ class Authenticated:
 
     async def _as_tenant(self, caller: Caller, tenant: str, scope: Scope) -> Caller:
         """An admin key reading one tenant's memory: GET only, a tenant that exists, and every such request in the
-        audit trail (``session.read``: what it read) before it runs."""
+        audit trail (``session.read``: what it read) before it runs — a path read again within ``READ_AGAIN_S``
+        once (a poll)."""
         if scope["method"] != "GET" or self.auth.store_audit is None:
             return Caller(admin=True, key=caller.key, error=forbidden(
                 f"an admin key only reads a tenant's memory ({TENANT_HEADER} with GET); it changes none"))
@@ -188,5 +204,6 @@ class Authenticated:
                 404, f"no tenant {tenant[:60]!r}", type="not_found_error", param=TENANT_HEADER, code="not_found"))
         reading = Caller(namespace=tenant + "/", admin=True, key=caller.key)
         path = scope["path"] + ("?" + scope["query_string"].decode("latin-1") if scope.get("query_string") else "")
-        await anyio.to_thread.run_sync(self.auth.store_audit.record, entry(reading, "session.read", path[:500]))
+        if not self._read_again(caller.key, tenant, path):
+            await anyio.to_thread.run_sync(self.auth.store_audit.record, entry(reading, "session.read", path[:500]))
         return reading

@@ -143,7 +143,31 @@ def test_an_admin_reads_a_tenants_memory_only_by_naming_it_and_every_read_is_rec
                      timeout=30).status_code == 404
     stranger = {"Authorization": f"Bearer {key}", "X-FlowState-Tenant": "t-other"}  # a tenant's key: header ignored
     assert [s["id"] for s in httpx.get(url + "/sessions", headers=stranger, timeout=30).json()["data"]] == ["trip"]
+    for _ in range(3):  # a page's polls: the same path read again within the minute is in the trail once
+        assert httpx.get(url + "/sessions/trip", headers=named, timeout=30).status_code == 200
+    assert httpx.get(url + "/sessions/trip?layout=true", headers=named, timeout=30).status_code == 200
     reads = trail(url, action="session.read")
     assert [(e["target"], e["tenant"], e["actor"]) for e in reads] == [
-        ("/v1/sessions", tenant_id, "admin"), ("/v1/sessions/trip", tenant_id, "admin")]
+        ("/v1/sessions", tenant_id, "admin"), ("/v1/sessions/trip", tenant_id, "admin"),
+        ("/v1/sessions/trip?layout=true", tenant_id, "admin")]
     assert as_tenant(url, key, "GET", "/sessions/trip").status_code == 200  # still the tenant's
+
+
+def test_a_read_polled_for_long_is_in_the_trail_once_a_minute(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Authenticated._read_again``: a path read again within the minute is not recorded again, one read past it is;
+    each key and each tenant on its own; what is older than the minute is forgotten."""
+    from serving import tenancy
+
+    now = [1000.0]
+    monkeypatch.setattr(tenancy.time, "monotonic", lambda: now[0])
+    gate = tenancy.Authenticated(None, None)  # type: ignore[arg-type]
+    assert not gate._read_again("k1", "t1", "/v1/sessions/a")
+    for step in (1.5, 30.0, 59.0):
+        now[0] = 1000.0 + step
+        assert gate._read_again("k1", "t1", "/v1/sessions/a")
+    assert not gate._read_again("k2", "t1", "/v1/sessions/a") and not gate._read_again("k1", "t2", "/v1/sessions/a")
+    now[0] = 1061.0  # past a minute since it was recorded: recorded again, then a minute's silence
+    assert not gate._read_again("k1", "t1", "/v1/sessions/a")
+    assert gate._read_again("k1", "t1", "/v1/sessions/a")
+    now[0] = 2000.0
+    assert not gate._read_again("k9", "t9", "/v1/x") and list(gate._read) == [("k9", "t9", "/v1/x")]
