@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flowstate.errors import SessionNotFound
 from flowstate.history import build_index
 from flowstate.store.repository import Repository
 
@@ -13,15 +14,16 @@ _MARK = {"preference": "P", "knowledge": "K", "attribute": "A", "judgement": "J"
 def session_dump(repo: Repository, session: str) -> dict[str, Any]:
     """Requests, the Historical State Index and every node with its relations, the session it was forked from and
     those forked from it (raises if unknown)."""
-    repo.require_session(session)
+    if not repo.has_session(session):
+        raise SessionNotFound(f"unknown session {session!r} in {repo.path}")
     requests = repo.requests(session)
     nodes = repo.nodes(session)
     index = build_index(requests, nodes)
-    fork = repo.forked_from(session)
+    fork = repo.lineage.forked_from(session)
     return {
         "session": session,
         "forked_from": None if fork is None else {"session": fork[0], "requests": fork[1]},
-        "forks": [{"session": name, "requests": at} for name, at in repo.forks(session)],
+        "forks": [{"session": name, "requests": at} for name, at in repo.lineage.forks(session)],
         "requests": [{"index": r.index, "query": r.query, "response": r.response, "unfinished": r.unfinished,
                       "created_at": r.created_at, "strategy": r.strategy} for r in requests],
         "index": [

@@ -188,7 +188,7 @@ def load_live(repo: Repository, name: str) -> Live:
     redaction = repo.redaction
     if redaction is not None:
         live.seal = lambda messages: redaction.value(name, messages)
-    suspended = repo.pending(name)
+    suspended = repo.waiting.get(name)
     if suspended is not None:  # a request waits on the client's tool results (started here or elsewhere)
         live.resume_from(suspended)
     return live
@@ -210,13 +210,13 @@ def _finished(repo: Repository, name: str) -> tuple[int, list[tuple[int, list[di
     transcript (the reply last) and its Idempotency-Keys by offset within them."""
     out = []
     requests = repo.requests(name)
-    transcripts = repo.transcripts(name)
+    transcripts = repo.records.transcripts(name)
     for request in requests:
         if (request.unfinished or "").startswith(FAILED):  # its client got an error, not a reply: not in the chat
             continue
         kept = transcripts.get(request.index)
         # the run record only where the transcript is not beside it, or for what an unfinished request kept
-        record = (repo.request_record(name, request.index) or {}) if kept is None or request.response is None else {}
+        record = (repo.records.request(name, request.index) or {}) if kept is None or request.response is None else {}
         if kept is None:  # persisted before migration 0006, or not through the endpoint
             kept = Transcript(record.get("transcript") or [{"role": "user", "content": request.query}],
                               record.get("idempotency") or {})

@@ -220,7 +220,7 @@ class Registry:
         live = None if self.repo.shared else self._live.get(name)
         if live is not None:
             return live.calls
-        return waiting_calls(await anyio.to_thread.run_sync(self.repo.pending, name))
+        return waiting_calls(await anyio.to_thread.run_sync(self.repo.waiting.get, name))
 
     def forget(self, name: str) -> None:
         if self._live.pop(name, None) is not None:

@@ -143,7 +143,7 @@ class Services:
             if running:
                 raise conflict(f"a turn runs in session {running[0][len(namespace):]!r}: its name is taken",
                                "session_exists")
-            await anyio.to_thread.run_sync(self.config.repo.write_sessions, file, namespace, audit)
+            await anyio.to_thread.run_sync(self.config.repo.transfer.write, file, namespace, audit)
             for name in names:
                 self.sessions.forget(name)  # what memory held of these names (none was in the database) goes
         finally:

@@ -311,7 +311,7 @@ class SessionsService:
         if len(query.name) > 200:
             raise bad_request("name is longer than a session name can be (200 characters)", "name", "invalid_name")
         after = None if query.after is None else ns + unicodedata.normalize("NFC", query.after)
-        rows, more = await anyio.to_thread.run_sync(lambda: self.s.config.repo.session_page(
+        rows, more = await anyio.to_thread.run_sync(lambda: self.s.config.repo.catalog.page(
             ns, contains=query.name, limit=query.limit, after=after))  # storage: never on the event loop
         data = [SessionRow(id=r.name[len(ns):], requests=r.requests, states=r.states, created_at=r.created_at,
                            last_activity=r.active_at or None, strategy=r.strategy,
@@ -330,7 +330,7 @@ class SessionsService:
             raise bad_request(str(exc), None, "invalid_search") from None
         if search.session is not None:
             search = replace(search, session=unicodedata.normalize("NFC", search.session))
-        hits, more = await anyio.to_thread.run_sync(self.s.config.repo.search, ns, search)
+        hits, more = await anyio.to_thread.run_sync(self.s.config.repo.catalog.search, ns, search)
         await self.s.record(entry(request.state.caller, "memory.search", text_digest(query.q or ""), hits=len(hits)))
         return HitPage(data=[MemoryHit(**{**asdict(h), "session": h.session[len(ns):]}) for h in hits], has_more=more,
                        next=search.cursor(search.offset + search.limit) if more else None)
@@ -349,7 +349,7 @@ class SessionsService:
         running = None if run is None else {"index": run.index_k, "query": run.query, "waiting": waiting,
                                             "steps": [st.to_dict() for st in list(run.steps)]}
         pending = {"tool_call_ids": calls} if calls else None
-        stored = await anyio.to_thread.run_sync(self.s.config.repo.version, key.full)
+        stored = await anyio.to_thread.run_sync(self.s.config.repo.lineage.version, key.full)
         tag = etag(key.full, with_layout, stored, running, pending)
         if if_none_match is not None and tag in [t.strip() for t in if_none_match.split(",")]:
             return Response(status_code=304, headers={"ETag": tag})
@@ -371,7 +371,7 @@ class SessionsService:
 
         def read() -> dict[str, Any] | None:
             repo = self.s.config.repo
-            record = repo.request_record(key.full, index)
+            record = repo.records.request(key.full, index)
             if record is None:
                 return None
             row = next(r for r in repo.requests(key.full) if r.index == index)
@@ -394,7 +394,7 @@ class SessionsService:
         """The session as a portable file (flowstate/store/transfer.py): what ``POST /v1/sessions/import`` reads."""
         did = entry(request.state.caller, "session.export", key.name)
         try:
-            lines = await anyio.to_thread.run_sync(self.s.config.repo.export_sessions, [key.full], key.namespace)
+            lines = await anyio.to_thread.run_sync(self.s.config.repo.transfer.export, [key.full], key.namespace)
         except SessionNotFound:
             await self.s.record(did.refused("no such session"))
             raise unknown_session(key.name) from None

@@ -162,14 +162,14 @@ class Turns:
         else:  # the client's max_tokens bounds what it receives (memory keeps the whole answer)
             response, cut = run.options.fit(response, self.engine.count_tokens)
         if live.finish(response, key):  # it had waited on the client: its stored snapshot goes
-            self.repo.clear_pending(live.name)
+            self.repo.waiting.clear(live.name)
         return replace(self._result(run, (first, first_memory), AssistantMessage(content=response),
                                     len(live.transcript), approved), cut=cut)
 
     def _drop(self, live: Live) -> None:
         """The unfinished request failed: the session is as before it, its stored snapshot gone."""
         if live.abandon():
-            self.repo.clear_pending(live.name)
+            self.repo.waiting.clear(live.name)
 
     @staticmethod
     def _live_output(run: RequestRun, step: int, on_delta: OnDelta, count: Callable[[str], int]) -> OnText:
@@ -237,7 +237,7 @@ class Turns:
                  for cid, i in waiting.client.items()]
         stored = live.wait([{"id": c.id, "name": c.function.name, "arguments": c.function.arguments} for c in calls],
                            key, snapshot(run))
-        self.repo.save_pending(live.name, run.index_k, stored)
+        self.repo.waiting.save(live.name, run.index_k, stored)
         return AssistantMessage(tool_calls=calls)
 
     @staticmethod

@@ -231,3 +231,20 @@ def test_no_two_source_classes_share_a_name() -> None:
                 where.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
     shared = {name: paths for name, paths in where.items() if len(paths) > 1}
     assert where and shared == {}
+
+
+def test_the_repository_is_a_composition_root_of_at_most_15_methods() -> None:
+    """``Repository`` owns the connection and M (requests, nodes, relations); each other resource is a store of its
+    own made on that connection (``repo.lineage``, ``repo.catalog``, ``repo.transfer``, ``repo.records``, …), and no
+    store is handed the repository's private SQL."""
+    from flowstate.store.repository import Repository
+
+    tree = ast.parse((ROOT / "flowstate/store/repository.py").read_text(encoding="utf-8"))
+    body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Repository").body
+    public = {n.name for n in body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")}
+    assert 0 < len(public) <= 15, sorted(public)
+    with Repository.open(":memory:") as repo:
+        stores = {"lineage", "catalog", "transfer", "records", "waiting", "conversations", "responses"}
+        assert stores <= vars(repo).keys()
+    for name in ("search.py", "transfer.py", "catalog.py"):
+        assert not re.search(r"\b_LINE\b", (ROOT / "flowstate/store" / name).read_text(encoding="utf-8"))

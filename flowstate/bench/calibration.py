@@ -30,7 +30,7 @@ def _records(folder: Path, strategy: str) -> list[dict[str, Any]]:
             if f"/{strategy}/" not in f"/{session}":
                 continue
             for row in repo.requests(session):
-                record = repo.request_record(session, row.index)
+                record = repo.records.request(session, row.index)
                 if record is not None:
                     out.append(record)
         return out

@@ -91,7 +91,7 @@ def measure(repo: Repository, states: int, n: int) -> dict[str, Any]:
     latencies, hits = [], 0
     for search in queries(n, sessions):
         t = time.perf_counter()
-        page, _ = repo.search("", search)
+        page, _ = repo.catalog.search("", search)
         latencies.append(time.perf_counter() - t)
         hits += len(page)
     return {"states": states, "persist_states_per_s": states / persist_s, "queries": n,

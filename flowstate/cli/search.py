@@ -36,7 +36,7 @@ def search(query: str, db: str | None, api_key: str | None, types: str | None, s
         repo = Repository.open(db or default_db(), create=False)
         try:
             namespace = repo.tenants.namespace_of(api_key) if api_key else ""
-            hits, more = repo.search(namespace, what)
+            hits, more = repo.catalog.search(namespace, what)
         finally:
             repo.close()
         nxt = what.cursor(what.offset + what.limit) if more else None

@@ -35,7 +35,7 @@ def export(db: str | None, sessions: tuple[str, ...], everything: bool, api_key:
         with Repository.open(db or default_db(), create=False) as repo:
             namespace = _namespace(repo, api_key)
             names = repo.sessions(namespace) if everything else [namespace + s for s in sessions]
-            lines = repo.export_sessions(names, namespace)
+            lines = repo.transfer.export(names, namespace)
         if str(out) == "-":
             sys.stdout.writelines(lines)
             return
@@ -59,5 +59,5 @@ def import_(file: Path, db: str | None, rename: tuple[str, ...], api_key: str | 
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--rename") from None
         with Repository.open(db or default_db()) as repo, file.open(encoding="utf-8", newline="") as f:
-            names = repo.import_sessions(f, _namespace(repo, api_key), renamed)
+            names = repo.transfer.load(f, _namespace(repo, api_key), renamed)
         click.echo(f"imported {len(names)} session(s): {', '.join(names)}")

@@ -90,7 +90,7 @@ def source(where: str) -> Iterator[Repository]:
     path = Path(where)
     if path.is_file() and _is_session_file(path):
         with Repository.open(":memory:") as repo, path.open(encoding="utf-8") as lines:
-            repo.import_sessions(lines)
+            repo.transfer.load(lines)
             yield repo
         return
     if not where.startswith(("postgresql://", "postgres://")) and not path.is_file():
@@ -109,13 +109,13 @@ def stored_turns(repo: Repository, name: str) -> tuple[str, list[RecordedTurn], 
     requests offered by name — the latest spec of each; none for requests stored before specs were kept): each
     request's query, its steps' tool calls with their recorded results (an error as ``ToolError``), its stored
     answer ("" where it ended without)."""
-    transcripts = repo.transcripts(name)
+    transcripts = repo.records.transcripts(name)
     first = transcripts.get(min(transcripts)) if transcripts else None
     policy = next((str(m.get("content") or "") for m in (first.messages if first else []) if m.get("role") == "system"),
                   "")  # a session stored before records kept the policy: its client's system message, where kept
     turns, tokens, offered = [], [], {}
     for row in repo.requests(name):
-        record = repo.request_record(name, row.index) or {}
+        record = repo.records.request(name, row.index) or {}
         policy = str(record.get("policy") or policy)  # the policy the request ran under (the last one's counts)
         offered.update({str(t["name"]): dict(t) for t in record.get("tools") or []
                         if isinstance(t, dict) and "name" in t})
@@ -273,7 +273,7 @@ def choose(repo: Repository, selection: Selection, limit: int) -> list[str]:
 def _activity(repo: Repository) -> list[Any]:
     rows, after = [], None
     while True:
-        page, more = repo.session_page("", limit=500, after=after)
+        page, more = repo.catalog.page("", limit=500, after=after)
         rows += page
         if not more or not page:
             return rows

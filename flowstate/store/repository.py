@@ -2,40 +2,48 @@
 
 A request is persisted in one transaction at its end, so a crash loses at most the unfinished
 request and never leaves half of one. Nothing here changes or deletes a persisted node.
+
+``Repository`` owns the connection and what M is (a session's requests and nodes, written and read); every other
+resource is a store of its own that it makes on the same connection — forks (``lineage``), the lists of sessions
+and search (``catalog``), session files (``transfer``), transcripts and run records (``records``), a request
+waiting on tool results (``waiting``), conversations, stored responses, tenants, quotas, audit, retention,
+erasure and feedback.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowstate.errors import SessionNotFound, StorageError
+from flowstate.errors import StorageError
 from flowstate.nodes import Node, Ref, canonical_json
-from flowstate.store import forget, parts, transfer
+from flowstate.store import forget, parts
 from flowstate.store import search as fts
 from flowstate.store.audit import AuditLog, Entry
 from flowstate.store.audit import write as write_audit
 from flowstate.store.backends import Backend, Conn, PostgresBackend, open_backend
+from flowstate.store.catalog import Catalog, SessionSummary
+from flowstate.store.conversations import ConversationStore
 from flowstate.store.erasure import ErasureStore
 from flowstate.store.feedback import FeedbackStore
+from flowstate.store.line import IN_LINE, LINE
+from flowstate.store.lineage import Lineage, session_id
 from flowstate.store.quotas import QuotaStore
 from flowstate.store.redaction import Redacted
 from flowstate.store.responses import ResponseStore
 from flowstate.store.retention import RetentionStore
 from flowstate.store.tenants import TenantStore
+from flowstate.store.transcripts import RequestRecords, Transcript
+from flowstate.store.transfer import Transfer
 from flowstate.store.vault import Redaction
+from flowstate.store.waiting import WaitingRequests
 
-# A session's lineage: the session itself (every request of it), then, for a fork, the session it was forked from up
-# to the fork's point, and so on up (each ancestor only up to its child's point). Every read of a session's requests,
-# nodes, relations and transcripts joins it, so a fork shares what came before its point without a copy of it.
-_LINE = ("WITH RECURSIVE line(sid, parent, fork_at, upto) AS ("
-         "SELECT id, parent_id, fork_at, 2147483647 FROM sessions WHERE name = ?"
-         " UNION ALL SELECT s.id, s.parent_id, s.fork_at, l.fork_at FROM sessions s JOIN line l ON s.id = l.parent) ")
-_IN_LINE = "JOIN line l ON n.session_id = l.sid AND n.request_idx <= l.upto"  # nodes n of the lineage
+__all__ = ["RequestRow", "Repository", "SessionSummary", "SessionView", "Transcript"]
+
 
 
 @dataclass(frozen=True)
@@ -51,29 +59,6 @@ class RequestRow:
 
 
 @dataclass(frozen=True)
-class Transcript:
-    """The endpoint's record of one request: its messages as the server saw and answered them, and its
-    Idempotency-Keys (key -> offset of the reply within ``messages``)."""
-
-    messages: list[dict[str, Any]]
-    idempotency: dict[str, int]
-
-
-@dataclass(frozen=True)
-class SessionSummary:
-    """A session as a list of sessions shows it: its size, when it was made and last finished a request, the memory
-    method of its last request, and the session it was forked from (name, shared requests)."""
-
-    name: str
-    requests: int  # finished requests, a fork's shared ones included
-    states: int  # the states it can read (a fork's shared ones included)
-    created_at: int | None
-    active_at: int  # 0 for a session that finished no request since activity was kept
-    strategy: str | None
-    forked_from: tuple[str, int] | None
-
-
-@dataclass(frozen=True)
 class SessionView:
     """Read access to one session's M: what PSA's Disclose and a memory method's ``start`` see (never the other
     sessions of the repository)."""
@@ -85,7 +70,7 @@ class SessionView:
         return self._repo.node(self.session, node_id)
 
     def incoming(self, node_id: str) -> list[tuple[str, str]]:
-        return self._repo.incoming(self.session, node_id)
+        return self._repo.disclosure(self.session, node_id)[1]
 
     def disclosure(self, node_id: str) -> tuple[Node | None, list[tuple[str, str]]]:
         return self._repo.disclosure(self.session, node_id)
@@ -116,6 +101,12 @@ class Repository:
         self.shared = isinstance(backend, PostgresBackend)  # several processes may use it at once
         # the Responses API's stored responses and background leases, redacted as everything else
         self.responses = ResponseStore(backend, self.shared, self._redacted, self._seal)
+        self.lineage = Lineage(backend)  # forks, and what a poll compares (flowstate/store/lineage.py)
+        self.catalog = Catalog(backend, self.shared)  # a page of sessions, a page of search hits
+        self.transfer = Transfer(backend, self.shared)  # session files out and in (flowstate/store/transfer.py)
+        self.records = RequestRecords(backend)  # each finished request's transcript and run record
+        self.waiting = WaitingRequests(backend, self._redacted, self._seal)  # a request waiting on tool results
+        self.conversations = ConversationStore(backend, self._redacted, self._seal)  # Responses' conversations
 
     @property
     def redaction(self) -> Redaction | None:
@@ -176,10 +167,6 @@ class Repository:
 
     # -- sessions and requests -------------------------------------------------------------
 
-    def _session_id(self, conn: Conn, session: str) -> int | None:
-        row = conn.execute("SELECT id FROM sessions WHERE name = ?", (session,)).fetchone()
-        return int(row[0]) if row else None
-
     def sessions(self, prefix: str = "") -> list[str]:
         """Session names in creation order; with ``prefix``, only those that start with it."""
         with self._read() as conn:
@@ -199,221 +186,24 @@ class Repository:
                 write_audit(conn, audit)
         return deleted
 
-    def fork(self, session: str, at: int, name: str) -> None:
-        """A new session ``name`` that shares ``session``'s first ``at`` requests — their nodes, relations and
-        transcripts — without copying them, and goes on from there on its own (its next request is ``at + 1``).
-        Forking a fork at or before its own point shares from the session that holds those requests. Forking again
-        under the same name at the same point is a no-op (a retried call); any other existing name is refused."""
-        with self._write(f"cannot fork session {session!r} at request {at}") as conn:
-            row = conn.execute("SELECT id, parent_id, fork_at FROM sessions WHERE name = ?", (session,)).fetchone()
-            if row is None:
-                raise SessionNotFound(f"unknown session {session!r} in {self.path}")
-            sid, parent, fork_at = int(row[0]), row[1], int(row[2])
-            done = int(conn.execute(_LINE + "SELECT COALESCE(MAX(r.idx), 0) FROM requests r JOIN line l"
-                                    " ON r.session_id = l.sid AND r.idx <= l.upto", (session,)).fetchone()[0])
-            if not 0 <= at <= done:
-                raise StorageError(f"cannot fork session {session!r} at request {at}: it has {done} finished requests")
-            while parent is not None and at <= fork_at:  # those requests are the ancestor's: share them from there
-                sid, (parent, fork_at) = int(parent), conn.execute(
-                    "SELECT parent_id, fork_at FROM sessions WHERE id = ?", (parent,)).fetchone()
-            source: int | None = sid if at > 0 else None  # forking at 0 shares nothing: a new session
-            existing = conn.execute("SELECT parent_id, fork_at FROM sessions WHERE name = ?", (name,)).fetchone()
-            if existing is not None:
-                if (existing[0], int(existing[1])) != (source, at if source is not None else 0):
-                    raise StorageError(f"cannot fork session {session!r} as {name!r}: that session exists")
-                return
-            now = int(time.time())
-            conn.execute("INSERT INTO sessions (name, parent_id, fork_at, created_at, active_at) "
-                         "VALUES (?, ?, ?, ?, ?)", (name, source, at if source is not None else 0, now, now))
-
-    def drop_empty_fork(self, session: str) -> bool:
-        """Forget a fork that holds nothing of its own — no request, no fork, no waiting request, no stored
-        response: what is left when its first request failed — in one transaction (a request that went on under it
-        meanwhile keeps it). Whether it was dropped."""
-        with self._write(f"cannot drop fork {session!r}") as conn:
-            sid = self._session_id(conn, session)
-            if sid is None:
-                return False
-            held = conn.execute(
-                "SELECT 1 FROM requests WHERE session_id = ? UNION ALL SELECT 1 FROM sessions WHERE parent_id = ?"
-                " UNION ALL SELECT 1 FROM pending_requests WHERE name = ? UNION ALL SELECT 1 FROM responses"
-                " WHERE session = ?", (sid, sid, session, session)).fetchone()
-            if held is not None:
-                return False
-            conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
-        return True
-
-    def version(self, session: str) -> tuple[int, ...] | None:
-        """What changes whenever what ``session_dump`` shows of the session changes — its requests, nodes, forks and
-        feedback (stored history is never rewritten, only added to or deleted whole) — read in one query of
-        counts; None if there is no such session. A poll compares it instead of reading the whole session."""
-        with self._read() as conn:
-            row = conn.execute(
-                "SELECT s.id, (SELECT COUNT(*) FROM requests r WHERE r.session_id = s.id),"
-                " (SELECT COUNT(*) FROM nodes n WHERE n.session_id = s.id),"
-                " (SELECT COUNT(*) FROM sessions c WHERE c.parent_id = s.id),"
-                " (SELECT COALESCE(SUM(c.id), 0) FROM sessions c WHERE c.parent_id = s.id),"
-                " (SELECT COUNT(*) FROM feedback f WHERE f.session = s.name),"
-                " (SELECT COALESCE(MAX(f.id), 0) FROM feedback f WHERE f.session = s.name)"
-                " FROM sessions s WHERE s.name = ?", (session,)).fetchone()
-        return None if row is None else tuple(int(v) for v in row)
-
-    def forked_from(self, session: str) -> tuple[str, int] | None:
-        """The session a fork shares its first requests with, and how many (None for a session that is no fork)."""
-        with self._read() as conn:
-            row = conn.execute("SELECT p.name, s.fork_at FROM sessions s JOIN sessions p ON p.id = s.parent_id"
-                               " WHERE s.name = ?", (session,)).fetchone()
-        return None if row is None else (row[0], int(row[1]))
-
-    def forks(self, session: str) -> list[tuple[str, int]]:
-        """The sessions forked from this one, with the requests each shares, in creation order."""
-        with self._read() as conn:
-            return [(r[0], int(r[1])) for r in conn.execute(
-                "SELECT c.name, c.fork_at FROM sessions c JOIN sessions p ON p.id = c.parent_id WHERE p.name = ?"
-                " ORDER BY c.id", (session,))]
-
-    def session_page(self, prefix: str, *, contains: str = "", limit: int = 100,
-                     after: str | None = None) -> tuple[list[SessionSummary], bool]:
-        """Sessions whose names start with ``prefix``, the most recently active first (then the newest), ``limit`` at
-        a time from the one after the session named ``after``; with ``contains``, only names (past the prefix) that
-        contain it, ignoring case. Whether more follow. An index seek a page, whatever the number of sessions."""
-        where, args = "substr(s.name, 1, ?) = ?", [len(prefix), prefix]
-        if contains:
-            escaped = contains.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            where += " AND lower(substr(s.name, ?)) LIKE ? ESCAPE '\\'"
-            args += [len(prefix) + 1, f"%{escaped}%"]
-        if after is not None:
-            where += " AND (s.active_at, s.id) < (SELECT active_at, id FROM sessions WHERE name = ?)"
-            args.append(after)
-        sql = ("SELECT s.name, COALESCE((SELECT MAX(r.idx) FROM requests r WHERE r.session_id = s.id), s.fork_at),"
-               " (SELECT COUNT(*) FROM nodes n WHERE n.session_id = s.id AND n.kind = 'state'), s.created_at,"
-               " s.active_at, (SELECT r.strategy FROM requests r WHERE r.session_id = s.id ORDER BY r.idx DESC"
-               " LIMIT 1), p.name, s.fork_at FROM sessions s LEFT JOIN sessions p ON p.id = s.parent_id"
-               f" WHERE {where} ORDER BY s.active_at DESC, s.id DESC LIMIT ?")
-        with self._read() as conn:
-            rows = conn.execute(sql, [*args, limit + 1]).fetchall()
-            out = []
-            for name, requests, states, created, active, strategy, parent, at in rows[:limit]:
-                if parent is not None:  # a fork reads its parent's states up to its point too
-                    count = _LINE + "SELECT COUNT(*) FROM nodes n " + _IN_LINE + " WHERE n.kind = 'state'"
-                    states = conn.execute(count, (name,)).fetchone()[0]
-                out.append(SessionSummary(name, int(requests), int(states), None if created is None else int(created),
-                                          int(active), strategy, None if parent is None else (parent, int(at))))
-        return out, len(rows) > limit
-
-    def search(self, namespace: str, search: fts.Search) -> tuple[list[fts.Hit], bool]:
-        """One page of the states (and observations) of the namespace's sessions that match ``search``, best first,
-        and whether more follow (``flowstate/store/search.py``)."""
-        with self._read() as conn:
-            return fts.run(conn, search, namespace, self.shared, _LINE)
-
-    # -- a portable session file (flowstate/store/transfer.py) -----------------------------------
-
-    def export_sessions(self, names: Sequence[str], namespace: str = "") -> list[str]:
-        """The session file (its lines) of the sessions ``names`` (full names, in ``namespace``), read at one point."""
-        from flowstate.store.migrations import MIGRATIONS
-
-        with self._read() as conn:
-            return list(transfer.export_lines(conn, names, namespace, MIGRATIONS[-1][0], _LINE))
-
-    def import_sessions(self, lines: Iterable[str], namespace: str = "",
-                        rename: Mapping[str, str] | None = None) -> list[str]:
-        """Import a session file into ``namespace``, all or nothing; the names of the sessions made. A bad file is a
-        ``BadSessionFile``, a taken name a ``SessionExists``, and then nothing is written."""
-        file = transfer.read_file(lines, rename)
-        self.write_sessions(file, namespace)
-        return file.names
-
-    def write_sessions(self, file: transfer.SessionFile, namespace: str = "", audit: Entry | None = None) -> None:
-        """Write a checked session file's sessions into ``namespace`` in one transaction (a taken name or response
-        id refuses it whole), ``audit`` recorded in it."""
-        with self._write("cannot import the session file") as conn:
-            transfer.write(conn, file, namespace, self.shared)
-            if audit is not None:
-                write_audit(conn, audit)
-
-    def save_conversation(self, session: str, metadata: dict[str, str], created_at: int) -> None:
-        """A conversation's metadata (its session need not exist yet); ``created_at`` is kept from the first save."""
-        metadata, found = self._redacted(session, metadata)
-        with self._write(f"cannot keep conversation {session!r}") as conn:
-            conn.execute("INSERT INTO conversations (session, metadata, created_at) VALUES (?, ?, ?) ON CONFLICT "
-                         "(session) DO UPDATE SET metadata = excluded.metadata", (session, canonical_json(metadata),
-                                                                                created_at))
-            self._seal(conn, session, found)
-
-    def conversation(self, session: str) -> tuple[dict[str, str], int] | None:
-        """A created conversation's metadata and creation time."""
-        with self._read() as conn:
-            row = conn.execute("SELECT metadata, created_at FROM conversations WHERE session = ?",
-                               (session,)).fetchone()
-        return None if row is None else (json.loads(row[0]), int(row[1]))
-
-    # -- a request waiting on client tool results (the one mutable row of a session) -------------
-
-    def save_pending(self, session: str, request: int, snapshot: dict[str, Any]) -> None:
-        snapshot, found = self._redacted(session, snapshot)
-        with self._write(f"cannot keep the waiting request of {session!r}") as conn:
-            conn.execute("DELETE FROM pending_requests WHERE name = ?", (session,))
-            conn.execute("INSERT INTO pending_requests (name, request, snapshot) VALUES (?, ?, ?)",
-                         (session, request, json.dumps(snapshot, ensure_ascii=False)))
-            self._seal(conn, session, found)
-
-    def pending(self, session: str) -> dict[str, Any] | None:
-        """The snapshot of the session's waiting request, if it still waits (not if it was finished since)."""
-        with self._read() as conn:
-            row = conn.execute(
-                "SELECT p.request, p.snapshot, (SELECT COALESCE(MAX(r.idx), MAX(s.fork_at), 0) FROM sessions s"
-                " LEFT JOIN requests r ON r.session_id = s.id WHERE s.name = p.name)"
-                " FROM pending_requests p WHERE p.name = ?",
-                (session,)).fetchone()
-        if row is None or int(row[0]) != int(row[2]) + 1:
-            return None
-        return json.loads(row[1])  # type: ignore[no-any-return]
-
-    def clear_pending(self, session: str) -> None:
-        with self._write(f"cannot clear the waiting request of {session!r}") as conn:
-            conn.execute("DELETE FROM pending_requests WHERE name = ?", (session,))
-
     def has_session(self, session: str) -> bool:
         with self._read() as conn:
-            return self._session_id(conn, session) is not None
-
-    def require_session(self, session: str) -> None:
-        if not self.has_session(session):
-            raise SessionNotFound(f"unknown session {session!r} in {self.path}")
+            return session_id(conn, session) is not None
 
     def request_count(self, session: str) -> int:
         """The session's finished requests (a fork's shared ones included)."""
         with self._read() as conn:
-            return int(conn.execute(_LINE + "SELECT COALESCE(MAX(r.idx), MAX(l.fork_at), 0) FROM line l LEFT JOIN"
+            return int(conn.execute(LINE + "SELECT COALESCE(MAX(r.idx), MAX(l.fork_at), 0) FROM line l LEFT JOIN"
                                     " requests r ON r.session_id = l.sid AND r.idx <= l.upto",
                                     (session,)).fetchone()[0])
 
     def requests(self, session: str) -> list[RequestRow]:
         with self._read() as conn:
             rows = conn.execute(
-                _LINE + "SELECT r.idx, r.query, r.response, r.unfinished, r.created_at, r.strategy FROM requests r"
+                LINE + "SELECT r.idx, r.query, r.response, r.unfinished, r.created_at, r.strategy FROM requests r"
                 " JOIN line l ON r.session_id = l.sid AND r.idx <= l.upto ORDER BY r.idx", (session,)
             ).fetchall()
         return [RequestRow(int(i), q, r, u, None if c is None else int(c), m) for i, q, r, u, c, m in rows]
-
-    def transcripts(self, session: str) -> dict[int, Transcript]:
-        """The endpoint's records of the session's requests, by request index (requests persisted before
-        migration 0006 kept theirs in the run record instead)."""
-        with self._read() as conn:  # one query (a round trip matters on a server)
-            rows = conn.execute(_LINE + "SELECT t.request_idx, t.messages, t.idempotency FROM transcripts t JOIN line l"
-                                " ON t.session_id = l.sid AND t.request_idx <= l.upto ORDER BY t.request_idx",
-                                (session,)).fetchall()
-        return {int(i): Transcript(json.loads(m), json.loads(k)) for i, m, k in rows}
-
-    def request_record(self, session: str, index: int) -> dict[str, Any] | None:
-        """The run record stored with a finished request."""
-        with self._read() as conn:
-            row = conn.execute(
-                _LINE + "SELECT r.record, r.session_id FROM requests r JOIN line l ON r.session_id = l.sid"
-                " AND r.idx <= l.upto WHERE r.idx = ?", (session, index)
-            ).fetchone()
-            return parts.whole(conn, json.loads(row[0]), int(row[1])) if row else None
 
     # -- nodes -----------------------------------------------------------------------------
 
@@ -421,8 +211,8 @@ class Repository:
         """Every node of the session in creation order."""
         with self._read() as conn:
             rows = conn.execute(
-                _LINE + "SELECT n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, n.mark FROM nodes n "
-                + _IN_LINE + " ORDER BY n.seq", (session,),
+                LINE + "SELECT n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, n.mark FROM nodes n "
+                + IN_LINE + " ORDER BY n.seq", (session,),
             ).fetchall()
             refs = self._refs(conn, session)
         return [self._node(row, refs.get(row[0], ())) for row in rows]
@@ -431,9 +221,9 @@ class Repository:
         """One node with its relations: one query (a round trip matters on a server)."""
         with self._read() as conn:
             rows = conn.execute(
-                _LINE + "SELECT n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, n.mark, "
+                LINE + "SELECT n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, n.mark, "
                         "r.rel, r.target_id"
-                " FROM nodes n " + _IN_LINE +
+                " FROM nodes n " + IN_LINE +
                 " LEFT JOIN relations r ON r.session_id = n.session_id AND r.source_id = n.node_id"
                 " WHERE n.node_id = ? ORDER BY r.position",
                 (session, node_id),
@@ -443,30 +233,19 @@ class Repository:
         refs = tuple(Ref(rel=rel, state_id=target) for *_, rel, target in rows if rel is not None)
         return self._node(rows[0][:7], refs)
 
-    def incoming(self, session: str, node_id: str) -> list[tuple[str, str]]:
-        """The (source id, relation) pairs of relations that point at ``node_id``."""
-        with self._read() as conn:
-            rows = conn.execute(
-                _LINE + "SELECT r.source_id, r.rel FROM relations r"
-                " JOIN nodes n ON n.session_id = r.session_id AND n.node_id = r.source_id " + _IN_LINE +
-                " WHERE r.target_id = ? ORDER BY n.seq, r.position",
-                (session, node_id),
-            ).fetchall()
-        return [(src, rel) for src, rel in rows]
-
     def disclosure(self, session: str, node_id: str) -> tuple[Node | None, list[tuple[str, str]]]:
         """A node with its relations, and the (source id, relation) pairs that point at it: what PSA's
         Disclose reads, in one query."""
         with self._read() as conn:
             rows = conn.execute(
-                _LINE + "SELECT 0, n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, n.mark, r.rel,"
-                " r.target_id, r.position, 0 FROM nodes n " + _IN_LINE +
+                LINE + "SELECT 0, n.node_id, n.kind, n.type, n.summary, n.value, n.request_idx, n.mark, r.rel,"
+                " r.target_id, r.position, 0 FROM nodes n " + IN_LINE +
                 " LEFT JOIN relations r ON r.session_id = n.session_id AND r.source_id = n.node_id"
                 " WHERE n.node_id = ?"
                 " UNION ALL"
                 " SELECT 1, r.source_id, NULL, NULL, NULL, NULL, NULL, NULL, r.rel, NULL, n.seq, r.position"
                 " FROM relations r JOIN nodes n ON n.session_id = r.session_id AND n.node_id = r.source_id "
-                + _IN_LINE + " WHERE r.target_id = ?"
+                + IN_LINE + " WHERE r.target_id = ?"
                 " ORDER BY 1, 11, 12",
                 (session, node_id, node_id),
             ).fetchall()
@@ -479,8 +258,8 @@ class Repository:
     @staticmethod
     def _refs(conn: Conn, session: str) -> dict[str, tuple[Ref, ...]]:
         """The relations of the session's nodes (a fork's shared ones included), by source id."""
-        sql = (_LINE + "SELECT r.source_id, r.rel, r.target_id FROM relations r JOIN nodes n"
-               " ON n.session_id = r.session_id AND n.node_id = r.source_id " + _IN_LINE)
+        sql = (LINE + "SELECT r.source_id, r.rel, r.target_id FROM relations r JOIN nodes n"
+               " ON n.session_id = r.session_id AND n.node_id = r.source_id " + IN_LINE)
         out: dict[str, list[Ref]] = {}
         for src, rel, target in conn.execute(sql + " ORDER BY r.source_id, r.position", (session,)):
             out.setdefault(src, []).append(Ref(rel=rel, state_id=target))
@@ -563,7 +342,7 @@ def _check_targets(conn: Conn, session: str, index: int, nodes: Sequence[Node]) 
     if not outside:
         return
     marks = ", ".join("?" for _ in outside)
-    found = {r[0] for r in conn.execute(_LINE + "SELECT n.node_id FROM nodes n " + _IN_LINE +
+    found = {r[0] for r in conn.execute(LINE + "SELECT n.node_id FROM nodes n " + IN_LINE +
                                         f" WHERE n.node_id IN ({marks})", (session, *outside))}
     missing = [t for t in outside if t not in found]
     if missing:

@@ -23,6 +23,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from flowstate.nodes import Node, StateType
+from flowstate.store.line import LINE
 
 MAX_QUERY_CHARS = 1000
 MAX_QUERY_WORDS = 32
@@ -255,12 +256,13 @@ class Hit:
     created: int | None  # unix seconds its request was persisted (None before search existed)
 
 
-def run(conn: Any, search: Search, namespace: str, postgres: bool, line: str) -> tuple[list[Hit], bool]:
+def run(conn: Any, search: Search, namespace: str, postgres: bool) -> tuple[list[Hit], bool]:
     """One page of hits in the namespace's sessions (with ``search.session``, that session's lineage: a fork's
-    shared states too), and whether there are more. ``line`` is the repository's lineage CTE.
+    shared states too), and whether there are more.
 
     The index alone finds and ranks (its filter terms narrow it; the newest ``RANK_WINDOW`` matches are ranked, so a
     word in every state costs no more than one in a few thousand); only the page's hits are read from the tables."""
+    line = LINE
     args: list[Any] = []
     sql, sessions = "", []
     if search.session is not None:

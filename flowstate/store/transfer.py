@@ -30,7 +30,10 @@ from flowstate.errors import SessionNotFound, StorageError
 from flowstate.nodes import Node, Ref, Relation, StateType, canonical_json, json_depth
 from flowstate.store import feedback, parts
 from flowstate.store import search as fts
-from flowstate.store.backends import Conn
+from flowstate.store.audit import Entry
+from flowstate.store.audit import write as write_audit
+from flowstate.store.backends import Backend, Conn
+from flowstate.store.line import LINE
 
 FORMAT = "flowstate-session"
 VERSION = 2  # of the format: a reader refuses a newer one by name, and reads each older one it lists in UPGRADES
@@ -73,9 +76,9 @@ class _Stored:
     active_at: int
 
 
-def export_lines(conn: Conn, names: Sequence[str], namespace: str, schema: str, lineage: str) -> Iterator[str]:
-    """The file of the sessions ``names`` (full names, each starting with ``namespace``), header first; ``lineage``
-    is the repository's lineage CTE of a session by name (a fork exported without its parent reads through it)."""
+def export_lines(conn: Conn, names: Sequence[str], namespace: str, schema: str) -> Iterator[str]:
+    """The file of the sessions ``names`` (full names, each starting with ``namespace``), header first (a fork
+    exported without its parent reads through its lineage, ``LINE``)."""
     wanted = _wanted(conn, names, namespace)
     names_of = {s.sid: s.name for s in wanted.values()}
     body: list[str] = []
@@ -91,7 +94,7 @@ def export_lines(conn: Conn, names: Sequence[str], namespace: str, schema: str, 
         emit("session", name=rel, created_at=s.created_at, active_at=s.active_at,
              forked_from={"session": names_of[s.parent][len(namespace):], "requests": s.fork_at}
              if keeps_parent and s.parent is not None else None)
-        _graph(conn, s, rel, lineage if s.parent is not None and not keeps_parent else "", emit)
+        _graph(conn, s, rel, LINE if s.parent is not None and not keeps_parent else "", emit)
         _beside(conn, s, rel, namespace, emit)
     digest = hashlib.sha256()
     for b in body:
@@ -532,3 +535,32 @@ def _write_session(conn: Conn, s: _Session, sid: int, name: str, namespace: str,
                      "lease_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                      (p["id"], namespace + p["namespace"], name, p["position"], canonical_json(body),
                       canonical_json(p["input_items"]), p["created_at"], 0 if running else None))
+
+
+class Transfer:
+    """Session files out of the repository and into it (the module above: what a file holds and how it is checked)."""
+
+    def __init__(self, backend: Backend, shared: bool) -> None:
+        self._db, self._shared = backend, shared
+
+    def export(self, names: Sequence[str], namespace: str = "") -> list[str]:
+        """The session file (its lines) of the sessions ``names`` (full names, in ``namespace``), read at one point."""
+        from flowstate.store.migrations import MIGRATIONS
+
+        with self._db.read() as conn:
+            return list(export_lines(conn, names, namespace, MIGRATIONS[-1][0]))
+
+    def load(self, lines: Iterable[str], namespace: str = "", rename: Mapping[str, str] | None = None) -> list[str]:
+        """Import a session file into ``namespace``, all or nothing; the names of the sessions made. A bad file is a
+        ``BadSessionFile``, a taken name a ``SessionExists``, and then nothing is written."""
+        file = read_file(lines, rename)
+        self.write(file, namespace)
+        return file.names
+
+    def write(self, file: SessionFile, namespace: str = "", audit: Entry | None = None) -> None:
+        """Write a checked session file's sessions into ``namespace`` in one transaction (a taken name or response
+        id refuses it whole), ``audit`` recorded in it."""
+        with self._db.write("cannot import the session file") as conn:
+            write(conn, file, namespace, self._shared)
+            if audit is not None:
+                write_audit(conn, audit)

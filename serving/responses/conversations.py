@@ -48,12 +48,12 @@ class Conversations:
                               "response", "items", "unsupported_parameter")
         cid, created = new_id("conv"), int(time.time())
         metadata = _metadata(body)
-        await anyio.to_thread.run_sync(self.s.config.repo.save_conversation, ns + cid, metadata, created)
+        await anyio.to_thread.run_sync(self.s.config.repo.conversations.save, ns + cid, metadata, created)
         return _object(cid, metadata, created)
 
     async def retrieve(self, ns: str, cid: str) -> dict[str, Any]:
         key = SessionKey(ns, check_name(cid, "conversation_id"))
-        found = await anyio.to_thread.run_sync(self.s.config.repo.conversation, key.full)
+        found = await anyio.to_thread.run_sync(self.s.config.repo.conversations.get, key.full)
         if found is not None:
             return _object(cid, *found)
         if not await self._exists(key):
@@ -63,7 +63,7 @@ class Conversations:
     async def update(self, ns: str, cid: str, data: Any) -> dict[str, Any]:
         metadata = _metadata(validated(ConversationBody, data))
         current = await self.retrieve(ns, cid)
-        await anyio.to_thread.run_sync(self.s.config.repo.save_conversation, ns + cid, metadata,
+        await anyio.to_thread.run_sync(self.s.config.repo.conversations.save, ns + cid, metadata,
                                        current["created_at"] or int(time.time()))
         return _object(cid, metadata, current["created_at"])
 
@@ -77,7 +77,7 @@ class Conversations:
 
     async def items(self, ns: str, cid: str, after: str | None, limit: int, order: str) -> dict[str, Any]:
         key = SessionKey(ns, check_name(cid, "conversation_id"))
-        if not await self._exists(key) and await anyio.to_thread.run_sync(self.s.config.repo.conversation,
+        if not await self._exists(key) and await anyio.to_thread.run_sync(self.s.config.repo.conversations.get,
                                                                           key.full) is None:
             raise _unknown(cid)
         try:
@@ -90,4 +90,4 @@ class Conversations:
     async def _exists(self, key: SessionKey) -> bool:
         live = self.s.sessions.peek(key.full)
         return live is not None or await anyio.to_thread.run_sync(self.s.config.repo.has_session, key.full) or \
-            await anyio.to_thread.run_sync(self.s.config.repo.pending, key.full) is not None
+            await anyio.to_thread.run_sync(self.s.config.repo.waiting.get, key.full) is not None

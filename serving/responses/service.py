@@ -169,7 +169,7 @@ class ResponsesService:
                                     "new request", type="invalid_request_error", param="Idempotency-Key",
                                code="idempotency_key_reused") from None
             except BaseException:  # refused before its turn started: the fork made for it goes again
-                await anyio.to_thread.run_sync(self.s.config.repo.drop_empty_fork, ns + fork)
+                await anyio.to_thread.run_sync(self.s.config.repo.lineage.drop_empty_fork, ns + fork)
                 raise
         return begun, fork
 
@@ -190,7 +190,7 @@ class ResponsesService:
                               "latest one", "previous_response_id", "previous_response_not_latest")
         seed = f"{ns}\0{previous.id}\0{idem}" if idem is not None else uuid.uuid4().hex
         name = "fork_" + hashlib.sha256(seed.encode()).hexdigest()[:32]
-        await anyio.to_thread.run_sync(repo.fork, previous.session, at, ns + name)
+        await anyio.to_thread.run_sync(repo.lineage.fork, previous.session, at, ns + name)
         return name
 
     def _mcp(self, body: ResponsesRequest) -> tuple[dict[str, list[dict[str, Any]]], tuple[str, ...], dict[str, str]]:
@@ -235,7 +235,7 @@ class ResponsesService:
                 result = await begun.task
             except Exception as exc:
                 if fork is not None:
-                    await anyio.to_thread.run_sync(self.s.config.repo.drop_empty_fork, ns + fork)
+                    await anyio.to_thread.run_sync(self.s.config.repo.lineage.drop_empty_fork, ns + fork)
                 if job is None:
                     raise
                 await self._ended(ns, draft, begun, items, job, exc)

@@ -34,7 +34,7 @@ def test_the_demo_runs_on_the_embedded_model(tmp_path: Path) -> None:
     assert "session hotel-demo: 3 requests" in out
 
     with Repository.open(db) as repo:
-        records = [repo.request_record("hotel-demo", n) for n in (1, 2, 3)]
+        records = [repo.records.request("hotel-demo", n) for n in (1, 2, 3)]
     steps = [step for record in records if record is not None for step in record["steps"]]
     assert len(records) == 3 and all(r is not None and r["steps"] for r in records)
     assert all(s["protocol_error"] is None for s in steps if not s["truncated"]), steps  # the grammar held

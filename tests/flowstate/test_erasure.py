@@ -34,15 +34,15 @@ def _subject(repo: Repository, ns: str = "") -> None:
     response names as its user, and a request of hers waiting on tool results."""
     _said(repo, ns + "alice", f"{SECRET} one")
     _said(repo, ns + "alice", f"{SECRET} two")
-    repo.fork(ns + "alice", 1, ns + "alice-branch")
+    repo.lineage.fork(ns + "alice", 1, ns + "alice-branch")
     _said(repo, ns + "alice-branch", f"{SECRET} branch")
-    repo.save_conversation(ns + "conv_1", {"user_id": "alice"}, 1)
+    repo.conversations.save(ns + "conv_1", {"user_id": "alice"}, 1)
     _said(repo, ns + "conv_1", f"{SECRET} conversation")
     _said(repo, ns + "trip-9", f"{SECRET} trip")
     rid = "resp_a" + ns.replace("/", "")
     repo.responses.save(StoredResponse(rid, ns, ns + "trip-9", 2, {"id": rid, "user": "alice",
                                                                   "output_text": f"{SECRET} response"}, []), 5)
-    repo.save_pending(ns + "alice", 3, {"said": SECRET})
+    repo.waiting.save(ns + "alice", 3, {"said": SECRET})
 
 
 def _raw_bytes(path: Path) -> bytes:
@@ -65,10 +65,10 @@ def test_a_subject_and_everything_that_names_it_goes_and_nothing_else(any_repo: 
                                "responses": 1, "vault_values_elsewhere": 0}
     assert repo.sessions() == [f"{tenant}/{n}" for n in ("alice", "alice-branch", "conv_1", "trip-9")] + ["bob"]
     assert repo.responses.get("resp_a", "") is None and repo.responses.get(f"resp_a{tenant}", f"{tenant}/") is not None
-    assert repo.pending("alice") is None and repo.pending(f"{tenant}/alice") is not None
-    assert len(repo.search(f"{tenant}/", Search.parse(SECRET))[0]) == 5
-    assert all(h.session.startswith(f"{tenant}/") for h in repo.search("", Search.parse(SECRET))[0])
-    assert not any(SECRET in line for line in repo.export_sessions(["bob"]))
+    assert repo.waiting.get("alice") is None and repo.waiting.get(f"{tenant}/alice") is not None
+    assert len(repo.catalog.search(f"{tenant}/", Search.parse(SECRET))[0]) == 5
+    assert all(h.session.startswith(f"{tenant}/") for h in repo.catalog.search("", Search.parse(SECRET))[0])
+    assert not any(SECRET in line for line in repo.transfer.export(["bob"]))
 
     storage = repo.erasure.scrub()
     kept = repo.erasure.keep_storage(receipt, storage)

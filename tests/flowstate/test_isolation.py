@@ -27,4 +27,4 @@ def test_sessions_are_isolated(make_agent: AgentFactory, repo: Repository) -> No
 
     assert [n.value for n in repo.nodes("alice")] == [{"code": 1234}]
     assert [n.value for n in repo.nodes("bob")] == [{"code": 1}]
-    assert repo.incoming("alice", "secret_plan") == []
+    assert repo.disclosure("alice", "secret_plan")[1] == []

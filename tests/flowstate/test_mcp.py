@@ -98,7 +98,7 @@ def stored_whole(repo: Repository, session: str) -> dict[str, Any]:
     """The session's one request, stored finished: its record."""
     requests = repo.requests(session)
     assert len(requests) == 1 and requests[0].response == "done" and requests[0].unfinished is None
-    record = repo.request_record(session, 1)
+    record = repo.records.request(session, 1)
     assert record is not None
     return record
 
@@ -192,7 +192,7 @@ def test_each_session_of_the_loop_reaches_its_own_server(tmp_path: Path) -> None
         engine = ScriptedEngine([output(tools=[call("count")]), output(content="done")])
         record = Agent(engine, repository=repo, session="alice", tools=tools).run("count again").to_dict()
         assert tool_calls(record)[0]["result"] == {"result": 2}
-        assert tool_calls(repo.request_record("bob", 1) or {})[0]["result"] == {"result": 1}
+        assert tool_calls(repo.records.request("bob", 1) or {})[0]["result"] == {"result": 1}
         repo.close()
 
 

@@ -81,18 +81,18 @@ def test_a_redacting_repository_stores_no_value_and_restores_it_for_a_tool(any_r
     _remember(repo, "t1/alice")
     repo.responses.save(StoredResponse("resp_1", "t1/", "t1/alice", 2, {"user": EMAIL, "output_text": f"hi {EMAIL}"},
                                       [{"content": EMAIL}]), 5)
-    repo.save_conversation("t1/conv_1", {"customer": EMAIL}, 1)
-    repo.save_pending("t1/alice", 2, {"said": CARD})
+    repo.conversations.save("t1/conv_1", {"customer": EMAIL}, 1)
+    repo.waiting.save("t1/alice", 2, {"said": CARD})
     ph = redaction.redactor.placeholder("t1/", "email", EMAIL)
     tables = ("requests", "nodes", "transcripts", "responses", "conversations", "pending_requests", "vault")
     for table in tables:  # nothing stored holds the value (the vault holds it encrypted)
         assert EMAIL not in str(raw(db_target, f"SELECT * FROM {table}")), table
     assert repo.nodes("t1/alice")[0].value == {"email": ph, "card": redaction.redactor.placeholder("t1/", "card", CARD)}
     # query, answer, summary, value, record, transcript
-    assert repo.request_record("t1/alice", 1)["redactions"] == {"card": 1, "email": 6}
-    assert repo.search("t1/", Search.parse("example"))[0] == []  # the index holds no part of it either
-    assert len(repo.search("t1/", Search.parse(ph.strip("[]").split("_")[1]))[0]) == 1
-    assert not any(EMAIL in line for line in repo.export_sessions(["t1/alice"]))
+    assert repo.records.request("t1/alice", 1)["redactions"] == {"card": 1, "email": 6}
+    assert repo.catalog.search("t1/", Search.parse("example"))[0] == []  # the index holds no part of it either
+    assert len(repo.catalog.search("t1/", Search.parse(ph.strip("[]").split("_")[1]))[0]) == 1
+    assert not any(EMAIL in line for line in repo.transfer.export(["t1/alice"]))
     assert redaction.restore("t1/other", {"to": ph, "cc": ["[EMAIL_000000000000]"]}) == {
         "to": EMAIL, "cc": ["[EMAIL_000000000000]"]}  # any session of the tenant; an unknown placeholder stays
     assert redaction.restore("t2/alice", {"to": ph}) == {"to": ph}  # never another tenant's

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from flowstate import Repository, SessionNotFound, StorageError
+from flowstate.inspection import session_dump
 from flowstate.nodes import Node, Ref, Relation, StateType
 from flowstate.store.backends import is_postgres
 from flowstate.store.migrations import MIGRATIONS, POSTGRES_MIGRATIONS
@@ -75,9 +76,9 @@ def test_persist_round_trips_nodes_and_relations(any_repo: Repository) -> None:
     repo.persist_request("s", 1, "first", "answer", [a, b], {"k": 1})
     assert repo.nodes("s") == [a, b]
     assert repo.node("s", "b") == b
-    assert repo.incoming("s", "a") == [("b", "derives")]
+    assert repo.disclosure("s", "a")[1] == [("b", "derives")]
     assert [(r.index, r.query, r.response) for r in repo.requests("s")] == [(1, "first", "answer")]
-    assert repo.request_record("s", 1) == {"k": 1}
+    assert repo.records.request("s", 1) == {"k": 1}
 
 
 def test_persist_is_all_or_nothing(any_repo: Repository) -> None:
@@ -122,7 +123,7 @@ def test_delete_session_forgets_exactly_that_session(any_repo: Repository) -> No
     repo.persist_request("s", 2, "q2", "r2", [state("c", request=2)], {})
     assert repo.delete_session("s") is True
     assert not repo.has_session("s") and repo.nodes("s") == [] and repo.requests("s") == []
-    assert [n.id for n in repo.nodes("t")] == ["a", "b"] and repo.incoming("t", "a") == [("b", "derives")]
+    assert [n.id for n in repo.nodes("t")] == ["a", "b"] and repo.disclosure("t", "a")[1] == [("b", "derives")]
     assert repo.delete_session("s") is False
     repo.persist_request("s", 1, "fresh", "r", [state("a")], {})  # the name can start over
     assert [r.query for r in repo.requests("s")] == ["fresh"]
@@ -133,12 +134,12 @@ def test_the_endpoints_transcript_has_a_table_of_its_own(any_repo: Repository) -
     kept = Transcript([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], {"key-1": 1})
     repo.persist_request("s", 1, "hi", "hello", [state("a")], {"steps": []}, transcript=kept)
     repo.persist_request("s", 2, "again", "ok", [], {"steps": []})  # a request that did not come through the endpoint
-    assert repo.transcripts("s") == {1: kept}
-    assert "transcript" not in (repo.request_record("s", 1) or {})  # not a ride in the run record
+    assert repo.records.transcripts("s") == {1: kept}
+    assert "transcript" not in (repo.records.request("s", 1) or {})  # not a ride in the run record
     with pytest.raises(StorageError):  # written in the request's transaction: a refused request leaves none
         repo.persist_request("s", 2, "dup", "x", [], {}, transcript=kept)
-    assert repo.transcripts("s") == {1: kept}
-    assert repo.delete_session("s") and repo.transcripts("s") == {}
+    assert repo.records.transcripts("s") == {1: kept}
+    assert repo.delete_session("s") and repo.records.transcripts("s") == {}
 
 
 def test_nodes_stored_before_marks_are_marked_by_their_prefixes_once(db_target: str,
@@ -194,7 +195,7 @@ def test_open_errors_are_clear(tmp_path: Path) -> None:
 def test_unknown_session(any_repo: Repository) -> None:
     repo = any_repo
     with pytest.raises(SessionNotFound, match="unknown session 'nobody'"):
-        repo.require_session("nobody")
+        session_dump(repo, "nobody")
 
 
 @pytest.mark.slow  # whole domains / many tasks: seconds, not milliseconds
@@ -315,38 +316,39 @@ def test_a_fork_shares_its_parents_requests_up_to_its_point_without_copying_them
     repo.persist_request("p", 2, "q2", "r2", [state("b", 2, (Ref(rel=Relation.DERIVES, state_id="a"),))], {"n": 2})
     repo.persist_request("p", 3, "q3", "r3", [state("c", 3)], {"n": 3})
     copied = raw(db_target, "SELECT COUNT(*) FROM nodes")[0][0]
-    repo.fork("p", 2, "f")
+    repo.lineage.fork("p", 2, "f")
     assert raw(db_target, "SELECT COUNT(*) FROM nodes")[0][0] == copied  # nothing copied
     assert [r.query for r in repo.requests("f")] == ["q1", "q2"] and repo.request_count("f") == 2
     assert [n.id for n in repo.nodes("f")] == ["a", "b"] and repo.node("f", "c") is None
-    assert repo.incoming("f", "a") == [("b", "derives")] and repo.disclosure("f", "b")[0] == repo.node("p", "b")
-    assert repo.transcripts("f") == repo.transcripts("p") and repo.request_record("f", 2) == {"n": 2}
-    assert repo.request_record("f", 3) is None and repo.forked_from("f") == ("p", 2) and repo.forked_from("p") is None
+    assert repo.disclosure("f", "a")[1] == [("b", "derives")] and repo.disclosure("f", "b")[0] == repo.node("p", "b")
+    assert repo.records.transcripts("f") == repo.records.transcripts("p") and repo.records.request("f", 2) == {"n": 2}
+    assert repo.records.request("f", 3) is None
+    assert repo.lineage.forked_from("f") == ("p", 2) and repo.lineage.forked_from("p") is None
     # the fork goes on by itself: its own next request is 3, a relation may end at a shared node, the parent is
     # untouched
     repo.persist_request("f", 3, "other q3", "x", [state("c", 3, (Ref(rel=Relation.SUPERSEDES, state_id="b"),))], {})
     assert [(n.id, n.summary) for n in repo.nodes("f")] == [("a", "a"), ("b", "b"), ("c", "c")]
-    assert repo.incoming("f", "b") == [("c", "supersedes")] and repo.incoming("p", "b") == []
+    assert repo.disclosure("f", "b")[1] == [("c", "supersedes")] and repo.disclosure("p", "b")[1] == []
     assert [r.query for r in repo.requests("p")] == ["q1", "q2", "q3"] and repo.node("p", "c") == state("c", 3)
     with pytest.raises(StorageError, match="conflicts with 3 finished"):
         repo.persist_request("f", 3, "again", "x", [], {})
     # a fork of the fork at or before its point shares from the parent itself; after it, from the fork
-    repo.fork("f", 1, "g")
-    repo.fork("f", 3, "h")
-    assert repo.forked_from("g") == ("p", 1) and repo.forked_from("h") == ("f", 3)
+    repo.lineage.fork("f", 1, "g")
+    repo.lineage.fork("f", 3, "h")
+    assert repo.lineage.forked_from("g") == ("p", 1) and repo.lineage.forked_from("h") == ("f", 3)
     assert [r.query for r in repo.requests("h")] == ["q1", "q2", "other q3"] and repo.request_count("g") == 1
-    repo.fork("f", 3, "h")  # the same fork again (a retried call): nothing happens
+    repo.lineage.fork("f", 3, "h")  # the same fork again (a retried call): nothing happens
     with pytest.raises(StorageError, match="exists"):
-        repo.fork("f", 2, "h")
+        repo.lineage.fork("f", 2, "h")
     with pytest.raises(StorageError, match="has 3 finished"):
-        repo.fork("p", 4, "i")
+        repo.lineage.fork("p", 4, "i")
 
 
 def test_a_fork_refuses_a_relation_to_a_node_it_does_not_share(any_repo: Repository) -> None:
     repo = any_repo
     repo.persist_request("p", 1, "q1", "r1", [state("a")], {})
     repo.persist_request("p", 2, "q2", "r2", [state("late", 2)], {})
-    repo.fork("p", 1, "f")
+    repo.lineage.fork("p", 1, "f")
     late = state("b", 2, (Ref(rel=Relation.DERIVES, state_id="late"),))  # the parent's, after the fork's point
     with pytest.raises(StorageError, match="relations end at late"):
         repo.persist_request("f", 2, "q", "r", [late], {})
@@ -358,7 +360,7 @@ def test_a_session_with_forks_is_not_forgotten_before_them(any_repo: Repository)
 
     repo = any_repo
     repo.persist_request("p", 1, "q1", "r1", [state("a")], {})
-    repo.fork("p", 1, "f")
+    repo.lineage.fork("p", 1, "f")
     with pytest.raises(SessionHasForks, match="'f'"):
         repo.delete_session("p")
     assert [n.id for n in repo.nodes("f")] == ["a"]
@@ -370,14 +372,15 @@ def test_an_empty_fork_is_dropped_and_one_that_holds_anything_is_kept(any_repo: 
     of its own, stays; the parent is never touched."""
     repo = any_repo
     repo.persist_request("p", 1, "q1", "r1", [state("a")], {})
-    repo.fork("p", 1, "empty")
-    repo.fork("p", 1, "used")
+    repo.lineage.fork("p", 1, "empty")
+    repo.lineage.fork("p", 1, "used")
     repo.persist_request("used", 2, "q2", "r2", [], {})
-    repo.fork("p", 1, "parent_of_one")
-    repo.fork("parent_of_one", 1, "child")  # at its own point: shares from p, not from parent_of_one
-    repo.fork("used", 2, "grand")
-    assert repo.drop_empty_fork("empty") and not repo.has_session("empty") and not repo.drop_empty_fork("empty")
-    assert not repo.drop_empty_fork("used") and repo.request_count("used") == 2
-    assert repo.drop_empty_fork("parent_of_one") and repo.forked_from("child") == ("p", 1)
+    repo.lineage.fork("p", 1, "parent_of_one")
+    repo.lineage.fork("parent_of_one", 1, "child")  # at its own point: shares from p, not from parent_of_one
+    repo.lineage.fork("used", 2, "grand")
+    assert repo.lineage.drop_empty_fork("empty")
+    assert not repo.has_session("empty") and not repo.lineage.drop_empty_fork("empty")
+    assert not repo.lineage.drop_empty_fork("used") and repo.request_count("used") == 2
+    assert repo.lineage.drop_empty_fork("parent_of_one") and repo.lineage.forked_from("child") == ("p", 1)
     assert [n.id for n in repo.nodes("p")] == ["a"] and repo.request_count("p") == 1
-    assert not repo.drop_empty_fork("absent")
+    assert not repo.lineage.drop_empty_fork("absent")

@@ -56,18 +56,18 @@ def test_what_is_due_and_the_sweep_removes_it_all(any_repo: Repository, db_targe
     _session(repo, t, "idle", NOW - 50 * DAY_S, idle)  # idle 40 days: past idle
     _session(repo, t, "fresh", NOW - 50 * DAY_S, NOW - DAY_S)
     _session(repo, t, "parent", NOW - 60 * DAY_S, idle)
-    repo.fork("parent", 1, "child")
+    repo.lineage.fork("parent", 1, "child")
     _clock(t, "child", NOW - 45 * DAY_S, idle)  # both expired: the fork goes first, then its parent
     _session(repo, t, "shared", NOW - 60 * DAY_S, idle)
-    repo.fork("shared", 1, "living")
+    repo.lineage.fork("shared", 1, "living")
     _clock(t, "living", NOW - 2 * DAY_S)  # its fork is alive: the parent stays
     _session(repo, t, "waits", NOW - 60 * DAY_S, idle)
-    repo.save_pending("waits", 2, {"calls": []})  # a request waits on tool results: kept
+    repo.waiting.save("waits", 2, {"calls": []})  # a request waits on tool results: kept
     _response(repo, "resp_old", "fresh", NOW - 31 * DAY_S)
     _response(repo, "resp_new", "fresh", NOW - DAY_S)
     _response(repo, "resp_running", "fresh", NOW - 31 * DAY_S, lease=NOW)
-    repo.save_conversation("conv_unused", {}, NOW - 31 * DAY_S)
-    repo.save_conversation("fresh", {"topic": "kept with its session"}, NOW - 31 * DAY_S)
+    repo.conversations.save("conv_unused", {}, NOW - 31 * DAY_S)
+    repo.conversations.save("fresh", {"topic": "kept with its session"}, NOW - 31 * DAY_S)
 
     due = repo.retention.due(POLICY, NOW)
     assert [(e.kind, e.name) for e in due] == [
@@ -91,7 +91,7 @@ def test_what_is_due_and_the_sweep_removes_it_all(any_repo: Repository, db_targe
     assert repo.sessions() == ["fresh", "shared", "living", "waits"]
     assert repo.responses.get("resp_new",
                               "") and repo.responses.get("resp_running", "") and not repo.responses.get("resp_old", "")
-    assert repo.conversation("fresh") and not repo.conversation("conv_unused")
+    assert repo.conversations.get("fresh") and not repo.conversations.get("conv_unused")
     for table in ("requests", "nodes", "transcripts", "relations"):  # nothing of the removed sessions is left
         names = {r[0] for r in raw(db_target, f"SELECT DISTINCT s.name FROM {table} t JOIN sessions s"
                                               " ON s.id = t.session_id")}

@@ -46,7 +46,7 @@ def fill(repo: Repository) -> None:
 
 
 def ids(repo: Repository, q: str, namespace: str = "ka/", **filters: str) -> list[str]:
-    hits, _ = repo.search(namespace, Search.parse(q, **filters))
+    hits, _ = repo.catalog.search(namespace, Search.parse(q, **filters))
     return [h.state_id for h in hits]
 
 
@@ -76,12 +76,12 @@ def test_hits_filters_and_keys(any_repo: Repository) -> None:
 
 def test_hit_fields_and_ranking(any_repo: Repository) -> None:
     fill(any_repo)
-    hits, more = any_repo.search("ka/", Search.parse("lisbon"))
+    hits, more = any_repo.catalog.search("ka/", Search.parse("lisbon"))
     assert not more
     top = hits[0]
     assert top.state_id in {"dec_book_a", "pref_quiet"}  # the summary's word counts above the value's
     by_id = {h.state_id: h for h in hits}
-    keep = any_repo.search("ka/", Search.parse("keep"))[0][0]
+    keep = any_repo.catalog.search("ka/", Search.parse("keep"))[0][0]
     assert (keep.session, keep.request, keep.type, keep.kind) == ("ka/alice", 2, "judgement", "state")
     assert keep.created is not None and keep.created > 1_700_000_000
     assert by_id["pref_quiet"].summary == "Prefers quiet hotels"
@@ -105,7 +105,7 @@ def test_pages_by_cursor(any_repo: Repository) -> None:
     seen: list[str] = []
     search = Search.parse("lisbon", limit=10)
     while True:
-        hits, more = any_repo.search("ka/", search)
+        hits, more = any_repo.catalog.search("ka/", search)
         seen += [h.state_id for h in hits]
         if not more:
             break
@@ -125,11 +125,11 @@ def test_gone_with_its_session(any_repo: Repository) -> None:
 
 def test_a_fork_searches_what_it_shares(any_repo: Repository) -> None:
     fill(any_repo)
-    any_repo.fork("ka/alice", 1, "ka/fork_1")
+    any_repo.lineage.fork("ka/alice", 1, "ka/fork_1")
     any_repo.persist_request("ka/fork_1", 2, "Switch to B", "Switched.", [
         state("dec_switch_b", "Switch to hotel B", {"hotel": "B"}, StateType.JUDGEMENT, request=2)], {})
     assert sorted(ids(any_repo, "hotel", session="fork_1")) == ["dec_book_a", "dec_switch_b", "pref_quiet"]
-    hit = next(h for h in any_repo.search("ka/", Search.parse("quiet", session="fork_1"))[0])
+    hit = next(h for h in any_repo.catalog.search("ka/", Search.parse("quiet", session="fork_1"))[0])
     assert hit.session == "ka/alice"  # a shared state is found where it is kept
 
 
@@ -160,7 +160,7 @@ def test_bad_searches_say_why(params: dict[str, str], message: str) -> None:
 def test_query_syntax_is_only_words(any_repo: Repository, q: str) -> None:
     """The databases' query syntax in a query is punctuation or plain words: never an error, never an operator."""
     fill(any_repo)
-    hits, _ = any_repo.search("ka/", Search.parse(q))
+    hits, _ = any_repo.catalog.search("ka/", Search.parse(q))
     if q in ('"hotel', "hotel*", "-hotel", "hotel:*"):
         assert sorted(h.state_id for h in hits) == ["dec_book_a", "dec_keep_a", "pref_quiet"]
     if q == "hotel OR porto":  # "or" is a word like any other: no state has all three
@@ -208,7 +208,7 @@ def test_the_migration_indexes_an_older_database(db_target: str) -> None:
         conn.commit()
         conn.close()
     with Repository.open(db_target) as repo:
-        hits, _ = repo.search("", Search.parse("lisbon"))
+        hits, _ = repo.catalog.search("", Search.parse("lisbon"))
         assert [(h.session, h.state_id, h.created) for h in hits] == [("old", "kn_old", None)]
         assert ids(repo, "hotel", namespace="", since="2000-01-01") == []  # no time kept: outside any date filter
 

@@ -65,16 +65,16 @@ def test_a_restored_run_goes_on_exactly_as_the_original(tmp_path) -> None:  # ty
 
 def test_the_repository_keeps_a_waiting_request_until_it_ends(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with Repository.open(tmp_path / "m.db") as repo:
-        repo.save_pending("s", 1, {"x": 1})
-        assert repo.pending("s") == {"x": 1}
-        repo.save_pending("s", 1, {"x": 2})  # a later step of the same request replaces it
-        assert repo.pending("s") == {"x": 2}
+        repo.waiting.save("s", 1, {"x": 1})
+        assert repo.waiting.get("s") == {"x": 1}
+        repo.waiting.save("s", 1, {"x": 2})  # a later step of the same request replaces it
+        assert repo.waiting.get("s") == {"x": 2}
         repo.persist_request("s", 1, "q", "r", [], {})  # finished meanwhile (elsewhere): no longer waiting
-        assert repo.pending("s") is None
-        repo.save_pending("t", 1, {"y": 1})
-        assert repo.delete_session("t") is True and repo.pending("t") is None  # a session only waiting is a session
-        repo.clear_pending("s")
-        assert repo.pending("s") is None
+        assert repo.waiting.get("s") is None
+        repo.waiting.save("t", 1, {"y": 1})
+        assert repo.delete_session("t") is True and repo.waiting.get("t") is None  # a session only waiting is a session
+        repo.waiting.clear("s")
+        assert repo.waiting.get("s") is None
 
 
 def test_a_call_that_waits_on_approval_runs_when_approved_and_is_a_tool_error_when_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -43,18 +43,18 @@ def third_prompts(repo: Repository, used: int, session: str = "k1/trip") -> list
 def furnish(repo: Repository) -> None:
     """Beside the agent's session: a fork with a relation into what it shares, a transcript with an idempotency
     reply, a conversation, stored responses and a request waiting on tool results."""
-    repo.fork("k1/trip", 1, "k1/trip-b")
+    repo.lineage.fork("k1/trip", 1, "k1/trip-b")
     repo.persist_request("k1/trip-b", 2, "Switch to B", "Switched.", [
         Node(id="dec_switch_b", type=StateType.JUDGEMENT, summary="Switch to hotel B", value={"hotel": "B"},
              refs=(Ref(rel=Relation.SUPERSEDES, state_id="dec_book_a"),), request=2)], {"steps": []},
         transcript=Transcript([{"role": "user", "content": "Switch to B"}, {"role": "assistant", "content": "ok"}],
                               {"idem-1": 1}), strategy="flowstate")
-    repo.save_conversation("k1/trip", {"topic": "lisbon"}, 1_790_000_000)
+    repo.conversations.save("k1/trip", {"topic": "lisbon"}, 1_790_000_000)
     for i in range(2):
         repo.responses.save(StoredResponse(f"resp_{i}", "k1/", "k1/trip", i, {"id": f"resp_{i}", "output": [i],
                                                                                 "conversation": {"id": "trip"}},
                                           [{"type": "message", "content": f"in {i}"}]), 1_790_000_000 + i)
-    repo.save_pending("k1/trip-b", 3, {"session": "k1/trip-b", "query": "more?", "steps": []})
+    repo.waiting.save("k1/trip-b", 3, {"session": "k1/trip-b", "query": "more?", "steps": []})
 
 
 def body(lines: list[str]) -> list[str]:
@@ -76,7 +76,7 @@ def sealed(lines: list[str]) -> list[str]:
 
 
 def everything(repo: Repository) -> list[str]:
-    return body(repo.export_sessions(repo.sessions(), "")) if repo.sessions() else []
+    return body(repo.transfer.export(repo.sessions(), "")) if repo.sessions() else []
 
 
 def test_round_trip_is_exact_across_databases(tmp_path: Path, pg_server: Any) -> None:
@@ -86,29 +86,30 @@ def test_round_trip_is_exact_across_databases(tmp_path: Path, pg_server: Any) ->
               Repository.open(tmp_path / "c.db") as c):
             two_requests(a)
             furnish(a)
-            first = a.export_sessions(["k1/trip", "k1/trip-b"], "k1/")
+            first = a.transfer.export(["k1/trip", "k1/trip-b"], "k1/")
             header = json.loads(first[0])
             assert header["format"] == "flowstate-session" and header["version"] == transfer.VERSION
             assert header["sessions"] == ["trip", "trip-b"] and header["counts"]["response"] == 2
             assert all("k1/" not in line for line in first[1:])  # names relative to the namespace exported
-            assert pg.import_sessions(first, "k2/") == ["trip", "trip-b"]
-            second = pg.export_sessions(["k2/trip", "k2/trip-b"], "k2/")
+            assert pg.transfer.load(first, "k2/") == ["trip", "trip-b"]
+            second = pg.transfer.export(["k2/trip", "k2/trip-b"], "k2/")
             assert body(second) == body(first)
-            c.import_sessions(second, "k1/")
-            third = c.export_sessions(["k1/trip", "k1/trip-b"], "k1/")
+            c.transfer.load(second, "k1/")
+            third = c.transfer.export(["k1/trip", "k1/trip-b"], "k1/")
             assert body(third) == body(first)
             # what the rest of FlowState reads of it is the original's
-            assert pg.forked_from("k2/trip-b") == ("k2/trip", 1)
+            assert pg.lineage.forked_from("k2/trip-b") == ("k2/trip", 1)
             assert [n.id for n in pg.nodes("k2/trip-b")] == [n.id for n in a.nodes("k1/trip-b")]
-            assert pg.transcripts("k2/trip-b")[2].idempotency == {"idem-1": 1}
-            assert pg.pending("k2/trip-b") == {"session": "k2/trip-b", "query": "more?", "steps": []}
+            assert pg.records.transcripts("k2/trip-b")[2].idempotency == {"idem-1": 1}
+            assert pg.waiting.get("k2/trip-b") == {"session": "k2/trip-b", "query": "more?", "steps": []}
             stored = pg.responses.get("resp_1", "k2/")
             assert stored is not None and stored.session == "k2/trip" and stored.body["output"] == [1]
-            assert pg.conversation("k2/trip") == ({"topic": "lisbon"}, 1_790_000_000)
+            assert pg.conversations.get("k2/trip") == ({"topic": "lisbon"}, 1_790_000_000)
             assert [r.query for r in pg.requests("k2/trip")] == [r.query for r in a.requests("k1/trip")]
             from flowstate.store.search import Search
-            hits, _ = pg.search("k2/", Search.parse("cancellation"))
-            assert {h.state_id for h in hits} == {h.state_id for h in a.search("k1/", Search.parse("cancellation"))[0]}
+            hits, _ = pg.catalog.search("k2/", Search.parse("cancellation"))
+            before, _ = a.catalog.search("k1/", Search.parse("cancellation"))
+            assert {h.state_id for h in hits} == {h.state_id for h in before}
     finally:
         pg_server.drop(url)
 
@@ -116,7 +117,7 @@ def test_round_trip_is_exact_across_databases(tmp_path: Path, pg_server: Any) ->
 def test_the_imported_session_answers_as_the_original(tmp_path: Path) -> None:
     with Repository.open(tmp_path / "a.db") as a, Repository.open(tmp_path / "b.db") as b:
         used = two_requests(a)
-        b.import_sessions(a.export_sessions(["k1/trip"], ""), "")
+        b.transfer.load(a.transfer.export(["k1/trip"], ""), "")
         original, imported = third_prompts(a, used), third_prompts(b, used)
         assert original == imported and len(original) >= 2  # every call of request 3 saw the same prompt
         assert a.node("k1/trip", "dec_keep_a") == b.node("k1/trip", "dec_keep_a")
@@ -126,14 +127,14 @@ def test_a_fork_alone_carries_what_it_shares(tmp_path: Path) -> None:
     with Repository.open(tmp_path / "a.db") as a, Repository.open(tmp_path / "b.db") as b:
         two_requests(a)
         furnish(a)
-        alone = a.export_sessions(["k1/trip-b"], "k1/")
+        alone = a.transfer.export(["k1/trip-b"], "k1/")
         assert json.loads(alone[1])["forked_from"] is None
-        b.import_sessions(alone, "k1/")
-        assert b.forked_from("k1/trip-b") is None and b.sessions() == ["k1/trip-b"]
+        b.transfer.load(alone, "k1/")
+        assert b.lineage.forked_from("k1/trip-b") is None and b.sessions() == ["k1/trip-b"]
         assert [(r.index, r.query) for r in b.requests("k1/trip-b")] == [(r.index, r.query) for r in
                                                                            a.requests("k1/trip-b")]
         assert sorted(n.id for n in b.nodes("k1/trip-b")) == sorted(n.id for n in a.nodes("k1/trip-b"))
-        assert body(b.export_sessions(["k1/trip-b"], "k1/")) == body(alone)
+        assert body(b.transfer.export(["k1/trip-b"], "k1/")) == body(alone)
 
 
 def _edit(kind: str, change: Callable[[dict[str, Any]], None]) -> Callable[[list[str]], list[str]]:
@@ -211,18 +212,18 @@ def test_a_bad_file_is_refused_and_changes_nothing(any_repo: Repository, tmp_pat
     with Repository.open(tmp_path / "source.db") as source:
         two_requests(source, "trip")
         furnish_plain(source)
-        good = source.export_sessions(["trip", "trip-b"], "")
+        good = source.transfer.export(["trip", "trip-b"], "")
     any_repo.persist_request("other", 1, "q", "r", [], {"steps": []})
     before = everything(any_repo)
     make, message = BAD[case]
     with pytest.raises(BadSessionFile, match=message.replace("(", r"\(").replace(")", r"\)")):
-        any_repo.import_sessions(make(good), "")
+        any_repo.transfer.load(make(good), "")
     assert everything(any_repo) == before and any_repo.sessions() == ["other"]
 
 
 def furnish_plain(repo: Repository) -> None:
     """A fork of ``trip`` (no namespace) whose new state supersedes a shared one."""
-    repo.fork("trip", 1, "trip-b")
+    repo.lineage.fork("trip", 1, "trip-b")
     repo.persist_request("trip-b", 2, "Switch to B", "Switched.", [
         Node(id="dec_switch_b", type=StateType.JUDGEMENT, summary="Switch to hotel B", value={"hotel": "B"},
              refs=(Ref(rel=Relation.SUPERSEDES, state_id="dec_book_a"),), request=2)], {"steps": []})
@@ -232,13 +233,13 @@ def test_a_fork_cannot_reach_past_what_it_shares(tmp_path: Path) -> None:
     with Repository.open(tmp_path / "a.db") as a, Repository.open(tmp_path / "b.db") as b:
         two_requests(a, "trip")
         furnish_plain(a)
-        lines = a.export_sessions(["trip", "trip-b"], "")
+        lines = a.transfer.export(["trip", "trip-b"], "")
         late = next(json.loads(x)["id"] for x in lines[1:] if json.loads(x)["kind"] == "node"
                     and json.loads(x)["session"] == "trip" and json.loads(x)["request"] == 2)
         hostile = [x if '"dec_switch_b"' not in x or '"relation"' not in x else x.replace('"dec_book_a"', f'"{late}"')
                    for x in lines]
         with pytest.raises(BadSessionFile, match="no node of the session or of what it shares"):
-            b.import_sessions(sealed(hostile), "")
+            b.transfer.load(sealed(hostile), "")
         assert b.sessions() == []
 
 
@@ -247,26 +248,26 @@ def test_taken_names_and_ids(any_repo: Repository, tmp_path: Path) -> None:
         two_requests(source, "trip")
         furnish_plain(source)
         source.responses.save(StoredResponse("resp_x", "", "trip", 0, {"id": "resp_x"}, []), 1_790_000_000)
-        lines = source.export_sessions(["trip", "trip-b"], "")
-    assert any_repo.import_sessions(lines, "") == ["trip", "trip-b"]
+        lines = source.transfer.export(["trip", "trip-b"], "")
+    assert any_repo.transfer.load(lines, "") == ["trip", "trip-b"]
     before = everything(any_repo)
     with pytest.raises(SessionExists, match="'trip'.*--rename"):
-        any_repo.import_sessions(lines, "")
+        any_repo.transfer.load(lines, "")
     with pytest.raises(BadSessionFile, match="response 'resp_x' already exists"):  # ids are global: refused whole
-        any_repo.import_sessions(lines, "", {"trip": "trip-2", "trip-b": "trip-b-2"})
+        any_repo.transfer.load(lines, "", {"trip": "trip-2", "trip-b": "trip-b-2"})
     assert everything(any_repo) == before
     with pytest.raises(BadSessionFile, match="does not hold: nope"):
-        any_repo.import_sessions(lines, "", {"nope": "x"})
+        any_repo.transfer.load(lines, "", {"nope": "x"})
     no_response = sealed([x for x in lines if '"kind":"response"' not in x])
-    assert any_repo.import_sessions(no_response, "", {"trip": "trip-2", "trip-b": "trip-b-2"}) == ["trip-2", "trip-b-2"]
-    assert any_repo.forked_from("trip-b-2") == ("trip-2", 1)  # a renamed parent: its fork follows it
+    assert any_repo.transfer.load(no_response, "", {"trip": "trip-2", "trip-b": "trip-b-2"}) == ["trip-2", "trip-b-2"]
+    assert any_repo.lineage.forked_from("trip-b-2") == ("trip-2", 1)  # a renamed parent: its fork follows it
 
 
 def test_a_failure_mid_write_rolls_back(any_repo: Repository, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with Repository.open(tmp_path / "source.db") as source:
         two_requests(source, "trip")
         furnish_plain(source)
-        lines = source.export_sessions(["trip", "trip-b"], "")
+        lines = source.transfer.export(["trip", "trip-b"], "")
     real = transfer._write_session
     calls = []
 
@@ -278,21 +279,21 @@ def test_a_failure_mid_write_rolls_back(any_repo: Repository, tmp_path: Path, mo
 
     monkeypatch.setattr(transfer, "_write_session", failing)
     with pytest.raises(RuntimeError):
-        any_repo.import_sessions(lines, "")
+        any_repo.transfer.load(lines, "")
     assert calls == ["trip", "trip-b"] and any_repo.sessions() == []
     from flowstate.store.search import Search
-    assert any_repo.search("", Search.parse("hotel"))[0] == []  # the index rows went with the transaction
+    assert any_repo.catalog.search("", Search.parse("hotel"))[0] == []  # the index rows went with the transaction
 
 
 def test_a_rename_of_no_session_and_a_line_too_long_are_refused(any_repo: Repository, tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     with Repository.open(tmp_path / "source.db") as source:
         two_requests(source, "trip")
-        good = source.export_sessions(["trip"], "")
+        good = source.transfer.export(["trip"], "")
     before = everything(any_repo)
     with pytest.raises(BadSessionFile, match="--rename names session\\(s\\) the file does not hold: nope"):
-        any_repo.import_sessions(good, "", rename={"nope": "x"})
+        any_repo.transfer.load(good, "", rename={"nope": "x"})
     monkeypatch.setattr(transfer, "MAX_LINE_CHARS", 200)
     with pytest.raises(BadSessionFile, match="is longer than 200 characters"):
-        any_repo.import_sessions(good, "")
+        any_repo.transfer.load(good, "")
     assert everything(any_repo) == before

@@ -93,7 +93,7 @@ def test_every_admin_and_data_action_is_in_the_trail_with_who_and_how_it_ended(s
 def test_an_action_rolled_back_leaves_no_entry_and_the_trail_is_append_only(any_repo: Repository) -> None:
     entry = Entry("session.delete", "parent", "tenant", "key_1", "t1")
     any_repo.persist_request("t1/parent", 1, "q", "r", [], {})
-    any_repo.fork("t1/parent", 1, "t1/child")
+    any_repo.lineage.fork("t1/parent", 1, "t1/child")
     with pytest.raises(SessionHasForks):  # refused inside its transaction: the entry goes with it
         any_repo.delete_session("t1/parent", entry)
     assert any_repo.audit.entries()[0] == []

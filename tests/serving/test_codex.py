@@ -57,6 +57,6 @@ def test_codex_runs_a_tool_turn_on_flowstate_and_the_resent_history_continues_on
         (session,) = repo.sessions("")  # Codex's second call resent everything: recognised, not a new session
         (request,) = repo.requests(session)
         assert request.response == "The command printed flowstate-ok."
-        record = repo.request_record(session, 1) or {}
+        record = repo.records.request(session, 1) or {}
         calls = [c for step in record.get("steps", []) for c in step.get("tool_calls", [])]
         assert [c["name"] for c in calls] == ["exec_command"] and "flowstate-ok" in json.dumps(calls[0]["result"])

@@ -238,7 +238,9 @@ def test_a_running_turn_appears_and_settles(server: Server, browser: Any, shots:
         assert "[slow] wait" in running.text
         shots(browser, "running")
         wait_for(browser, "#state-graph .node[data-id='kn_waited']", timeout=30)
-        assert not browser.find_elements(By.ID, "running")
+        # the request is stored a moment before the turn leaves the server's registry: a poll between the two shows
+        # both, the next one the request settled
+        wait_until(browser, lambda: not browser.find_elements(By.ID, "running"), 15)
         assert "done waiting" in browser.find_element(By.ID, "request-2").text
     finally:
         turn.join(30)
@@ -259,7 +261,7 @@ def test_a_chain_a_fork_tree_the_filter_and_pages(server: Server, browser: Any, 
                       tools=hotel.TOOLS, task_policy=hotel.POLICY)
         for q in hotel.QUERIES:
             agent.run(q)
-        repo.fork("hotel", 1, "hotel-b")
+        repo.lineage.fork("hotel", 1, "hotel-b")
         repo.persist_request("hotel-b", 2, "Switch to B", "Switched.", [
             Node(id="dec_switch_b", type=StateType.JUDGEMENT, summary="Switch to B", value={"hotel": "B"},
                  refs=(Ref(rel=Relation.SUPERSEDES, state_id="dec_book_a"),), request=2)], {"steps": []})

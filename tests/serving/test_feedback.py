@@ -88,7 +88,7 @@ def test_feedback_travels_in_the_session_file_and_goes_with_its_session(served: 
     exported = http.get("/v1/sessions/trip/export", headers=KEYS["a"])
     assert exported.status_code == 200 and '"kind":"feedback"' in exported.text
     with Repository.open(":memory:") as other:
-        other.import_sessions(exported.text.splitlines(keepends=True))
+        other.transfer.load(exported.text.splitlines(keepends=True))
         assert [(f.request, f.score, f.comment) for f in other.feedback.of("trip")] == [(1, -1.0, "no")]
         assert other.feedback.by_session() == {"trip": [-1.0]}
     assert http.delete("/v1/sessions/trip", headers=KEYS["a"]).status_code in (200, 204)
@@ -104,6 +104,6 @@ def test_a_session_file_with_bad_feedback_is_refused_and_nothing_written(served:
 
     with Repository.open(":memory:") as other:
         with pytest.raises(BadSessionFile, match=r"\(feedback\): score is a number from -1 to 1"):
-            other.import_sessions(text.splitlines(keepends=True))
+            other.transfer.load(text.splitlines(keepends=True))
         assert other.sessions() == []
 

@@ -62,7 +62,7 @@ def test_a_session_continues_on_whichever_server_gets_the_turn(tmp_path: Path, s
         b.stop()
     with Repository.open(shared_db) as repo:
         # server B disclosed the state that server A's turn kept
-        assert repo.request_record("alice", 2)["steps"][0]["disclosed"] == ["note_one"]
+        assert repo.records.request("alice", 2)["steps"][0]["disclosed"] == ["note_one"]
 
 
 @pytest.mark.slow
@@ -123,7 +123,7 @@ def test_a_request_waiting_on_tool_results_outlives_a_restart(server: Server) ->
     assert session["pending"] is None and [r["response"] for r in session["requests"]] == ["Hotel A costs 120."]
     with Repository.open(server.db) as repo:
         assert repo.node("dora", "obs_r1_s1_1").value["result"] == {"price": 120}  # type: ignore[union-attr]
-        assert repo.pending("dora") is None
+        assert repo.waiting.get("dora") is None
 
 
 @pytest.mark.slow

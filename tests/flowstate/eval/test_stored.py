@@ -70,7 +70,7 @@ def test_sessions_are_chosen_by_name_activity_sample_and_feedback(tmp_path: Path
     with Repository.open(db) as repo:
         for name in ("one", "two", "three"):
             with V1.open() as lines:
-                repo.import_sessions(lines, rename={"trip": name})
+                repo.transfer.load(lines, rename={"trip": name})
         repo.feedback.give(Feedback("two", 2, "key_1", -1.0, None, "wrong date", time.time()))
         repo.feedback.give(Feedback("three", 1, "key_1", 0.5, None, "", time.time()))
         assert choose(repo, Selection(feedback="negative"), 10) == ["two"]
@@ -88,7 +88,7 @@ def test_sessions_are_chosen_by_name_activity_sample_and_feedback(tmp_path: Path
 def test_the_source_is_never_written_and_the_replay_is_kept_apart(tmp_path: Path) -> None:
     db = tmp_path / "prod.db"
     with Repository.open(db) as repo, V1.open() as lines:
-        repo.import_sessions(lines)
+        repo.transfer.load(lines)
     before = hashlib.sha256(db.read_bytes()).hexdigest()
     out = tmp_path / "replay"
     result = CliRunner().invoke(main, ["eval", "--from", str(db), "--policy", "realistic", "--strategy", "flowstate",
@@ -149,8 +149,8 @@ def test_a_session_stored_with_its_tools_replays_with_them(tmp_path: Path) -> No
         search = {"name": "search_hotels", "arguments": SEARCH}
         Agent(ScriptedEngine([output(tools=[search]), output(content="Hotel B is cheaper.")]), repository=repo,
               session="trip", tools=hotel.TOOLS, task_policy="Quote prices in euros.").run("Find me a hotel in Lisbon.")
-        kept = {t["name"] for t in repo.request_record("trip", 1)["tools"]}  # type: ignore[index]
-        assert repo.request_record("trip", 1)["policy"] == "Quote prices in euros."  # type: ignore[index]
+        kept = {t["name"] for t in repo.records.request("trip", 1)["tools"]}  # type: ignore[index]
+        assert repo.records.request("trip", 1)["policy"] == "Quote prices in euros."  # type: ignore[index]
     assert kept == {t["name"] for t in hotel.TOOLS.specs()}
     engine = ScriptedEngine([output(tools=[search]), output(content="Hotel B is cheaper.")])
     [row] = _replayed(tmp_path / "out", (engine,), strategies=("flowstate",), source=db)
@@ -177,6 +177,6 @@ def test_a_served_session_keeps_its_clients_system_message_for_the_replay(tmp_pa
             api.chat.completions.create(model="flowstate", user="chat", messages=[
                 {"role": "system", "content": "You are the airline's agent. Confirm before acting."},
                 {"role": "user", "content": "Cancel my booking."}])
-        assert repo.request_record("chat", 1)["policy"] == "You are the airline's agent. Confirm before acting."  # type: ignore[index]
+        assert repo.records.request("chat", 1)["policy"] == "You are the airline's agent. Confirm before acting."  # type: ignore[index]
     [task] = generate(str(tmp_path / "prod.db"), 1)
     assert task.policy == "You are the airline's agent. Confirm before acting."
