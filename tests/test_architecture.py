@@ -162,12 +162,12 @@ def test_no_engine_capability_is_found_by_getattr() -> None:
     assert found == []
 
 
-def test_the_architecture_pages_layout_table_matches_the_tree() -> None:
+def test_the_architecture_pages_layout_matches_the_tree() -> None:
     layout = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     named = set(re.findall(r"`([a-z_]+(?:/[a-z_0-9]+)*(?:\.py|/))`", layout))
     folders = [ROOT, *(d for d in ROOT.rglob("*") if d.is_dir() and (d / "__init__.py").exists())]
     missing = [n for n in named if not any((d / n).exists() for d in folders)]
-    assert missing == []  # every path the table names exists (in full, or within a package its row names)
+    assert missing == []  # every path the list names exists (in full, or within a package its row names)
     unlisted = []
     for pkg in PACKAGES:
         for p in (ROOT / pkg).iterdir():
@@ -176,20 +176,21 @@ def test_the_architecture_pages_layout_table_matches_the_tree() -> None:
             if p.is_dir() and (p / "__init__.py").exists() and f"{p.relative_to(ROOT)}/" not in layout \
                     and f"{p.name}/`" not in layout:
                 unlisted.append(f"{p.relative_to(ROOT)}/")
-    assert unlisted == []  # every module and sub-package is in the table
-    rows = layout.splitlines()
+    assert unlisted == []  # every module and sub-package is in the list
+    rows = re.split(r"\n(?=- `)", layout)  # one entry a package or a group of modules, wrapped over lines
+    assert max(len(line) for line in layout.splitlines()) <= 120  # a page a reader reads, not one line a row
     unnamed = []
     for pkg in PACKAGES:
         for p in (ROOT / pkg).rglob("*.py"):
             folder = p.parent.relative_to(ROOT)
             if folder.parent == Path(".") or p.stem in ("__init__", "__main__"):
                 continue  # a top-level package's modules: checked above
-            # the rows of its sub-package (or of a sub-package above it) name the module
+            # the entries of its sub-package (or of a sub-package above it) name the module
             ups = [up for up in (folder, *folder.parents) if up.parent != Path(".") and up != Path(".")]
             own = [r for r in rows for up in ups if f"`{up}/" in r]
             if not any(f"`{p.name}`" in r or f"{p.relative_to(ROOT)}`" in r for r in own):
                 unnamed.append(str(p.relative_to(ROOT)))
-    assert unnamed == []  # every module of every sub-package is named in its package's row
+    assert unnamed == []  # every module of every sub-package is named in its package's entry
 
 
 def test_every_module_that_runs_a_real_model_shares_the_one_worker() -> None:
