@@ -209,17 +209,18 @@ async def list_tenants(request: Request) -> Listed:
     """Every tenant, oldest first, with its usage now, its number of sessions and of keys that work."""
     repo = _repo(request)
 
-    def overview() -> list[TenantObject]:
+    def overview() -> list[TenantObject]:  # a read of each kind for all tenants, not one a tenant
         tenants = repo.tenants.tenants()
         sessions = repo.tenants.sessions([t.id for t in tenants])
+        quotas, policies, keys = repo.quotas.everyone(), repo.retention.policies(), repo.tenants.all_keys()
         out = []
         for t in tenants:
-            row = _tenant(t, repo.quotas.quota(t.id), repo.retention.policy(t.id))
-            used = repo.quotas.usage(t.id)
+            quota, used = quotas[t.id]
+            row = _tenant(t, quota, policies.get(t.id))
             row.usage = UsageObject(requests_this_minute=used.requests, running_turns=used.turns,
                                     tokens_today=used.tokens)
             row.sessions = sessions[t.id]
-            row.keys = sum(k.state == "active" for k in repo.tenants.keys(t.id))
+            row.keys = sum(k.state == "active" for k in keys.get(t.id, ()))
             out.append(row)
         return out
 

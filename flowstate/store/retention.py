@@ -173,6 +173,18 @@ class RetentionStore:
         self._shared = isinstance(backend, PostgresBackend)
         self.unreadable: set[str] = set()  # tenants whose stored policy no sweep could read (their memory is kept)
 
+    def policies(self) -> dict[str, RetentionPolicy | None]:
+        """Every tenant's own policy (None: the server's), in one query; one stored that cannot be read is what the
+        sweep makes of it, nothing expires (``_rules``)."""
+        out: dict[str, RetentionPolicy | None] = {}
+        with self._db.read() as conn:
+            for tenant, text in conn.execute("SELECT id, retention FROM tenants"):
+                try:
+                    out[tenant] = None if text is None else parse_policy(text)
+                except PolicyError:
+                    out[tenant] = RetentionPolicy()
+        return out
+
     def policy(self, tenant: str) -> RetentionPolicy | None:
         """The tenant's own policy (None: the server's)."""
         with self._db.read() as conn:

@@ -138,6 +138,14 @@ class TenantStore:
                      (key.id, tenant_id, digest(secret), key.created_at, expires_at, replaces, key.hint))
         return key, secret
 
+    def all_keys(self) -> dict[str, list[Key]]:
+        """Every tenant's keys (those it has), by tenant, in one query."""
+        out: dict[str, list[Key]] = {}
+        with self._db.read() as conn:
+            for r in conn.execute(_KEY + " ORDER BY tenant_id, id"):
+                out.setdefault(r[1], []).append(Key(*r))
+        return out
+
     def keys(self, tenant_id: str) -> list[Key]:
         self.tenant(tenant_id)
         with self._db.read() as conn:
