@@ -115,7 +115,7 @@ class ToolCall(_Strict):
 
 class MessageBlock(_Strict):
     """The ``<assistant_message>`` block: the reply to the user, or null while the request goes on (the wire's
-    assistant message is ``serving.messages.AssistantMessage``)."""
+    assistant message is ``serving.chat.messages.AssistantMessage``)."""
 
     content: str | None = None
 

@@ -9,8 +9,8 @@ import anyio
 from fastapi import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from serving.chat.wire import IngressLimits, loads
 from serving.errors import APIError, bad_request
-from serving.wire import IngressLimits, loads
 
 
 async def read_body(request: Request, limits: IngressLimits) -> bytes:

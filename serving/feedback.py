@@ -18,7 +18,8 @@ from flowstate.store.feedback import MAX_COMMENT, MAX_LABEL, BadFeedback, Feedba
 from serving.errors import APIError, bad_request, conflict
 from serving.naming import check_name
 from serving.services import Services
-from serving.sessions import RequestIndex, no_request
+from serving.sessions.service import no_request
+from serving.sessions.wire import RequestIndex
 from serving.tenancy import entry
 
 router = APIRouter()

@@ -9,9 +9,9 @@ from typing import Any
 from flowstate.loop import RequestRun
 from flowstate.records import FAILED, unfinished_message
 from flowstate.store.repository import Repository, Transcript
+from serving.chat.messages import AssistantMessage, FunctionCallOut, ToolCallOut
 from serving.errors import APIError
 from serving.history import relate
-from serving.messages import AssistantMessage, FunctionCallOut, ToolCallOut
 
 
 class Live:

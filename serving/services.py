@@ -26,6 +26,7 @@ from flowstate.store.repository import Repository
 from flowstate.store.retention import RetentionPolicy
 from flowstate.store.transfer import SessionFile
 from flowstate.tools import ToolSet
+from serving.chat.wire import IngressLimits
 from serving.errors import conflict
 from serving.metrics import TenantMetrics
 from serving.quotas import Admissions
@@ -33,7 +34,6 @@ from serving.registry import Registry
 from serving.retention import Sweeper
 from serving.tenancy import Authenticator, Caller, cache_salts, forbidden, routing_ids
 from serving.turns import Turns
-from serving.wire import IngressLimits
 
 STREAM_ANSWERS = ("auto", "always", "never")
 log = logging.getLogger("flowstate.serving")
@@ -198,3 +198,9 @@ def build(config: ServerConfig) -> Services:
         models={config.model_id, config.engine.model_name or config.model_id},
         sweeper=Sweeper(sessions, config.retention, config.retention_every_s, metrics.total, config.clock),
     )
+
+
+def services_of(request: Request) -> Services:
+    """What the request's server is built from (``create_app`` keeps it on ``app.state``)."""
+    services: Services = request.app.state.services
+    return services

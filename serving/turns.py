@@ -23,10 +23,10 @@ from flowstate.request_options import RequestOptions, UnsupportedOption, check_s
 from flowstate.store.repository import Repository
 from flowstate.suspend import restore, snapshot
 from grammars.check import GrammarError
+from serving.chat.messages import AssistantMessage, Delta, FunctionCallOut, FunctionDelta, ToolCallDelta, ToolCallOut
+from serving.chat.wire import loads_or_none
 from serving.errors import APIError, bad_request, conflict
 from serving.live import Live
-from serving.messages import AssistantMessage, Delta, FunctionCallOut, FunctionDelta, ToolCallDelta, ToolCallOut
-from serving.wire import loads_or_none
 
 RETRY_AFTER_S = 5
 _SEAM = 8  # tokens of slack before a streamed answer is counted whole against its budget

@@ -249,3 +249,37 @@ def test_the_repository_is_a_composition_root_of_at_most_15_methods() -> None:
         assert stores <= vars(repo).keys()
     for name in ("search.py", "transfer.py", "catalog.py"):
         assert not re.search(r"\b_LINE\b", (ROOT / "flowstate/store" / name).read_text(encoding="utf-8"))
+
+
+ROUTE_HOME = (  # an endpoint family's routes (by path, first match) and the one module that defines them
+    (re.compile(r"^/v1/chat/"), "serving/chat/routes.py"),
+    (re.compile(r"/feedback$"), "serving/feedback.py"),  # feedback on a request, of either family
+    (re.compile(r"^/v1/(responses|conversations)\b"), "serving/responses/routes.py"),
+    (re.compile(r"^/v1/(sessions|memory)\b"), "serving/sessions/routes.py"),
+    (re.compile(r"^/v1/admin\b"), "serving/admin.py"),
+    (re.compile(r"^/v1/erasure\b"), "serving/erasure.py"),
+    (re.compile(r"^/ui\b"), "serving/console/__init__.py"),
+    (re.compile(r"^/(health|openapi\.json|metrics|v1/usage|v1/models)$"), "serving/operations.py"),
+)
+
+
+def test_every_route_is_defined_in_its_endpoints_folder() -> None:
+    """One answer of one shape to "where is this route handled": its family's module (``routes.py`` of its folder
+    where the family has one); serving/app.py only assembles routers and defines none."""
+    found: list[tuple[str, str]] = []
+    for path in (ROOT / "serving").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for d in node.decorator_list:
+                if isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.args and \
+                        isinstance(d.args[0], ast.Constant) and d.func.attr in ("get", "post", "patch", "delete"):
+                    found.append((str(path.relative_to(ROOT)), str(d.args[0].value)))
+    assert len(found) > 40
+    misplaced = []
+    for module, route in found:
+        full = ("/v1/admin" + route) if module == "serving/admin.py" else route  # its router's prefix
+        home = next((where for pattern, where in ROUTE_HOME if pattern.search(full)), None)
+        if home != module:
+            misplaced.append(f"{full} in {module}, not {home}")
+    assert misplaced == []

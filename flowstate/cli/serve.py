@@ -19,7 +19,7 @@ from flowstate.store.repository import Repository
 from flowstate.store.retention import RetentionPolicy
 from serving.server import HEADER_TIMEOUT_S
 from serving.services import STREAM_ANSWERS, ServerConfig
-from serving.wire import IngressLimits
+from serving.chat.wire import IngressLimits
 
 
 class PrioritiesParam(click.ParamType[Priorities, Any]):

@@ -10,12 +10,12 @@ import anyio
 
 from flowstate.errors import SessionNotFound
 from flowstate.store.audit import Entry
+from serving.chat.wire import Ingress, validated
 from serving.errors import APIError, bad_request
 from serving.naming import SessionKey, check_name
 from serving.responses.objects import new_id, page, transcript_items
 from serving.responses.wire import check_metadata
 from serving.services import Services
-from serving.wire import Ingress, validated
 
 
 class ConversationBody(Ingress):

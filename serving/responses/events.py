@@ -11,9 +11,9 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from serving.completions import turn_deltas
+from serving.chat.completions import turn_deltas
+from serving.chat.messages import Delta
 from serving.errors import APIError
-from serving.messages import Delta
 from serving.responses.objects import Draft, call_item, message_item, text_part
 
 log = logging.getLogger("flowstate.serving")

@@ -10,8 +10,8 @@ from typing import Any
 
 from engine.base import Usage
 from flowstate.nodes import canonical_json
+from serving.chat.messages import AssistantMessage
 from serving.errors import bad_request
-from serving.messages import AssistantMessage
 from serving.responses.wire import APPROVAL_PREFIX, ResponsesRequest
 from serving.turns import TurnResult
 

@@ -17,8 +17,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from flowstate.errors import StorageError
 from flowstate.nodes import canonical_json
 from flowstate.store.responses import StoredResponse
-from serving.chat import IDEMPOTENCY_HEADER, Begun, ChatService, Moved
-from serving.completions import extension
+from serving.chat.completions import extension
+from serving.chat.service import IDEMPOTENCY_HEADER, Begun, ChatService, Moved
+from serving.chat.wire import ChatRequest, validated
 from serving.errors import APIError, bad_request
 from serving.live import fork_point
 from serving.naming import SESSION_HEADER, check_name, header_text, session_name
@@ -28,7 +29,6 @@ from serving.responses.events import stream
 from serving.responses.objects import Draft, page
 from serving.responses.wire import ResponsesRequest
 from serving.services import Services
-from serving.wire import ChatRequest, validated
 
 RUNNING = ("queued", "in_progress")  # a background response's statuses before it ends
 CHAT_NAMES = {"messages": "input", "response_format": "text.format", "max_tokens": "max_output_tokens"}

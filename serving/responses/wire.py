@@ -11,8 +11,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag
 
 from flowstate.loop import Approval
+from serving.chat.wire import Ingress
 from serving.errors import bad_request
-from serving.wire import Ingress
 
 ROLES = ("user", "assistant", "system", "developer")
 # what ``include`` may ask for, as OpenAI's API documents it (Codex sends reasoning.encrypted_content): accepted, and

@@ -9,7 +9,7 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from serving.wire import ChatRequest
+from serving.chat.wire import ChatRequest
 from tests.helpers import output
 from tests.serving.conftest import Server
 

@@ -9,7 +9,7 @@ __all__ = ["served"]
 
 
 def test_the_import_route_refuses_json_nested_past_its_rule(served: tuple[TestClient, Repository]) -> None:
-    """Every body the endpoint takes nests at most 64 levels (serving/wire.py's MAX_DEPTH): a session file's lines
+    """Every body the endpoint takes nests at most 64 levels (serving/chat/wire.py's MAX_DEPTH): a session file's lines
     too — a 400 naming the line, and nothing imported."""
     http, repo = served
     _chat(http, "a", "trip", "book me a hotel")

@@ -14,16 +14,16 @@ import anyio
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from flowstate.loop import Approval
-from serving.completions import completion, replayed, stream
+from serving.chat.completions import completion, replayed, stream
+from serving.chat.messages import AssistantMessage, Delta
+from serving.chat.wire import ChatRequest, canonical_message, check_tools
 from serving.errors import APIError, bad_request
 from serving.history import fingerprint, new_messages
 from serving.live import Live, reply_message
-from serving.messages import AssistantMessage, Delta
 from serving.naming import SESSION_HEADER, SessionKey, header_text, session_name
 from serving.quotas import Admitted
 from serving.services import Services
 from serving.turns import Checked, TurnResult, check_pending
-from serving.wire import ChatRequest, canonical_message, check_tools
 
 IDEMPOTENCY_HEADER = "idempotency-key"
 

@@ -14,8 +14,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
 from engine.base import Usage
+from serving.chat.messages import AssistantMessage, Delta
 from serving.errors import APIError
-from serving.messages import AssistantMessage, Delta
 from serving.turns import TurnResult
 
 log = logging.getLogger("flowstate.serving")

@@ -1,9 +1,4 @@
-"""The session and memory routes: a key's sessions listed, one session read (its memory, what runs in it now and,
-asked, its graph's layout), a finished request's record, the graph page, export, import, delete, and memory search.
-
-Typed query parameters in, response models out (``/openapi.json`` documents both), over ``SessionsService``; each
-route reads and writes only the caller's namespace. A parameter a route does not take is a 400
-``unknown_parameter``; one of the wrong type a 422, as on every typed route."""
+"""``SessionsService``: what the session and memory routes do, in the caller's namespace."""
 
 from __future__ import annotations
 
@@ -12,13 +7,11 @@ import json
 import secrets
 import unicodedata
 from dataclasses import asdict, replace
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import anyio
-from fastapi import APIRouter, Query, Request
-from fastapi import Path as FastAPIPath
+from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
 
 from flowstate.errors import SessionNotFound
 from flowstate.inspection import session_dump
@@ -27,14 +20,26 @@ from flowstate.store.audit import text_digest
 from flowstate.store.repository import Repository
 from flowstate.store.search import BadSearch, Search
 from serving.bodies import read_body
+from serving.chat.wire import MAX_DEPTH
 from serving.errors import APIError, bad_request, conflict
 from serving.graph import layout, render_html
 from serving.naming import SessionKey, check_name
 from serving.services import Services
+from serving.sessions.wire import (
+    Deleted,
+    ForkPoint,
+    HitPage,
+    Imported,
+    MemoryHit,
+    RequestView,
+    SearchQuery,
+    SessionList,
+    SessionRow,
+    SessionsQuery,
+    SessionViewOut,
+)
 from serving.tenancy import entry
-from serving.wire import MAX_DEPTH
 
-router = APIRouter()
 EXPORT_TYPE = "application/x-ndjson"
 MAX_IMPORT_BYTES = 256 << 20
 GRAPH_HEADERS = {
@@ -45,210 +50,8 @@ GRAPH_HEADERS = {
 }
 
 
-# -- what the routes take ------------------------------------------------------------------------------------------
-
-class SessionsQuery(BaseModel):
-    limit: int = Field(100, description="sessions a page, 1 to 1000")
-    after: str | None = Field(None, description="the page after this session")
-    name: str = Field("", description="only sessions whose name contains this (ignoring case)")
-
-
-class SessionQuery(BaseModel):
-    layout: bool = Field(False, description="also where each part of the state graph goes (the console draws it)")
-
-
-class SearchQuery(BaseModel):
-    """Memory search's parameters, as text: ``Search.parse`` checks them (a 400 ``invalid_search`` says what is
-    wrong)."""
-
-    q: str | None = Field(None, description="the words to search for")
-    type: str | None = Field(None, description="state types, comma-separated")
-    session: str | None = Field(None, description="only this session (and what a fork shares)")
-    since: str | None = Field(None, description="ISO date or unix seconds, inclusive")
-    until: str | None = Field(None, description="ISO date or unix seconds, inclusive")
-    limit: str | None = Field(None, description="hits a page, 1 to 100 (default 20)")
-    after: str | None = Field(None, description="the cursor of the page before (its next)")
-    in_: str | None = Field(None, alias="in", description="states, observations, or both (comma-separated)")
-
-
-# -- what they answer ----------------------------------------------------------------------------------------------
-
-class ForkPoint(BaseModel):
-    session: str
-    requests: int
-
-
-class SessionRow(BaseModel):
-    id: str
-    object: Literal["session"] = "session"
-    requests: int
-    states: int
-    created_at: int | None
-    last_activity: int | None
-    strategy: str | None
-    forked_from: ForkPoint | None
-    running: bool
-
-
-class SessionList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[SessionRow]
-    first_id: str | None
-    last_id: str | None
-    has_more: bool
-
-
-class MemoryHit(BaseModel):
-    object: Literal["memory.hit"] = "memory.hit"
-    session: str
-    request: int
-    state_id: str
-    kind: str
-    type: str
-    summary: str
-    score: float
-    created: int | None
-
-
-class HitPage(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[MemoryHit]
-    has_more: bool
-    next: str | None
-
-
-class GivenFeedback(BaseModel):
-    key: str
-    score: float | None
-    label: str | None
-    comment: str
-    at: float
-
-
-class FinishedRequest(BaseModel):
-    index: int
-    query: str
-    response: str | None
-    unfinished: str | None
-    created_at: int | None
-    strategy: str | None
-
-
-class RequestSummary(FinishedRequest):
-    feedback: list[GivenFeedback] = []
-
-
-class IndexState(BaseModel):
-    state_id: str
-    summary: str
-
-
-class IndexEntryOut(BaseModel):
-    query_id: int
-    user_query: str
-    states: list[IndexState]
-
-
-class RelationOut(BaseModel):
-    rel: str
-    target: str
-
-
-class NodeOut(BaseModel):
-    id: str
-    kind: str
-    type: str
-    summary: str
-    value: Any
-    request: int
-    relations: list[RelationOut]
-
-
-class Pending(BaseModel):
-    tool_call_ids: list[str]
-
-
-class Running(BaseModel):
-    """The request a turn runs now, or that waits on the client's tool results."""
-
-    model_config = ConfigDict(extra="allow")
-    index: int
-    query: str
-    waiting: bool
-    steps: list[dict[str, Any]]
-
-
-class Column(BaseModel):
-    index: int
-    x: float
-
-
-class Spot(BaseModel):
-    id: str
-    x: float
-    y: float
-
-
-class Edge(BaseModel):
-    source: str
-    target: str
-    rel: str
-    path: str
-    label_x: float
-    label_y: float
-
-
-class GraphLayout(BaseModel):
-    """``serving.graph.layout``: the one layout the graph page and the console both draw."""
-
-    width: float
-    height: float
-    node_width: float
-    node_height: float
-    columns: list[Column]
-    nodes: list[Spot]
-    edges: list[Edge]
-
-
-class SessionViewOut(BaseModel):
-    id: str
-    object: Literal["session"] = "session"
-    session: str
-    forked_from: ForkPoint | None
-    forks: list[ForkPoint]
-    requests: list[RequestSummary]
-    index: list[IndexEntryOut]
-    nodes: list[NodeOut]
-    pending: Pending | None
-    running: Running | None
-    layout: GraphLayout | None = None
-
-
-class RequestView(FinishedRequest):
-    object: Literal["session.request"] = "session.request"
-    session: str
-    record: dict[str, Any]
-
-
-class Deleted(BaseModel):
-    id: str
-    object: Literal["session.deleted"] = "session.deleted"
-    deleted: bool = True
-
-
-class Imported(BaseModel):
-    object: Literal["session.import"] = "session.import"
-    sessions: list[str]
-
-
-# -- the service ---------------------------------------------------------------------------------------------------
-
 def unknown_session(name: str) -> APIError:
     return APIError(404, f"no session {name!r}", type="not_found_error", param="session_id", code="session_not_found")
-
-
-MAX_REQUEST = 2**31 - 1  # a request's index, as both databases' integer columns hold it
-RequestIndex = Annotated[int, FastAPIPath(ge=1, le=MAX_REQUEST, description="the request's number, from 1")]
 
 
 def no_request(session: str, index: int) -> APIError:
@@ -440,69 +243,3 @@ class SessionsService:
             await self.s.record(did.refused("no such session"))
             raise unknown_session(key.name)
         return Deleted(id=key.name)
-
-
-def _service(request: Request) -> SessionsService:
-    return request.app.state.sessions  # type: ignore[no-any-return]
-
-
-# -- the routes ----------------------------------------------------------------------------------------------------
-
-@router.get("/v1/sessions")
-async def list_sessions(request: Request, query: Annotated[SessionsQuery, Query()]) -> SessionList:
-    """The key's sessions, the most recently active first, ``limit`` (1–1000) a page after the session ``after``;
-    ``name`` keeps those whose name contains it (ignoring case)."""
-    only(request, "limit", "after", "name")
-    return await _service(request).list(request, query)
-
-
-@router.get("/v1/memory/search")
-async def search_memory(request: Request, query: Annotated[SearchQuery, Query()]) -> HitPage:
-    """The key's states (and, with ``in=states,observations``, raw tool observations) that match ``q``, best first."""
-    only(request, "q", "type", "session", "since", "until", "limit", "after", "in")
-    return await _service(request).search(request, query)
-
-
-@router.get("/v1/sessions/{session_id}", response_model=SessionViewOut)
-async def get_session(session_id: str, request: Request, query: Annotated[SessionQuery, Query()]) -> Response:
-    only(request, "layout")
-    service = _service(request)
-    return await service.view(service.key(request, session_id), query.layout, request.headers.get("if-none-match"))
-
-
-@router.get("/v1/sessions/{session_id}/requests/{index}")
-async def get_request(session_id: str, index: RequestIndex, request: Request) -> RequestView:
-    """One finished request of the session with its run record: every step's output and what became of it."""
-    only(request)
-    service = _service(request)
-    return await service.finished(service.key(request, session_id), index)
-
-
-@router.get("/v1/sessions/{session_id}/graph", response_class=HTMLResponse)
-async def graph(session_id: str, request: Request) -> HTMLResponse:
-    """The session's state graph as a page of its own: inline SVG, no script."""
-    only(request)
-    service = _service(request)
-    return await service.page(service.key(request, session_id))
-
-
-@router.get("/v1/sessions/{session_id}/export")
-async def export_session(session_id: str, request: Request) -> Response:
-    """The session as a portable file (flowstate/store/transfer.py): what ``POST /v1/sessions/import`` reads."""
-    only(request)
-    service = _service(request)
-    return await service.export(request, service.key(request, session_id))
-
-
-@router.post("/v1/sessions/import")
-async def import_sessions(request: Request) -> Imported:
-    """A session file into the key's namespace, all or nothing: ``rename=OLD=NEW`` (repeatable) renames on the way."""
-    only(request, "rename")
-    return await _service(request).take_in(request)
-
-
-@router.delete("/v1/sessions/{session_id}")
-async def delete_session(session_id: str, request: Request) -> Deleted:
-    only(request)
-    service = _service(request)
-    return await service.delete(request, service.key(request, session_id))
