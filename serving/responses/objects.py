@@ -1,12 +1,15 @@
 """The Responses API's objects: output items of a turn's reply (their ids fixed once, so a stream's items and the
-final response agree), usage, and the response object itself."""
+final response agree), usage, and the response object itself — each a typed wire model (``…Out``, as the Chat
+ones are), dumped to the JSON a stream sends and the store keeps."""
 
 from __future__ import annotations
 
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel
 
 from engine.base import Usage
 from flowstate.nodes import canonical_json
@@ -31,27 +34,169 @@ class ItemIds:
         return self.calls.setdefault(call_id, new_id("fc"))
 
 
+class OutputTextOut(BaseModel):
+    type: Literal["output_text"] = "output_text"
+    text: str
+    annotations: list[Any] = []
+    logprobs: list[Any] = []
+
+
+class MessageItemOut(BaseModel):
+    id: str
+    type: Literal["message"] = "message"
+    role: Literal["assistant"] = "assistant"
+    status: Literal["in_progress", "completed", "incomplete"]
+    content: list[OutputTextOut]
+
+
+class FunctionCallItemOut(BaseModel):
+    id: str
+    type: Literal["function_call"] = "function_call"
+    call_id: str
+    name: str
+    arguments: str
+    status: Literal["in_progress", "completed", "incomplete"]
+
+
+class ApprovalRequestItemOut(BaseModel):
+    """A call of an MCP tool that waits on the client's approval."""
+
+    id: str
+    type: Literal["mcp_approval_request"] = "mcp_approval_request"
+    server_label: str
+    name: str
+    arguments: str
+
+
+class McpToolOut(BaseModel):
+    name: str
+    description: str | None
+    input_schema: dict[str, Any]
+    annotations: None = None
+
+
+class McpListToolsItemOut(BaseModel):
+    id: str
+    type: Literal["mcp_list_tools"] = "mcp_list_tools"
+    server_label: str
+    error: None = None
+    tools: list[McpToolOut]
+
+
+class McpCallItemOut(BaseModel):
+    id: str
+    type: Literal["mcp_call"] = "mcp_call"
+    server_label: str
+    name: str
+    arguments: str
+    output: str | None
+    error: str | None
+    status: Literal["completed", "failed"]
+    approval_request_id: str | None
+
+
+class InputTextOut(BaseModel):
+    type: Literal["input_text"] = "input_text"
+    text: str
+
+
+class UserMessageItemOut(BaseModel):
+    """A user's message as a conversation holds it."""
+
+    id: str
+    type: Literal["message"] = "message"
+    role: Literal["user"] = "user"
+    status: Literal["completed"] = "completed"
+    content: list[InputTextOut]
+
+
+class FunctionCallOutputItemOut(BaseModel):
+    id: str
+    type: Literal["function_call_output"] = "function_call_output"
+    call_id: str
+    output: str
+    status: Literal["completed"] = "completed"
+
+
+class InputTokensDetailsOut(BaseModel):
+    cached_tokens: int
+
+
+class OutputTokensDetailsOut(BaseModel):
+    reasoning_tokens: int = 0
+
+
+class ResponseUsageOut(BaseModel):
+    input_tokens: int
+    input_tokens_details: InputTokensDetailsOut
+    output_tokens: int
+    output_tokens_details: OutputTokensDetailsOut
+    total_tokens: int
+
+
+Status = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
+
+
+class ResponseOut(BaseModel):
+    """The response object, in the order of OpenAI's fields; ``flowstate`` (FlowState's detail of the turn, which
+    OpenAI clients ignore) only where there is some."""
+
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    status: Status
+    background: bool
+    error: dict[str, Any] | None
+    incomplete_details: dict[str, str] | None
+    instructions: Any
+    max_output_tokens: int | None
+    metadata: dict[str, Any]
+    model: str | None
+    output: list[dict[str, Any]]
+    parallel_tool_calls: bool
+    previous_response_id: str | None
+    conversation: dict[str, str] | None
+    reasoning: dict[str, None]
+    store: bool
+    temperature: int | float | None  # as sent: 1 stays 1
+    text: dict[str, Any]
+    tool_choice: Any
+    tools: list[Any]
+    top_p: int | float | None
+    truncation: str
+    usage: ResponseUsageOut | None
+    user: str | None
+    flowstate: dict[str, Any] | None = None
+
+    def body(self) -> dict[str, Any]:
+        out = self.model_dump()
+        if out["flowstate"] is None:
+            del out["flowstate"]
+        return out
+
+
 def text_part(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return OutputTextOut(text=text).model_dump()
 
 
-def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
-    return {"id": item_id, "type": "message", "role": "assistant", "status": status,
-            "content": [text_part(text)] if status == "completed" else []}
+def message_item(item_id: str, text: str, status: Literal["in_progress", "completed"] = "completed") -> dict[str, Any]:
+    return MessageItemOut(id=item_id, status=status,
+                          content=[OutputTextOut(text=text)] if status == "completed" else []).model_dump()
 
 
-def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str = "completed") -> dict[str, Any]:
-    return {"id": item_id, "type": "function_call", "call_id": call_id, "name": name, "arguments": arguments,
-            "status": status}
+def call_item(item_id: str, call_id: str, name: str, arguments: str,
+              status: Literal["in_progress", "completed"] = "completed") -> dict[str, Any]:
+    return FunctionCallItemOut(id=item_id, call_id=call_id, name=name, arguments=arguments,
+                               status=status).model_dump()
 
 
 def output_items(message: AssistantMessage, ids: ItemIds, approval: dict[str, str]) -> list[dict[str, Any]]:
     """The reply as output items: its function calls and the calls of MCP tools that wait on the client's approval
     (``approval``: their server labels by tool name), or its answer as one message."""
     if message.tool_calls:
-        return [{"id": APPROVAL_PREFIX + c.id, "type": "mcp_approval_request",
-                 "server_label": approval[c.function.name],
-                 "name": c.function.name, "arguments": c.function.arguments} if c.function.name in approval
+        return [ApprovalRequestItemOut(id=APPROVAL_PREFIX + c.id, server_label=approval[c.function.name],
+                                       name=c.function.name, arguments=c.function.arguments).model_dump()
+                if c.function.name in approval
                 else call_item(ids.call(c.id), c.id, c.function.name, c.function.arguments) for c in message.tool_calls]
     return [message_item(ids.message, message.content or "")]
 
@@ -59,9 +204,9 @@ def output_items(message: AssistantMessage, ids: ItemIds, approval: dict[str, st
 def mcp_items(servers: dict[str, list[dict[str, Any]]], result: TurnResult) -> list[dict[str, Any]]:
     """Each requested MCP server's tools (``mcp_list_tools``), then the turn's calls of them (``mcp_call``: a
     repeat the loop refused is not a call)."""
-    out = [{"id": new_id("mcpl"), "type": "mcp_list_tools", "server_label": label, "error": None,
-            "tools": [{"name": t["name"], "description": t.get("description") or None,
-                       "input_schema": t.get("parameters") or {"type": "object"}, "annotations": None} for t in specs]}
+    out = [McpListToolsItemOut(id=new_id("mcpl"), server_label=label, tools=[
+        McpToolOut(name=t["name"], description=t.get("description") or None,
+                   input_schema=t.get("parameters") or {"type": "object"}) for t in specs]).model_dump()
            for label, specs in servers.items()]
     label_of = {t["name"]: label for label, specs in servers.items() for t in specs}
     calls = [*((APPROVAL_PREFIX + call_id, call) for call_id, call in result.approved),  # approved in this request
@@ -70,17 +215,18 @@ def mcp_items(servers: dict[str, list[dict[str, Any]]], result: TurnResult) -> l
         if call.name in label_of and call.repeat_of is None:
             output = None if call.error is not None else (
                 call.result if isinstance(call.result, str) else canonical_json(call.result))
-            out.append({"id": new_id("mcp"), "type": "mcp_call", "server_label": label_of[call.name],
-                        "name": call.name, "arguments": canonical_json(call.arguments), "output": output,
-                        "error": call.error, "status": "failed" if call.error is not None else "completed",
-                        "approval_request_id": approval_id})
+            out.append(McpCallItemOut(id=new_id("mcp"), server_label=label_of[call.name], name=call.name,
+                                      arguments=canonical_json(call.arguments), output=output, error=call.error,
+                                      status="failed" if call.error is not None else "completed",
+                                      approval_request_id=approval_id).model_dump())
     return out
 
 
-def usage_object(usage: Usage) -> dict[str, Any]:
-    return {"input_tokens": usage.prompt_tokens, "input_tokens_details": {"cached_tokens": usage.cached_tokens},
-            "output_tokens": usage.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": usage.prompt_tokens + usage.completion_tokens}
+def usage_object(usage: Usage) -> ResponseUsageOut:
+    return ResponseUsageOut(input_tokens=usage.prompt_tokens,
+                            input_tokens_details=InputTokensDetailsOut(cached_tokens=usage.cached_tokens),
+                            output_tokens=usage.completion_tokens, output_tokens_details=OutputTokensDetailsOut(),
+                            total_tokens=usage.prompt_tokens + usage.completion_tokens)
 
 
 @dataclass
@@ -96,29 +242,24 @@ class Draft:
     approval: dict[str, str] = field(default_factory=dict)  # tools whose calls wait on approval: their server labels
     request: str | None = None  # the digest of a request sent with an Idempotency-Key: what a retry must match
 
-    def object(self, status: str, output: list[dict[str, Any]] | None = None, usage: Usage | None = None,
+    def object(self, status: Status, output: list[dict[str, Any]] | None = None, usage: Usage | None = None,
                error: dict[str, Any] | None = None, incomplete: str | None = None,
                flowstate: dict[str, Any] | None = None) -> dict[str, Any]:
         b = self.body
-        out: dict[str, Any] = {
-            "id": self.id, "object": "response", "created_at": self.created_at, "status": status,
-            "background": b.background is True, "error": error,
-            "incomplete_details": None if incomplete is None else {"reason": incomplete},
-            "instructions": b.instructions, "max_output_tokens": b.max_output_tokens, "metadata": b.metadata or {},
-            "model": b.model, "output": output or [], "parallel_tool_calls": b.parallel_tool_calls is not False,
-            "previous_response_id": b.previous_response_id,
-            "conversation": None if self.conversation is None else {"id": self.conversation},
-            "reasoning": {"effort": None, "summary": None}, "store": b.store is not False,
-            "temperature": b.temperature, "text": b.text or {"format": {"type": "text"}},
-            "tool_choice": b.choice() if b.tool_choice is not None else "auto", "tools": b.tools or [],
-            "top_p": b.top_p, "truncation": b.truncation or "disabled",
-            "usage": None if usage is None else usage_object(usage), "user": b.user,
-        }
-        if flowstate is not None:
-            out["flowstate"] = flowstate  # FlowState's detail of the turn; OpenAI clients ignore it
         if self.request is not None:
-            out["flowstate"] = {**out.get("flowstate", {}), "request_digest": self.request}
-        return out
+            flowstate = {**(flowstate or {}), "request_digest": self.request}
+        return ResponseOut(
+            id=self.id, created_at=self.created_at, status=status, background=b.background is True, error=error,
+            incomplete_details=None if incomplete is None else {"reason": incomplete},
+            instructions=b.instructions, max_output_tokens=b.max_output_tokens, metadata=b.metadata or {},
+            model=b.model, output=output or [], parallel_tool_calls=b.parallel_tool_calls is not False,
+            previous_response_id=b.previous_response_id,
+            conversation=None if self.conversation is None else {"id": self.conversation},
+            reasoning={"effort": None, "summary": None}, store=b.store is not False, temperature=b.temperature,
+            text=b.text or {"format": {"type": "text"}},
+            tool_choice=b.choice() if b.tool_choice is not None else "auto",
+            tools=b.tools or [], top_p=b.top_p, truncation=b.truncation or "disabled",
+            usage=None if usage is None else usage_object(usage), user=b.user, flowstate=flowstate).body()
 
     def finished(self, result: TurnResult, flowstate: dict[str, Any]) -> dict[str, Any]:
         """The response of a turn that ran: completed, or incomplete when the request ended without an answer; the
@@ -162,12 +303,10 @@ def transcript_items(transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i, m in enumerate(transcript):
         if m["role"] == "user":
-            out.append({"id": f"msg_t{i}", "type": "message", "role": "user", "status": "completed",
-                        "content": [{"type": "input_text", "text": m["content"] or ""}]})
+            out.append(UserMessageItemOut(id=f"msg_t{i}", content=[InputTextOut(text=m["content"] or "")]).model_dump())
         elif m["role"] == "tool":
-            out.append({"id": f"fco_t{i}", "type": "function_call_output", "call_id": m["tool_call_id"],
-                        "output": m["content"] if isinstance(m["content"], str) else canonical_json(m["content"]),
-                        "status": "completed"})
+            output = m["content"] if isinstance(m["content"], str) else canonical_json(m["content"])
+            out.append(FunctionCallOutputItemOut(id=f"fco_t{i}", call_id=m["tool_call_id"], output=output).model_dump())
         elif m.get("tool_calls"):
             out += [call_item(f"fc_t{i}_{j}", c["id"], c["name"], c["arguments"])
                     for j, c in enumerate(m["tool_calls"])]
