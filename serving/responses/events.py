@@ -9,7 +9,9 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel
 
 from serving.chat.completions import turn_deltas
 from serving.chat.messages import Delta
@@ -17,6 +19,60 @@ from serving.errors import APIError
 from serving.responses.objects import Draft, call_item, message_item, text_part
 
 log = logging.getLogger("flowstate.serving")
+
+
+class ResponseEventOut(BaseModel):
+    """The response as it stands: created, in progress, and how it ended."""
+
+    type: Literal["response.created", "response.in_progress", "response.completed", "response.incomplete",
+                  "response.failed"]
+    response: dict[str, Any]
+
+
+class OutputItemEventOut(BaseModel):
+    type: Literal["response.output_item.added", "response.output_item.done"]
+    output_index: int
+    item: dict[str, Any]
+
+
+class ContentPartEventOut(BaseModel):
+    type: Literal["response.content_part.added", "response.content_part.done"]
+    item_id: str
+    output_index: int
+    content_index: int
+    part: dict[str, Any]
+
+
+class TextDeltaEventOut(BaseModel):
+    type: Literal["response.output_text.delta"] = "response.output_text.delta"
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+    logprobs: list[Any] = []
+
+
+class TextDoneEventOut(BaseModel):
+    type: Literal["response.output_text.done"] = "response.output_text.done"
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+    logprobs: list[Any] = []
+
+
+class ArgumentsDeltaEventOut(BaseModel):
+    type: Literal["response.function_call_arguments.delta"] = "response.function_call_arguments.delta"
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class ArgumentsDoneEventOut(BaseModel):
+    type: Literal["response.function_call_arguments.done"] = "response.function_call_arguments.done"
+    item_id: str
+    output_index: int
+    arguments: str
 
 
 class Events:
@@ -30,10 +86,11 @@ class Events:
         self.calls: dict[int, str] = {}  # a stream delta's call index -> call_id
         self.sent: dict[str, dict[str, Any]] = {}  # item id -> the item as its done event gave it
 
-    def event(self, kind: str, **data: Any) -> str:
-        body = {"type": kind, **data, "sequence_number": self.seq}
+    def event(self, event: BaseModel) -> str:
+        """The event as the stream sends it, numbered next."""
+        body = {**event.model_dump(), "sequence_number": self.seq}
         self.seq += 1
-        return f"event: {kind}\ndata: {json.dumps(body, ensure_ascii=False)}\n\n"
+        return f"event: {body['type']}\ndata: {json.dumps(body, ensure_ascii=False)}\n\n"
 
     def delta(self, delta: Delta) -> list[str]:
         out: list[str] = []
@@ -49,24 +106,24 @@ class Events:
             arguments = call.function.arguments if call.function is not None else None
             if arguments and self.open is not None and self.open.get("call_id") == self.calls.get(call.index):
                 self.open["arguments"] += arguments
-                out.append(self.event("response.function_call_arguments.delta", item_id=self.open["id"],
-                                      output_index=self.index, delta=arguments))
+                out.append(self.event(ArgumentsDeltaEventOut(item_id=self.open["id"], output_index=self.index,
+                                                             delta=arguments)))
         return out
 
     def start(self, item: dict[str, Any]) -> list[str]:
         self.index += 1
         self.open = {**item, "content": [text_part("")]} if item["type"] == "message" else dict(item)
-        out = [self.event("response.output_item.added", output_index=self.index, item=item)]
+        out = [self.event(OutputItemEventOut(type="response.output_item.added", output_index=self.index, item=item))]
         if item["type"] == "message":
-            out.append(self.event("response.content_part.added", item_id=item["id"], output_index=self.index,
-                                  content_index=0, part=text_part("")))
+            out.append(self.event(ContentPartEventOut(type="response.content_part.added", item_id=item["id"],
+                                                      output_index=self.index, content_index=0, part=text_part(""))))
         return out
 
     def text(self, text: str) -> list[str]:
         assert self.open is not None
         self.open["content"][0]["text"] += text
-        return [self.event("response.output_text.delta", item_id=self.open["id"], output_index=self.index,
-                           content_index=0, delta=text, logprobs=[])]
+        return [self.event(TextDeltaEventOut(item_id=self.open["id"], output_index=self.index, content_index=0,
+                                             delta=text))]
 
     def close(self, final: dict[str, Any] | None = None) -> list[str]:
         """Done events of the open item; ``final`` is what the response holds of it (text, arguments, status)."""
@@ -78,12 +135,13 @@ class Events:
         out: list[str] = []
         if item["type"] == "message":
             part = item["content"][0]
-            out = [self.event("response.output_text.done", **at, content_index=0, text=part["text"], logprobs=[]),
-                   self.event("response.content_part.done", **at, content_index=0, part=part)]
+            out = [self.event(TextDoneEventOut(**at, content_index=0, text=part["text"])),
+                   self.event(ContentPartEventOut(type="response.content_part.done", **at, content_index=0, part=part))]
         elif item["type"] == "function_call":
-            out = [self.event("response.function_call_arguments.done", **at, arguments=item["arguments"])]
+            out = [self.event(ArgumentsDoneEventOut(**at, arguments=item["arguments"]))]
         self.sent[item["id"]] = item
-        return out + [self.event("response.output_item.done", output_index=self.index, item=item)]
+        return out + [self.event(OutputItemEventOut(type="response.output_item.done", output_index=self.index,
+                                                    item=item))]
 
     def finish(self, output: list[dict[str, Any]]) -> list[str]:
         """The final output's items: the open one (and those streamed before it) closed with their final content,
@@ -107,8 +165,8 @@ class Events:
                 elif item["type"] == "function_call":
                     out += self.start({**item, "arguments": "", "status": "in_progress"})
                     if item["arguments"]:
-                        out.append(self.event("response.function_call_arguments.delta", item_id=item["id"],
-                                              output_index=self.index, delta=item["arguments"]))
+                        out.append(self.event(ArgumentsDeltaEventOut(item_id=item["id"], output_index=self.index,
+                                                                     delta=item["arguments"])))
                 else:
                     out += self.start(item)
                 out += self.close(item)
@@ -120,8 +178,8 @@ async def stream(draft: Draft, finishing: asyncio.Task[dict[str, Any]],
     """The response's events while its turn runs (``finishing`` gives the final response object)."""
     events = Events(draft)
     start = draft.object("in_progress")
-    yield events.event("response.created", response=start)
-    yield events.event("response.in_progress", response=start)
+    yield events.event(ResponseEventOut(type="response.created", response=start))
+    yield events.event(ResponseEventOut(type="response.in_progress", response=start))
     async for delta in turn_deltas(finishing, deltas):
         if delta is None:
             yield ": keep-alive\n\n"
@@ -134,14 +192,17 @@ async def stream(draft: Draft, finishing: asyncio.Task[dict[str, Any]],
         for text in events.close():
             yield text
         error = {"code": exc.code or exc.type, "message": exc.message}
-        yield events.event("response.failed", response=draft.object("failed", list(events.sent.values()), error=error))
+        yield events.event(ResponseEventOut(type="response.failed",
+                                            response=draft.object("failed", list(events.sent.values()), error=error)))
         return
     except Exception as exc:  # a bug or a storage fault: the stream says so and ends
         log.exception("internal error in a streamed response")
         error = {"code": "server_error", "message": f"internal error: {type(exc).__name__}"}
-        yield events.event("response.failed", response=draft.object("failed", list(events.sent.values()), error=error))
+        yield events.event(ResponseEventOut(type="response.failed",
+                                            response=draft.object("failed", list(events.sent.values()), error=error)))
         return
     for text in events.finish(final["output"]):
         yield text
-    kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
-    yield events.event(kind, response=final)
+    kind: Literal["response.incomplete", "response.completed"] = \
+        "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+    yield events.event(ResponseEventOut(type=kind, response=final))
