@@ -17,9 +17,9 @@ from flowstate.store import chain
 from flowstate.store.redaction import KINDS, parse_kinds
 from flowstate.store.repository import Repository
 from flowstate.store.retention import RetentionPolicy
+from serving.chat.wire import IngressLimits
 from serving.server import HEADER_TIMEOUT_S
 from serving.services import STREAM_ANSWERS, ServerConfig
-from serving.chat.wire import IngressLimits
 
 
 class PrioritiesParam(click.ParamType[Priorities, Any]):
