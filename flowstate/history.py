@@ -10,12 +10,32 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from flowstate.nodes import Node, canonical_json
 from flowstate.store.repository import Repository, RequestRow
 
 STOPWORDS = frozenset("a an and are as at be but by can do for from have i if in is it me my no not of on or please "
                       "so that the this to was we what with you your yes ok okay".split())
+
+
+IDENT = re.compile(r"(?=.*\d)[A-Za-z0-9][A-Za-z0-9_-]{3,}")
+"""An identifier in a result: a token with a digit (ids, flight numbers, payment ids, dates), no spaces."""
+
+
+def scalars(value: Any, path: str = "") -> list[tuple[str, Any]]:
+    """(path, scalar) for every scalar in a JSON value."""
+    if isinstance(value, dict):
+        return [x for k, v in value.items() for x in scalars(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(value, list):
+        return [x for i, v in enumerate(value) for x in scalars(v, f"{path}[{i}]")]
+    return [(path or "value", value)] if value is not None else []
+
+
+def identifiers(value: Any) -> list[str]:
+    """The identifiers (``IDENT``) among a JSON value's strings, each once, in order: what an index line names so
+    that a later request finds the state that holds one."""
+    return list(dict.fromkeys(v for _, v in scalars(value) if isinstance(v, str) and IDENT.fullmatch(v)))
 
 
 def words(text: str) -> set[str]:

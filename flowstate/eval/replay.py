@@ -37,7 +37,7 @@ from engine.purpose import STEP, Purpose
 from flowstate import tags
 from flowstate.eval.policies import Policy, memory_reply, memory_text, read_prompt
 from flowstate.eval.task import Score, Task
-from flowstate.history import words
+from flowstate.history import IDENT, identifiers, scalars, words
 from flowstate.limits import STANDARD, Limits, fit
 from flowstate.memory.base import Strategy
 from flowstate.memory.reference import read_interaction
@@ -201,18 +201,6 @@ def _airline_specs() -> list[dict[str, Any]]:
     return AirlineTools({"flights": {}, "users": {}, "reservations": {}}).toolset().specs()
 
 
-def scalars(value: Any, path: str = "") -> list[tuple[str, Any]]:
-    """(path, scalar) for every scalar in a JSON value."""
-    if isinstance(value, dict):
-        return [x for k, v in value.items() for x in scalars(v, f"{path}.{k}" if path else str(k))]
-    if isinstance(value, list):
-        return [x for i, v in enumerate(value) for x in scalars(v, f"{path}[{i}]")]
-    return [(path or "value", value)] if value is not None else []
-
-
-IDENT = re.compile(r"(?=.*\d)[A-Za-z0-9][A-Za-z0-9_-]{3,}")
-"""An identifier in a result: a token with a digit (ids, flight numbers, payment ids), no spaces."""
-
 CODE = re.compile(r"[A-Z][A-Z0-9]{1,5}")
 """A code in capitals (airports, currencies, fare classes): an identifier without a digit."""
 
@@ -334,7 +322,7 @@ class ReplayPolicy:
             value = salient(result) if self.cites else result
             value = fit(value if isinstance(value, dict) else {} if value is None else {"result": value}, self.limits)
             args = " ".join(str(v) for _, v in scalars(o.get("arguments", {})))
-            ids = list(dict.fromkeys(str(v) for _, v in scalars(result) if isinstance(v, str) and IDENT.fullmatch(v)))
+            ids = identifiers(result)
             summary = f"{o['tool']} {args}".strip() + (": " + ", ".join(ids) if ids else "")
             op = {"operation": "add", "state_set": "knowledge",
                   "state_id": "fact_" + o["observation_id"][len(OBSERVATION_PREFIX):],

@@ -10,14 +10,15 @@ decodes and carries (each difference argued in docs/memory-methods.md, measured 
 - **memory blocks only when they say something**: ``state_focus`` and ``state_delta`` are left out of an output
   that has nothing in them (the grammar admits them absent or non-empty, never ``[]``), and the model's states are
   written after it decides to answer (``tool_calls`` comes before ``state_delta``; a step that calls writes none),
-  once a block of ``crossover`` requests, by its last request, when the next one will fold the block into the index
-  (``records``): a step that acts decodes what full context's step decodes, and a session that ends within its
-  first block decodes no state;
+  only by a request after which the index moves (the ``crossover``-th, then the last of each ``block``), whose
+  chat holds what the next request folds into the index (``records``): a step that acts decodes what full
+  context's step decodes, and a session that ends below the crossover decodes no state;
 - **below the crossover the history is the chat**: a session of fewer than ``crossover`` earlier requests sends
   them as full context does (each query, call, result and response, as they happened), so a short session never
   carries more than full context; its states are kept all the same (the index, search, export);
-- **past it, states**: the earlier requests are the Historical State Index, and the states whose summaries share
-  the most words with the new query are disclosed in its first call — a disclosure step only when the model asks
+- **past it, states**: the earlier requests are the Historical State Index (a tool result's line names the
+  identifiers it holds), and the states whose summaries share the most words with the new query are disclosed in
+  its first call — a disclosure step only when the model asks
   for more;
 - **the request appends**: its calls and results are the chat's next messages (the layout of full context), so a
   prefix cache holds every call but what is new; what changes within a request (the model's own states, states
@@ -26,6 +27,7 @@ decodes and carries (each difference argued in docs/memory-methods.md, measured 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
@@ -34,8 +36,8 @@ from engine.base import Message
 from flowstate import tags
 from flowstate.access import disclose
 from flowstate.active import ActiveState, Disclosed
-from flowstate.history import HistoricalIndex, build_index, words
-from flowstate.limits import STANDARD, Limits
+from flowstate.history import HistoricalIndex, build_index, identifiers, words
+from flowstate.limits import STANDARD, Limits, clip
 from flowstate.memory.append import brought
 from flowstate.memory.base import MemoryContext, Observed, Start, StepInput, Strategy
 from flowstate.memory.chat import RULES as CHAT_RULES
@@ -46,10 +48,13 @@ from flowstate.protocol import AddOp, MessageBlock, ModelOutput, render_output
 from flowstate.serializer import FEEDBACK_RULE, render_entry, shape, system_prompt
 from flowstate.store.repository import RequestRow, SessionView
 
-CROSSOVER = 10
-"""Earlier requests a session holds before the lean method sends states instead of the chat: where FlowState's
-tokens meet full context's on the recorded conversations (docs/results/crossover.md); ``flowstate-lean:N`` sets
-another."""
+CROSSOVER = 30
+"""Earlier requests a session holds before the lean method sends states instead of the chat: where its GPU time
+(PET) meets full context's on the recorded conversations, between 27 and 54 requests (docs/results/lean.md); below
+it a session costs what full context costs. ``flowstate-lean:N`` sets another."""
+BLOCK = 10
+"""Requests the index takes at a time past the crossover (at most the crossover): between its moves a request's
+prompt extends the previous one's, as full context's does."""
 
 OPTIONAL = ("state_focus", "state_delta")
 LEAN_BLOCKS = ("state_focus", "tool_calls", "state_delta", "assistant_message")
@@ -64,10 +69,16 @@ recorded as a fact (the 1.5B model copied whole reservations into states of its 
 docs/results/lean.md); four operations a record (one a block of requests, ``LeanStrategy.records``). The grammar
 admits nothing longer, so nothing longer is decoded."""
 FACT_MARK = "flowstate-facts.fact"
+FACT_TEXT = 160
+"""A fact's summary (the call and its result's identifiers), at most: its line in the index (96 and 240 measured
+against it in docs/results/lean.md)."""
+NUMERIC = re.compile(r"[\d:./-]+")
+"""An identifier of digits alone (a date, a time, an amount): left out of a fact's summary, where it would crowd out
+the ids a later request looks up (dates of birth and departure are in every reservation)."""
 
 def record_ask(limits: Limits) -> str:
-    """The head of a request that records (``LeanStrategy.records``: the last of a block of ``crossover`` requests,
-    which the next request folds into the index): ISU's rule and the record's shape under ``limits`` (the bounds the
+    """The head of a request that records (``LeanStrategy.records``: one after which the next request folds the
+    chat into the index): ISU's rule and the record's shape under ``limits`` (the bounds the
     grammar holds the record to), where the paper's method has them in the system message. Every other request's
     grammar admits no record, so the system message is full context's."""
     return f"""\
@@ -109,6 +120,17 @@ def found(index: HistoricalIndex, query: str, limit: int) -> tuple[str, ...]:
     return tuple(sid for *_, sid in sorted(ranked, reverse=True))[:limit]
 
 
+def lean_fact(obs: Node, limits: Limits, text: int) -> Node:
+    """A tool result's knowledge state as the lean method writes it by rule: ``flowstate-facts``' fact, its summary
+    the call and the identifiers its result holds (ids, numbers, dates; at most ``text`` characters) — what a later
+    request's words and a model reading the index look a value up by. A result cut to a line shows only its first
+    fields: a payment id deep in a reservation was in no summary, and a request that needed it did not find it."""
+    fact = fact_node(obs, limits)
+    named = [i for i in identifiers(obs.value["result"]) if i not in obs.summary and not NUMERIC.fullmatch(i)]
+    summary = f"{obs.summary}: {' '.join(named)}" if named else obs.summary
+    return fact.model_copy(update={"summary": clip(summary, text)})
+
+
 def own(node: Node) -> bool:
     """A state the model wrote (not a rule-built fact, not a raw result)."""
     return not node.is_observation and node.mark != FACT_MARK
@@ -143,7 +165,9 @@ class LeanStrategy(Strategy):
     optional: tuple[str, ...] = OPTIONAL
     facts: bool = True
     crossover: int = CROSSOVER
+    block: int = BLOCK  # past the crossover the index moves by this many requests (at most ``crossover``)
     found: int = 3  # states the query's words disclose in a request's first call, at most
+    fact_text: int = FACT_TEXT  # a fact's summary (its line in the index), at most
     rules: ClassVar[str] = CHAT_RULES
 
     def system_prompt(self, tools: Sequence[dict[str, Any]], policy: str = "", limits: Limits = STANDARD) -> str:
@@ -156,18 +180,24 @@ class LeanStrategy(Strategy):
         return replace(limits, name=f"{limits.name}+note", **{f: min(getattr(limits, f), n) for f, n in NOTE.items()})
 
     def indexed(self, earlier: int) -> int:
-        """How many of ``earlier`` requests the index holds: whole blocks of ``crossover`` requests (every one with
-        ``crossover`` 0); the rest are the chat. The split moves once a block, so between moves a request's prompt
-        extends the previous one's, as full context's does."""
-        return earlier if self.crossover == 0 else earlier // self.crossover * self.crossover
+        """How many of ``earlier`` requests the index holds: none below the crossover, then the first ``crossover``
+        and whole blocks of ``block`` requests after them (every one with ``crossover`` 0); the rest are the chat.
+        The split moves once a block, so between moves a request's prompt extends the previous one's, as full
+        context's does."""
+        if self.crossover == 0:
+            return earlier
+        if earlier < self.crossover:
+            return 0
+        block = max(1, min(self.block, self.crossover))
+        return self.crossover + (earlier - self.crossover) // block * block
 
     def records(self, k: int) -> bool:
-        """Whether request ``k``'s model writes states: only the last of a block of ``crossover`` requests (every
-        one with ``crossover`` 0 or 1). Below the crossover the chat is what later requests read, and the block's
-        states are read only once the next request folds it into the index: they are written then, once for the
-        block, by the request whose chat holds it whole — a session that ends within its first block decodes no
-        state at all (the system's facts are kept, as every result and message is)."""
-        return self.crossover <= 1 or k % self.crossover == 0
+        """Whether request ``k``'s model writes states: only the one after which the index moves — the
+        ``crossover``-th, then the last of each block (every one with ``crossover`` 0 or 1). Below the crossover the
+        chat is what later requests read, and the states are read only once the next request folds them into the
+        index: they are written then, once, by the request whose chat holds them whole — a session that ends below
+        the crossover decodes no state at all (the system's facts are kept, as every result and message is)."""
+        return self.crossover <= 1 or self.indexed(k) != self.indexed(k - 1)
 
     def step_blocks(self, k: int) -> tuple[str, ...]:
         """Request ``k``'s blocks: ``state_delta`` only where it records, ``state_focus`` only where an index holds
@@ -217,7 +247,7 @@ class LeanStrategy(Strategy):
         state = ctx.state
         for obs in ctx.observation:
             if "result" in obs.value and not state.is_used(fact_id(obs.id)):
-                state = state.with_added(fact_node(obs, ctx.limits))
+                state = state.with_added(lean_fact(obs, ctx.limits, self.fact_text))
         return Observed(state=state) if state is not ctx.state else Observed()
 
     def prompt(self, step: StepInput) -> list[Message]:

@@ -4,6 +4,7 @@ the index past it — and ISU's and PSA's rules hold for it as for the paper's m
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from flowstate.history import HistoricalIndex, IndexEntry
 from flowstate.limits import COMPACT, STANDARD
 from flowstate.memory import get
 from flowstate.memory.chat import FULL_CONTEXT
-from flowstate.memory.lean import ACCESS, FLOWSTATE_LEAN, LEAN_BLOCKS, OPTIONAL, found, record_ask
+from flowstate.memory.lean import ACCESS, FLOWSTATE_LEAN, LEAN_BLOCKS, OPTIONAL, found, lean_fact, record_ask
 from flowstate.parse import ProtocolError, parse_output
 from flowstate.protocol import BLOCKS, ModelOutput, block_schemas, render_output
 from grammars.check import accepts
@@ -95,6 +96,25 @@ def test_found_discloses_the_states_that_name_an_identifier_of_the_query() -> No
     assert found(index, "ABC123 or XYZ789?", 1) == ("fact_c",)  # the newest among equals
     assert found(index, "cancel my reservation from JFK", 3) == ()  # common words match every state: none
     assert found(index, "hello there", 3) == ()
+
+
+def test_a_facts_summary_names_the_identifiers_its_result_holds_however_deep() -> None:
+    """The index line of a tool result is the call and its result's identifiers, each once: a payment id deep in
+    a reservation is named, so a later request finds the fact by it (a result cut to a line named only its first
+    fields); the call's own arguments are not repeated, and the line keeps its bound."""
+    from flowstate.nodes import Node, StateType
+
+    result = {"reservation_id": "GV1N64", "cabin": "business", "passengers": [{"name": "James", "dob": "1995-04-07"}],
+              "payment_history": [{"payment_id": "gift_card_1642017", "amount": 1900}], "again": "GV1N64"}
+    obs = Node(id="obs_r1_s1_1", kind="observation", type=StateType.KNOWLEDGE, request=1,
+               summary='get_reservation_details(reservation_id="GV1N64")',
+               value={"tool": "get_reservation_details", "arguments": {"reservation_id": "GV1N64"}, "result": result})
+    fact = lean_fact(obs, STANDARD, 240)
+    assert fact.summary == 'get_reservation_details(reservation_id="GV1N64"): gift_card_1642017'  # no bare date
+    assert fact.id == "fact_r1_s1_1" and fact.value["result"] == result and fact.refs[0].state_id == obs.id
+    index = HistoricalIndex((IndexEntry(1, "q", ((fact.id, fact.summary),)),))
+    assert found(index, "refund to gift_card_1642017", 3) == ("fact_r1_s1_1",)
+    assert len(lean_fact(obs, STANDARD, 40).summary) == 40 and FLOWSTATE_LEAN.fact_text == 160
 
 
 def scripted_session(tmp_path: Path, second: list[str]) -> tuple[Repository, ScriptedEngine, Agent]:
@@ -234,11 +254,16 @@ def test_a_block_of_requests_records_once_in_its_last_request(tmp_path: Path) ->
     from flowstate.tools import ToolSet
 
     two = get("flowstate-lean:2")
-    assert [FLOWSTATE_LEAN.records(k) for k in (1, 9, 10, 11, 20)] == [False, False, True, False, True]
+    assert [FLOWSTATE_LEAN.records(k) for k in (1, 10, 29, 30, 31, 40)] == [False, False, False, True, False, True]
     assert all(two.records(k) == (k % 2 == 0) for k in range(1, 7))
+    late = replace(FLOWSTATE_LEAN, crossover=30, block=10)  # the first fold at 30, then blocks of 10
+    assert [late.indexed(e) for e in (9, 29, 30, 39, 40, 55)] == [0, 0, 30, 30, 40, 50]
+    assert [k for k in range(1, 61) if late.records(k)] == [30, 40, 50, 60]
+    assert not late.step_blocks(30)[0] == "state_focus" and late.step_blocks(31)[0] == "state_focus"
+    assert get("flowstate-lean:5").indexed(12) == 10 and get("flowstate-lean:30").indexed(45) == 40
     assert all(get("flowstate-lean:0").records(k) for k in (1, 2, 3)) and get("flowstate").step_blocks(1) == BLOCKS
     assert FLOWSTATE_LEAN.step_blocks(1) == FULL_CONTEXT.blocks  # below the crossover: full context's grammar
-    assert FLOWSTATE_LEAN.step_blocks(10) == ("tool_calls", "state_delta", "assistant_message")
+    assert FLOWSTATE_LEAN.step_blocks(30) == ("tool_calls", "state_delta", "assistant_message")
     assert two.step_blocks(3) == ("state_focus", "tool_calls", "assistant_message")
     assert two.step_blocks(4) == LEAN_BLOCKS
     note = add("pref_a", "preference", refs=[("derives", "fact_r2_s1_1")], seat="aisle")
@@ -278,13 +303,13 @@ def test_a_request_that_records_nothing_below_the_crossover_is_decoded_under_ful
     theirs = AgentConfig(ScriptedEngine([], grammar=True), FULL_CONTEXT, tools=ToolSet([echo]))
     lean_grammars, full = mine.grammars(mine.specs()), theirs.grammars(theirs.specs())
     assert lean_grammars is not None and full is not None
-    for k in (1, 9):
+    for k in (1, 10, 29):
         state = ActiveState(request=k)
         assert lean_grammars.for_step(state, blocks=FLOWSTATE_LEAN.step_blocks(k)) == full.for_step(state)
         final = lean_grammars.for_step(state, final=True, blocks=FLOWSTATE_LEAN.step_blocks(k))
         assert final == full.for_step(state, final=True)
-    assert lean_grammars.for_step(ActiveState(request=10), blocks=FLOWSTATE_LEAN.step_blocks(10)) != full.for_step(
-        ActiveState(request=10))
+    assert lean_grammars.for_step(ActiveState(request=30), blocks=FLOWSTATE_LEAN.step_blocks(30)) != full.for_step(
+        ActiveState(request=30))
 
 
 def test_below_the_crossover_the_step_after_a_refused_repeat_reads_as_under_full_context(tmp_path: Path) -> None:

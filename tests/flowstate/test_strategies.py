@@ -160,7 +160,7 @@ def test_unknown_strategy_is_a_clear_error() -> None:
     for bad in ("flowstate-lean:x", "flowstate-lean:-1"):
         with pytest.raises(ValueError, match=r"flowstate-lean:N: states past N earlier requests"):
             get(bad)
-    assert get("flowstate-lean:0").crossover == 0 and get("flowstate-lean").crossover == 10  # type: ignore[attr-defined]
+    assert get("flowstate-lean:0").crossover == 0 and get("flowstate-lean").crossover == 30  # type: ignore[attr-defined]
     paged = get("flowstate-paged:8192")
     assert paged.name == "flowstate-paged:8192" and paged.index_budget == 8192  # type: ignore[attr-defined]
 
