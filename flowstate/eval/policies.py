@@ -176,6 +176,14 @@ def answer(purpose: Purpose, user: str, ref: Reference) -> str:
                          "defaults, or its Purpose a reference (flowstate/memory/reference.py)") from exc
 
 
+def _states(states: Any) -> list[dict[str, Any]]:
+    """An index line's states as ``{"state_id", "summary"}`` objects: the paper's list of them, or flowstate-lean's
+    mapping of id to summary."""
+    if isinstance(states, dict):
+        return [{"state_id": sid, "summary": summary} for sid, summary in states.items()]
+    return list(states)
+
+
 @dataclass(frozen=True)
 class PolicyStep:
     """What the policy saw and did at one step, for checking that no step could have been merged."""
@@ -275,7 +283,7 @@ class Policy:
                                                         for line in e.get("index", [])]
         listed = [item for line in lines for item in (
             [{"state_id": line["page_id"], "summary": line.get("summary", "")}] if "page_id" in line
-            else line.get("states", []))]
+            else _states(line.get("states", [])))]
         shown = {str(e.get("state_id", e.get("page_id"))) for e in parts.get(tags.ACTIVE_STATE, [])}
         related = [r["state_id"] for e in parts.get(tags.ACTIVE_STATE, []) for r in e.get("related_states", [])
                    if r["state_id"].startswith(OBSERVATION_PREFIX) and r["state_id"] not in shown]

@@ -16,10 +16,10 @@ decodes and carries (each difference argued in docs/memory-methods.md, measured 
 - **below the crossover the history is the chat**: a session of fewer than ``crossover`` earlier requests sends
   them as full context does (each query, call, result and response, as they happened), so a short session never
   carries more than full context; its states are kept all the same (the index, search, export);
-- **past it, states**: the earlier requests are the Historical State Index (a tool result's line names the
-  identifiers it holds), and the states whose summaries share the most words with the new query are disclosed in
-  its first call — a disclosure step only when the model asks
-  for more;
+- **past it, states**: the earlier requests are the Historical State Index (``index_text``: a request's states a
+  mapping of id to summary; a tool result's summary names the identifiers it holds), and the states whose
+  summaries share the most words with the new query are disclosed in its first call — a disclosure step only when
+  the model asks for more;
 - **the request appends**: its calls and results are the chat's next messages (the layout of full context), so a
   prefix cache holds every call but what is new; what changes within a request (the model's own states, states
   disclosed by a step, feedback) is the last message's tail, shown to the next call only.
@@ -27,6 +27,7 @@ decodes and carries (each difference argued in docs/memory-methods.md, measured 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -131,6 +132,20 @@ def lean_fact(obs: Node, limits: Limits, text: int) -> Node:
     return fact.model_copy(update={"summary": clip(summary, text)})
 
 
+def index_text(index: HistoricalIndex) -> str:
+    """The index as lean renders it: one line per earlier request, as the paper's, but its states a mapping of id to
+    summary (``{"fact_r3_s1_1": "get_user_details(…): …"}``) where the paper's lists ``{"state_id", "summary"}``
+    objects — the same content without two keys a state, about a tenth of the index at 100 requests. Each line is
+    fixed once written, so the rendering of a longer index extends a shorter one's."""
+    lines = []
+    for e in index.entries:  # the keys in canonical order, the states in the order they were written
+        entry: dict[str, object] = {"query_id": e.query_id, "states": dict(e.states)}
+        entry.update({"unfinished": e.unfinished} if e.unfinished is not None else {})
+        entry["user_query"] = e.user_query
+        lines.append(json.dumps(entry, separators=(",", ":"), ensure_ascii=False) + "\n")
+    return "".join(lines)
+
+
 def own(node: Node) -> bool:
     """A state the model wrote (not a rule-built fact, not a raw result)."""
     return not node.is_observation and node.mark != FACT_MARK
@@ -228,7 +243,7 @@ class LeanStrategy(Strategy):
             chat += request_messages(head, [n for n in mine if n.is_observation])
             chat.append(answer_message(r, [n for n in mine if own(n)], self.optional))
         state = ActiveState(request=k, history_ids=frozenset(n.id for n in nodes), index_ids=index.ids())
-        memory = (tags.HISTORICAL_INDEX, index.render()) if index.entries else None
+        memory = (tags.HISTORICAL_INDEX, index_text(index)) if index.entries else None
         return Start(k, index, state, memory, data={"history": tuple(chat)})
 
     def begin(self, ctx: MemoryContext) -> Observed:

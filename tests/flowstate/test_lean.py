@@ -117,6 +117,26 @@ def test_a_facts_summary_names_the_identifiers_its_result_holds_however_deep() -
     assert len(lean_fact(obs, STANDARD, 40).summary) == 40 and FLOWSTATE_LEAN.fact_text == 160
 
 
+def test_its_index_lists_a_requests_states_as_a_mapping_and_the_policy_reads_both_renderings() -> None:
+    """Lean's index line holds the paper's content — query id, states in the order written, query, unfinished —
+    with the states a mapping of id to summary (two keys a state fewer); a longer index's rendering extends a
+    shorter one's; a reader of either rendering sees the same states."""
+    from flowstate.eval.policies import Policy
+    from flowstate.memory.lean import index_text
+
+    entries = (IndexEntry(1, 'a "quoted" query', (("fact_r1_s2_1", "get_user_details: x1"), ("fact_r1_s10_1", "b"))),
+               IndexEntry(2, "q2", (), "step budget"))
+    lines = index_text(HistoricalIndex(entries)).splitlines()
+    assert lines[0] == ('{"query_id":1,"states":{"fact_r1_s2_1":"get_user_details: x1","fact_r1_s10_1":"b"},'
+                        '"user_query":"a \\"quoted\\" query"}')
+    assert lines[1] == '{"query_id":2,"states":{},"unfinished":"step budget","user_query":"q2"}'
+    assert index_text(HistoricalIndex(entries)).startswith(index_text(HistoricalIndex(entries[:1])))
+    ours = [json.loads(line) for line in lines]
+    paper = [json.loads(line) for line in HistoricalIndex(entries).render().splitlines()]
+    assert len(index_text(HistoricalIndex(entries))) < len(HistoricalIndex(entries).render())
+    assert Policy.visible({"historical_state_index": ours})[0] == Policy.visible({"historical_state_index": paper})[0]
+
+
 def scripted_session(tmp_path: Path, second: list[str]) -> tuple[Repository, ScriptedEngine, Agent]:
     """Request 1 calls echo and answers (the system records its result as fact_r1_s1_1); request 2 runs
     ``second`` under lean:0 (the index from the first request on)."""
