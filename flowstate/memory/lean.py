@@ -123,7 +123,8 @@ def found(index: HistoricalIndex, query: str, limit: int) -> tuple[str, ...]:
 
 def lean_fact(obs: Node, limits: Limits, text: int) -> Node:
     """A tool result's knowledge state as the lean method writes it by rule: ``flowstate-facts``' fact, its summary
-    the call and the identifiers its result holds (ids, numbers, dates; at most ``text`` characters) — what a later
+    the call and the identifiers its result holds (ids, flight numbers, codes; no bare dates or amounts, ``NUMERIC``;
+    at most ``text`` characters) — what a later
     request's words and a model reading the index look a value up by. A result cut to a line shows only its first
     fields: a payment id deep in a reservation was in no summary, and a request that needed it did not find it."""
     fact = fact_node(obs, limits)
